@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Run jupyter-agent-tools from a checkout with nothing but python3: ``serve`` or ``test``.
+
+    python3 dev.py serve [jupyter server options]   # Jupyter server + extension on 127.0.0.1
+    python3 dev.py test [pytest options]            # lint and the whole test suite
+    python3 dev.py bench [benchmark options]        # benchmarks (not part of the tests)
+
+Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
+again whenever ``pyproject.toml`` changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("AGENT_TOOLS_VENV", HERE / ".venv"))
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+
+
+def run(*args: str | os.PathLike[str], **kwargs: object) -> None:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    subprocess.run([str(a) for a in args], check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def ensure_env() -> None:
+    """Create the virtualenv and install the package with its test extras when needed."""
+    stamp = VENV / ".agent-tools-installed"
+    wanted = hashlib.sha256((HERE / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted and PYTHON.exists():
+        return
+    if not PYTHON.exists():
+        print(f"Creating virtualenv in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(PYTHON, "-m", "pip", "install", "--quiet", "-e", f"{HERE}[test]")
+    stamp.write_text(wanted)
+
+
+def free_port(preferred: int) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise SystemExit("no free port on 127.0.0.1")
+
+
+def serve(args: list[str]) -> int:
+    ensure_env()
+    token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
+    port = free_port(int(os.environ.get("AGENT_TOOLS_PORT", "8888")))
+    url = f"http://127.0.0.1:{port}/"
+    print(
+        f"\nJupyter server with jupyter_agent_tools\n  URL:   {url}\n  Token: {token}\n"
+        f"  Try:   curl -H 'Authorization: token {token}' {url}api/agent/notebooks/<some>.ipynb\n",
+        flush=True,
+    )
+    cmd = [
+        str(BIN / "jupyter"),
+        "server",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--no-browser",
+        f"--IdentityProvider.token={token}",
+        *args,
+    ]
+    return subprocess.call(cmd, cwd=os.getcwd())
+
+
+def test(args: list[str]) -> int:
+    ensure_env()
+    run(
+        BIN / "ruff",
+        "check",
+        HERE / "jupyter_agent_tools",
+        HERE / "tests",
+        HERE / "benchmarks",
+        HERE / "dev.py",
+    )
+    return subprocess.call([str(PYTHON), "-m", "pytest", *args], cwd=HERE)
+
+
+def bench(args: list[str]) -> int:
+    ensure_env()
+    return subprocess.call([str(PYTHON), "-m", "benchmarks", *args], cwd=HERE)
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in ("serve", "test", "bench"):
+        print(__doc__)
+        return 2
+    command, args = sys.argv[1], sys.argv[2:]
+    return {"serve": serve, "test": test, "bench": bench}[command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

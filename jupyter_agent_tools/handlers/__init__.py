@@ -1,0 +1,1 @@
+"""Thin Tornado handlers: parse, authorize, call a service, serialize."""

@@ -1,0 +1,66 @@
+"""The base of every agent route: JSON bodies, service errors mapped to JSON HTTP errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
+
+from ..errors import AgentToolsError
+
+
+class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
+    """JSON API handler of the jupyter_agent_tools extension."""
+
+    def get_json_object(self) -> Any:
+        """The request body parsed as JSON, or a 400 that says what is wrong with it."""
+        body = self.request.body
+        if not body:
+            raise web.HTTPError(400, "Request body is empty: send a JSON object")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise web.HTTPError(400, "Request body is not UTF-8 encoded JSON") from None
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise web.HTTPError(400, "Request body is nested too deeply") from None
+        except ValueError as e:
+            raise web.HTTPError(400, f"Request body is not valid JSON: {e}") from None
+
+    def write_json(self, data: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, ensure_ascii=False))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc_info = kwargs.get("exc_info")
+        if exc_info and isinstance(exc_info[1], ServiceHTTPError) and exc_info[1].retry_after:
+            # Tornado clears headers before write_error, so Retry-After must be set here.
+            self.set_header("Retry-After", str(exc_info[1].retry_after))
+        super().write_error(status_code, **kwargs)
+
+    def _handle_request_exception(self, e: BaseException) -> None:
+        if isinstance(e, AgentToolsError):
+            # Tornado reads sys.exc_info() here: re-raise as the HTTP error the caller should see.
+            try:
+                raise ServiceHTTPError.from_error(e) from e
+            except ServiceHTTPError as http_error:
+                super()._handle_request_exception(http_error)
+            return
+        super()._handle_request_exception(e)
+
+
+class ServiceHTTPError(web.HTTPError):
+    """An :class:`AgentToolsError` as a Tornado HTTP error (keeps Retry-After)."""
+
+    def __init__(self, status: int, message: str, retry_after: int | None = None):
+        super().__init__(status, message)
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_error(cls, error: AgentToolsError) -> ServiceHTTPError:
+        return cls(error.status, error.message, error.retry_after)

@@ -1,0 +1,1 @@
+"""Notebook editing: pure cell operations, serialization, read summaries and the store."""

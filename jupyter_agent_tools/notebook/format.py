@@ -1,0 +1,57 @@
+"""Bytes <-> notebook dict, exactly as nbformat and JupyterLab write notebooks.
+
+nbformat writes JSON with ``indent=1``, sorted keys, ``ensure_ascii=False`` and a trailing newline, with
+multi-line strings split into lists of lines. A notebook saved by JupyterLab therefore round-trips through
+:func:`parse_notebook` and :func:`serialize_notebook` byte for byte, and an edit of one cell changes only that
+cell's lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from ..errors import BadRequest
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+
+
+def split_source(content: str) -> list[str]:
+    """Split text into notebook source lines.
+
+    Every line but the last keeps its trailing ``\\n``; the last line gets no forced newline, and there is
+    no empty trailing element (``"a\\nb\\n"`` -> ``["a\\n", "b\\n"]``, ``""`` -> ``[]``).
+    """
+    return _LINE.findall(content)
+
+
+def join_source(source: str | list[str]) -> str:
+    """A cell's source (string or list of lines) as one string."""
+    if isinstance(source, str):
+        return source
+    return "".join(source)
+
+
+def content_hash(data: bytes) -> str:
+    """The hash callers send back as ``expected_hash``: sha256 hex of the saved bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def parse_notebook(text: str, path: str) -> dict[str, Any]:
+    """Parse notebook text, checking only what the cell operations need (JSON object with a cells list)."""
+    try:
+        nb = json.loads(text)
+    except ValueError as e:
+        raise BadRequest(f"Invalid JSON in notebook: {path}: {e}") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise BadRequest(f"Invalid notebook structure (missing cells array): {path}")
+    if not all(isinstance(cell, dict) for cell in nb["cells"]):
+        raise BadRequest(f"Invalid notebook structure (cells must be objects): {path}")
+    return nb
+
+
+def serialize_notebook(nb: dict[str, Any]) -> str:
+    """Serialize as nbformat.writes does (indent 1, sorted keys, ensure_ascii False, trailing newline)."""
+    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"

@@ -1,0 +1,347 @@
+"""Pure cell operations on a notebook dict: parse a request, apply edit/insert/delete/move.
+
+Nothing here does I/O or knows about Tornado or jupyter_server. Operations never mutate the notebook they
+are given: :func:`apply_ops` returns a new notebook whose untouched cells are the very same objects, so a
+batch that fails half-way leaves nothing changed, and untouched cells serialize to the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import BadRequest
+from .format import join_source, split_source
+
+ACTIONS = ("edit", "insert", "delete", "move")
+CELL_TYPES = ("code", "markdown", "raw")
+OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index")
+CELL_ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
+
+
+@dataclass(frozen=True)
+class CellOp:
+    """One operation on one cell, as the caller sent it (validated for types, not against a notebook)."""
+
+    action: str
+    cell_index: int | None = None
+    cell_id: str | None = None
+    content: str | None = None
+    cell_type: str | None = None
+    to_index: int | None = None
+
+
+@dataclass(frozen=True)
+class EditRequest:
+    """A parsed POST body: one or more operations applied atomically, optionally guarded by a hash."""
+
+    ops: list[CellOp]
+    expected_hash: str | None = None
+    batch: bool = False
+
+
+@dataclass
+class OpOutcome:
+    """What one operation did: a one-line message and the structured details."""
+
+    message: str
+    details: dict[str, Any]
+
+
+@dataclass
+class EditOutcome:
+    """The edited notebook and what each operation did."""
+
+    notebook: dict[str, Any]
+    outcomes: list[OpOutcome] = field(default_factory=list)
+
+    @property
+    def message(self) -> str:
+        if len(self.outcomes) == 1:
+            return self.outcomes[0].message
+        total = len(self.notebook["cells"])
+        return f"Applied {len(self.outcomes)} operations. Notebook now has {_cells(total)}."
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell" if n == 1 else f"{n} cells"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_op(raw: Any, where: str) -> CellOp:
+    if not isinstance(raw, dict):
+        raise BadRequest(f"{where}must be a JSON object with an 'action' field")
+    unknown = sorted(set(raw) - set(OP_FIELDS))
+    if unknown:
+        raise BadRequest(f"{where}unknown field {unknown[0]!r} (allowed: {', '.join(OP_FIELDS)})")
+    action = raw.get("action")
+    if action is None:
+        raise BadRequest(f"{where}'action' is required (one of: {', '.join(ACTIONS)})")
+    if action not in ACTIONS:
+        raise BadRequest(f"{where}unknown action {action!r} (expected one of: {', '.join(ACTIONS)})")
+    for name in ("cell_index", "to_index"):
+        if raw.get(name) is not None and not _is_int(raw[name]):
+            raise BadRequest(f"{where}'{name}' must be an integer, got {type(raw[name]).__name__}")
+    for name in ("cell_id", "content", "cell_type"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            raise BadRequest(f"{where}'{name}' must be a string, got {type(raw[name]).__name__}")
+    cell_type = raw.get("cell_type")
+    if cell_type is not None and cell_type not in CELL_TYPES:
+        raise BadRequest(f"{where}unknown cell_type {cell_type!r} (expected one of: {', '.join(CELL_TYPES)})")
+    op = CellOp(
+        action=action,
+        cell_index=raw.get("cell_index"),
+        cell_id=raw.get("cell_id"),
+        content=raw.get("content"),
+        cell_type=cell_type,
+        to_index=raw.get("to_index"),
+    )
+    if action in ("edit", "insert") and op.content is None:
+        raise BadRequest(f"{where}Content is required for {action} action")
+    if action in ("edit", "delete", "move") and op.cell_index is None and op.cell_id is None:
+        raise BadRequest(f"{where}'cell_index' or 'cell_id' is required for {action} action")
+    if action == "move" and op.to_index is None:
+        raise BadRequest(f"{where}'to_index' is required for move action")
+    if action != "move" and op.to_index is not None:
+        raise BadRequest(f"{where}'to_index' is only used by the move action")
+    if action in ("delete", "move") and (op.content is not None or op.cell_type is not None):
+        extra = "content" if op.content is not None else "cell_type"
+        raise BadRequest(f"{where}'{extra}' is not used by the {action} action")
+    if action == "insert" and op.cell_id is not None and not CELL_ID_PATTERN.match(op.cell_id):
+        raise BadRequest(
+            f"{where}'cell_id' for a new cell must be 1-64 characters of letters, digits, '-' or '_'"
+        )
+    return op
+
+
+def parse_edit_request(body: Any, max_ops: int = 1000) -> EditRequest:
+    """Validate a POST body (one operation, or ``{"ops": [...]}``) and return the operations."""
+    if not isinstance(body, dict):
+        raise BadRequest('Request body must be a JSON object: one operation or {"ops": [...]}')
+    expected_hash = body.get("expected_hash")
+    if expected_hash is not None and not isinstance(expected_hash, str):
+        raise BadRequest("'expected_hash' must be a string (the 'hash' of an earlier answer)")
+    if "ops" in body:
+        unknown = sorted(set(body) - {"ops", "expected_hash"})
+        if unknown:
+            raise BadRequest(
+                f"unknown field {unknown[0]!r} next to 'ops' (a batch takes only 'ops' and "
+                "'expected_hash'; put operation fields inside each op)"
+            )
+        raw_ops = body["ops"]
+        if not isinstance(raw_ops, list) or not raw_ops:
+            raise BadRequest("'ops' must be a non-empty array of operations")
+        if len(raw_ops) > max_ops:
+            raise BadRequest(f"'ops' has {len(raw_ops)} operations; at most {max_ops} are allowed")
+        ops = [_parse_op(raw, f"ops[{i}]: ") for i, raw in enumerate(raw_ops)]
+        return EditRequest(ops=ops, expected_hash=expected_hash, batch=True)
+    single = {k: v for k, v in body.items() if k != "expected_hash"}
+    return EditRequest(ops=[_parse_op(single, "")], expected_hash=expected_hash, batch=False)
+
+
+def has_cell_ids(nb: dict[str, Any]) -> bool:
+    """Whether this notebook's format carries cell ids (nbformat >= 4.5)."""
+    minor = nb.get("nbformat_minor")
+    return nb.get("nbformat") == 4 and _is_int(minor) and minor >= 5
+
+
+def check_supported(nb: dict[str, Any], path: str) -> None:
+    """Refuse notebooks whose format the cell operations do not understand."""
+    if nb.get("nbformat") != 4:
+        raise BadRequest(
+            f"Unsupported notebook format in {path}: nbformat {nb.get('nbformat')!r} "
+            "(only nbformat 4 is supported; open and save it in JupyterLab to upgrade it)"
+        )
+
+
+def _derive_cell_id(seed: str, position: int, taken: set[str]) -> str:
+    attempt = 0
+    while True:
+        digest = hashlib.sha256(f"{seed}\0{position}\0{attempt}".encode()).hexdigest()[:8]
+        if digest not in taken:
+            return digest
+        attempt += 1
+
+
+def _new_cell(cell_type: str, content: str, cell_id: str | None) -> dict[str, Any]:
+    cell: dict[str, Any] = {"cell_type": cell_type, "metadata": {}, "source": split_source(content)}
+    if cell_type == "code":
+        cell["execution_count"] = None
+        cell["outputs"] = []
+    if cell_id is not None:
+        cell["id"] = cell_id
+    return cell
+
+
+def _convert(cell: dict[str, Any], cell_type: str) -> dict[str, Any]:
+    """A copy of ``cell`` as ``cell_type``: code cells gain outputs, others lose them."""
+    new = dict(cell)
+    new["cell_type"] = cell_type
+    if cell_type == "code":
+        new.pop("attachments", None)
+        new.setdefault("execution_count", None)
+        new.setdefault("outputs", [])
+        if cell.get("cell_type") != "code":
+            new["execution_count"] = None
+            new["outputs"] = []
+    else:
+        new.pop("outputs", None)
+        new.pop("execution_count", None)
+    return new
+
+
+class _Editor:
+    """Applies operations one after another to a copy-on-write list of cells."""
+
+    def __init__(self, nb: dict[str, Any], id_seed: str):
+        self.nb = dict(nb)
+        self.cells: list[dict[str, Any]] = list(nb["cells"])
+        self.nb["cells"] = self.cells
+        self.with_ids = has_cell_ids(nb)
+        self.id_seed = id_seed
+        self.ids: set[str] = {c["id"] for c in self.cells if isinstance(c.get("id"), str)}
+
+    def _locate(self, op: CellOp) -> int:
+        n = len(self.cells)
+        if op.cell_id is not None:
+            if not self.with_ids:
+                raise BadRequest(
+                    "This notebook has no cell ids (nbformat "
+                    f"{self.nb.get('nbformat')}.{self.nb.get('nbformat_minor')} < 4.5); "
+                    "address cells by 'cell_index'"
+                )
+            for i, cell in enumerate(self.cells):
+                if cell.get("id") == op.cell_id:
+                    if op.cell_index is not None and op.cell_index != i:
+                        raise BadRequest(
+                            f"'cell_index' {op.cell_index} and 'cell_id' {op.cell_id!r} name different "
+                            f"cells (that id is at index {i}); send one of them"
+                        )
+                    return i
+            raise BadRequest(f"Cell id {op.cell_id!r} not found in notebook")
+        assert op.cell_index is not None
+        index = op.cell_index
+        if n == 0:
+            raise BadRequest(
+                f"Cell index {index} is out of range: the notebook has no cells (insert at index 0)"
+            )
+        if not 0 <= index < n:
+            raise BadRequest(
+                f"Cell index {index} is out of range for {op.action} (valid range: 0..{n - 1}, "
+                f"notebook has {_cells(n)})"
+            )
+        return index
+
+    def _details(self, op: CellOp, index: int, cell: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        details = {
+            "action": op.action,
+            "cellIndex": index,
+            "cellId": cell.get("id"),
+            "cellType": cell.get("cell_type"),
+            "totalCells": len(self.cells),
+            "cellSource": join_source(cell.get("source", "")),
+        }
+        details.update(extra)
+        return details
+
+    def apply(self, op: CellOp, position: int) -> OpOutcome:
+        return getattr(self, f"_{op.action}")(op, position)
+
+    def _edit(self, op: CellOp, position: int) -> OpOutcome:
+        index = self._locate(op)
+        old = self.cells[index]
+        old_type = old.get("cell_type")
+        assert op.content is not None
+        cell = _convert(old, op.cell_type) if op.cell_type and op.cell_type != old_type else dict(old)
+        cell["source"] = split_source(op.content)
+        self.cells[index] = cell
+        n = _cells(len(self.cells))
+        if cell["cell_type"] != old_type:
+            message = (
+                f"Edited cell at index {index} and converted it from {old_type} to "
+                f"{cell['cell_type']}. Notebook has {n}."
+            )
+            return OpOutcome(message, self._details(op, index, cell, previousCellType=old_type))
+        message = f"Edited {old_type} cell at index {index}. Notebook has {n}."
+        return OpOutcome(message, self._details(op, index, cell))
+
+    def _insert(self, op: CellOp, position: int) -> OpOutcome:
+        n = len(self.cells)
+        index = n if op.cell_index is None else op.cell_index
+        if not 0 <= index <= n:
+            raise BadRequest(
+                f"Cell index {index} is out of range for insert (valid range: 0..{n}, "
+                f"notebook has {_cells(n)})"
+            )
+        cell_id = None
+        if op.cell_id is not None:
+            if not self.with_ids:
+                raise BadRequest(
+                    "This notebook has no cell ids (nbformat < 4.5); omit 'cell_id' when inserting"
+                )
+            if op.cell_id in self.ids:
+                raise BadRequest(f"Cell id {op.cell_id!r} already exists in notebook")
+            cell_id = op.cell_id
+        elif self.with_ids:
+            cell_id = _derive_cell_id(self.id_seed, position, self.ids)
+        if cell_id is not None:
+            self.ids.add(cell_id)
+        assert op.content is not None
+        cell = _new_cell(op.cell_type or "code", op.content, cell_id)
+        self.cells.insert(index, cell)
+        message = (
+            f"Inserted {cell['cell_type']} cell at index {index}. Notebook now has {_cells(len(self.cells))}."
+        )
+        return OpOutcome(message, self._details(op, index, cell))
+
+    def _delete(self, op: CellOp, position: int) -> OpOutcome:
+        index = self._locate(op)
+        cell = self.cells.pop(index)
+        if isinstance(cell.get("id"), str):
+            self.ids.discard(cell["id"])
+        message = (
+            f"Deleted {cell.get('cell_type')} cell at index {index}. "
+            f"Notebook now has {_cells(len(self.cells))}."
+        )
+        return OpOutcome(message, self._details(op, index, cell))
+
+    def _move(self, op: CellOp, position: int) -> OpOutcome:
+        index = self._locate(op)
+        n = len(self.cells)
+        assert op.to_index is not None
+        if not 0 <= op.to_index < n:
+            raise BadRequest(
+                f"to_index {op.to_index} is out of range for move (valid range: 0..{n - 1}, "
+                f"notebook has {_cells(n)})"
+            )
+        cell = self.cells.pop(index)
+        self.cells.insert(op.to_index, cell)
+        message = (
+            f"Moved {cell.get('cell_type')} cell from index {index} to index {op.to_index}. "
+            f"Notebook has {_cells(n)}."
+        )
+        return OpOutcome(message, self._details(op, op.to_index, cell, fromIndex=index))
+
+
+def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str) -> EditOutcome:
+    """Apply ``ops`` in order to a copy of ``nb`` and return it with what each operation did.
+
+    ``id_seed`` (the hash of the notebook's bytes) makes derived cell ids deterministic: the same
+    notebook and the same operations always produce the same ids. Raises :class:`BadRequest` naming
+    the failing operation; ``nb`` itself is never modified.
+    """
+    editor = _Editor(nb, id_seed)
+    outcomes = []
+    for position, op in enumerate(ops):
+        try:
+            outcomes.append(editor.apply(op, position))
+        except BadRequest as e:
+            if len(ops) > 1:
+                raise BadRequest(f"ops[{position}]: {e.message} (no operation was applied)") from None
+            raise
+    return EditOutcome(notebook=editor.nb, outcomes=outcomes)

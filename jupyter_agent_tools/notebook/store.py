@@ -1,0 +1,151 @@
+"""Loads and saves notebooks through the server's contents manager and applies cell operations.
+
+The contents manager confines paths to the server root, writes atomically, keeps checkpoints and may not
+be a local disk at all: the store never opens a file itself. Edits of one notebook are serialized by a
+per-path lock so that concurrent requests never lose each other's changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+from nbformat.validator import get_validator
+from tornado.web import HTTPError
+
+from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
+from .format import content_hash, parse_notebook, serialize_notebook
+from .operations import apply_ops, check_supported, parse_edit_request
+from .summary import summarize_notebook
+
+
+@dataclass
+class LoadedNotebook:
+    """A notebook as read from the store: its parsed dict, its text and the hash of its bytes."""
+
+    path: str
+    notebook: dict[str, Any]
+    text: str
+    hash: str
+
+
+def validate_notebook(nb: dict[str, Any], path: str) -> None:
+    """Raise :class:`BadRequest` unless ``nb`` is valid against its nbformat schema."""
+    minor = nb.get("nbformat_minor")
+    validator = get_validator(version=4, version_minor=minor if isinstance(minor, int) else None)
+    if validator is None:
+        raise BadRequest(f"Unsupported notebook format in {path}: nbformat 4.{minor}")
+    try:
+        validator.validate(nb)
+    except Exception as e:  # fastjsonschema and jsonschema raise different ValidationErrors
+        message = getattr(e, "message", None) or str(e)
+        raise BadRequest(
+            f"Notebook would not be a valid nbformat 4.{minor} notebook: {path}: {message}"
+        ) from None
+
+
+class NotebookStore:
+    """Reads and edits notebooks through a jupyter_server contents manager."""
+
+    def __init__(
+        self,
+        contents_manager: Any,
+        *,
+        log: logging.Logger | None = None,
+        summary_max_chars: int = 2000,
+        max_ops: int = 1000,
+    ):
+        self.contents_manager = contents_manager
+        self.log = log or logging.getLogger(__name__)
+        self.summary_max_chars = summary_max_chars
+        self.max_ops = max_ops
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _lock(self, path: str) -> asyncio.Lock:
+        lock = self._locks.get(path)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[path] = lock
+        return lock
+
+    async def _check_path(self, path: str) -> str:
+        path = path.strip("/")
+        if not path.endswith(".ipynb"):
+            raise BadRequest(f"Not a notebook (expected a path ending in .ipynb): {path}")
+        cm = self.contents_manager
+        try:
+            hidden = await ensure_async(cm.is_hidden(path))
+        except HTTPError as e:
+            raise NotFound(f"Notebook not found: {path}") from e
+        if hidden and not cm.allow_hidden:
+            # The contents API answers 404 for hidden files too: do not reveal that they exist.
+            raise NotFound(f"Notebook not found: {path}")
+        return path
+
+    async def load(self, path: str) -> LoadedNotebook:
+        """Read a notebook's text through the contents manager and parse it."""
+        path = await self._check_path(path)
+        cm = self.contents_manager
+        try:
+            if not await ensure_async(cm.file_exists(path)):
+                raise NotFound(f"Notebook not found: {path}")
+            model = await ensure_async(cm.get(path, content=True, type="file", format="text"))
+        except HTTPError as e:
+            if e.status_code == 404:
+                raise NotFound(f"Notebook not found: {path}") from e
+            if e.status_code == 400:
+                raise BadRequest(f"Invalid JSON in notebook: {path}: {e.log_message}") from e
+            raise
+        text = model["content"]
+        if not isinstance(text, str):
+            raise BadRequest(f"Invalid JSON in notebook: {path}: not UTF-8 text")
+        nb = parse_notebook(text, path)
+        return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")))
+
+    async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
+        """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
+        loaded = await self.load(path)
+        return summarize_notebook(
+            loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
+        )
+
+    async def edit(self, path: str, body: Any) -> dict[str, Any]:
+        """Apply one operation or a batch atomically and save once; return the answer for the caller."""
+        request = parse_edit_request(body, self.max_ops)
+        path = await self._check_path(path)
+        async with self._lock(path):
+            loaded = await self.load(path)
+            if request.expected_hash is not None and request.expected_hash != loaded.hash:
+                raise Conflict(
+                    f"Notebook changed since it was read: {path} (expected_hash "
+                    f"{request.expected_hash}, current hash {loaded.hash}); read it again and retry"
+                )
+            check_supported(loaded.notebook, path)
+            outcome = apply_ops(loaded.notebook, request.ops, id_seed=loaded.hash)
+            validate_notebook(outcome.notebook, path)
+            text = serialize_notebook(outcome.notebook)
+            await self._save(path, text)
+            new_hash = content_hash(text.encode("utf-8"))
+        return {
+            "message": outcome.message,
+            "details": outcome.outcomes[-1].details,
+            "hash": new_hash,
+            "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
+        }
+
+    async def _save(self, path: str, text: str) -> None:
+        cm = self.contents_manager
+        try:
+            # Like the contents API does for notebooks, keep one checkpoint: the state before the
+            # first edit stays recoverable with "Revert to checkpoint".
+            if not await ensure_async(cm.list_checkpoints(path)):
+                await ensure_async(cm.create_checkpoint(path))
+            await ensure_async(cm.save({"type": "file", "format": "text", "content": text}, path))
+        except HTTPError as e:
+            if e.status_code < 500:
+                raise AgentToolsError(e.log_message or f"Cannot save {path}", e.status_code) from e
+            raise

@@ -1,0 +1,45 @@
+"""Test harness: a real Jupyter server (pytest-jupyter) with the extension enabled."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+pytest_plugins = ["jupyter_server.pytest_plugin"]
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}
+
+
+@pytest.fixture
+def api(jp_fetch):
+    """Call an agent route and return (status, parsed JSON body); never raises on HTTP errors."""
+
+    async def call(
+        method: str,
+        *parts: str,
+        body: Any = None,
+        raw: bytes | None = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
+        kwargs: dict[str, Any] = {"method": method, "raise_error": False}
+        if raw is not None:
+            kwargs["body"] = raw
+        elif body is not None:
+            kwargs["body"] = json.dumps(body)
+        elif method in ("POST", "PUT", "PATCH"):
+            kwargs["body"] = b""
+        if params:
+            kwargs["params"] = params
+        if headers:
+            kwargs["headers"] = headers
+        response = await jp_fetch("api", "agent", *parts, **kwargs)
+        text = response.body.decode() if response.body else ""
+        return response.code, (json.loads(text) if text else None)
+
+    return call
