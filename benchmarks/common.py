@@ -1,0 +1,415 @@
+"""Shared benchmark machinery: a real Jupyter server subprocess, an HTTP client, timing, result files."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.client
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+RESULTS = HERE / "results"
+
+try:  # httpx when installed, else the standard library (both keep one connection alive)
+    import httpx
+except ImportError:  # pragma: no cover - depends on the environment
+    httpx = None
+
+
+# ------------------------------------------------------------------------------------------ the server
+
+
+@dataclass
+class Server:
+    """A running Jupyter server: where it listens, its token, its root dir and its process."""
+
+    url: str  # base URL with a trailing slash, e.g. http://127.0.0.1:8890/
+    token: str
+    root_dir: Path
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def client(self, timeout: float = 300.0) -> Client:
+        return Client(self.url, self.token, timeout)
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory of the server process (Linux), or None when it cannot be read."""
+        try:
+            with open(f"/proc/{self.process.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def jupyter_server(
+    root_dir: Path | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    startup_timeout: float = 60.0,
+) -> Iterator[Server]:
+    """Start ``python -m jupyter_server`` with the extension enabled; yield it once it answers; stop it.
+
+    The server gets its own config, data and runtime dirs (no user config leaks in), listens on a free
+    port of 127.0.0.1 with a random token, and is terminated (then killed) on exit. Its log is kept in a
+    temporary file and printed if it fails to start.
+    """
+    with tempfile.TemporaryDirectory(prefix="agent-tools-bench-") as tmp:
+        tmp_path = Path(tmp)
+        root = Path(root_dir) if root_dir is not None else tmp_path / "root"
+        root.mkdir(parents=True, exist_ok=True)
+        for sub in ("config", "data", "runtime"):
+            (tmp_path / sub).mkdir()
+        token = secrets.token_hex(16)
+        port = free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--ServerApp.jpserver_extensions={'jupyter_agent_tools': True}",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--port-retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+            "--no-browser",
+            *extra_args,
+        ]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")  # containers and CI often run as root
+        full_env = dict(os.environ)
+        full_env.update(
+            JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+            JUPYTER_DATA_DIR=str(tmp_path / "data"),
+            JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        )
+        full_env.update(env or {})
+        log_path = tmp_path / "server.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=tmp, start_new_session=True
+            )
+        server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path)
+        try:
+            _wait_ready(server, startup_timeout)
+            yield server
+        finally:
+            _stop(process)
+
+
+def _wait_ready(server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            break
+        try:
+            with server.client(timeout=5) as client:
+                status, _ = client.request("GET", "api/agent/notebooks/__readiness_probe__.ipynb")
+            if status == 404:  # the server answers and the extension's route is there
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    _stop(server.process)
+    log = server.log_path.read_text(errors="replace")[-4000:]
+    raise RuntimeError(f"Jupyter server did not become ready in {timeout:.0f} s; its log:\n{log}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=5)
+
+
+# ------------------------------------------------------------------------------------------ the client
+
+
+class Client:
+    """A minimal keep-alive HTTP client with the server's token: ``request(method, path, body)``."""
+
+    def __init__(self, base_url: str, token: str, timeout: float = 300.0):
+        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
+        self.headers = {"Authorization": f"token {token}"}
+        self.timeout = timeout
+        parsed = urllib.parse.urlsplit(self.base_url)
+        self._host, self._port, self._prefix = parsed.hostname, parsed.port, parsed.path
+        self._conn: Any = None
+        if httpx is not None:
+            self._conn = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def request(
+        self, method: str, path: str, body: Any = None, raw: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """Send one request; ``body`` is JSON-encoded. Returns (status, response bytes)."""
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        if httpx is not None:
+            if self._conn is None:
+                self._conn = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=self.timeout)
+            response = self._conn.request(method, path, content=data)
+            return response.status_code, response.content
+        for attempt in (0, 1):
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            headers = dict(self.headers)
+            if data is not None:
+                headers["Content-Type"] = "application/json"
+            try:
+                self._conn.request(method, self._prefix + path, body=data, headers=headers)
+                response = self._conn.getresponse()
+                return response.status, response.read()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()  # a kept-alive connection the server closed: retry once on a new one
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def json(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
+        status, content = self.request(method, path, body)
+        if status != expect:
+            raise RuntimeError(f"{method} {path}: HTTP {status} (expected {expect}): {content[:500]!r}")
+        return json.loads(content) if content else None
+
+
+# ---------------------------------------------------------------------------------------------- timing
+
+
+def measure(fn: Callable[[int], object], repeat: int, warmup: int = 1) -> list[float]:
+    """Call ``fn(i)`` ``warmup`` times untimed, then ``repeat`` times; return the durations in seconds."""
+    for i in range(warmup):
+        fn(-1 - i)
+    samples = []
+    for i in range(repeat):
+        start = time.perf_counter()
+        fn(i)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) with linear interpolation."""
+    ordered = sorted(samples)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def summarize(samples: Sequence[float]) -> dict[str, float]:
+    """Figures of a list of durations (seconds): n, median, p90, min, max, mean."""
+    return {
+        "n": len(samples),
+        "median": statistics.median(samples),
+        "p90": percentile(samples, 0.9),
+        "min": min(samples),
+        "max": max(samples),
+        "mean": statistics.fmean(samples),
+    }
+
+
+# --------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class Row:
+    """One measured variant of one case; ``baseline`` names the row of the same case it is compared to."""
+
+    case: str
+    variant: str
+    samples: list[float]
+    baseline: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return summarize(self.samples)
+
+
+@dataclass
+class BenchResult:
+    """What one benchmark measured, with its targets, ready to print and save."""
+
+    name: str
+    title: str
+    rows: list[Row]
+    notes: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    ratios: list[dict[str, Any]] = field(default_factory=list)
+
+    def row(self, case: str, variant: str) -> Row:
+        return next(r for r in self.rows if r.case == case and r.variant == variant)
+
+    def add_ratio(
+        self, case: str, variant: str, baseline: str, target: float | None = None, op: str = "<="
+    ) -> dict[str, Any]:
+        """Record median and p90 ratios of ``variant`` over ``baseline`` for ``case``, with a target."""
+        a, b = self.row(case, variant).stats, self.row(case, baseline).stats
+        ratio = {
+            "case": case,
+            "variant": variant,
+            "baseline": baseline,
+            "median_ratio": a["median"] / b["median"],
+            "p90_ratio": a["p90"] / b["p90"],
+            "target": target,
+            "op": op,
+        }
+        if target is not None:
+            value = ratio["median_ratio"]
+            ratio["met"] = value <= target if op == "<=" else value < target if op == "<" else value >= target
+        self.ratios.append(ratio)
+        return ratio
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "meta": self.meta,
+            "rows": [
+                {
+                    "case": r.case,
+                    "variant": r.variant,
+                    "baseline": r.baseline,
+                    "stats_seconds": r.stats,
+                    "samples_seconds": r.samples,
+                    **({"extra": r.extra} if r.extra else {}),
+                }
+                for r in self.rows
+            ],
+            "ratios": self.ratios,
+            "notes": self.notes,
+        }
+
+    def markdown(self) -> str:
+        lines = [f"## {self.title}", ""]
+        when = self.meta.get("date", "")
+        machine = self.meta.get("machine", {})
+        if when or machine:
+            lines += [
+                f"Measured {when} on {machine.get('cpus', '?')} CPUs, "
+                f"Python {machine.get('python', '?')}, jupyter_server {machine.get('jupyter_server', '?')}, "
+                f"commit {self.meta.get('commit', '?')}.",
+                "",
+            ]
+        lines += [
+            "| case | variant | n | median ms | p90 ms | median vs baseline |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            s = r.stats
+            if r.baseline:
+                base = self.row(r.case, r.baseline).stats
+                rel = f"{s['median'] / base['median']:.2f}x {r.baseline}"
+            else:
+                rel = "baseline"
+            median, p90 = s["median"] * 1e3, s["p90"] * 1e3
+            lines.append(f"| {r.case} | {r.variant} | {s['n']} | {median:.1f} | {p90:.1f} | {rel} |")
+        if self.ratios:
+            lines += ["", "| case | ratio | median | p90 | target | met |", "|---|---|---|---|---|---|"]
+            for q in self.ratios:
+                target = "" if q["target"] is None else f"{q['op']} {q['target']:g}"
+                met = "" if "met" not in q else ("yes" if q["met"] else "**no**")
+                lines.append(
+                    f"| {q['case']} | {q['variant']} / {q['baseline']} | {q['median_ratio']:.2f} | "
+                    f"{q['p90_ratio']:.2f} | {target} | {met} |"
+                )
+        if self.notes:
+            lines += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(lines) + "\n"
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def run_meta() -> dict[str, Any]:
+    """When, where and on what a benchmark ran."""
+    commit = "unknown"
+    if shutil.which("git"):
+        proc = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        commit = proc.stdout.strip() or commit
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "jupyter_server": _version("jupyter_server"),
+            "nbformat": _version("nbformat"),
+            "tornado": _version("tornado"),
+            "http_client": "httpx" if httpx is not None else "http.client",
+        },
+    }
+
+
+def write_results(result: BenchResult) -> list[Path]:
+    """Write ``results/<name>.json`` and ``.md``, and rebuild ``results/README.md`` from every table."""
+    RESULTS.mkdir(exist_ok=True)
+    json_path = RESULTS / f"{result.name}.json"
+    md_path = RESULTS / f"{result.name}.md"
+    json_path.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True) + "\n")
+    md_path.write_text(result.markdown())
+    readme = RESULTS / "README.md"
+    parts = [
+        "# Benchmark results (latest run of each)",
+        "",
+        "Written by `python -m benchmarks` (`python3 dev.py bench`); each table also exists as JSON beside "
+        "this file. Ratios compare variants measured side by side in the same run.",
+        "",
+    ]
+    for path in sorted(RESULTS.glob("*.md")):
+        if path.name != "README.md":
+            parts.append(path.read_text())
+    readme.write_text("\n".join(parts))
+    return [json_path, md_path, readme]
