@@ -35,6 +35,7 @@ QUICK_SIZES = [(10, 5, 3), (200, 10, 3)]
 IMAGE_BYTES = 40_000  # raw bytes per PNG output (about 53 KB of base64)
 
 FLOOR, AGENT, CONTENTS = "nbformat floor", "agent edit", "contents GET+PUT"
+HTTP = "HTTP no-op (GET /api/status)"
 
 
 def make_notebook(n_cells: int, image_every: int, seed: int = 0) -> nbformat.NotebookNode:
@@ -107,8 +108,11 @@ def run(options: argparse.Namespace) -> BenchResult:
                 nb["cells"][mid]["source"] = _content(i)
                 client.json("PUT", url, {"type": "notebook", "format": "json", "content": nb})
 
-            samples: dict[str, list[float]] = {FLOOR: [], AGENT: [], CONTENTS: []}
-            funcs = {FLOOR: floor, AGENT: agent, CONTENTS: contents}
+            def http_noop(i: int) -> None:
+                client.json("GET", "api/status")
+
+            samples: dict[str, list[float]] = {FLOOR: [], AGENT: [], CONTENTS: [], HTTP: []}
+            funcs = {FLOOR: floor, AGENT: agent, CONTENTS: contents, HTTP: http_noop}
             for i in range(-1, repeat):  # i == -1: warm-up, not timed; variants interleaved
                 for variant, fn in funcs.items():
                     start = time.perf_counter()
@@ -125,6 +129,7 @@ def run(options: argparse.Namespace) -> BenchResult:
             rows.append(Row(case, FLOOR, samples[FLOOR]))
             rows.append(Row(case, AGENT, samples[AGENT], baseline=FLOOR))
             rows.append(Row(case, CONTENTS, samples[CONTENTS], baseline=FLOOR))
+            rows.append(Row(case, HTTP, samples[HTTP], baseline=FLOOR))
             print(f"  {case}: done", flush=True)
         rss = server.rss_bytes()
     result = BenchResult(NAME, TITLE, rows, notes=notes, meta=run_meta())
@@ -140,6 +145,20 @@ def run(options: argparse.Namespace) -> BenchResult:
         "(both nbformat calls validate). agent edit = POST /api/agent/notebooks (parse, apply, validate, "
         "serialize, save through the contents manager, over HTTP). contents GET+PUT = GET /api/contents "
         "?type=notebook, edit the parsed JSON, PUT it back (client JSON work included)."
+    )
+    notes.append(
+        "HTTP no-op = GET /api/status on the same keep-alive connection: the fixed cost of one authenticated "
+        "request through Tornado and jupyter_server, which the agent edit pays and the in-process floor does "
+        "not (about 1-2 ms here)."
+    )
+    notes.append(
+        "Where the small-notebook time goes (cProfile of NotebookStore.edit in-process on the 10-cell "
+        "notebook): about 70% is FileContentsManager.save's atomic_writing (copy of the old file aside, "
+        "write, fsync), durability the plain nbformat.write floor does not pay; loading, applying, "
+        "validating and serializing are about 2 ms. Saving through the contents manager is a requirement "
+        "(root confinement, atomic save, checkpoints, non-disk managers), so the 10-cell ratio is a fixed "
+        "few-ms cost, not a scaling one: from 1,000 cells on the edit is below the floor, because it "
+        "parses and validates once where nbformat.read and nbformat.write each validate."
     )
     notes.append(
         "Each repetition runs the three variants one after another on three copies of the same notebook, "

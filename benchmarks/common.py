@@ -96,6 +96,7 @@ def jupyter_server(
             "--ip=127.0.0.1",
             f"--port={port}",
             "--port-retries=0",
+            "--ServerApp.log_level=WARN",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={root}",
             "--no-browser",
@@ -389,6 +390,7 @@ def run_meta() -> dict[str, Any]:
             "nbformat": _version("nbformat"),
             "tornado": _version("tornado"),
             "http_client": "httpx" if httpx is not None else "http.client",
+            "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         },
     }
 
