@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -118,7 +119,9 @@ def test_wheel_ships_enable_file_as_shared_data(wheel: Path) -> None:
 def test_extension_list_reads_repo_config(tmp_path: Path) -> None:
     # `extension list` shows the user config dir (JUPYTER_CONFIG_DIR), sys-prefix and system dirs;
     # JUPYTER_CONFIG_PATH is not listed, so the repo's jupyter-config dir is passed as the user dir.
-    config_dir = str(REPO / "jupyter-config")
+    # A copy: Jupyter apps write a "migrated" marker into their user config dir.
+    config_dir = str(tmp_path / "jupyter-config")
+    shutil.copytree(REPO / "jupyter-config", config_dir)
     sections = extension_list(sys.executable, clean_env(JUPYTER_CONFIG_DIR=config_dir), tmp_path)
     assert config_dir in sections, sections
     assert_enabled_ok(sections[config_dir])
