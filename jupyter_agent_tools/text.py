@@ -4,28 +4,65 @@ from __future__ import annotations
 
 import re
 
-# ESC-introduced sequences: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC (ended by ST), and the
-# two-character short forms (ESC followed by one byte in 0x40-0x5F or a few others, e.g. ESC 7 / ESC 8).
+# ESC-introduced sequences, in 7-bit and 8-bit (C1) forms: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC
+# (ended by ST), and the short forms (ESC, optional intermediate bytes 0x20-0x2F, one final byte, e.g. ESC 7,
+# ESC c, ESC ( B). A sequence cut off by the end of the text is removed too. String bodies never run past a
+# newline, so an unterminated title cannot swallow the lines after it.
+# Keep _INCOMPLETE_ESCAPE below in step with this pattern.
 _ANSI = re.compile(
     r"""
-    \x1b\[[0-?]*[ -/]*[@-~]              # CSI ... final byte
-    | \x9b[0-?]*[ -/]*[@-~]              # 8-bit CSI
-    | \x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?  # OSC ... BEL or ST
-    | \x9d[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?
-    | \x1b[PX^_][^\x1b]*(?:\x1b\\)?      # DCS, SOS, PM, APC ... ST
-    | \x1b[ -/]*[0-~]                    # short forms (ESC c, ESC 7, ESC ( B, ...)
-    | \x1b$                              # a lone ESC at the end
+    (?:\x1b\[|\x9b) [0-?]* [ -/]* (?:[@-~]|\Z)                  # CSI ... final byte
+    | (?:\x1b\]|\x9d) [^\x07\x1b\x9c\n]* (?:\x07|\x1b\\|\x9c)?    # OSC ... BEL or ST
+    | (?:\x1b[PX^_]|[\x90\x98\x9e\x9f]) [^\x1b\x9c\n]* (?:\x1b\\|\x9c)?  # DCS, SOS, PM, APC ... ST
+    | \x1b [ -/]* (?:[0-~]|\Z)                                    # short forms; a lone ESC at the end
     """,
     re.VERBOSE,
 )
-_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_ESCAPE_START = re.compile(r"[\x1b\x90\x98\x9b\x9d\x9e\x9f]")
+
+# A trailing escape sequence that is not finished yet: more text could complete it. Anchored at the end.
+_INCOMPLETE_ESCAPE = re.compile(
+    r"""
+    (?:
+      (?:\x1b\[|\x9b) [0-?]* [ -/]*
+      | (?:\x1b\]|\x9d) [^\x07\x1b\x9c\n]* \x1b?
+      | (?:\x1b[PX^_]|[\x90\x98\x9e\x9f]) [^\x1b\x9c\n]* \x1b?
+      | \x1b [ -/]*
+    )\Z
+    """,
+    re.VERBOSE,
+)
+
+# C0 controls except \t (0x09), \n (0x0a) and \r (0x0d, handled by resolve_carriage_returns), DEL, C1, and
+# lone surrogates (JSON can carry them; they cannot be encoded as UTF-8).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_TRAILING_CR = re.compile(r"(?<!\r)\r+(?=\n|\Z)")  # starts only at a run's start: linear
+_OVERWRITTEN = re.compile(r"^[^\n]*\r", re.MULTILINE)
 
 
 def strip_ansi(text: str) -> str:
     """Remove ANSI escape sequences (colors, cursor moves, titles, hyperlinks)."""
-    if "\x1b" not in text and "\x9b" not in text and "\x9d" not in text:
+    if not _ESCAPE_START.search(text):
         return text
     return _ANSI.sub("", text)
+
+
+def split_incomplete_escape(text: str) -> tuple[str, str]:
+    """Split ``text`` into (head, tail) where ``tail`` is an escape sequence still waiting for its end.
+
+    Streaming code holds ``tail`` back and prepends it to the next chunk, so ``"\\x1b[3"`` + ``"1mred"``
+    comes out as ``"red"``. ``tail`` is ``""`` when the text does not end inside an escape sequence.
+    """
+    start = text.rfind("\n") + 1  # escape sequences never span a newline
+    match = _INCOMPLETE_ESCAPE.search(text, start)
+    if match is None:
+        return text, ""
+    return text[: match.start()], text[match.start() :]
+
+
+def strip_controls(text: str) -> str:
+    """Remove control characters but ``\\t``, ``\\n``, ``\\r``: NUL, BEL, DEL, C1, lone surrogates."""
+    return _CONTROLS.sub("", text)
 
 
 def resolve_carriage_returns(text: str) -> str:
@@ -36,16 +73,15 @@ def resolve_carriage_returns(text: str) -> str:
     """
     if "\r" not in text:
         return text
-    lines = text.replace("\r\n", "\n").split("\n")
-    for i, line in enumerate(lines):
-        if "\r" in line:
-            segments = [s for s in line.split("\r") if s]
-            lines[i] = segments[-1] if segments else ""
-    return "\n".join(lines)
+    # Drop the \r run ending each line (so \r\n is a newline), then everything up to a line's last \r:
+    # what is left is the last non-empty \r-separated segment. Two linear C-level passes.
+    return _OVERWRITTEN.sub("", _TRAILING_CR.sub("", text))
 
 
 def sanitize(text: str) -> str:
-    """Remove ANSI, resolve carriage returns, drop control characters (``\\t`` and ``\\n`` stay)."""
-    text = strip_ansi(text)
-    text = resolve_carriage_returns(text)
-    return _CONTROLS.sub("", text)
+    """Remove ANSI and control characters, then resolve carriage returns (``\\t`` and ``\\n`` stay).
+
+    Controls go before carriage returns are resolved, so an invisible character (a BEL after a ``\\r``)
+    cannot blank the line a progress bar left behind.
+    """
+    return resolve_carriage_returns(strip_controls(strip_ansi(text)))

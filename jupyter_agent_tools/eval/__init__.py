@@ -1,0 +1,1 @@
+"""Eval: run Python cells in kernels of the server's kernel manager."""

@@ -1,0 +1,215 @@
+"""Bounded eval output: sanitize each chunk, keep the tail in memory, spill the full stream to an artifact.
+
+The sink sees raw stream text chunk by chunk and returns the sanitized text to show now. Two things are
+held back until the next chunk decides them: an escape sequence cut by the chunk boundary (``"\\x1b[3"`` +
+``"1mred"``) and the unfinished line when it contains ``\\r`` (a progress bar being redrawn). Neither is ever
+held back beyond ``max_bytes``. A partial line without ``\\r`` is streamed at once; a ``\\r`` that arrives
+after it on the same line cannot take it back.
+
+Memory stays near ``2 * max_bytes`` however much is pushed: once the stream passes ``max_bytes`` the sink
+opens an artifact, writes everything so far, appends every later chunk to it, and keeps only the tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from ..text import resolve_carriage_returns, split_incomplete_escape, strip_ansi, strip_controls
+
+ArtifactOpener = Callable[[], tuple[str, BinaryIO]]
+_NEWLINE = 0x0A
+
+
+@dataclass
+class SinkSummary:
+    """What a finished stream looks like to a model."""
+
+    output: str  # visible text: everything if it fit, else a notice line plus the tail
+    truncated: bool
+    total_bytes: int  # UTF-8 bytes of the full sanitized stream
+    total_lines: int
+    output_bytes: int  # UTF-8 bytes of the visible text, without the notice
+    output_lines: int
+    artifact_id: str | None
+
+
+def _compact_line(line: str) -> str:
+    """Shrink an unfinished line holding ``\\r`` to what still matters for its resolution.
+
+    ``resolve_carriage_returns`` keeps the last non-empty ``\\r``-separated segment, so earlier segments can
+    go; the leading ``\\r`` keeps the next chunk's text appending to the right segment.
+    """
+    segments = line.split("\r")
+    if segments[-1]:
+        return "\r" + segments[-1]
+    last = next((s for s in reversed(segments) if s), "")
+    return "\r" + last + "\r" if last else "\r"
+
+
+class OutputSink:
+    """Sanitizes streamed output, counts it, keeps the tail within ``max_bytes`` and spills the rest."""
+
+    def __init__(self, max_bytes: int = 50 * 1024, open_artifact: ArtifactOpener | None = None) -> None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        self.max_bytes = max_bytes
+        self._open_artifact = open_artifact
+        self._escape = ""  # raw escape sequence cut by the chunk boundary
+        self._line = ""  # cleaned unfinished line that holds a \r, compacted
+        self._buf = bytearray()  # the whole stream until truncation, then a tail of it
+        self._buf_first_line = 0  # newlines dropped from the front of _buf
+        self._buf_at_line_start = True  # whether _buf begins at a line start
+        self._total_bytes = 0
+        self._newlines = 0
+        self._ends_with_newline = False
+        self._truncated = False
+        self._artifact_id: str | None = None
+        self._artifact: BinaryIO | None = None
+        self._summary: SinkSummary | None = None
+
+    def push(self, text: str) -> str:
+        """Sanitize one raw chunk, account it, and return the sanitized text to stream now (may be '')."""
+        if self._summary is not None:
+            raise RuntimeError("push() after finish()")
+        if not text:
+            return ""
+        head, escape = split_incomplete_escape(self._escape + text)
+        if self._too_big(escape):
+            head, escape = head + escape, ""  # strip_ansi removes the unfinished sequence
+        self._escape = escape
+        out = self._settle(strip_controls(strip_ansi(head)))
+        self._account(out)
+        return out
+
+    def flush(self) -> str:
+        """Release and return what is held back, as at the end of the stream (``finish`` calls this)."""
+        if self._summary is not None:
+            return ""
+        line = self._line + strip_controls(strip_ansi(self._escape))
+        self._escape = self._line = ""
+        out = resolve_carriage_returns(line)
+        self._account(out)
+        return out
+
+    def finish(self) -> SinkSummary:
+        """Flush held-back text, close the artifact and summarize the stream (idempotent)."""
+        if self._summary is not None:
+            return self._summary
+        self.flush()
+        self.close()
+        total_lines = self._newlines + (1 if self._total_bytes and not self._ends_with_newline else 0)
+        if not self._truncated:
+            self._summary = SinkSummary(
+                output=self._buf.decode("utf-8"),
+                truncated=False,
+                total_bytes=self._total_bytes,
+                total_lines=total_lines,
+                output_bytes=self._total_bytes,
+                output_lines=total_lines,
+                artifact_id=None,
+            )
+            return self._summary
+        start = self._tail_start()
+        visible = self._buf[start:].decode("utf-8")
+        first_line = self._buf_first_line + self._buf.count(b"\n", 0, start) + 1
+        shown = f"lines {first_line}-{total_lines} of {total_lines}"
+        limit = f"{self.max_bytes / 1024:.1f}KB limit"
+        if self._artifact_id is not None:
+            notice = f"[Showing {shown} ({limit}). Full: artifact://{self._artifact_id}]\n"
+        else:
+            notice = f"[Showing {shown} ({limit})]\n"
+        self._summary = SinkSummary(
+            output=notice + visible,
+            truncated=True,
+            total_bytes=self._total_bytes,
+            total_lines=total_lines,
+            output_bytes=len(self._buf) - start,
+            output_lines=total_lines - first_line + 1 if visible else 0,
+            artifact_id=self._artifact_id,
+        )
+        return self._summary
+
+    def close(self) -> None:
+        """Close the artifact file if it is open (idempotent)."""
+        artifact, self._artifact = self._artifact, None
+        if artifact is not None:
+            with contextlib.suppress(OSError):
+                artifact.close()
+
+    def _too_big(self, text: str) -> bool:
+        """Whether ``text`` is over ``max_bytes`` in UTF-8 (cheap for short text)."""
+        return len(text) * 4 > self.max_bytes and len(text.encode("utf-8", "surrogatepass")) > self.max_bytes
+
+    def _settle(self, clean: str) -> str:
+        """Resolve ``\\r`` in finished lines; hold back an unfinished line that holds a ``\\r``."""
+        if self._line:
+            clean, self._line = self._line + clean, ""
+        newline = clean.rfind("\n")
+        done = resolve_carriage_returns(clean[: newline + 1])
+        rest = clean[newline + 1 :]
+        if "\r" not in rest:
+            return done + rest
+        rest = _compact_line(rest)
+        if self._too_big(rest):
+            return done + resolve_carriage_returns(rest)
+        self._line = rest
+        return done
+
+    def _account(self, out: str) -> None:
+        """Count ``out``, append it to the tail buffer and the artifact, and keep the buffer bounded."""
+        if not out:
+            return
+        data = out.encode("utf-8")
+        self._total_bytes += len(data)
+        self._newlines += out.count("\n")
+        self._ends_with_newline = out.endswith("\n")
+        if self._artifact is not None:
+            self._write_artifact(data)
+        elif self._artifact_id is not None:  # closed early: the artifact misses this text
+            self._artifact_id = None
+        self._buf += data
+        if not self._truncated and self._total_bytes > self.max_bytes:
+            self._truncated = True
+            self._start_artifact()
+        if len(self._buf) > 2 * self.max_bytes:
+            cut = len(self._buf) - self.max_bytes
+            self._buf_first_line += self._buf.count(b"\n", 0, cut)
+            self._buf_at_line_start = self._buf[cut - 1] == _NEWLINE
+            del self._buf[:cut]
+
+    def _start_artifact(self) -> None:
+        """Open the artifact and write the whole stream so far (the buffer still holds all of it)."""
+        if self._open_artifact is None:
+            return
+        try:
+            self._artifact_id, self._artifact = self._open_artifact()
+        except OSError:
+            self._artifact_id = self._artifact = None
+            return
+        self._write_artifact(self._buf)
+
+    def _write_artifact(self, data: bytes | bytearray) -> None:
+        """Append to the artifact; on a write error drop it, since an incomplete copy would mislead."""
+        assert self._artifact is not None
+        try:
+            self._artifact.write(data)
+        except OSError:
+            self._artifact_id = None
+            self.close()
+
+    def _tail_start(self) -> int:
+        """Where the visible tail begins in ``_buf``: at most ``max_bytes`` back, on a character boundary,
+        and on a line start when one is inside the tail."""
+        buf = self._buf
+        start = max(len(buf) - self.max_bytes, 0)
+        while start < len(buf) and buf[start] & 0xC0 == 0x80:  # UTF-8 continuation byte
+            start += 1
+        at_line_start = buf[start - 1] == _NEWLINE if start else self._buf_at_line_start
+        if not at_line_start:
+            newline = buf.find(b"\n", start)
+            if newline != -1 and newline + 1 < len(buf):
+                start = newline + 1
+        return start

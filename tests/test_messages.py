@@ -1,0 +1,245 @@
+"""Jupyter iopub content -> eval events, mime bundles, and the combined output a model reads."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from jupyter_agent_tools.eval.messages import (
+    STATUS_MIMES,
+    CellOutcome,
+    ClearOutput,
+    Display,
+    ErrorInfo,
+    KernelStatus,
+    Text,
+    bundle_displays,
+    bundle_text,
+    format_combined_output,
+    interpret_iopub,
+)
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\n"
+SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"></svg>'
+
+# --- bundle_text ---
+
+
+def test_markdown_beats_plain_and_html() -> None:
+    data = {"text/plain": "plain", "text/html": "<b>html</b>", "text/markdown": "**md**"}
+    assert bundle_text(data) == "**md**"
+
+
+def test_plain_beats_html() -> None:
+    assert bundle_text({"text/html": "<b>html</b>", "text/plain": "plain"}) == "plain"
+
+
+def test_no_text_mime_is_none() -> None:
+    assert bundle_text({"image/png": PNG}) is None
+    assert bundle_text({}) is None
+
+
+def test_surrounding_blank_lines_stripped_indent_kept() -> None:
+    assert bundle_text({"text/plain": "\n  \n    indented\n  body\n\n \n"}) == "    indented\n  body"
+
+
+def test_multiline_list_value_is_joined() -> None:
+    assert bundle_text({"text/plain": ["line 1\n", "line 2"]}) == "line 1\nline 2"
+
+
+def test_dataframe_html_becomes_a_markdown_table() -> None:
+    df = pd.DataFrame({"city_name": ["Oslo", "Lima"], "temp": [3.5, 19.0]})
+    for html in (df.to_html(), df._repr_html_()):
+        text = bundle_text({"text/html": html})
+        assert text is not None
+        rows = text.splitlines()
+        assert rows[0].replace(" ", "") == "||city_name|temp|"
+        assert set(rows[1].replace("|", "").split()) == {"---"}
+        assert rows[2].replace(" ", "") == "|0|Oslo|3.5|"
+        assert rows[3].replace(" ", "") == "|1|Lima|19.0|"
+        assert "<" not in text and "{" not in text  # no tags, no CSS from the <style> block
+
+
+def test_html_headings_lists_and_scripts() -> None:
+    html = "<h2>Report</h2><p>some <b>bold</b></p><ul><li>one</li><li>two</li></ul><script>alert(1)</script>"
+    assert bundle_text({"text/html": html}) == "## Report\n\nsome **bold**\n\n- one\n- two"
+
+
+# --- bundle_displays ---
+
+
+def test_displays_json_images_status() -> None:
+    data = {
+        "text/plain": "ignored here",
+        "application/json": {"a": [1, 2]},
+        "image/png": PNG,
+        "image/jpeg": ["/9j/", "4AAQ"],
+        "image/gif": "R0lGOD",
+        "image/webp": "UklGR",
+        "image/svg+xml": SVG,
+        STATUS_MIMES[0]: {"phase": "fit", "pct": 50},
+        "text/html": "<p>x</p>",
+    }
+    assert bundle_displays(data) == [
+        {"type": "json", "data": {"a": [1, 2]}},
+        {"type": "image", "mime": "image/png", "data": PNG},
+        {"type": "image", "mime": "image/jpeg", "data": "/9j/4AAQ"},
+        {"type": "image", "mime": "image/gif", "data": "R0lGOD"},
+        {"type": "image", "mime": "image/webp", "data": "UklGR"},
+        {"type": "image", "mime": "image/svg+xml", "data": SVG},
+        {"type": "status", "event": {"phase": "fit", "pct": 50}},
+    ]
+
+
+def test_displays_none_for_text_only() -> None:
+    assert bundle_displays({"text/plain": "1", "text/html": "<p>1</p>"}) == []
+
+
+# --- interpret_iopub ---
+
+
+def test_stream() -> None:
+    assert interpret_iopub("stream", {"name": "stdout", "text": "hi\n"}) == [Text("hi\n", "stdout")]
+    assert interpret_iopub("stream", {"name": "stderr", "text": "warn"}) == [Text("warn", "stderr")]
+
+
+def test_execute_result_text_gets_a_newline() -> None:
+    events = interpret_iopub("execute_result", {"data": {"text/plain": "2"}, "execution_count": 1})
+    assert events == [Text("2\n", "result")]
+
+
+def test_display_data_and_update() -> None:
+    content = {"data": {"text/plain": "shown\n"}, "metadata": {}}
+    assert interpret_iopub("display_data", content) == [Text("shown\n", "display")]
+    assert interpret_iopub("update_display_data", content) == [Text("shown\n", "display")]
+
+
+def test_figure_emits_image_and_its_plain_text() -> None:
+    data = {"image/png": PNG, "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    assert interpret_iopub("display_data", {"data": data}) == [
+        Display({"type": "image", "mime": "image/png", "data": PNG}),
+        Text("<Figure size 640x480 with 1 Axes>\n", "display"),
+    ]
+
+
+def test_image_only_bundle_has_no_text() -> None:
+    events = interpret_iopub("display_data", {"data": {"image/svg+xml": SVG}})
+    assert events == [Display({"type": "image", "mime": "image/svg+xml", "data": SVG})]
+
+
+def test_json_display_with_text() -> None:
+    events = interpret_iopub("execute_result", {"data": {"application/json": [1], "text/plain": "[1]"}})
+    assert events == [Display({"type": "json", "data": [1]}), Text("[1]\n", "result")]
+
+
+@pytest.mark.parametrize("mime", STATUS_MIMES)
+def test_status_display_emits_no_text(mime: str) -> None:
+    data = {mime: {"step": 3}, "text/plain": "status text"}
+    assert interpret_iopub("display_data", {"data": data}) == [
+        Display({"type": "status", "event": {"step": 3}})
+    ]
+
+
+def test_dataframe_result_uses_plain_text() -> None:
+    df = pd.DataFrame({"a": [1]})
+    data = {"text/plain": repr(df), "text/html": df._repr_html_()}
+    assert interpret_iopub("execute_result", {"data": data}) == [Text(repr(df) + "\n", "result")]
+
+
+def test_html_only_display() -> None:
+    df = pd.DataFrame({"a": [1]})
+    [event] = interpret_iopub("display_data", {"data": {"text/html": df.to_html()}})
+    assert isinstance(event, Text) and event.name == "display"
+    assert event.text.endswith("|\n") and "| a |" in event.text
+
+
+def test_empty_text_bundle_emits_nothing() -> None:
+    assert interpret_iopub("display_data", {"data": {"text/plain": "\n\n"}}) == []
+    assert interpret_iopub("display_data", {"data": {}}) == []
+
+
+def test_error() -> None:
+    content = {
+        "ename": "ZeroDivisionError",
+        "evalue": "division by zero",
+        "traceback": [
+            "\x1b[0;31m---------\x1b[0m",
+            "\x1b[0;31mZeroDivisionError\x1b[0m: division by zero",
+        ],
+    }
+    info, text = interpret_iopub("error", content)
+    assert info == ErrorInfo(
+        "ZeroDivisionError", "division by zero", ["---------", "ZeroDivisionError: division by zero"]
+    )
+    assert text == Text("---------\nZeroDivisionError: division by zero\n", "error")
+
+
+def test_error_without_traceback() -> None:
+    info, text = interpret_iopub("error", {"ename": "KeyError", "evalue": "'x'", "traceback": []})
+    assert info == ErrorInfo("KeyError", "'x'", [])
+    assert text == Text("KeyError: 'x'\n", "error")
+
+
+def test_status_and_clear_output() -> None:
+    assert interpret_iopub("status", {"execution_state": "busy"}) == [KernelStatus("busy")]
+    assert interpret_iopub("status", {"execution_state": "idle"}) == [KernelStatus("idle")]
+    assert interpret_iopub("clear_output", {"wait": True}) == [ClearOutput(True)]
+    assert interpret_iopub("clear_output", {}) == [ClearOutput(False)]
+
+
+@pytest.mark.parametrize("msg_type", ["execute_input", "comm_open", "comm_msg", "input_request", "bogus"])
+def test_other_messages_give_nothing(msg_type: str) -> None:
+    assert interpret_iopub(msg_type, {"code": "1+1", "data": {"text/plain": "x"}}) == []
+
+
+# --- format_combined_output ---
+
+
+def cell(
+    index: int, output: str, *, title: str | None = None, status: str = "complete", **kw: object
+) -> CellOutcome:
+    fields: dict = {"exit_code": 0, "has_displays": False, **kw}
+    return CellOutcome(index=index, title=title, status=status, output=output, **fields)
+
+
+def test_single_cell_output() -> None:
+    assert format_combined_output([cell(0, "42\n")]) == "42\n"
+
+
+def test_single_cell_no_output() -> None:
+    assert format_combined_output([cell(0, "")]) == "(no output)"
+
+
+def test_single_cell_only_displays() -> None:
+    assert format_combined_output([cell(0, "", has_displays=True)]) == "(no text output)"
+
+
+def test_single_failed_cell_is_its_output() -> None:
+    assert format_combined_output([cell(0, "Traceback\n", status="error", exit_code=1)]) == "Traceback\n"
+
+
+def test_multi_cell_blocks() -> None:
+    cells = [cell(0, "a\n", title="load data"), cell(1, ""), cell(2, "", title="plot", has_displays=True)]
+    assert format_combined_output(cells) == (
+        "[1/3] load data\na\n\n[2/3]\n(no output)\n\n[3/3] plot\n(no text output)"
+    )
+
+
+def test_multi_cell_failure_stops_the_list() -> None:
+    cells = [
+        cell(0, "ok\n", title="setup"),
+        cell(1, "Traceback...\nValueError: bad\n", title="train", status="error", exit_code=1),
+    ]
+    assert format_combined_output(cells, total=4) == (
+        "[1/4] setup\nok\n\n"
+        "[2/4] train\nTraceback...\nValueError: bad\n"
+        "Cell 2 failed (exit code 1). Earlier cells succeeded—their state persists. Fix only cell 2."
+    )
+
+
+def test_multi_cell_first_cell_fails() -> None:
+    out = format_combined_output([cell(0, "", status="error", exit_code=1)], total=2)
+    assert out == (
+        "[1/2]\n(no output)\n"
+        "Cell 1 failed (exit code 1). Earlier cells succeeded—their state persists. Fix only cell 1."
+    )
