@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import tempfile
+
 from jupyter_server.base.handlers import path_regex
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Int
+from traitlets import Float, Int, Unicode
 
 from . import __version__
+from .artifacts import ArtifactStore
+from .eval.kernels import KernelService
+from .eval.service import EvalService
+from .eval.sessions import SessionManager
+from .handlers.eval import EvalHandler
 from .handlers.notebooks import NotebookHandler
+from .handlers.sessions import (
+    ArtifactHandler,
+    SessionHandler,
+    SessionInterruptHandler,
+    SessionListHandler,
+)
 from .notebook.store import NotebookStore
+
+SESSION_NAME = r"(?P<name>[A-Za-z0-9._-]{1,64})"
 
 
 class AgentToolsApp(ExtensionApp):
@@ -23,6 +38,7 @@ class AgentToolsApp(ExtensionApp):
     description = __doc__
     load_other_extensions = True
 
+    # -- notebooks --
     summary_max_chars = Int(
         2000,
         help="Characters of each text output (stream, result, traceback) shown when an agent reads a "
@@ -33,7 +49,62 @@ class AgentToolsApp(ExtensionApp):
         config=True
     )
 
+    # -- eval --
+    max_sessions = Int(
+        4,
+        help="Most named eval sessions (kernels) at once. A new session evicts the least recently used "
+        "idle one; when all are busy the request answers 503 with Retry-After.",
+    ).tag(config=True)
+
+    idle_timeout = Float(
+        300.0, help="Seconds a session may stay unused before the sweep shuts its kernel down (0: never)."
+    ).tag(config=True)
+
+    cleanup_interval = Float(
+        30.0, help="Seconds between sweeps for idle and dead sessions and expired artifacts."
+    ).tag(config=True)
+
+    max_output_bytes = Int(
+        50 * 1024,
+        help="Bytes of output kept visible per cell; past it the tail is kept and the full output is "
+        "spilled to an artifact.",
+    ).tag(config=True)
+
+    max_cells_per_request = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
+
+    interrupt_timeout = Float(
+        5.0,
+        help="Seconds to wait for a kernel to settle after an interrupt (timeout or cancel) before the "
+        "kernel is restarted.",
+    ).tag(config=True)
+
+    stream_heartbeat_interval = Float(
+        5.0, help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event."
+    ).tag(config=True)
+
+    kernel_ready_timeout = Float(
+        60.0, help="Seconds to wait for a newly started kernel to answer before giving up."
+    ).tag(config=True)
+
+    liveness_interval = Float(
+        1.0,
+        help="Seconds without kernel messages after which a running execution checks that its kernel "
+        "is still alive.",
+    ).tag(config=True)
+
+    artifacts_dir = Unicode(
+        "",
+        help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
+        "when the server stops.",
+    ).tag(config=True)
+
+    artifact_retention = Float(
+        24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
+    ).tag(config=True)
+
     notebook_store: NotebookStore
+    eval_service: EvalService
+    _own_artifacts_dir: bool = False
 
     def initialize_settings(self) -> None:
         assert self.serverapp is not None
@@ -43,10 +114,48 @@ class AgentToolsApp(ExtensionApp):
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
         )
+        artifacts_root = self.artifacts_dir
+        if not artifacts_root:
+            artifacts_root = tempfile.mkdtemp(prefix="jupyter-agent-artifacts-")
+            self._own_artifacts_dir = True
+        artifacts = ArtifactStore(artifacts_root, retention=self.artifact_retention)
+        kernels = KernelService(self.serverapp.kernel_manager, ready_timeout=self.kernel_ready_timeout)
+        sessions = SessionManager(
+            kernels,
+            artifacts,
+            max_sessions=self.max_sessions,
+            idle_timeout=self.idle_timeout,
+            cleanup_interval=self.cleanup_interval,
+            log=self.log,
+        )
+        self.eval_service = EvalService(
+            sessions,
+            kernels,
+            artifacts,
+            self.serverapp.contents_manager,
+            max_output_bytes=self.max_output_bytes,
+            interrupt_grace=self.interrupt_timeout,
+            max_cells=self.max_cells_per_request,
+            liveness_interval=self.liveness_interval,
+        )
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(
             [
                 (rf"/api/agent/notebooks{path_regex}", NotebookHandler),
+                (r"/api/agent/eval", EvalHandler),
+                (r"/api/agent/sessions", SessionListHandler),
+                (rf"/api/agent/sessions/{SESSION_NAME}", SessionHandler),
+                (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
+                (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
             ]
         )
+
+    async def _start_jupyter_server_extension(self, serverapp: object) -> None:
+        self.eval_service.sessions.start()
+
+    async def stop_extension(self) -> None:
+        """Shut down every kernel this extension started and remove its private artifacts."""
+        await self.eval_service.sessions.shutdown()
+        if self._own_artifacts_dir:
+            self.eval_service.artifacts.remove_all()

@@ -354,15 +354,10 @@ def test_single_op_error_has_no_prefix() -> None:
     )
 
 
-@pytest.mark.xfail(
-    reason="BUG: a batch of ONE op that fails in apply_ops does not name ops[0] (parse errors of the same "
-    "batch do): apply_ops only prefixes when len(ops) > 1 and is not told the request was a batch",
-    strict=True,
-)
 def test_batch_of_one_failing_op_names_ops0() -> None:
     request = parse_edit_request({"ops": [{"action": "delete", "cell_index": 5}]})
     with pytest.raises(BadRequest) as info:
-        apply_ops(on_disk(make_nb()), request.ops, id_seed=SEED)
+        apply_ops(on_disk(make_nb()), request.ops, id_seed=SEED, batch=request.batch)
     assert info.value.message.startswith("ops[0]: ")
 
 
@@ -586,13 +581,6 @@ def test_edited_notebook_is_in_nbformat_canonical_form() -> None:
     assert resaved_by_nbformat(text) == text
 
 
-@pytest.mark.xfail(
-    reason="BUG: split_source splits only on '\\n' but nbformat (and so JupyterLab) splits with "
-    "str.splitlines(True); content with a lone '\\r', '\\x0b', '\\x0c', '\\x1c'-'\\x1e', '\\x85', "
-    "'\\u2028' or '\\u2029' is written in lines nbformat would split differently: the file is not in "
-    "nbformat's canonical form, and re-saving it unchanged from JupyterLab rewrites that cell's lines",
-    strict=True,
-)
 @pytest.mark.parametrize("sep", ["\r", "\u2028", "\x0c"])
 def test_edit_with_other_line_separators_is_canonical(sep: str) -> None:
     outcome = run(on_disk(make_nb()), {"action": "edit", "cell_index": 1, "content": f"a{sep}b\nc"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,13 +99,23 @@ def html_to_text(html: str) -> str:
     return _Markdown().convert(html)
 
 
+# The repr Python gives objects without one of their own, e.g. "<IPython.core.display.HTML object>".
+_DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-fA-F]+)?>$")
+
+
 def bundle_text(data: dict[str, Any]) -> str | None:
-    """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime."""
+    """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime.
+
+    A ``text/plain`` that is only Python's default object repr says nothing a model can use: when the
+    bundle also has HTML, the HTML (as markdown) is shown instead.
+    """
+    html = _join(data.get("text/html"))
     for mime in TEXT_MIMES:
         text = _join(data.get(mime))
         if text is not None:
+            if mime == "text/plain" and html is not None and _DEFAULT_REPR.match(text.strip()):
+                break
             return _strip_blank_lines(text)
-    html = _join(data.get("text/html"))
     if html is not None:
         return _strip_blank_lines(html_to_text(html))
     return None

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any
 
 from ..errors import BadRequest
-
-_LINE = re.compile(r"[^\n]*\n|[^\n]+")
 
 
 def split_source(content: str) -> list[str]:
     """Split text into notebook source lines.
 
     Every line but the last keeps its trailing ``\\n``; the last line gets no forced newline, and there is
-    no empty trailing element (``"a\\nb\\n"`` -> ``["a\\n", "b\\n"]``, ``""`` -> ``[]``).
+    no empty trailing element (``"a\\nb\\n"`` -> ``["a\\n", "b\\n"]``, ``""`` -> ``[]``). Lines are split
+    exactly as nbformat splits them (``str.splitlines(keepends=True)``), so the file is in the form
+    JupyterLab would write too.
     """
-    return _LINE.findall(content)
+    return content.splitlines(keepends=True)
 
 
 def join_source(source: str | list[str]) -> str:

@@ -328,7 +328,7 @@ class _Editor:
         return OpOutcome(message, self._details(op, op.to_index, cell, fromIndex=index))
 
 
-def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str) -> EditOutcome:
+def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str, *, batch: bool = False) -> EditOutcome:
     """Apply ``ops`` in order to a copy of ``nb`` and return it with what each operation did.
 
     ``id_seed`` (the hash of the notebook's bytes) makes derived cell ids deterministic: the same
@@ -341,7 +341,7 @@ def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str) -> EditOutcom
         try:
             outcomes.append(editor.apply(op, position))
         except BadRequest as e:
-            if len(ops) > 1:
+            if batch or len(ops) > 1:
                 raise BadRequest(f"ops[{position}]: {e.message} (no operation was applied)") from None
             raise
     return EditOutcome(notebook=editor.nb, outcomes=outcomes)

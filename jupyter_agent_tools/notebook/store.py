@@ -125,7 +125,7 @@ class NotebookStore:
                     f"{request.expected_hash}, current hash {loaded.hash}); read it again and retry"
                 )
             check_supported(loaded.notebook, path)
-            outcome = apply_ops(loaded.notebook, request.ops, id_seed=loaded.hash)
+            outcome = apply_ops(loaded.notebook, request.ops, id_seed=loaded.hash, batch=request.batch)
             validate_notebook(outcome.notebook, path)
             text = serialize_notebook(outcome.notebook)
             await self._save(path, text)

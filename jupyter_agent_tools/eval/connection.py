@@ -1,0 +1,151 @@
+"""Connections to one kernel: send execute requests, receive every message on one queue.
+
+A connection merges the kernel's shell, iopub and stdin messages (each tagged with its ``channel``) and
+the kernel manager's restart/death notices (``channel == "event"``) into a single queue the executor
+reads from. :class:`LocalKernelConnection` uses a ZMQ client of the server's own kernel manager; a
+gateway connection speaks the same interface over the gateway's websocket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+from uuid import uuid4
+
+from jupyter_core.utils import ensure_async
+
+log = logging.getLogger(__name__)
+
+
+class KernelConnection(Protocol):
+    """What the executor needs from a kernel."""
+
+    kernel_id: str
+    messages: asyncio.Queue[dict[str, Any]]
+
+    async def start(self, ready_timeout: float) -> None: ...
+
+    def execute(self, code: str, *, silent: bool = False, store_history: bool = True) -> str: ...
+
+    def input_reply(self, value: str, parent: dict[str, Any]) -> None: ...
+
+    async def is_alive(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+def event(name: str, **data: Any) -> dict[str, Any]:
+    """A notice from the kernel manager (not a Jupyter message) put on a connection's queue."""
+    return {"channel": "event", "event": name, **data}
+
+
+def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
+    """Drop every queued message (left over from earlier executions); return how many."""
+    dropped = 0
+    while True:
+        try:
+            queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return dropped
+        dropped += 1
+
+
+class LocalKernelConnection:
+    """A ZMQ client of a kernel started by the server's (non-gateway) kernel manager.
+
+    Each connection has its own session id (the ZMQ identity), so several clients of one kernel do not
+    steal each other's replies, and its channels are always stopped on :meth:`close`.
+    """
+
+    def __init__(self, kernel_manager: Any, kernel_id: str):
+        self.kernel_manager = kernel_manager
+        self.kernel_id = kernel_id
+        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._client: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._callbacks: list[tuple[Any, str]] = []
+
+    async def start(self, ready_timeout: float) -> None:
+        kernel = self.kernel_manager.get_kernel(self.kernel_id)
+        client = kernel.client()
+        client.session.session = uuid4().hex
+        self._client = client
+        client.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
+        try:
+            await client.wait_for_ready(timeout=ready_timeout)
+        except BaseException:
+            await self.close()
+            raise
+        for name in ("shell", "iopub", "stdin"):
+            channel = getattr(client, f"{name}_channel")
+            self._tasks.append(asyncio.create_task(self._pump(name, channel)))
+        for kind in ("restart", "dead"):
+            callback = self._notice(kind)
+            try:
+                self.kernel_manager.add_restart_callback(self.kernel_id, callback, kind)
+            except Exception:  # the manager may not support restart callbacks
+                continue
+            self._callbacks.append((callback, kind))
+
+    def _notice(self, kind: str) -> Any:
+        def callback() -> None:
+            self.messages.put_nowait(event("restarted" if kind == "restart" else "dead"))
+
+        return callback
+
+    async def _pump(self, name: str, channel: Any) -> None:
+        while True:
+            try:
+                msg = await channel.get_msg(timeout=None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.messages.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
+                return
+            msg["channel"] = name
+            self.messages.put_nowait(msg)
+
+    def execute(self, code: str, *, silent: bool = False, store_history: bool = True) -> str:
+        return str(
+            self._client.execute(
+                code,
+                silent=silent,
+                store_history=store_history,
+                allow_stdin=True,
+                stop_on_error=False,
+            )
+        )
+
+    def input_reply(self, value: str, parent: dict[str, Any]) -> None:
+        msg = self._client.session.msg("input_reply", {"value": value}, parent=parent.get("header"))
+        self._client.stdin_channel.send(msg)
+
+    async def is_alive(self) -> bool:
+        try:
+            kernel = self.kernel_manager.get_kernel(self.kernel_id)
+        except KeyError:
+            return False
+        try:
+            return bool(await ensure_async(kernel.is_alive()))
+        except Exception:
+            return False
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks.clear()
+        for callback, kind in self._callbacks:
+            with contextlib.suppress(Exception):
+                self.kernel_manager.remove_restart_callback(self.kernel_id, callback, kind)
+        self._callbacks.clear()
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                client.stop_channels()
+            except Exception:  # never let a failed stop leak the rest of the cleanup
+                log.debug("stop_channels failed for kernel %s", self.kernel_id, exc_info=True)

@@ -1,0 +1,239 @@
+"""Run one cell on a kernel connection and turn its Jupyter messages into output and events.
+
+An execution is complete when both the ``execute_reply`` (shell) and ``status: idle`` (iopub) for its
+request have arrived. A deadline or a cancel interrupts the kernel and waits, bounded, for it to settle.
+A kernel that dies or is restarted under the request ends it at once (``kernel_died``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..text import strip_ansi
+from .connection import KernelConnection, drain
+from .messages import Display, ErrorInfo, Text, interpret_iopub
+from .sink import OutputSink, SinkSummary
+
+STDIN_NOTICE = "Kernel requested stdin; interactive input is not supported.\n"
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class CellExecution:
+    """What happened when one cell ran."""
+
+    status: str = "complete"  # complete | error | cancelled
+    exit_code: int = 0
+    error: dict[str, Any] | None = None
+    displays: list[dict[str, Any]] = field(default_factory=list)
+    stdin_requested: bool = False
+    cancelled: bool = False
+    timed_out: bool = False
+    kernel_died: bool = False
+    settled: bool = True  # reply and idle both arrived (False: the kernel did not settle in time)
+    duration_ms: int = 0
+    summary: SinkSummary | None = None
+
+
+@dataclass
+class ExecutionLimits:
+    """When to stop waiting: the call's deadline (event-loop time) and how long an interrupt may take."""
+
+    deadline: float
+    timeout_seconds: float
+    interrupt_grace: float = 5.0
+    liveness_interval: float = 1.0
+
+
+def _format_seconds(seconds: float) -> str:
+    return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+
+class _Run:
+    def __init__(
+        self,
+        conn: KernelConnection,
+        index: int,
+        sink: OutputSink,
+        emit: Emit,
+    ):
+        self.conn = conn
+        self.index = index
+        self.sink = sink
+        self.emit = emit
+        self.result = CellExecution()
+        self.msg_id = ""
+        self.reply: dict[str, Any] | None = None
+        self.idle = False
+        self.last_char = "\n"
+
+    def text(self, text: str, name: str) -> None:
+        chunk = self.sink.push(text)
+        if chunk:
+            self.last_char = chunk[-1]
+            self.emit({"type": "chunk", "index": self.index, "name": name, "text": chunk})
+
+    def handle(self, msg: dict[str, Any]) -> None:
+        channel = msg.get("channel")
+        if channel == "event":
+            if msg.get("event") in ("restarted", "dead", "disconnected"):
+                self.result.kernel_died = True
+            return
+        parent_id = (msg.get("parent_header") or {}).get("msg_id")
+        msg_type = msg.get("header", {}).get("msg_type") or msg.get("msg_type")
+        content = msg.get("content") or {}
+        if parent_id != self.msg_id:
+            if (
+                channel == "iopub"
+                and msg_type == "status"
+                and not parent_id
+                and content.get("execution_state") in ("restarting", "dead")
+            ):
+                self.result.kernel_died = True
+            return
+        if channel == "shell":
+            if msg_type == "execute_reply":
+                self.reply = content
+            return
+        if channel == "stdin":
+            if msg_type == "input_request":
+                self.result.stdin_requested = True
+                self.text(STDIN_NOTICE, "stderr")
+                self.conn.input_reply("", msg)
+            return
+        if msg_type == "status":
+            if content.get("execution_state") == "idle":
+                self.idle = True
+            return
+        for item in interpret_iopub(msg_type, content):
+            if isinstance(item, Text):
+                self.text(item.text, item.name)
+            elif isinstance(item, Display):
+                self.result.displays.append(item.display)
+                self.emit({"type": "display", "index": self.index, "display": item.display})
+            elif isinstance(item, ErrorInfo):
+                self.result.error = {
+                    "ename": item.ename,
+                    "evalue": item.evalue,
+                    "traceback": item.traceback,
+                }
+
+    @property
+    def done(self) -> bool:
+        return self.reply is not None and self.idle
+
+
+async def run_cell(
+    conn: KernelConnection,
+    code: str,
+    *,
+    index: int,
+    sink: OutputSink,
+    limits: ExecutionLimits,
+    cancel: asyncio.Event,
+    interrupt: Callable[[], Awaitable[None]],
+    emit: Emit,
+    silent: bool = False,
+) -> CellExecution:
+    """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``."""
+    loop = asyncio.get_running_loop()
+    started = time.monotonic()
+    run = _Run(conn, index, sink, emit)
+    drain(conn.messages)
+    run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
+    interrupted_at: float | None = None
+    last_alive_check = loop.time()
+    cancel_wait = asyncio.ensure_future(cancel.wait())
+    try:
+        while not run.done and not run.result.kernel_died:
+            try:
+                run.handle(conn.messages.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            now = loop.time()
+            if interrupted_at is None and (cancel.is_set() or now >= limits.deadline):
+                if cancel.is_set():
+                    run.result.cancelled = True
+                else:
+                    run.result.timed_out = True
+                    run.result.cancelled = True
+                interrupted_at = now
+                with contextlib.suppress(Exception):  # a failed interrupt still ends the wait below
+                    await interrupt()
+                continue
+            if interrupted_at is not None and now >= interrupted_at + limits.interrupt_grace:
+                break
+            wake_at = (
+                interrupted_at + limits.interrupt_grace if interrupted_at is not None else limits.deadline
+            )
+            wait = max(0.0, min(limits.liveness_interval, wake_at - now))
+            getter = asyncio.ensure_future(conn.messages.get())
+            waiters: set[asyncio.Future[Any]] = {getter}
+            if interrupted_at is None:
+                waiters.add(cancel_wait)
+            done, _ = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                run.handle(getter.result())
+                continue
+            getter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await getter
+            if getter.done() and not getter.cancelled():  # a message raced the cancel
+                run.handle(getter.result())
+            if loop.time() - last_alive_check >= limits.liveness_interval:
+                last_alive_check = loop.time()
+                if not await conn.is_alive():
+                    run.result.kernel_died = True
+    finally:
+        cancel_wait.cancel()
+    return _finish(run, limits, started)
+
+
+def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution:
+    result = run.result
+    reply = run.reply or {}
+    held = run.sink.flush()
+    if held:
+        run.last_char = held[-1]
+        run.emit({"type": "chunk", "index": run.index, "name": "stdout", "text": held})
+    if result.kernel_died:
+        result.status, result.exit_code = "error", 1
+        result.error = {
+            "ename": "KernelDied",
+            "evalue": "The kernel died or was restarted while running this cell",
+            "traceback": [],
+        }
+    elif result.cancelled:
+        result.status, result.exit_code = "cancelled", 130
+        if result.timed_out:
+            prefix = "" if run.last_char == "\n" else "\n"
+            run.text(
+                f"{prefix}Command timed out after {_format_seconds(limits.timeout_seconds)} seconds\n",
+                "stderr",
+            )
+    elif reply.get("status") == "ok" and not result.stdin_requested:
+        result.status, result.exit_code = "complete", 0
+    else:
+        result.status, result.exit_code = "error", 1
+        if reply.get("status") == "aborted":
+            result.error = {
+                "ename": "Aborted",
+                "evalue": "The kernel aborted this execution",
+                "traceback": [],
+            }
+        elif reply.get("status") == "error" and result.error is None:
+            result.error = {
+                "ename": str(reply.get("ename", "")),
+                "evalue": str(reply.get("evalue", "")),
+                "traceback": [strip_ansi(str(line)) for line in reply.get("traceback", [])],
+            }
+    result.settled = run.done
+    result.duration_ms = int((time.monotonic() - started) * 1000)
+    result.summary = run.sink.finish()
+    return result
