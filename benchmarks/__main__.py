@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--quick", action="store_true", help="few repetitions, small inputs: a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print the tables but do not save results")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the server under pyinstrument (pip install pyinstrument, or the 'bench' extra) and write "
+        "its report to benchmarks/results/<name>.profile.txt; timings are then slower than normal",
+    )
     options = parser.parse_args(argv)
     benches = available()
     if options.list:
@@ -43,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(benches[name])
         print(f"== {name}: {module.TITLE}", flush=True)
         start = time.perf_counter()
+        load_at_start = common.load_average()
         try:
             result = module.run(options)
         except Exception:
@@ -52,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             continue
         result.meta["wall_seconds"] = round(time.perf_counter() - start, 1)
+        result.meta.setdefault("machine", {})["load_average_at_start"] = load_at_start
+        result.meta["load_average_at_end"] = common.load_average()
+        result.meta["profiled"] = bool(options.profile)
         result.meta["quick"] = bool(options.quick)
         print(result.markdown(), flush=True)
-        if not options.no_write and not options.quick:
+        if not options.no_write and not options.quick and not options.profile:
             for path in common.write_results(result):
                 print(f"wrote {path}")
     return 1 if failed else 0

@@ -32,6 +32,11 @@ try:  # httpx when installed, else the standard library (both keep one connectio
 except ImportError:  # pragma: no cover - depends on the environment
     httpx = None
 
+# What a refused or dropped connection raises (httpx wraps OSError in its own TransportError).
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError,) + (
+    (httpx.TransportError,) if httpx is not None else ()
+)
+
 
 # ------------------------------------------------------------------------------------------ the server
 
@@ -45,20 +50,42 @@ class Server:
     root_dir: Path
     process: subprocess.Popen[bytes]
     log_path: Path
+    runtime_dir: Path | None = None  # the server's JUPYTER_RUNTIME_DIR: kernel connection files live here
 
     def client(self, timeout: float = 300.0) -> Client:
         return Client(self.url, self.token, timeout)
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the server process (Linux), or None when it cannot be read."""
+        return self.memory().get("VmRSS")
+
+    def memory(self) -> dict[str, int]:
+        """``VmRSS`` (resident now) and ``VmHWM`` (peak resident) of the server process in bytes (Linux)."""
+        found: dict[str, int] = {}
         try:
             with open(f"/proc/{self.process.pid}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
+                    key = line.split(":", 1)[0]
+                    if key in ("VmRSS", "VmHWM"):
+                        found[key] = int(line.split()[1]) * 1024
         except OSError:
-            return None
-        return None
+            pass
+        return found
+
+    def reset_peak_memory(self) -> bool:
+        """Reset the server's ``VmHWM`` to its current RSS (``clear_refs`` 5, Linux >= 4.0); True if done."""
+        try:
+            with open(f"/proc/{self.process.pid}/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            return False
+        return True
+
+    def connection_file(self, kernel_id: str) -> Path:
+        """The connection file of a kernel the server started (``kernel-<id>.json`` in its runtime dir)."""
+        if self.runtime_dir is None:
+            raise RuntimeError("this server's runtime dir is unknown")
+        return self.runtime_dir / f"kernel-{kernel_id}.json"
 
 
 def free_port() -> int:
@@ -73,12 +100,14 @@ def jupyter_server(
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     startup_timeout: float = 60.0,
+    profile_to: Path | None = None,
 ) -> Iterator[Server]:
     """Start ``python -m jupyter_server`` with the extension enabled; yield it once it answers; stop it.
 
     The server gets its own config, data and runtime dirs (no user config leaks in), listens on a free
     port of 127.0.0.1 with a random token, and is terminated (then killed) on exit. Its log is kept in a
-    temporary file and printed if it fails to start.
+    temporary file and printed if it fails to start. With ``profile_to`` the server runs under
+    ``pyinstrument``, which writes its text report there when the server stops.
     """
     with tempfile.TemporaryDirectory(prefix="agent-tools-bench-") as tmp:
         tmp_path = Path(tmp)
@@ -88,8 +117,12 @@ def jupyter_server(
             (tmp_path / sub).mkdir()
         token = secrets.token_hex(16)
         port = free_port()
+        profiler: list[str] = []
+        if profile_to is not None:
+            profiler = ["-m", "pyinstrument", "-r", "text", "--show-all", "-o", str(profile_to)]
         cmd = [
             sys.executable,
+            *profiler,
             "-m",
             "jupyter_server",
             "--ServerApp.jpserver_extensions={'jupyter_agent_tools': True}",
@@ -117,12 +150,12 @@ def jupyter_server(
             process = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=tmp, start_new_session=True
             )
-        server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path)
+        server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path, tmp_path / "runtime")
         try:
             _wait_ready(server, startup_timeout)
             yield server
         finally:
-            _stop(process)
+            _stop(process, timeout=120 if profile_to is not None else 15)
 
 
 def _wait_ready(server: Server, timeout: float) -> None:
@@ -135,7 +168,7 @@ def _wait_ready(server: Server, timeout: float) -> None:
                 status, _ = client.request("GET", "api/agent/notebooks/__readiness_probe__.ipynb")
             if status == 404:  # the server answers and the extension's route is there
                 return
-        except OSError:
+        except CONNECTION_ERRORS:
             pass
         time.sleep(0.1)
     _stop(server.process)
@@ -143,15 +176,84 @@ def _wait_ready(server: Server, timeout: float) -> None:
     raise RuntimeError(f"Jupyter server did not become ready in {timeout:.0f} s; its log:\n{log}")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
+def _stop(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
     if process.poll() is not None:
         return
     process.send_signal(signal.SIGTERM)
     try:
-        process.wait(timeout=15)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=5)
+
+
+# ----------------------------------------------------------------------------------- raw kernel clients
+
+
+def start_server_kernel(client: Client, kernel_name: str = "python3") -> str:
+    """Start a kernel in the server through its own ``POST /api/kernels``; return its id."""
+    model = client.json("POST", "api/kernels", {"name": kernel_name}, expect=201)
+    return str(model["id"])
+
+
+async def connect_raw_client(server: Server, kernel_id: str, ready_timeout: float = 60.0) -> Any:
+    """A ``jupyter_client`` AsyncKernelClient on a kernel of the server, from its connection file.
+
+    It has its own session id (so it never competes with the server's clients for replies) and is ready
+    (``wait_for_ready``) when returned. Call ``stop_channels()`` when done.
+    """
+    from uuid import uuid4
+
+    from jupyter_client.asynchronous import AsyncKernelClient
+
+    path = server.connection_file(kernel_id)
+    deadline = time.monotonic() + ready_timeout
+    while not path.exists() and time.monotonic() < deadline:  # written by the server as the kernel starts
+        await _sleep(0.05)
+    kc = AsyncKernelClient()
+    kc.load_connection_file(str(path))
+    kc.session.session = uuid4().hex
+    kc.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+    try:
+        await kc.wait_for_ready(timeout=ready_timeout)
+    except BaseException:
+        kc.stop_channels()
+        raise
+    return kc
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+async def raw_execute(kc: Any, code: str, timeout: float = 600.0) -> tuple[dict[str, Any], int]:
+    """Execute ``code`` and wait for both ``status: idle`` (iopub) and the ``execute_reply`` (shell).
+
+    iopub is drained as messages arrive; returns the reply's content and the UTF-8 bytes of stream text
+    seen. This is the floor an eval is compared to: send, reply, idle, and nothing else.
+    """
+    msg_id = kc.execute(code, allow_stdin=False, stop_on_error=False)
+    stream_bytes = 0
+    while True:
+        msg = await kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind = msg["header"]["msg_type"]
+        if kind == "stream":
+            stream_bytes += len(msg["content"]["text"].encode())
+        elif kind == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    while True:
+        reply = await kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"], stream_bytes
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, or None where the OS does not say."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 # ------------------------------------------------------------------------------------------ the client
@@ -285,14 +387,27 @@ class BenchResult:
         return next(r for r in self.rows if r.case == case and r.variant == variant)
 
     def add_ratio(
-        self, case: str, variant: str, baseline: str, target: float | None = None, op: str = "<="
+        self,
+        case: str,
+        variant: str,
+        baseline: str,
+        target: float | None = None,
+        op: str = "<=",
+        throughput: bool = False,
     ) -> dict[str, Any]:
-        """Record median and p90 ratios of ``variant`` over ``baseline`` for ``case``, with a target."""
+        """Record median and p90 ratios of ``variant`` over ``baseline`` for ``case``, with a target.
+
+        The ratios are of durations (lower is better); with ``throughput`` they are of speeds, i.e.
+        baseline duration over variant duration (higher is better), for the same amount of work.
+        """
         a, b = self.row(case, variant).stats, self.row(case, baseline).stats
+        if throughput:  # the same work in less time: speed ratio = duration ratio inverted
+            a, b = b, a
         ratio = {
             "case": case,
             "variant": variant,
             "baseline": baseline,
+            "kind": "throughput" if throughput else "duration",
             "median_ratio": a["median"] / b["median"],
             "p90_ratio": a["p90"] / b["p90"],
             "target": target,
@@ -332,12 +447,14 @@ class BenchResult:
             lines += [
                 f"Measured {when} on {machine.get('cpus', '?')} CPUs, "
                 f"Python {machine.get('python', '?')}, jupyter_server {machine.get('jupyter_server', '?')}, "
-                f"commit {self.meta.get('commit', '?')}.",
+                f"commit {self.meta.get('commit', '?')}.{_load_text(self.meta)}",
                 "",
             ]
+        shown_extra = any(r.extra for r in self.rows)
         lines += [
-            "| case | variant | n | median ms | p90 ms | median vs baseline |",
-            "|---|---|---|---|---|---|",
+            "| case | variant | n | median ms | p90 ms | median vs baseline |"
+            + (" figures |" if shown_extra else ""),
+            "|---|---|---|---|---|---|" + ("---|" if shown_extra else ""),
         ]
         for r in self.rows:
             s = r.stats
@@ -347,19 +464,50 @@ class BenchResult:
             else:
                 rel = "baseline"
             median, p90 = s["median"] * 1e3, s["p90"] * 1e3
-            lines.append(f"| {r.case} | {r.variant} | {s['n']} | {median:.1f} | {p90:.1f} | {rel} |")
+            row = f"| {r.case} | {r.variant} | {s['n']} | {median:.1f} | {p90:.1f} | {rel} |"
+            if shown_extra:
+                row += " " + ", ".join(f"{k} {_fmt(v)}" for k, v in r.extra.items()) + " |"
+            lines.append(row)
         if self.ratios:
             lines += ["", "| case | ratio | median | p90 | target | met |", "|---|---|---|---|---|---|"]
             for q in self.ratios:
                 target = "" if q["target"] is None else f"{q['op']} {q['target']:g}"
                 met = "" if "met" not in q else ("yes" if q["met"] else "**no**")
+                what = "throughput" if q.get("kind") == "throughput" else "time"
                 lines.append(
-                    f"| {q['case']} | {q['variant']} / {q['baseline']} | {q['median_ratio']:.2f} | "
+                    f"| {q['case']} | {q['variant']} / {q['baseline']} ({what}) | {q['median_ratio']:.2f} | "
                     f"{q['p90_ratio']:.2f} | {target} | {met} |"
                 )
         if self.notes:
             lines += [""] + [f"- {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _load_text(meta: dict[str, Any]) -> str:
+    start = meta.get("machine", {}).get("load_average_at_start")
+    end = meta.get("load_average_at_end")
+    if not start:
+        return ""
+    text = f" Load average (1/5/15 min) {'/'.join(f'{x:.2f}' for x in start)} at start"
+    if end:
+        text += f", {'/'.join(f'{x:.2f}' for x in end)} at end"
+    return text + "."
+
+
+def profile_path(options: Any, name: str) -> Path | None:
+    """Where to write the server's profile when ``--profile`` was given: ``results/<name>.profile.txt``."""
+    if not getattr(options, "profile", False):
+        return None
+    RESULTS.mkdir(exist_ok=True)
+    return RESULTS / f"{name}.profile.txt"
+
+
+def quick(options: Any) -> bool:
+    return bool(getattr(options, "quick", False))
 
 
 def _version(package: str) -> str:
@@ -390,7 +538,7 @@ def run_meta() -> dict[str, Any]:
             "nbformat": _version("nbformat"),
             "tornado": _version("tornado"),
             "http_client": "httpx" if httpx is not None else "http.client",
-            "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "load_average_at_start": load_average(),
         },
     }
 
