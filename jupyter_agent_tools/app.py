@@ -6,7 +6,7 @@ import tempfile
 
 from jupyter_server.base.handlers import path_regex
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Int, Unicode
+from traitlets import CaselessStrEnum, Float, Int, Unicode
 
 from . import __version__
 from .artifacts import ArtifactStore
@@ -21,6 +21,7 @@ from .handlers.sessions import (
     SessionInterruptHandler,
     SessionListHandler,
 )
+from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
 
 SESSION_NAME = r"(?P<name>[A-Za-z0-9._-]{1,64})"
@@ -48,6 +49,15 @@ class AgentToolsApp(ExtensionApp):
     max_ops_per_request = Int(1000, help="Most cell operations accepted in one batch edit request.").tag(
         config=True
     )
+
+    rtc_mode = CaselessStrEnum(
+        RTC_MODES,
+        default_value="auto",
+        help="Where notebook edits go when real-time collaboration (jupyter-collaboration or "
+        "jupyter-server-documents) has the notebook open in a room. 'auto': into the room's live document, "
+        "so people see them at once and keep their unsaved work (the room autosaves the file); 'never': "
+        "always into the file, as without collaboration.",
+    ).tag(config=True)
 
     # -- eval --
     max_sessions = Int(
@@ -92,6 +102,24 @@ class AgentToolsApp(ExtensionApp):
         "is still alive.",
     ).tag(config=True)
 
+    heartbeat_interval = Float(
+        5.0,
+        help="Seconds between liveness checks of each idle session's kernel; a dead kernel is cleaned up "
+        "and restarted on the session's next call (0: no heartbeat).",
+    ).tag(config=True)
+
+    kernel_create_retry_delay = Float(
+        1.0,
+        help="Seconds to wait before the single retry of a kernel creation that failed with HTTP >= 500 "
+        "(a remote gateway's error, 503 unreachable, 599 timeout).",
+    ).tag(config=True)
+
+    fd_headroom = Int(
+        64,
+        help="Free file descriptors required before starting a local kernel; below it the start is treated "
+        "as EMFILE (idle sessions are shut down and the start retried once). 0 disables the check.",
+    ).tag(config=True)
+
     artifacts_dir = Unicode(
         "",
         help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
@@ -113,19 +141,26 @@ class AgentToolsApp(ExtensionApp):
             log=self.log,
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
+            live=LiveDocuments(lambda: self.serverapp.web_app.settings, mode=self.rtc_mode, log=self.log),
         )
         artifacts_root = self.artifacts_dir
         if not artifacts_root:
             artifacts_root = tempfile.mkdtemp(prefix="jupyter-agent-artifacts-")
             self._own_artifacts_dir = True
         artifacts = ArtifactStore(artifacts_root, retention=self.artifact_retention)
-        kernels = KernelService(self.serverapp.kernel_manager, ready_timeout=self.kernel_ready_timeout)
+        kernels = KernelService(
+            self.serverapp.kernel_manager,
+            ready_timeout=self.kernel_ready_timeout,
+            retry_backoff=self.kernel_create_retry_delay,
+            fd_headroom=self.fd_headroom,
+        )
         sessions = SessionManager(
             kernels,
             artifacts,
             max_sessions=self.max_sessions,
             idle_timeout=self.idle_timeout,
             cleanup_interval=self.cleanup_interval,
+            heartbeat_interval=self.heartbeat_interval,
             log=self.log,
         )
         self.eval_service = EvalService(

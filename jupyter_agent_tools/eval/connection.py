@@ -24,6 +24,7 @@ class KernelConnection(Protocol):
 
     kernel_id: str
     messages: asyncio.Queue[dict[str, Any]]
+    lost_state: bool  # the kernel was restarted under this connection (by its manager or gateway)
 
     async def start(self, ready_timeout: float) -> None: ...
 
@@ -63,6 +64,7 @@ class LocalKernelConnection:
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
         self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.lost_state = False
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._callbacks: list[tuple[Any, str]] = []
@@ -91,6 +93,7 @@ class LocalKernelConnection:
 
     def _notice(self, kind: str) -> Any:
         def callback() -> None:
+            self.lost_state = True
             self.messages.put_nowait(event("restarted" if kind == "restart" else "dead"))
 
         return callback

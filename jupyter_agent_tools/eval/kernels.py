@@ -2,6 +2,11 @@
 
 The kernel manager is the shared gateway: local kernels, or a remote gateway when the server runs with
 ``--gateway-url``. Kernels started here show in ``/api/kernels`` and JupyterLab's running panel.
+
+Kernel creation over a gateway is an HTTP POST that jupyter_server does not retry: :meth:`launch`
+retries it once after a short back-off when it fails with a status >= 500, and turns every expected
+failure into an :class:`~jupyter_agent_tools.errors.AgentToolsError` with a status a caller can act on.
+Descriptor exhaustion is re-raised untouched so that the eval service can recover from it.
 """
 
 from __future__ import annotations
@@ -9,11 +14,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
+from uuid import uuid4
 
+from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_core.utils import ensure_async
 
+from ..errors import AgentToolsError, BadRequest
 from .connection import KernelConnection, LocalKernelConnection
+from .recovery import check_fd_headroom, http_message, http_status, is_fd_exhaustion
 
 log = logging.getLogger(__name__)
 
@@ -30,25 +40,122 @@ def is_gateway(kernel_manager: Any) -> bool:
 class KernelService:
     """The operations the eval sessions need from the kernel manager."""
 
-    def __init__(self, kernel_manager: Any, *, ready_timeout: float = 60.0):
+    def __init__(
+        self,
+        kernel_manager: Any,
+        *,
+        ready_timeout: float = 60.0,
+        retry_backoff: float = 1.0,
+        fd_headroom: int = 64,
+    ):
         self.kernel_manager = kernel_manager
         self.ready_timeout = ready_timeout
+        self.retry_backoff = retry_backoff
+        self.fd_headroom = fd_headroom
+        self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
+
+    @property
+    def gateway(self) -> bool:
+        return is_gateway(self.kernel_manager)
 
     @property
     def default_kernel_name(self) -> str:
         return str(getattr(self.kernel_manager, "default_kernel_name", "python3") or "python3")
+
+    async def launch(
+        self, kernel_name: str | None, cwd: str, on_retry: Callable[[int, str], None] | None = None
+    ) -> tuple[str, KernelConnection]:
+        """Start a kernel in ``cwd`` (an API path), connect to it, and return both.
+
+        A failure with an HTTP status >= 500 is retried once; EMFILE/ENFILE propagate unchanged.
+        """
+        try:
+            return await self._launch_once(kernel_name, cwd)
+        except Exception as e:
+            status = http_status(e)
+            if is_fd_exhaustion(e) or status is None or status < 500:
+                raise self._translate(e) from e
+            if on_retry is not None:
+                on_retry(status, http_message(e))
+        await asyncio.sleep(self.retry_backoff)
+        try:
+            return await self._launch_once(kernel_name, cwd)
+        except Exception as e:
+            raise self._translate(e, retried=True) from e
+
+    def _translate(self, exc: Exception, retried: bool = False) -> Exception:
+        """An expected start failure as an error with a status; EMFILE and unknown errors unchanged."""
+        if is_fd_exhaustion(exc) or isinstance(exc, AgentToolsError):
+            return exc
+        if isinstance(exc, NoSuchKernel):
+            names = sorted(getattr(self.kernel_manager.kernel_spec_manager, "find_kernel_specs", dict)())
+            return BadRequest(f"No such kernel: {exc.name!r} (available: {', '.join(names) or 'none'})")
+        status = http_status(exc)
+        message = http_message(exc)
+        where = "kernel gateway" if self.gateway else "kernel manager"
+        tried = " (tried twice)" if retried else ""
+        if status is not None and 400 <= status < 500:
+            if status == 404:
+                return BadRequest(f"The {where} refused to create the kernel (HTTP 404): {message}")
+            return AgentToolsError(
+                f"The {where} refused to create the kernel (HTTP {status}): {message}", 400
+            )
+        if status is not None:
+            # Unreachable gateways (503) and timeouts (599) are worth retrying later; other 5xx are the
+            # gateway's own failure.
+            code = 503 if status in (503, 599) else 502
+            return AgentToolsError(
+                f"The {where} could not create a kernel{tried}: HTTP {status}: {message}",
+                code,
+                retry_after=5 if code == 503 else None,
+            )
+        return AgentToolsError(
+            f"The kernel failed to start{tried}: {type(exc).__name__}: {message}", 503, retry_after=5
+        )
+
+    async def _launch_once(self, kernel_name: str | None, cwd: str) -> tuple[str, KernelConnection]:
+        kernel_id = await self.start(kernel_name, cwd)
+        try:
+            conn = await self.connect(kernel_id)
+        except BaseException:
+            await self.shutdown(kernel_id)
+            raise
+        return kernel_id, conn
 
     async def start(self, kernel_name: str | None, cwd: str) -> str:
         """Start a kernel in ``cwd`` (an API path) and return its id."""
         kwargs: dict[str, Any] = {"path": cwd}
         if kernel_name:
             kwargs["kernel_name"] = kernel_name
-        kernel_id = await ensure_async(self.kernel_manager.start_kernel(**kwargs))
-        return str(kernel_id)
+        if self.gateway:
+            kernel_id = str(await ensure_async(self.kernel_manager.start_kernel(**kwargs)))
+        else:
+            check_fd_headroom(self.fd_headroom)
+            # Choosing the id locally means a failed start can be cleaned up exactly (and only) here.
+            # (With a gateway, passing kernel_id would mean "attach to an existing kernel".)
+            kernel_id = str(uuid4())
+            try:
+                await ensure_async(self.kernel_manager.start_kernel(kernel_id=kernel_id, **kwargs))
+            except BaseException:
+                await self.forget_failed_start(kernel_id)
+                raise
+        self.started.add(kernel_id)
+        return kernel_id
+
+    async def forget_failed_start(self, kernel_id: str) -> None:
+        """Remove what a failed local start left in the kernel manager (pending entry, half-made kernel)."""
+        km = self.kernel_manager
+        if kernel_id in km:
+            with contextlib.suppress(Exception):
+                await ensure_async(km.shutdown_kernel(kernel_id, now=True))
+        for attr in ("_pending_kernels", "_kernels", "_kernel_connections", "_kernel_ports"):
+            table = getattr(km, attr, None)
+            if isinstance(table, dict):
+                table.pop(kernel_id, None)
 
     async def connect(self, kernel_id: str) -> KernelConnection:
         """An open connection to a running kernel (its own client identity)."""
-        if is_gateway(self.kernel_manager):
+        if self.gateway:
             from .gateway import GatewayKernelConnection
 
             conn: KernelConnection = GatewayKernelConnection(self.kernel_manager, kernel_id)
@@ -62,6 +169,7 @@ class KernelService:
 
     async def shutdown(self, kernel_id: str) -> None:
         """Shut a kernel down; a kernel already gone is not an error."""
+        self.started.discard(kernel_id)
         if kernel_id not in self.kernel_manager:
             return
         try:
@@ -70,9 +178,8 @@ class KernelService:
             log.debug("graceful shutdown of kernel %s failed; killing it", kernel_id, exc_info=True)
             with contextlib.suppress(Exception):
                 await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=True))
-
-    def list_kernel_ids(self) -> list[str]:
-        return list(self.kernel_manager.list_kernel_ids())
+            # Ours and unreachable (e.g. its gateway is gone): do not keep a dead entry in the manager.
+            await self.forget_failed_start(kernel_id)
 
 
 async def close_quietly(conn: KernelConnection | None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,10 +19,11 @@ from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
 from ..artifacts import ArtifactStore
-from ..errors import AgentToolsError, BadRequest, Conflict
+from ..errors import AgentToolsError, BadRequest, Conflict, Unavailable
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
 from .messages import CellOutcome, format_combined_output
+from .recovery import fd_usage, is_fd_exhaustion
 from .request import EvalRequest, parse_eval_request
 from .sessions import InitSpec, KernelSession, SessionManager
 from .sink import OutputSink
@@ -33,6 +35,9 @@ STATE_LOST_NOTICE = (
     "The call was run again from its first cell.]"
 )
 DEAD_BEFORE_RUN_NOTICE = "[Kernel had died and was restarted before this call; earlier state was lost.]"
+RESTARTED_BY_MANAGER_NOTICE = (
+    "[Kernel was restarted by the server since the last call; earlier state was lost.]"
+)
 
 
 def build_init_code(spec: InitSpec) -> str:
@@ -165,14 +170,50 @@ class EvalService:
         return False
 
     async def _start_kernel(self, session: KernelSession, request: EvalRequest, cwd_api: str) -> None:
+        """Start and connect the session's kernel, recovering once from descriptor exhaustion."""
         kernel_name = request.kernel_name or session.kernel_name or self.kernels.default_kernel_name
-        kernel_id = await self.kernels.start(kernel_name, cwd_api)
-        session.kernel_id, session.kernel_name = kernel_id, kernel_name
+
+        def on_retry(status: int, message: str) -> None:
+            self.sessions.record(
+                session,
+                "create_retries",
+                "kernel creation failed with HTTP %d (%s); retrying once",
+                status,
+                message,
+            )
+
         try:
-            session.connection = await self.kernels.connect(kernel_id)
-        except BaseException:
-            await self.sessions.stop_kernel(session)
-            raise
+            kernel_id, conn = await self.kernels.launch(kernel_name, cwd_api, on_retry)
+        except Exception as first:
+            if not is_fd_exhaustion(first):
+                raise
+            usage = fd_usage()
+            released = await self.sessions.release_idle(exclude=session)
+            self.sessions.record(
+                session,
+                "emfile_recoveries",
+                "out of file descriptors starting a kernel (%s: %s); shut down %d idle agent session(s) "
+                "%s and retrying once",
+                usage.describe() if usage else "descriptor count unknown",
+                first,
+                len(released),
+                released,
+            )
+            gc.collect()
+            try:
+                kernel_id, conn = await self.kernels.launch(kernel_name, cwd_api, on_retry)
+            except Exception as second:
+                if not is_fd_exhaustion(second):
+                    raise
+                usage = fd_usage()
+                raise Unavailable(
+                    "The server is out of file descriptors and could not start a kernel, even after "
+                    f"shutting down {len(released)} idle agent session(s): "
+                    f"{usage.describe() if usage else second}. Raise the server's limit (ulimit -n, "
+                    "systemd LimitNOFILE) or stop unused kernels and terminals, then retry.",
+                    retry_after=30,
+                ) from second
+        session.kernel_id, session.kernel_name, session.connection = kernel_id, kernel_name, conn
 
     async def _replace_kernel(self, session: KernelSession, request: EvalRequest) -> None:
         await self.sessions.stop_kernel(session)
@@ -229,14 +270,31 @@ class EvalService:
                 f'Session {session.name!r} runs kernel {session.kernel_name!r}; send "reset": true '
                 f"to switch it to {request.kernel_name!r}, or use another session"
             )
-        if request.reset and session.kernel_id:
-            await self.sessions.stop_kernel(session)
-        elif session.kernel_id and (session.connection is None or not await session.connection.is_alive()):
+        connection = session.connection
+        if request.reset:
+            if session.kernel_id:
+                await self.sessions.stop_kernel(session)
+            session.lost_kernel = False
+        elif session.kernel_id and (connection is None or not await connection.is_alive()):
             self.sessions.record(session, "restarts", "kernel found dead before a run; restarting it")
             session.restarts += 1
             restarted = True
             notices.append(DEAD_BEFORE_RUN_NOTICE)
             await self.sessions.stop_kernel(session)
+        elif session.lost_kernel:
+            session.lost_kernel = False
+            session.restarts += 1
+            restarted = True
+            notices.append(DEAD_BEFORE_RUN_NOTICE)
+        elif connection is not None and connection.lost_state:
+            self.sessions.record(
+                session, "manager_restarts", "kernel was restarted by its kernel manager; re-running init"
+            )
+            connection.lost_state = False
+            session.init = None
+            session.restarts += 1
+            restarted = True
+            notices.append(RESTARTED_BY_MANAGER_NOTICE)
         if session.kernel_id is None:
             await self._start_kernel(session, request, request.cwd)
         await self._ensure_init(session, request, cwd)

@@ -51,6 +51,7 @@ class KernelSession:
     recoveries: Counter[str] = field(default_factory=Counter)
     cancel: asyncio.Event | None = None
     closed: bool = False
+    lost_kernel: bool = False  # its kernel died while idle and was cleaned up; the next run restarts it
 
     @property
     def idle(self) -> bool:
@@ -87,6 +88,7 @@ class SessionManager:
         max_sessions: int = 4,
         idle_timeout: float = 300.0,
         cleanup_interval: float = 30.0,
+        heartbeat_interval: float = 5.0,
         log: logging.Logger | None = None,
     ):
         self.kernels = kernels
@@ -94,15 +96,19 @@ class SessionManager:
         self.max_sessions = max_sessions
         self.idle_timeout = idle_timeout
         self.cleanup_interval = cleanup_interval
+        self.heartbeat_interval = heartbeat_interval
         self.log = log or logging.getLogger(__name__)
         self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
         self.totals: Counter[str] = Counter()
         self._sweeper: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start the periodic sweep (needs a running event loop)."""
+        """Start the periodic sweep and heartbeat (needs a running event loop)."""
         if self._sweeper is None and self.cleanup_interval > 0:
             self._sweeper = asyncio.ensure_future(self._sweep_forever())
+        if self._heartbeat is None and self.heartbeat_interval > 0:
+            self._heartbeat = asyncio.ensure_future(self._heartbeat_forever())
 
     def get(self, name: str) -> KernelSession | None:
         return self.sessions.get(name)
@@ -188,6 +194,39 @@ class SessionManager:
             await self.close_session(session)
         self.artifacts.sweep()
 
+    async def heartbeat(self) -> None:
+        """Check that each idle session's kernel is alive; clean up the kernels that died."""
+        for session in list(self.sessions.values()):
+            connection = session.connection
+            if not session.idle or session.kernel_id is None or connection is None:
+                continue
+            if await connection.is_alive() or not session.idle or session.connection is not connection:
+                continue
+            self.record(
+                session, "deaths", "kernel found dead by the heartbeat; it will be restarted on next use"
+            )
+            session.lost_kernel = True
+            await self.stop_kernel(session)
+
+    async def release_idle(self, exclude: KernelSession | None = None) -> list[str]:
+        """Shut down every idle session with a kernel (but ``exclude``); return their names."""
+        victims = [
+            s for s in self.sessions.values() if s is not exclude and s.idle and s.kernel_id is not None
+        ]
+        for victim in victims:
+            if self.sessions.get(victim.name) is victim:
+                del self.sessions[victim.name]
+        await asyncio.gather(*(self.close_session(v) for v in victims), return_exceptions=True)
+        return [v.name for v in victims]
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                await self.heartbeat()
+            except Exception:
+                self.log.exception("agent session heartbeat failed")
+
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.cleanup_interval)
@@ -197,12 +236,13 @@ class SessionManager:
                 self.log.exception("agent session sweep failed")
 
     async def shutdown(self) -> None:
-        """Stop the sweep and shut down every session's kernel (server shutdown)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(BaseException):
-                await self._sweeper
-            self._sweeper = None
+        """Stop the sweep and heartbeat and shut down every session's kernel (server shutdown)."""
+        for task in (self._sweeper, self._heartbeat):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._sweeper = self._heartbeat = None
         sessions = list(self.sessions.values())
         self.sessions.clear()
         await asyncio.gather(*(self.close_session(s) for s in sessions), return_exceptions=True)

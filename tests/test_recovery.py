@@ -1,0 +1,164 @@
+"""Kernel death and restart in session mode, with real ipykernel kernels that really die."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+STATE_LOST = "Kernel died during this call and was restarted"
+DEAD_BEFORE = "Kernel had died and was restarted before this call"
+BY_MANAGER = "Kernel was restarted by the server since the last call"
+
+
+def server_config(**agent: Any) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+        "AgentToolsApp": {"heartbeat_interval": 0, **agent},
+    }
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return server_config()
+
+
+@pytest.fixture
+def evaluate(api):
+    async def call(*codes: str, expect: int = 200, **fields: Any) -> dict[str, Any]:
+        body = {"cells": [{"code": c} for c in codes], **fields}
+        status, answer = await api("POST", "eval", body=body)
+        assert status == expect, answer
+        return answer
+
+    return call
+
+
+def agent_app(jp_serverapp):
+    return jp_serverapp.web_app.settings["jupyter_agent_tools"]
+
+
+async def kernel_pid(evaluate, session: str) -> int:
+    return int((await evaluate("import os; print(os.getpid())", session=session))["output"])
+
+
+async def test_kernel_death_during_run_restarts_and_reruns(evaluate, jp_root_dir, api):
+    (jp_root_dir / "work").mkdir()
+    await evaluate("before = 1", session="s", cwd="work", env={"FLAVOR": "mint"})
+    die_once = (
+        "import os, pathlib\n"
+        "marker = pathlib.Path('died-once')\n"
+        "if not marker.exists():\n"
+        "    marker.touch()\n"
+        "    os._exit(1)\n"
+        "print('survived in', os.path.basename(os.getcwd()), os.environ['FLAVOR'])\n"
+        "print('before' in globals())"
+    )
+    result = await evaluate(die_once, session="s", cwd="work", env={"FLAVOR": "mint"})
+    assert result["restarted"] is True
+    assert result["cells"][0]["status"] == "complete"
+    assert result["cells"][0]["output"] == "survived in work mint\nFalse\n"
+    assert STATE_LOST in result["output"]
+    status, listing = await api("GET", "sessions")
+    (entry,) = [s for s in listing["sessions"] if s["name"] == "s"]
+    assert entry["restarts"] == 1 and entry["recoveries"]["restarts"] == 1
+
+
+async def test_second_death_in_one_call_gives_up_and_next_call_starts_clean(evaluate, jp_serverapp):
+    first = await evaluate("1", session="doomed")
+    result = await evaluate("import os; os._exit(1)", session="doomed")
+    assert result["error"] == "Python kernel restarted too many times in this session"
+    assert result["output"].endswith("Python kernel restarted too many times in this session")
+    assert result["restarted"] is True
+    assert first["kernel_id"] not in jp_serverapp.kernel_manager.list_kernel_ids()
+    after = await evaluate("print('fresh')", session="doomed")
+    assert after["output"] == "fresh\n"
+
+
+class TestDeadBeforeRun:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        config = server_config(heartbeat_interval=0)
+        config["KernelManager"] = {"autorestart": False}
+        return config
+
+    async def test_kernel_found_dead_before_run_is_restarted(self, evaluate, api):
+        pid = await kernel_pid(evaluate, "victim")
+        await evaluate("x = 1", session="victim", env={"K": "v"})
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(0.5)
+        result = await evaluate(
+            f"import os\nprint('x' in globals(), os.environ['K'], os.getpid() != {pid})",
+            session="victim",
+            env={"K": "v"},
+        )
+        assert result["restarted"] is True
+        assert result["cells"][0]["output"] == "False v True\n"
+        assert DEAD_BEFORE in result["output"]
+        _, listing = await api("GET", "sessions")
+        (entry,) = [s for s in listing["sessions"] if s["name"] == "victim"]
+        assert entry["recoveries"]["restarts"] == 1
+
+
+async def test_kernel_killed_while_idle_any_path_recovers(evaluate):
+    """With the manager's auto-restart racing us, whichever path wins, state loss is reported."""
+    pid = await kernel_pid(evaluate, "racer")
+    await evaluate("x = 1", session="racer")
+    os.kill(pid, signal.SIGKILL)
+    result = await evaluate("print('x' in globals())", session="racer")
+    assert result["restarted"] is True
+    assert result["cells"][0]["output"] == "False\n"
+    assert any(n in result["output"] for n in (DEAD_BEFORE, BY_MANAGER, STATE_LOST))
+
+
+class TestHeartbeat:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        config = server_config(heartbeat_interval=0.3)
+        config["KernelManager"] = {"autorestart": False}
+        return config
+
+    async def test_heartbeat_detects_dead_idle_kernel(self, evaluate, api, jp_serverapp):
+        first = await evaluate("import os; print(os.getpid())", session="hb")
+        pid = int(first["output"])
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            status, listing = await api("GET", "sessions")
+            (entry,) = [s for s in listing["sessions"] if s["name"] == "hb"]
+            if entry["recoveries"].get("deaths"):
+                break
+            await asyncio.sleep(0.1)
+        assert entry["recoveries"]["deaths"] == 1
+        assert entry["kernel_id"] is None
+        assert first["kernel_id"] not in jp_serverapp.kernel_manager.list_kernel_ids()
+        result = await evaluate("print('back')", session="hb")
+        assert result["restarted"] is True and DEAD_BEFORE in result["output"]
+        assert result["cells"][0]["output"] == "back\n"
+
+
+class TestManagerRestart:
+    async def test_manager_auto_restart_reruns_init(self, evaluate, jp_serverapp, jp_root_dir):
+        (jp_root_dir / "here").mkdir()
+        first = await evaluate("import os; print(os.getpid())", session="m", cwd="here", env={"E": "1"})
+        pid = int(first["output"])
+        session = agent_app(jp_serverapp).eval_service.sessions.get("m")
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):  # the kernel manager's restarter notices and restarts the kernel
+            if session.connection is not None and session.connection.lost_state:
+                break
+            await asyncio.sleep(0.1)
+        assert session.connection.lost_state is True
+        result = await evaluate(
+            "import os\nprint(os.path.basename(os.getcwd()), os.environ['E'])",
+            session="m",
+            cwd="here",
+            env={"E": "1"},
+        )
+        assert result["restarted"] is True and BY_MANAGER in result["output"]
+        assert result["cells"][0]["output"] == "here 1\n"
+        assert result["kernel_id"] == first["kernel_id"]  # the manager restarted the same kernel
