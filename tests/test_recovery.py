@@ -64,7 +64,7 @@ async def test_kernel_death_during_run_restarts_and_reruns(evaluate, jp_root_dir
     assert result["cells"][0]["status"] == "complete"
     assert result["cells"][0]["output"] == "survived in work mint\nFalse\n"
     assert STATE_LOST in result["output"]
-    status, listing = await api("GET", "sessions")
+    _, listing = await api("GET", "sessions")
     (entry,) = [s for s in listing["sessions"] if s["name"] == "s"]
     assert entry["restarts"] == 1 and entry["recoveries"]["restarts"] == 1
 
@@ -128,7 +128,7 @@ class TestHeartbeat:
         pid = int(first["output"])
         os.kill(pid, signal.SIGKILL)
         for _ in range(100):
-            status, listing = await api("GET", "sessions")
+            _, listing = await api("GET", "sessions")
             (entry,) = [s for s in listing["sessions"] if s["name"] == "hb"]
             if entry["recoveries"].get("deaths"):
                 break
