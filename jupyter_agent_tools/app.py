@@ -15,6 +15,7 @@ from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
 from .handlers.notebooks import NotebookHandler
+from .handlers.openapi import OpenAPIHandler
 from .handlers.sessions import (
     ArtifactHandler,
     SessionHandler,
@@ -81,6 +82,12 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     max_cells_per_request = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
+
+    max_body_bytes = Int(
+        10 * 1024 * 1024,
+        help="Largest request body (bytes) an agent route accepts; a larger one answers 413. 0: no limit "
+        "of ours (Tornado's server-wide max_body_size, 100 MB by default, still applies).",
+    ).tag(config=True)
 
     interrupt_timeout = Float(
         5.0,
@@ -183,6 +190,7 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}", SessionHandler),
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
+                (r"/api/agent/openapi\.json", OpenAPIHandler),
             ]
         )
 

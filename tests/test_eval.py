@@ -214,7 +214,7 @@ async def test_init_step_cwd_env_sys_path(evaluate, jp_root_dir):
         ({"cwd": "missing-dir"}, "'cwd' must be an existing directory inside the server root"),
         ({"env": {"A": 1}}, "'env.A' must be a string, got int"),
         ({"env": {"BAD KEY": "x"}}, "is not a valid environment variable name"),
-        ({"mode": "forever"}, "'mode' must be one of: session, per-call"),
+        ({"mode": "forever"}, "unknown mode 'forever' (expected one of: session, per-call)"),
         ({"timeout": "10"}, "'timeout' must be a number of seconds, got str"),
         ({"session": "../x"}, "'session' must be 1-64 characters"),
         ({"bogus": 1}, "unknown field 'bogus'"),
@@ -230,8 +230,8 @@ async def test_bad_cells(api):
     for body, fragment in (
         ({}, "'cells' is required"),
         ({"cells": []}, "'cells' must be a non-empty array"),
-        ({"cells": [{"code": 1}]}, "'cells[0].code' must be a string, got int"),
-        ({"cells": ["1+1"]}, "cells[0] must be an object"),
+        ({"cells": [{"code": 1}]}, "cells[0]: 'code' must be a string, got int"),
+        ({"cells": ["1+1"]}, "cells[0]: must be an object"),
     ):
         status, answer = await api("POST", "eval", body=body)
         assert status == 400 and fragment in answer["message"], answer

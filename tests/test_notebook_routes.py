@@ -373,7 +373,7 @@ ERROR_CASES = [
     ),
     (
         {"action": "edit", "cell_index": 0, "content": "x", "colour": "red"},
-        "unknown field 'colour' (allowed: action, cell_index, cell_id, content, cell_type, to_index)",
+        "unknown field 'colour' (allowed: action, cell_index, cell_id, content, cell_type, expected_hash)",
     ),
     ({"action": "delete"}, "'cell_index' or 'cell_id' is required for delete action"),
     ({"action": "move", "cell_index": 0}, "'to_index' is required for move action"),
@@ -391,7 +391,7 @@ ERROR_CASES = [
     ([1, 2], 'Request body must be a JSON object: one operation or {"ops": [...]}'),
     (
         {"action": "edit", "cell_index": 0, "content": "x", "expected_hash": 3},
-        "'expected_hash' must be a string (the 'hash' of an earlier answer)",
+        "'expected_hash' must be a string (the 'hash' of an earlier answer), got int",
     ),
 ]
 

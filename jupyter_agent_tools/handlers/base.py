@@ -15,9 +15,25 @@ from ..errors import AgentToolsError
 class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
     """JSON API handler of the jupyter_agent_tools extension."""
 
+    @property
+    def max_body_bytes(self) -> int:
+        return int(getattr(self.extensionapp, "max_body_bytes", 0) or 0)
+
     def get_json_object(self) -> Any:
-        """The request body parsed as JSON, or a 400 that says what is wrong with it."""
+        """The request body parsed as JSON, or a 4xx that says what is wrong with it.
+
+        Checked before parsing: the size (413 past ``max_body_bytes``), UTF-8. Refused while parsing:
+        invalid JSON, nesting deeper than the parser's recursion limit, ``NaN``/``Infinity`` (not JSON),
+        and an object with the same key twice (which value was meant is ambiguous).
+        """
         body = self.request.body
+        limit = self.max_body_bytes
+        if limit and len(body) > limit:
+            raise web.HTTPError(
+                413,
+                f"Request body is too large: {len(body)} bytes (at most {limit}; the server's "
+                "c.AgentToolsApp.max_body_bytes)",
+            )
         if not body:
             raise web.HTTPError(400, "Request body is empty: send a JSON object")
         try:
@@ -25,7 +41,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         except UnicodeDecodeError:
             raise web.HTTPError(400, "Request body is not UTF-8 encoded JSON") from None
         try:
-            return json.loads(text)
+            return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
         except RecursionError:
             raise web.HTTPError(400, "Request body is nested too deeply") from None
         except ValueError as e:
@@ -52,6 +68,21 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
                 super()._handle_request_exception(http_error)
             return
         super()._handle_request_exception(e)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} in an object")
+            seen.add(key)
+    return obj
 
 
 class ServiceHTTPError(web.HTTPError):

@@ -8,17 +8,15 @@ batch that fails half-way leaves nothing changed, and untouched cells serialize 
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadRequest
+from ..schemas import notebook_request_schema
+from ..validation import check
 from .format import join_source, split_source
 
-ACTIONS = ("edit", "insert", "delete", "move")
-CELL_TYPES = ("code", "markdown", "raw")
 OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index")
-CELL_ID_PATTERN = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -73,75 +71,32 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _parse_op(raw: Any, where: str) -> CellOp:
-    if not isinstance(raw, dict):
-        raise BadRequest(f"{where}must be a JSON object with an 'action' field")
-    unknown = sorted(set(raw) - set(OP_FIELDS))
-    if unknown:
-        raise BadRequest(f"{where}unknown field {unknown[0]!r} (allowed: {', '.join(OP_FIELDS)})")
-    action = raw.get("action")
-    if action is None:
-        raise BadRequest(f"{where}'action' is required (one of: {', '.join(ACTIONS)})")
-    if action not in ACTIONS:
-        raise BadRequest(f"{where}unknown action {action!r} (expected one of: {', '.join(ACTIONS)})")
-    for name in ("cell_index", "to_index"):
-        if raw.get(name) is not None and not _is_int(raw[name]):
-            raise BadRequest(f"{where}'{name}' must be an integer, got {type(raw[name]).__name__}")
-    for name in ("cell_id", "content", "cell_type"):
-        if raw.get(name) is not None and not isinstance(raw[name], str):
-            raise BadRequest(f"{where}'{name}' must be a string, got {type(raw[name]).__name__}")
-    cell_type = raw.get("cell_type")
-    if cell_type is not None and cell_type not in CELL_TYPES:
-        raise BadRequest(f"{where}unknown cell_type {cell_type!r} (expected one of: {', '.join(CELL_TYPES)})")
-    op = CellOp(
-        action=action,
+def _op_from(raw: dict[str, Any]) -> CellOp:
+    return CellOp(
+        action=raw["action"],
         cell_index=raw.get("cell_index"),
         cell_id=raw.get("cell_id"),
         content=raw.get("content"),
-        cell_type=cell_type,
+        cell_type=raw.get("cell_type"),
         to_index=raw.get("to_index"),
     )
-    if action in ("edit", "insert") and op.content is None:
-        raise BadRequest(f"{where}Content is required for {action} action")
-    if action in ("edit", "delete", "move") and op.cell_index is None and op.cell_id is None:
-        raise BadRequest(f"{where}'cell_index' or 'cell_id' is required for {action} action")
-    if action == "move" and op.to_index is None:
-        raise BadRequest(f"{where}'to_index' is required for move action")
-    if action != "move" and op.to_index is not None:
-        raise BadRequest(f"{where}'to_index' is only used by the move action")
-    if action in ("delete", "move") and (op.content is not None or op.cell_type is not None):
-        extra = "content" if op.content is not None else "cell_type"
-        raise BadRequest(f"{where}'{extra}' is not used by the {action} action")
-    if action == "insert" and op.cell_id is not None and not CELL_ID_PATTERN.match(op.cell_id):
-        raise BadRequest(
-            f"{where}'cell_id' for a new cell must be 1-64 characters of letters, digits, '-' or '_'"
-        )
-    return op
 
 
 def parse_edit_request(body: Any, max_ops: int = 1000) -> EditRequest:
-    """Validate a POST body (one operation, or ``{"ops": [...]}``) and return the operations."""
-    if not isinstance(body, dict):
-        raise BadRequest('Request body must be a JSON object: one operation or {"ops": [...]}')
-    expected_hash = body.get("expected_hash")
-    if expected_hash is not None and not isinstance(expected_hash, str):
-        raise BadRequest("'expected_hash' must be a string (the 'hash' of an earlier answer)")
+    """Validate a POST body (one operation, or ``{"ops": [...]}``) and return the operations.
+
+    The body's shape is checked against the published schema (``NotebookChangeRequest`` of the OpenAPI
+    document: one source of truth), which also says which fields each action takes and needs; what
+    depends on the server's configuration (``max_ops``) is checked here.
+    """
+    check(notebook_request_schema(body), body)
     if "ops" in body:
-        unknown = sorted(set(body) - {"ops", "expected_hash"})
-        if unknown:
-            raise BadRequest(
-                f"unknown field {unknown[0]!r} next to 'ops' (a batch takes only 'ops' and "
-                "'expected_hash'; put operation fields inside each op)"
-            )
         raw_ops = body["ops"]
-        if not isinstance(raw_ops, list) or not raw_ops:
-            raise BadRequest("'ops' must be a non-empty array of operations")
         if len(raw_ops) > max_ops:
             raise BadRequest(f"'ops' has {len(raw_ops)} operations; at most {max_ops} are allowed")
-        ops = [_parse_op(raw, f"ops[{i}]: ") for i, raw in enumerate(raw_ops)]
-        return EditRequest(ops=ops, expected_hash=expected_hash, batch=True)
-    single = {k: v for k, v in body.items() if k != "expected_hash"}
-    return EditRequest(ops=[_parse_op(single, "")], expected_hash=expected_hash, batch=False)
+        ops = [_op_from(raw) for raw in raw_ops]
+        return EditRequest(ops=ops, expected_hash=body.get("expected_hash"), batch=True)
+    return EditRequest(ops=[_op_from(body)], expected_hash=body.get("expected_hash"), batch=False)
 
 
 def has_cell_ids(nb: dict[str, Any]) -> bool:

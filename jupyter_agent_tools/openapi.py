@@ -1,0 +1,308 @@
+"""The OpenAPI 3.1 document of the agent routes, built from :mod:`jupyter_agent_tools.schemas`.
+
+Served at ``GET /api/agent/openapi.json``. Request bodies are validated against the very schemas this
+document publishes (see :mod:`jupyter_agent_tools.validation`), so the document cannot drift from what
+the server accepts. Pure: no I/O, no Tornado.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from . import __version__
+from .schemas import SCHEMAS, SESSION_NAME_PATTERN, ref
+
+OPENAPI_VERSION = "3.1.0"
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+
+DESCRIPTION = """\
+Routes of the `jupyter_agent_tools` Jupyter Server extension: AI coding agents read and edit notebooks
+cell by cell and run Python in kernels of the server's own kernel manager.
+
+Every route lives under the server's `base_url`, needs the server's token (`Authorization: token <token>`)
+or a logged-in browser session (then state-changing requests also need the XSRF token), and is
+authorized by the server's authorizer: notebook reads `read` on `contents`, notebook changes `write` on
+`contents`, eval and sessions `execute` on `kernels`, artifacts `read` on `kernels`.
+
+Request bodies are JSON (UTF-8, at most `max_body_bytes`, default 10 MiB) validated against the schemas
+below: a wrong type, a missing field, an unknown action or a field the route does not take answers 400
+with a message naming the field. Integers must be written as integers (`1`, not `1.0`); `NaN`,
+`Infinity` and duplicate keys are refused. Every error is JSON `{"message": str, "reason": str|null}`.
+Answers may gain fields in later versions: ignore the ones you do not know.
+"""
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": ref("Error")}}}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+FORBIDDEN = _error(
+    "Not authenticated (no or wrong token; a cookie request without its XSRF token), or not authorized "
+    "by the server's authorizer."
+)
+TOO_LARGE = _error("The request body is larger than max_body_bytes.")
+
+
+def _body(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"required": True, "description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _session_name() -> dict[str, Any]:
+    return {
+        "name": "name",
+        "in": "path",
+        "required": True,
+        "description": "The session name.",
+        "schema": {"type": "string", "pattern": SESSION_NAME_PATTERN},
+    }
+
+
+def _paths() -> dict[str, Any]:
+    notebook_path = {
+        "name": "path",
+        "in": "path",
+        "required": True,
+        "description": "The notebook's path relative to the server root, URL-encoded ('/' may be sent as "
+        "is). Must end in .ipynb. Hidden and outside-root paths answer 404 as the contents API does.",
+        "schema": {"type": "string"},
+    }
+    return {
+        "/api/agent/notebooks/{path}": {
+            "parameters": [notebook_path],
+            "get": {
+                "operationId": "readNotebook",
+                "summary": "Read a notebook for an agent",
+                "description": "Cells with their source as one string and outputs summarized for a "
+                "model's context (text truncated at summary_max_chars; binary outputs as {mime, bytes}).",
+                "tags": ["notebooks"],
+                "x-authorization": {"resource": "contents", "action": "read"},
+                "parameters": [
+                    {
+                        "name": "include_binary",
+                        "in": "query",
+                        "required": False,
+                        "description": "1, true, yes or on: binary outputs carry their base64 'data'.",
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": _json("The notebook.", ref("NotebookRead")),
+                    "400": _error(
+                        "Not a .ipynb path, or the file is not a notebook (invalid JSON, no cells)."
+                    ),
+                    "403": FORBIDDEN,
+                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                },
+            },
+            "post": {
+                "operationId": "changeNotebook",
+                "summary": "Edit, insert, delete or move cells",
+                "description": "One operation, or a batch {ops: [...]} applied in order and atomically "
+                "(all or none, one save through the contents manager). Deterministic: the same file and "
+                "request give the same bytes. Edits of one notebook are serialized.",
+                "tags": ["notebooks"],
+                "x-authorization": {"resource": "contents", "action": "write"},
+                "requestBody": _body(ref("NotebookChangeRequest"), "One operation or a batch."),
+                "responses": {
+                    "200": _json("What was done, and the new hash.", ref("NotebookChangeResult")),
+                    "400": _error(
+                        "The body is invalid, or an operation cannot apply (index out of range, unknown "
+                        "cell id...), or the result would not be a valid notebook. Nothing was changed."
+                    ),
+                    "403": FORBIDDEN,
+                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                    "409": _error("expected_hash does not match the file: read it again. Nothing changed."),
+                    "413": TOO_LARGE,
+                },
+            },
+        },
+        "/api/agent/eval": {
+            "post": {
+                "operationId": "evaluate",
+                "summary": "Run Python cells in a kernel session",
+                "description": "Runs the cells in order in the session's kernel (started by the server's "
+                "kernel manager, visible in /api/kernels). Answers one JSON result, or, with "
+                f"'Accept: {NDJSON}', a stream of events (one JSON object per line) ending with a "
+                "'result' event identical to the JSON answer. A client that disconnects cancels the run "
+                "(the kernel is interrupted).",
+                "tags": ["eval"],
+                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "requestBody": _body(ref("EvalRequest"), "The cells and where to run them."),
+                "responses": {
+                    "200": {
+                        "description": "The result (after all cells ran, failed, timed out or were "
+                        "cancelled), or the event stream.",
+                        "content": {
+                            JSON: {"schema": ref("EvalResult")},
+                            NDJSON: {
+                                "schema": ref("EvalEvent"),
+                                "description": "Each line is one EvalEvent; the last is 'result' or "
+                                "'error'. 'heartbeat' lines are sent while nothing else is.",
+                            },
+                        },
+                    },
+                    "400": _error(
+                        "The body is invalid, cwd is not a directory inside the root, or the "
+                        "kernel spec does not exist."
+                    ),
+                    "403": FORBIDDEN,
+                    "409": _error("kernel_name differs from the session's kernel: send reset: true."),
+                    "413": TOO_LARGE,
+                    "502": _error("The kernel gateway failed to create the kernel."),
+                    "503": {
+                        **_error(
+                            "All max_sessions sessions are busy, or a kernel could not start (descriptors "
+                            "exhausted, gateway unreachable): retry after Retry-After seconds."
+                        ),
+                        "headers": {
+                            "Retry-After": {
+                                "description": "Seconds to wait before retrying.",
+                                "schema": {"type": "integer"},
+                            }
+                        },
+                    },
+                },
+            }
+        },
+        "/api/agent/sessions": {
+            "get": {
+                "operationId": "listSessions",
+                "summary": "List eval sessions",
+                "tags": ["sessions"],
+                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "responses": {
+                    "200": _json("The sessions and counters.", ref("SessionList")),
+                    "403": FORBIDDEN,
+                },
+            }
+        },
+        "/api/agent/sessions/{name}": {
+            "parameters": [_session_name()],
+            "delete": {
+                "operationId": "deleteSession",
+                "summary": "Shut a session and its kernel down",
+                "description": "Its artifacts are removed with it; a call running in it is cancelled.",
+                "tags": ["sessions"],
+                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "responses": {
+                    "204": {"description": "Shut down."},
+                    "403": FORBIDDEN,
+                    "404": _error("No such session."),
+                },
+            },
+        },
+        "/api/agent/sessions/{name}/interrupt": {
+            "parameters": [_session_name()],
+            "post": {
+                "operationId": "interruptSession",
+                "summary": "Interrupt what a session is running",
+                "description": "The running call answers cancelled: true. No request body is needed "
+                "(any body is ignored).",
+                "tags": ["sessions"],
+                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "responses": {
+                    "200": _json("What was interrupted.", ref("InterruptResult")),
+                    "403": FORBIDDEN,
+                    "404": _error("No such session."),
+                },
+            },
+        },
+        "/api/agent/artifacts/{artifact_id}": {
+            "parameters": [
+                {
+                    "name": "artifact_id",
+                    "in": "path",
+                    "required": True,
+                    "description": "The artifact_id of a truncated cell result (also in its output's "
+                    "'Full: artifact://<id>' notice).",
+                    "schema": {"type": "string"},
+                }
+            ],
+            "get": {
+                "operationId": "readArtifact",
+                "summary": "The full output of a truncated cell",
+                "tags": ["eval"],
+                "x-authorization": {"resource": "kernels", "action": "read"},
+                "responses": {
+                    "200": {
+                        "description": "The full sanitized output text.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    "403": FORBIDDEN,
+                    "404": _error("No such artifact (artifacts go with their session, and expire)."),
+                },
+            },
+        },
+        "/api/agent/openapi.json": {
+            "get": {
+                "operationId": "getOpenAPI",
+                "summary": "This document",
+                "tags": ["meta"],
+                "responses": {
+                    "200": _json("The OpenAPI document.", {"type": "object"}),
+                    "403": FORBIDDEN,
+                },
+            }
+        },
+    }
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    return {
+        "openapi": OPENAPI_VERSION,
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "info": {
+            "title": "jupyter-agent-tools",
+            "version": __version__,
+            "description": DESCRIPTION,
+            "license": {"name": "BSD-3-Clause", "identifier": "BSD-3-Clause"},
+        },
+        "servers": [{"url": "/", "description": "The Jupyter server's base_url"}],
+        "security": [{"token": []}],
+        "tags": [
+            {"name": "notebooks", "description": "Read and change notebooks cell by cell."},
+            {"name": "eval", "description": "Run Python in kernel sessions."},
+            {"name": "sessions", "description": "Eval sessions and their kernels."},
+            {"name": "meta", "description": "The API contract."},
+        ],
+        "paths": _paths(),
+        "components": {
+            "schemas": copy.deepcopy(SCHEMAS),
+            "securitySchemes": {
+                "token": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "Authorization",
+                    "description": "'token <the server's token>' (or a logged-in browser session cookie "
+                    "plus the XSRF token on state-changing requests).",
+                }
+            },
+        },
+    }
+
+
+def openapi_document(base_url: str = "/") -> dict[str, Any]:
+    """A fresh copy of the document; ``servers`` names the server's ``base_url``."""
+    doc = copy.deepcopy(_document())
+    doc["servers"][0]["url"] = base_url or "/"
+    return doc
+
+
+def operations(doc: dict[str, Any] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every (METHOD, path, operation) of the document, in order."""
+    doc = doc or _document()
+    methods = ("get", "post", "put", "patch", "delete")
+    return [
+        (method.upper(), path, item[method])
+        for path, item in doc["paths"].items()
+        for method in methods
+        if method in item
+    ]

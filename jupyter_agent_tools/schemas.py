@@ -1,0 +1,546 @@
+"""JSON Schemas (2020-12) of every request and answer of the agent routes: the one source of truth.
+
+The OpenAPI document (:mod:`jupyter_agent_tools.openapi`) publishes these dicts as its
+``components/schemas``, and request bodies are validated against the very same dicts
+(:mod:`jupyter_agent_tools.validation`). Nothing here does I/O or imports Tornado.
+
+Request schemas are closed (``additionalProperties: false``): a field a route does not take is refused.
+Answer schemas are open: clients must ignore fields they do not know, so the server may add some.
+
+``x-errors`` (an OpenAPI extension, ignored by validators) holds the message a caller gets when the
+schema keyword of the same name fails there, e.g. ``{"pattern": "'session' must be ..."}``; templates may
+use ``{name}`` (the field), ``{value}``, ``{got}`` (the JSON type sent), ``{action}``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+REF = "#/components/schemas/"
+ACTIONS = ("edit", "insert", "delete", "move")
+CELL_TYPES = ("code", "markdown", "raw")
+EVAL_MODES = ("session", "per-call")
+CELL_STATUSES = ("complete", "error", "cancelled")
+SESSION_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+CELL_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+NO_NUL_PATTERN = r"^[^\x00]*$"
+KERNEL_NAME_PATTERN = r"^[A-Za-z0-9._-]*$"
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": REF + name}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` that also accepts ``null`` (meaning: not given)."""
+    out = dict(schema)
+    out["type"] = [schema["type"], "null"]
+    return out
+
+
+# ------------------------------------------------------------------------------ notebook edit requests
+
+_CELL_INDEX = {"type": "integer", "description": "0-based index of the cell."}
+_CELL_ID = {"type": "string", "description": "Address the cell by its id (nbformat >= 4.5) instead of index."}
+_CONTENT = {
+    "type": "string",
+    "description": "The new source. Stored as a list of lines: every line but the last keeps its '\\n'.",
+    "x-errors": {"required": "Content is required for {action} action"},
+}
+_CELL_TYPE = {"type": "string", "enum": list(CELL_TYPES)}
+_EXPECTED_HASH = {
+    "type": "string",
+    "description": "The 'hash' of an earlier answer: if the file changed since, 409 and nothing is applied.",
+    "x-errors": {"type": "'expected_hash' must be a string (the 'hash' of an earlier answer), got {got}"},
+}
+_ADDRESS = {
+    "anyOf": [{"required": ["cell_index"]}, {"required": ["cell_id"]}],
+}
+
+
+def _op(action: str, description: str, with_hash: bool) -> dict[str, Any]:
+    properties: dict[str, Any] = {"action": {"const": action}}
+    required = ["action"]
+    if action == "insert":
+        properties["cell_index"] = {
+            **_CELL_INDEX,
+            "description": "Where the new cell goes (0..N); default: at the end.",
+        }
+        properties["cell_id"] = {
+            "type": "string",
+            "pattern": CELL_ID_PATTERN,
+            "description": "The id of the new cell (nbformat >= 4.5); default: derived deterministically.",
+            "x-errors": {
+                "pattern": "'cell_id' for a new cell must be 1-64 characters of letters, digits, '-' or '_'"
+            },
+        }
+    else:
+        properties["cell_index"] = dict(_CELL_INDEX)
+        properties["cell_id"] = dict(_CELL_ID)
+    if action in ("edit", "insert"):
+        properties["content"] = dict(_CONTENT)
+        required.append("content")
+        properties["cell_type"] = {
+            **_CELL_TYPE,
+            "description": "insert: the new cell's type (default code); edit: convert the cell to it.",
+        }
+    if action == "move":
+        properties["to_index"] = {"type": "integer", "description": "The index the cell ends up at."}
+        required.append("to_index")
+    if with_hash:
+        properties["expected_hash"] = dict(_EXPECTED_HASH)
+    schema: dict[str, Any] = {
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    if action != "insert":
+        schema.update(copy.deepcopy(_ADDRESS))
+    return schema
+
+
+_OP_DESCRIPTIONS = {
+    "edit": "Replace a cell's source (outputs kept); with 'cell_type', convert the cell.",
+    "insert": "Insert a new cell.",
+    "delete": "Delete a cell; the answer's details.cellSource is the removed source.",
+    "move": "Move a cell so that it ends up at 'to_index'.",
+}
+
+
+def _discriminated(prefix: str, suffix: str, x_type: str) -> dict[str, Any]:
+    return {
+        "description": "One cell operation, chosen by 'action'.",
+        "oneOf": [ref(f"{prefix}{a.capitalize()}{suffix}") for a in ACTIONS],
+        "discriminator": {
+            "propertyName": "action",
+            "mapping": {a: REF + f"{prefix}{a.capitalize()}{suffix}" for a in ACTIONS},
+        },
+        "x-errors": {"type": x_type},
+    }
+
+
+NOTEBOOK_SCHEMAS: dict[str, Any] = {}
+for _action in ACTIONS:
+    # inside a batch (no expected_hash) and as the whole body (with expected_hash)
+    NOTEBOOK_SCHEMAS[f"{_action.capitalize()}Op"] = _op(_action, _OP_DESCRIPTIONS[_action], False)
+    NOTEBOOK_SCHEMAS[f"{_action.capitalize()}Request"] = _op(_action, _OP_DESCRIPTIONS[_action], True)
+NOTEBOOK_SCHEMAS["CellOp"] = _discriminated("", "Op", "must be a JSON object with an 'action' field")
+NOTEBOOK_SCHEMAS["NotebookOpRequest"] = _discriminated(
+    "", "Request", 'Request body must be a JSON object: one operation or {"ops": [...]}'
+)
+NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
+    "type": "object",
+    "description": "Several operations applied in order, atomically (all or none, one save).",
+    "properties": {
+        "ops": {
+            "type": "array",
+            "items": ref("CellOp"),
+            "minItems": 1,
+            "description": "1..max_ops_per_request (default 1000) operations.",
+            "x-errors": {
+                "type": "'ops' must be a non-empty array of operations",
+                "minItems": "'ops' must be a non-empty array of operations",
+            },
+        },
+        "expected_hash": dict(_EXPECTED_HASH),
+    },
+    "required": ["ops"],
+    "additionalProperties": False,
+    "x-errors": {
+        "additionalProperties": "unknown field {name!r} next to 'ops' (a batch takes only 'ops' and "
+        "'expected_hash'; put operation fields inside each op)"
+    },
+}
+NOTEBOOK_SCHEMAS["NotebookChangeRequest"] = {
+    "description": "One operation, or a batch ``{\"ops\": [...]}``: a body with 'ops' is a batch.",
+    "oneOf": [ref("NotebookOpRequest"), ref("NotebookBatchRequest")],
+}
+
+
+def notebook_request_schema(body: Any) -> str:
+    """Which branch of ``NotebookChangeRequest`` a body is meant as: a batch when it has ``ops``."""
+    return "NotebookBatchRequest" if isinstance(body, dict) and "ops" in body else "NotebookOpRequest"
+
+
+# ---------------------------------------------------------------------------------------- eval request
+
+EVAL_SCHEMAS: dict[str, Any] = {
+    "EvalCell": {
+        "type": "object",
+        "description": "One piece of Python code to run, with an optional title for the combined output.",
+        "properties": {
+            "code": {"type": "string"},
+            "title": _nullable({"type": "string", "description": "Heads the cell's block: [i/n] title."}),
+        },
+        "required": ["code"],
+        "additionalProperties": False,
+        "x-errors": {"type": 'must be an object like {"code": "1+1"}'},
+    },
+    "EvalRequest": {
+        "type": "object",
+        "description": "Run cells in a kernel session (or a kernel of its own, mode per-call).",
+        "properties": {
+            "cells": {
+                "type": "array",
+                "items": ref("EvalCell"),
+                "minItems": 1,
+                "description": "1..max_cells_per_request (default 100) cells, run in order; a failed cell "
+                "stops the call.",
+                "x-errors": {
+                    "required": '\'cells\' is required: a non-empty array of {"code": str, "title"?: str}',
+                    "type": '\'cells\' must be a non-empty array of {"code": str, "title"?: str}',
+                    "minItems": '\'cells\' must be a non-empty array of {"code": str, "title"?: str}',
+                },
+            },
+            "session": {
+                "type": "string",
+                "pattern": SESSION_NAME_PATTERN,
+                "default": "default",
+                "description": "The session (kernel) to run in.",
+                "x-errors": {
+                    "pattern": "'session' must be 1-64 characters of letters, digits, '.', '_' or '-'"
+                },
+            },
+            "mode": {
+                "type": "string",
+                "enum": list(EVAL_MODES),
+                "default": "session",
+                "description": "session: the named session's kernel; per-call: a fresh kernel, shut down "
+                "after.",
+            },
+            "reset": {
+                "type": "boolean",
+                "default": False,
+                "description": "Replace the session's kernel with a fresh one before the first cell.",
+            },
+            "timeout": {
+                "type": "number",
+                "default": 30,
+                "description": "Seconds for the whole call, clamped to 1..600; on expiry the kernel is "
+                "interrupted and the answer has timed_out: true.",
+                "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
+            },
+            "cwd": _nullable(
+                {
+                    "type": "string",
+                    "pattern": NO_NUL_PATTERN,
+                    "default": "",
+                    "description": "Working directory of the kernel: an existing directory, relative to the "
+                    "server root (not hidden). null or '': the root.",
+                    "x-errors": {
+                        "type": "'cwd' must be a path relative to the server root, got {got}",
+                        "pattern": "'cwd' must not contain NUL characters",
+                    },
+                }
+            ),
+            "env": _nullable(
+                {
+                    "type": "object",
+                    "description": "Environment variables set in the kernel (os.environ) at its start.",
+                    "propertyNames": {
+                        "pattern": ENV_NAME_PATTERN,
+                        "x-errors": {"pattern": "env: {value!r} is not a valid environment variable name"},
+                    },
+                    "additionalProperties": {
+                        "type": "string",
+                        "pattern": NO_NUL_PATTERN,
+                        "x-errors": {"pattern": "'{name}' must not contain NUL characters"},
+                    },
+                    "x-errors": {
+                        "type": "'env' must be an object of string keys to string values, got {got}"
+                    },
+                }
+            ),
+            "session_file": _nullable(
+                {
+                    "type": "string",
+                    "pattern": NO_NUL_PATTERN,
+                    "description": "Exported to the kernel as PI_SESSION_FILE.",
+                    "x-errors": {"pattern": "'session_file' must not contain NUL characters"},
+                }
+            ),
+            "kernel_name": _nullable(
+                {
+                    "type": "string",
+                    "pattern": KERNEL_NAME_PATTERN,
+                    "description": "Kernel spec to start (default: the server's default kernel).",
+                    "x-errors": {
+                        "pattern": "'kernel_name' must be a kernel spec name (letters, digits, '.', '_' "
+                        "or '-')"
+                    },
+                }
+            ),
+        },
+        "required": ["cells"],
+        "additionalProperties": False,
+        "x-errors": {"type": 'Request body must be a JSON object like {"cells": [{"code": "1+1"}]}'},
+    },
+}
+
+# -------------------------------------------------------------------------------------------- answers
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_STR_OR_NULL = {"type": ["string", "null"]}
+_INT_OR_NULL = {"type": ["integer", "null"]}
+
+
+def _obj(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties) if required is None else required,
+    }
+    schema.update(extra)
+    return schema
+
+
+ANSWER_SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {
+            "message": {"type": "string", "description": "What went wrong and what to fix."},
+            "reason": {"type": ["string", "null"], "description": "A short HTTP reason, often null."},
+            "traceback": {"type": "string", "description": "Only on a 500 (always empty)."},
+        },
+        required=["message", "reason"],
+        description="Every error answer.",
+    ),
+    # -- notebooks
+    "OutputSummary": _obj(
+        {
+            "output_type": {"type": "string"},
+            "name": {"type": "string", "description": "stream: stdout or stderr"},
+            "text": {
+                "type": "string",
+                "description": "stream text, or the bundle's markdown/plain text; "
+                "ANSI removed, truncated at summary_max_chars with a note",
+            },
+            "ename": {"type": "string"},
+            "evalue": {"type": "string"},
+            "traceback": {"type": "string", "description": "error: the traceback lines joined, ANSI removed"},
+            "execution_count": _INT_OR_NULL,
+            "data": {
+                "type": "array",
+                "description": "Other MIME types of a display/result, sorted: placeholders, and base64 "
+                "'data' of binary types when include_binary is set.",
+                "items": _obj(
+                    {"mime": _STR, "bytes": _INT_OR_NULL, "data": _STR}, required=["mime", "bytes"]
+                ),
+            },
+        },
+        required=["output_type"],
+        description="One output as an agent reads it (fields by output_type).",
+    ),
+    "NotebookCell": _obj(
+        {
+            "index": _INT,
+            "id": {**_STR_OR_NULL, "description": "null before nbformat 4.5"},
+            "cell_type": {"type": "string", "enum": list(CELL_TYPES)},
+            "source": {"type": "string", "description": "The source as one string."},
+            "execution_count": _INT_OR_NULL,
+            "outputs": {"type": "array", "items": ref("OutputSummary"), "description": "code cells only"},
+        },
+        required=["index", "id", "cell_type", "source", "execution_count"],
+    ),
+    "NotebookRead": _obj(
+        {
+            "path": _STR,
+            "nbformat": _INT,
+            "nbformat_minor": _INT,
+            "hash": {"type": "string", "description": "sha256 hex of the file's bytes: the expected_hash"},
+            "cells": {"type": "array", "items": ref("NotebookCell")},
+        },
+        description="A notebook as an agent reads it (values of a file that is not a valid notebook are "
+        "copied as stored).",
+    ),
+    "OpDetails": _obj(
+        {
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "cellIndex": _INT,
+            "cellId": _STR_OR_NULL,
+            "cellType": {"type": "string", "enum": list(CELL_TYPES)},
+            "totalCells": _INT,
+            "cellSource": {"type": "string", "description": "delete: the removed source"},
+            "previousCellType": {"type": "string", "description": "only for an edit that converted the cell"},
+            "fromIndex": {"type": "integer", "description": "only for move"},
+        },
+        required=["action", "cellIndex", "cellId", "cellType", "totalCells", "cellSource"],
+    ),
+    "NotebookChangeResult": _obj(
+        {
+            "message": {"type": "string", "description": "One line: what was done, and the cell count."},
+            "details": ref("OpDetails"),
+            "hash": {"type": "string", "description": "sha256 hex of the saved bytes: next expected_hash"},
+            "results": {
+                "type": "array",
+                "items": _obj({"message": _STR, "details": ref("OpDetails")}),
+                "description": "Every operation's message and details, in order.",
+            },
+        }
+    ),
+    # -- eval
+    "Display": {
+        "description": "A structured output: a JSON value, an image (base64; SVG as text), or a status.",
+        "oneOf": [ref("JsonDisplay"), ref("ImageDisplay"), ref("StatusDisplay")],
+        "discriminator": {
+            "propertyName": "type",
+            "mapping": {
+                "json": REF + "JsonDisplay",
+                "image": REF + "ImageDisplay",
+                "status": REF + "StatusDisplay",
+            },
+        },
+    },
+    "JsonDisplay": _obj({"type": {"const": "json"}, "data": {"description": "any JSON value"}}),
+    "ImageDisplay": _obj({"type": {"const": "image"}, "mime": _STR, "data": _STR}),
+    "StatusDisplay": _obj({"type": {"const": "status"}, "event": {"description": "any JSON value"}}),
+    "EvalError": _obj(
+        {
+            "ename": _STR,
+            "evalue": _STR,
+            "traceback": {"type": "array", "items": _STR, "description": "ANSI escapes removed"},
+        }
+    ),
+    "EvalCellResult": _obj(
+        {
+            "index": _INT,
+            "title": _STR_OR_NULL,
+            "status": {"type": "string", "enum": list(CELL_STATUSES)},
+            "output": {"type": "string", "description": "Visible text (tail kept past max_output_bytes)."},
+            "exit_code": {"type": "integer", "description": "0 complete, 1 error, 130 cancelled"},
+            "error": {"oneOf": [ref("EvalError"), {"type": "null"}]},
+            "displays": {"type": "array", "items": ref("Display")},
+            "duration_ms": _INT,
+            "stdin_requested": _BOOL,
+            "truncated": _BOOL,
+            "total_bytes": _INT,
+            "total_lines": _INT,
+            "output_bytes": _INT,
+            "output_lines": _INT,
+            "artifact_id": {**_STR_OR_NULL, "description": "GET /api/agent/artifacts/{id}: the full output"},
+        }
+    ),
+    "EvalResult": _obj(
+        {
+            "session": {**_STR_OR_NULL, "description": "null in per-call mode"},
+            "mode": {"type": "string", "enum": list(EVAL_MODES)},
+            "kernel_id": _STR_OR_NULL,
+            "cancelled": _BOOL,
+            "timed_out": _BOOL,
+            "restarted": _BOOL,
+            "error": {**_STR_OR_NULL, "description": "A call-level failure (e.g. restart limit), else null"},
+            "output": {"type": "string", "description": "The combined text for a model."},
+            "cells": {"type": "array", "items": ref("EvalCellResult"), "description": "The cells that ran."},
+        }
+    ),
+    "EvalEvent": {
+        "description": "One line of the application/x-ndjson stream; the last is 'result' (or 'error').",
+        "oneOf": [
+            ref(name)
+            for name in (
+                "CellStartEvent",
+                "ChunkEvent",
+                "DisplayEvent",
+                "CellEndEvent",
+                "HeartbeatEvent",
+                "RestartEvent",
+                "ResultEvent",
+                "ErrorEvent",
+            )
+        ],
+        "discriminator": {
+            "propertyName": "type",
+            "mapping": {
+                "cell_start": REF + "CellStartEvent",
+                "chunk": REF + "ChunkEvent",
+                "display": REF + "DisplayEvent",
+                "cell_end": REF + "CellEndEvent",
+                "heartbeat": REF + "HeartbeatEvent",
+                "restart": REF + "RestartEvent",
+                "result": REF + "ResultEvent",
+                "error": REF + "ErrorEvent",
+            },
+        },
+    },
+    "CellStartEvent": _obj({"type": {"const": "cell_start"}, "index": _INT, "title": _STR_OR_NULL}),
+    "ChunkEvent": _obj(
+        {
+            "type": {"const": "chunk"},
+            "index": _INT,
+            "name": {"type": "string", "description": "stdout, stderr, result, display or error"},
+            "text": {"type": "string", "description": "sanitized text, as it arrives"},
+        }
+    ),
+    "DisplayEvent": _obj({"type": {"const": "display"}, "index": _INT, "display": ref("Display")}),
+    "CellEndEvent": _obj(
+        {
+            "type": {"const": "cell_end"},
+            "index": _INT,
+            "status": {"type": "string", "enum": list(CELL_STATUSES)},
+            "exit_code": _INT,
+            "duration_ms": _INT,
+        }
+    ),
+    "HeartbeatEvent": _obj(
+        {"type": {"const": "heartbeat"}, "elapsed_ms": _INT},
+        description="Sent after stream_heartbeat_interval seconds of silence.",
+    ),
+    "RestartEvent": _obj(
+        {"type": {"const": "restart"}, "session": _STR, "message": _STR},
+        description="The kernel died during the call; it was restarted and the call runs again.",
+    ),
+    "ResultEvent": _obj(
+        {"type": {"const": "result"}, "result": ref("EvalResult")},
+        description="Last event: the same object as the application/json answer.",
+    ),
+    "ErrorEvent": _obj(
+        {"type": {"const": "error"}, "status": _INT, "message": _STR},
+        description="Last event when the call failed after the stream started (the HTTP status is "
+        "already 200): the status and message the JSON answer would have had.",
+    ),
+    # -- sessions and artifacts
+    "SessionInfo": _obj(
+        {
+            "name": _STR,
+            "kernel_id": _STR_OR_NULL,
+            "kernel_name": _STR_OR_NULL,
+            "mode": {"type": "string", "enum": list(EVAL_MODES)},
+            "created": {"type": "string", "format": "date-time"},
+            "last_used": {"type": "string", "format": "date-time"},
+            "busy": _BOOL,
+            "queue_depth": {"type": "integer", "description": "calls waiting for their turn"},
+            "restarts": _INT,
+            "executions": _INT,
+            "recoveries": {"type": "object", "additionalProperties": _INT},
+        },
+        required=["name", "kernel_id", "mode", "created", "last_used", "busy", "queue_depth", "restarts"],
+    ),
+    "SessionList": _obj(
+        {
+            "sessions": {"type": "array", "items": ref("SessionInfo")},
+            "totals": {
+                "type": "object",
+                "additionalProperties": _INT,
+                "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
+            },
+        }
+    ),
+    "InterruptResult": _obj(
+        {
+            "session": _STR,
+            "kernel_id": _STR_OR_NULL,
+            "interrupted": {
+                "type": "boolean",
+                "description": "true: a running call was cancelled (it answers cancelled: true); false: "
+                "nothing was running (the kernel was sent an interrupt anyway, if it has one).",
+            },
+        }
+    ),
+}
+
+SCHEMAS: dict[str, Any] = {**NOTEBOOK_SCHEMAS, **EVAL_SCHEMAS, **ANSWER_SCHEMAS}
