@@ -1,8 +1,12 @@
-"""Loads and saves notebooks through the server's contents manager and applies cell operations.
+"""Reads notebooks and applies cell operations: to the file, or to the live document of an open room.
 
 The contents manager confines paths to the server root, writes atomically, keeps checkpoints and may not
 be a local disk at all: the store never opens a file itself. Edits of one notebook are serialized by a
 per-path lock so that concurrent requests never lose each other's changes.
+
+When the notebook is open in a collaborative room (see :mod:`.live`), reads and edits go to the room's
+live document instead of the file, through the same pipeline: read -> check ``expected_hash`` ->
+:func:`apply_ops` -> validate -> write back (one Y transaction instead of one save).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from tornado.web import HTTPError
 
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
 from .format import content_hash, parse_notebook, serialize_notebook
+from .live import LiveDocuments, LiveNotebook
 from .operations import apply_ops, check_supported, parse_edit_request
 from .summary import summarize_notebook
 
@@ -58,8 +63,10 @@ class NotebookStore:
         log: logging.Logger | None = None,
         summary_max_chars: int = 2000,
         max_ops: int = 1000,
+        live: LiveDocuments | None = None,
     ):
         self.contents_manager = contents_manager
+        self.live = live
         self.log = log or logging.getLogger(__name__)
         self.summary_max_chars = summary_max_chars
         self.max_ops = max_ops
@@ -106,9 +113,22 @@ class NotebookStore:
         nb = parse_notebook(text, path)
         return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")))
 
+    async def open(self, path: str) -> LoadedNotebook | LiveNotebook:
+        """The notebook's live document when a collaborative room has it open, else its file.
+
+        For a live document there is no ``await`` between the read and the return, so a caller that
+        goes on without awaiting sees and edits exactly what it read.
+        """
+        path = await self._check_path(path)
+        if self.live is not None:
+            doc = await self.live.open(path)
+            if doc is not None:
+                return doc
+        return await self.load(path)
+
     async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
         """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
-        loaded = await self.load(path)
+        loaded = await self.open(path)
         return summarize_notebook(
             loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
         )
@@ -118,7 +138,8 @@ class NotebookStore:
         request = parse_edit_request(body, self.max_ops)
         path = await self._check_path(path)
         async with self._lock(path):
-            loaded = await self.load(path)
+            loaded = await self.open(path)
+            # No await from here to the write-back of a live document (see open()).
             if request.expected_hash is not None and request.expected_hash != loaded.hash:
                 raise Conflict(
                     f"Notebook changed since it was read: {path} (expected_hash "
@@ -127,9 +148,12 @@ class NotebookStore:
             check_supported(loaded.notebook, path)
             outcome = apply_ops(loaded.notebook, request.ops, id_seed=loaded.hash, batch=request.batch)
             validate_notebook(outcome.notebook, path)
-            text = serialize_notebook(outcome.notebook)
-            await self._save(path, text)
-            new_hash = content_hash(text.encode("utf-8"))
+            if isinstance(loaded, LiveNotebook):
+                new_hash = loaded.apply(outcome.notebook)
+            else:
+                text = serialize_notebook(outcome.notebook)
+                await self._save(path, text)
+                new_hash = content_hash(text.encode("utf-8"))
         return {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,

@@ -1,0 +1,326 @@
+"""Live notebooks: the shared document of a notebook open in a collaborative room.
+
+With jupyter-collaboration (the ``jupyter_server_ydoc`` extension) or jupyter-server-documents, a notebook
+that someone has open in JupyterLab lives in a Y document in the server. Writing its file makes the room
+reload from disk a moment later and drops what the person typed in between, so an edit must go into that
+document instead: the room then shows it to every client at once and autosaves it to disk.
+
+This module never imports either package (nor pycrdt or jupyter_ydoc): everything is found through the
+server's web application settings, and only when a room for the notebook exists. The cell operations are
+the same as for files (:func:`~.operations.apply_ops` on a notebook dict); :class:`LiveNotebook` turns the
+live document into that dict (exactly as the room would save it) and translates the edited dict back into
+the fewest Y operations, all in one transaction, leaving untouched cells alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import Conflict, Unavailable
+from .format import content_hash, join_source, serialize_notebook
+
+RTC_MODES = ("auto", "never")
+"""``auto``: edit the live document when a room is open, else the file. ``never``: always the file."""
+
+_KEY_YDOC = "jupyter_server_ydoc"
+_KEY_YROOM_MANAGER = "yroom_manager"
+_KEY_FILE_ID = "file_id_manager"
+
+
+def file_form(nb: dict[str, Any]) -> dict[str, Any]:
+    """``nb`` (as a shared document gives it) in the form nbformat writes to a file.
+
+    Multi-line strings become lists of lines and transient fields (cell ``metadata.trusted``, the
+    notebook's ``orig_nbformat`` and ``signature``) go, exactly as ``nbformat.writes`` does (it is what
+    the room's autosave uses), so :func:`serialize_notebook` of the result is the file the room would
+    write. ``nb`` is not modified.
+    """
+    from nbformat import from_dict
+    from nbformat.v4.rwbase import split_lines, strip_transient
+
+    node = strip_transient(split_lines(from_dict(copy.deepcopy(nb))))
+    return _plain(node)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def set_text(ytext: Any, old: str, new: str) -> None:
+    """Change a Y text from ``old`` to ``new`` by replacing only the span that differs.
+
+    Text before and after the change keeps its identity, so another user's cursor or concurrent typing
+    there is not disturbed. pycrdt indexes text by UTF-8 bytes.
+    """
+    if old == new:
+        return
+    limit = min(len(old), len(new))
+    start = 0
+    while start < limit and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < limit - start and old[len(old) - 1 - end] == new[len(new) - 1 - end]:
+        end += 1
+    removed = old[start : len(old) - end]
+    inserted = new[start : len(new) - end]
+    offset = _utf8_len(old[:start])
+    if removed:
+        del ytext[offset : offset + _utf8_len(removed)]
+    if inserted:
+        ytext.insert(offset, inserted)
+
+
+def longest_increasing(values: list[int]) -> set[int]:
+    """Positions in ``values`` of one longest strictly increasing subsequence."""
+    tails: list[int] = []  # position of the smallest tail of an increasing run of each length
+    previous: list[int] = [-1] * len(values)
+    for i, value in enumerate(values):
+        lo, hi = 0, len(tails)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if values[tails[mid]] < value:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo > 0:
+            previous[i] = tails[lo - 1]
+        if lo == len(tails):
+            tails.append(i)
+        else:
+            tails[lo] = i
+    keep: set[int] = set()
+    i = tails[-1] if tails else -1
+    while i >= 0:
+        keep.add(i)
+        i = previous[i]
+    return keep
+
+
+class LiveNotebook:
+    """One read of a live notebook, and the write-back of an edited version of it.
+
+    ``notebook``, ``text`` and ``hash`` describe the document exactly as the room would save it.
+    :meth:`apply` must follow the read without an ``await`` in between (the event loop is what applies
+    other users' changes), which the store guarantees; it checks the document's state vector anyway.
+    """
+
+    def __init__(self, path: str, ynotebook: Any, log: logging.Logger):
+        self.path = path
+        self.ynotebook = ynotebook
+        self.log = log
+        self.ydoc = ynotebook.ydoc
+        self._state = self.ydoc.get_state()
+        self.ycells = list(ynotebook.ycells)
+        self.notebook = self._read()
+        self.text = serialize_notebook(self.notebook)
+        self.hash = content_hash(self.text.encode("utf-8"))
+        cells = self.notebook["cells"]
+        # Where each cell of the edited notebook came from: apply_ops keeps untouched and moved cells as
+        # the same objects and builds an edited cell from a shallow copy (so it shares the metadata dict).
+        self._origin_by_cell = {id(cell): i for i, cell in enumerate(cells)}
+        self._origin_by_metadata = {
+            id(cell["metadata"]): i for i, cell in enumerate(cells) if isinstance(cell.get("metadata"), dict)
+        }
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            nb = self.ynotebook.get(deduplicate=False)
+        except TypeError:  # jupyter_ydoc < 3.1 has no deduplicate argument
+            nb = self.ynotebook.get()
+        if len(nb.get("cells", [])) != len(self.ycells):
+            raise Conflict(
+                f"The live notebook {self.path} has duplicate cell ids; reload it in JupyterLab and retry"
+            )
+        return file_form(nb)
+
+    def apply(self, new: dict[str, Any]) -> str:
+        """Make the live document equal ``new`` in one transaction; return the hash of the result."""
+        if self.ydoc.get_state() != self._state:
+            raise Conflict(f"The live notebook {self.path} changed during the edit; read it again and retry")
+        old_rest = {k: v for k, v in self.notebook.items() if k != "cells"}
+        new_rest = {k: v for k, v in new.items() if k != "cells"}
+        if old_rest != new_rest:  # the cell operations never change notebook metadata
+            raise RuntimeError("live notebook edit changed more than cells")
+        with self.ydoc.transaction():
+            self._apply_cells(new["cells"])
+        after = LiveNotebook(self.path, self.ynotebook, self.log)
+        expected = serialize_notebook(new)
+        if after.text != expected:
+            self.log.warning("Live notebook %s differs from the edited notebook after the update", self.path)
+        return after.hash
+
+    def _origin(self, cell: dict[str, Any], taken: set[int], ids: dict[str, int]) -> int | None:
+        origin = self._origin_by_cell.get(id(cell))
+        if origin is None and isinstance(cell.get("metadata"), dict):
+            origin = self._origin_by_metadata.get(id(cell["metadata"]))
+        if origin is None and isinstance(cell.get("id"), str):
+            origin = ids.get(cell["id"])
+        if origin is None or origin in taken:
+            return None
+        taken.add(origin)
+        return origin
+
+    def _apply_cells(self, new_cells: list[dict[str, Any]]) -> None:
+        old_cells = self.notebook["cells"]
+        ids = {c["id"]: i for i, c in enumerate(old_cells) if isinstance(c.get("id"), str)}
+        taken: set[int] = set()
+        origins = [self._origin(cell, taken, ids) for cell in new_cells]
+
+        # A kept cell is updated in place when only its source changed; anything else (another type,
+        # other outputs) replaces it, as JupyterLab does, since clients do not watch other keys.
+        in_place = [
+            origin is not None and self._same_but_source(old_cells[origin], cell)
+            for cell, origin in zip(new_cells, origins, strict=True)
+        ]
+        candidates = [pos for pos, ok in enumerate(in_place) if ok]
+        lis = longest_increasing([origins[pos] for pos in candidates])  # type: ignore[misc]
+        stable = {candidates[k] for k in lis}  # positions in new_cells whose ycell stays where it is
+        kept = {origins[pos] for pos in stable}
+
+        ycells = self.ynotebook.ycells
+        # 1. Sources of kept cells, while indexes are still those of the read.
+        for pos in sorted(stable):
+            origin = origins[pos]
+            assert origin is not None
+            old_source = join_source(old_cells[origin].get("source", ""))
+            new_source = join_source(new_cells[pos].get("source", ""))
+            if old_source != new_source:
+                set_text(ycells[origin]["source"], old_source, new_source)
+        # 2. Remove deleted, moved and replaced cells (moves are delete + insert: Yjs 13 clients, i.e.
+        #    JupyterLab 4, do not understand pycrdt's move).
+        raw_by_origin = {
+            i: self.ycells[i].to_py() for i in range(len(old_cells)) if i not in kept and i in origins
+        }
+        for i in sorted(set(range(len(old_cells))) - kept, reverse=True):
+            del ycells[i]
+        # 3. Insert new, moved and replaced cells at their final positions, in order.
+        for pos, cell in enumerate(new_cells):
+            if pos in stable:
+                continue
+            origin = origins[pos]
+            value = (
+                self._recreated(old_cells[origin], cell, raw_by_origin[origin])
+                if origin is not None
+                else cell
+            )
+            ycells.insert(pos, self.ynotebook.create_ycell(value))
+
+    @staticmethod
+    def _same_but_source(old: dict[str, Any], new: dict[str, Any]) -> bool:
+        if old is new:
+            return True
+        if old.keys() != new.keys():
+            return False
+        return all(old[k] == new[k] for k in old if k != "source")
+
+    @staticmethod
+    def _recreated(old: dict[str, Any], new: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
+        """The value for a re-created cell: what did not change keeps its live form (trusted flag,
+        outputs as the room holds them, the cell's id in a notebook that does not save ids)."""
+        value = {k: (raw[k] if k in raw and old.get(k) == v else v) for k, v in new.items()}
+        if "id" not in value and isinstance(raw.get("id"), str):
+            value["id"] = raw["id"]
+        old_meta, raw_meta = old.get("metadata"), raw.get("metadata")
+        if (
+            isinstance(value.get("metadata"), dict)
+            and isinstance(raw_meta, dict)
+            and "trusted" in raw_meta
+            and value["metadata"] is not raw_meta
+            and old_meta == new.get("metadata")
+        ):
+            value["metadata"] = raw_meta
+        return value
+
+
+class LiveDocuments:
+    """Finds the live document of a notebook through the server's settings; imports nothing."""
+
+    def __init__(
+        self,
+        settings: Callable[[], Mapping[str, Any]],
+        *,
+        mode: str = "auto",
+        log: logging.Logger | None = None,
+        ready_timeout: float = 10.0,
+    ):
+        self._settings = settings
+        self.mode = mode.lower()
+        self.log = log or logging.getLogger(__name__)
+        self.ready_timeout = ready_timeout
+
+    async def open(self, path: str) -> LiveNotebook | None:
+        """A read of the notebook's live document, or ``None`` when no room has it open.
+
+        Returns with no ``await`` between the read and the caller's next step.
+        """
+        if self.mode == "never":
+            return None
+        settings = self._settings()
+        api = settings.get(_KEY_YDOC)
+        file_ids = settings.get(_KEY_FILE_ID)
+        if api is None or file_ids is None or not hasattr(api, "get_document"):
+            return None
+        file_id = file_ids.get_id(path)  # never index(): that would record every notebook we touch
+        if not file_id:
+            return None
+        room_id = f"json:notebook:{file_id}"
+        manager = settings.get(_KEY_YROOM_MANAGER)
+        if manager is not None and not manager.has_room(room_id):
+            return None  # jupyter-server-documents: get_document would create the room
+        ynotebook = await api.get_document(room_id=room_id, copy=False)
+        if ynotebook is None or not hasattr(ynotebook, "ycells"):
+            return None
+        if not await self._wait_until_ready(api, room_id, path):
+            return None  # the room closed meanwhile: its document is no longer saved anywhere
+        return LiveNotebook(path, ynotebook, self.log)
+
+    async def _wait_until_ready(self, api: Any, room_id: str, path: str) -> bool:
+        """Wait while a jupyter-collaboration room loads or reloads its content from disk.
+
+        Between its creation and its first load a room's document is empty, and a reload from disk
+        replaces the cells in a transaction that spans awaits: an edit must not read or write meanwhile.
+        Returns whether the room still exists (always ``True`` when rooms cannot be inspected, as with
+        jupyter-server-documents, whose ``get_document`` returns only once the room has loaded).
+        """
+        server = getattr(api, "ywebsocket_server", None)
+        rooms = getattr(server, "rooms", None)
+        if not isinstance(rooms, Mapping):
+            return True
+        deadline = time.monotonic() + self.ready_timeout
+        while True:
+            room = rooms.get(room_id)
+            if room is None:
+                return False
+            if self._ready(room):
+                return True
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"The live notebook {path} is still loading in its collaborative room; retry",
+                    retry_after=1,
+                )
+            await asyncio.sleep(0.02)
+
+    @staticmethod
+    def _ready(room: Any) -> bool:
+        if not getattr(room, "ready", True):
+            return False
+        lock = getattr(room, "_update_lock", None)
+        if lock is not None and lock.locked():
+            return False
+        loaded = getattr(room, "_document_progressively_loaded", None)
+        return not (
+            getattr(room, "_document_load_progressively", False) and loaded is not None and not loaded.done()
+        )

@@ -1,0 +1,326 @@
+"""Live edits of notebooks open in a real jupyter-collaboration room (no mocks).
+
+The server runs jupyter_server_ydoc (and the file id service it needs) next to our extension; a simulated
+JupyterLab client (``rtc_client.RoomClient``) holds the notebook open over the real websocket and sync
+protocol. The agent's edits must reach that client without a reload, keep what the person typed, reach the
+file through the room's autosave, and answer exactly as an edit of the file would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
+
+from rtc_client import RoomClient, until
+
+SAVE_DELAY = 0.2
+
+
+@pytest.fixture
+def save_delay() -> float | None:
+    return SAVE_DELAY
+
+
+@pytest.fixture
+def rtc_mode() -> str:
+    return "auto"
+
+
+@pytest.fixture
+def jp_server_config(jp_root_dir: Path, save_delay: float | None, rtc_mode: str) -> dict[str, Any]:
+    state = jp_root_dir.parent / "rtc-state"
+    state.mkdir(exist_ok=True)
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {
+                "jupyter_agent_tools": True,
+                "jupyter_server_ydoc": True,
+                "jupyter_server_fileid": True,
+            }
+        },
+        "AgentToolsApp": {"rtc_mode": rtc_mode},
+        "YDocExtension": {
+            "document_save_delay": save_delay,
+            "file_poll_interval": 0.2,
+            "session_store_path": str(state / "sessions.json"),
+        },
+        "SQLiteYStore": {"db_path": str(state / "ystore.db")},
+        "BaseFileIdManager": {"db_path": str(state / "fileid.db")},
+    }
+
+
+@pytest.fixture
+def connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, jp_asyncio_loop):
+    """Open the notebook in a simulated JupyterLab client; clients close before the server stops."""
+    clients: list[RoomClient] = []
+
+    async def _connect(path: str) -> RoomClient:
+        client = await RoomClient.connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, path)
+        clients.append(client)
+        return client
+
+    yield _connect
+    for client in clients:
+        jp_asyncio_loop.run_until_complete(client.close())
+
+
+def sample(minor: int = 5) -> nbformat.NotebookNode:
+    """A notebook as JupyterLab saves one (kernelspec and language_info set, so the room adds nothing)."""
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# Live notebook\n\nText."),
+            new_code_cell(
+                "a = 1\nb = 2\nprint(a + b)",
+                execution_count=1,
+                outputs=[new_output("stream", name="stdout", text="3\n")],
+            ),
+            new_code_cell("x = 'ünïcödé ✓'\nx", execution_count=2),
+            new_code_cell("last = True"),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    )
+    nb.nbformat_minor = minor
+    for i, cell in enumerate(nb.cells):
+        if minor >= 5:
+            cell.id = f"cell-{i}"
+        else:
+            cell.pop("id", None)
+    return nb
+
+
+def write(root: Path, name: str, nb: nbformat.NotebookNode) -> Path:
+    path = root / name
+    path.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+    return path
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_client_sees_agent_insert_without_reload(jp_root_dir, api, connect):
+    path = write(jp_root_dir, "live.ipynb", sample())
+    file_hash = sha(path)
+    client = await connect("live.ipynb")
+    events: list[Any] = []
+    client.notebook.ycells.observe(lambda event: events.append(event.delta))
+
+    status, read = await api("GET", "notebooks", "live.ipynb")
+    assert status == 200
+    assert read["hash"] == file_hash  # nothing typed yet: the live document serializes to the file's bytes
+
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        "live.ipynb",
+        body={"action": "insert", "cell_index": 1, "content": "print('agent')"},
+    )
+    assert status == 200, answer
+    assert answer["message"] == "Inserted code cell at index 1. Notebook now has 5 cells."
+    await until(lambda: "print('agent')" in client.sources(), "the client to see the inserted cell")
+    assert client.sources()[1] == "print('agent')"
+    assert client.cell_ids()[1] == answer["details"]["cellId"]
+    # One array change, an insert after the first cell: the other cells were not rewritten.
+    assert len(events) == 1
+    assert events[0][0] == {"retain": 1}
+    assert len(events[0][1]["insert"]) == 1 and len(events[0]) == 2
+
+    status, again = await api("GET", "notebooks", "live.ipynb")
+    assert again["hash"] == answer["hash"]
+
+
+async def test_live_answer_equals_file_answer(jp_root_dir, api, connect):
+    """Same batch on the same notebook, once live and once as a file: same answer, same bytes in the end."""
+    for minor in (5, 4):
+        live_name, file_name = f"live{minor}.ipynb", f"file{minor}.ipynb"
+        live_path = write(jp_root_dir, live_name, sample(minor))
+        file_path = write(jp_root_dir, file_name, sample(minor))
+        client = await connect(live_name)
+        batch = {
+            "ops": [
+                {"action": "move", "cell_index": 0, "to_index": 3},
+                {"action": "edit", "cell_index": 0, "content": "a = 1\nb = 3\nprint(a + b)"},
+                {"action": "edit", "cell_index": 1, "content": "converted", "cell_type": "markdown"},
+                {"action": "insert", "cell_index": 2, "content": "## new", "cell_type": "markdown"},
+                {"action": "delete", "cell_index": 3},
+                {"action": "insert", "content": "appended = 1"},
+            ]
+        }
+        if minor >= 5:
+            batch["ops"].append({"action": "insert", "cell_index": 0, "content": "first", "cell_id": "mine"})
+        status, live = await api("POST", "notebooks", live_name, body=batch)
+        assert status == 200, live
+        status, expected = await api("POST", "notebooks", file_name, body=batch)
+        assert status == 200, expected
+        assert live == expected
+        assert expected["hash"] == sha(file_path)
+        # The room saves the live document; the file then has exactly the bytes the file edit wrote.
+        await until(
+            lambda p=live_path, h=expected["hash"]: sha(p) == h, f"nbformat 4.{minor} file to converge"
+        )
+        assert live_path.read_bytes() == file_path.read_bytes()
+        final = nbformat.reads(file_path.read_text(), as_version=4)
+        assert client.sources() == [cell.source for cell in final.cells]
+        # The moved and edited code cell kept its outputs in the live document too.
+        moved = next(c for c in client.notebook.ycells if str(c["source"]).startswith("a = 1"))
+        assert moved["outputs"].to_py()[0]["text"] == "3\n"
+
+
+async def test_edit_changes_only_the_edited_text(jp_root_dir, api, connect):
+    write(jp_root_dir, "text.ipynb", sample())
+    client = await connect("text.ipynb")
+    changes: list[Any] = []
+    client.notebook.ycells.observe_deep(lambda events: changes.extend((e.path, e.delta) for e in events))
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        "text.ipynb",
+        body={"action": "edit", "cell_id": "cell-2", "content": "x = 'ünïcödé ✗'\nx"},
+    )
+    assert status == 200, answer
+    await until(lambda: client.sources()[2] == "x = 'ünïcödé ✗'\nx", "the edit to arrive")
+    # A single text change in cell 2's source, replacing one character: no cell was replaced.
+    # (pycrdt counts text positions in UTF-8 bytes.)
+    kept = len("x = 'ünïcödé ".encode())
+    assert changes == [([2, "source"], [{"retain": kept}, {"delete": len("✓".encode())}, {"insert": "✗"}])]
+
+
+async def test_person_edit_just_before_agent_edit_is_kept(jp_root_dir, api, connect):
+    path = write(jp_root_dir, "both.ipynb", sample())
+    client = await connect("both.ipynb")
+    # The person types at the end of the first cell; the agent edits another cell and inserts one, at once.
+    client.type_at_end(0, "\nTyped by a person.")
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        "both.ipynb",
+        body={
+            "ops": [
+                {"action": "edit", "cell_id": "cell-3", "content": "last = False"},
+                {"action": "insert", "cell_index": 1, "content": "agent = 1"},
+            ]
+        },
+    )
+    assert status == 200, answer
+
+    def merged(sources: list[str]) -> bool:
+        return (
+            sources[0].endswith("Typed by a person.") and "agent = 1" in sources and "last = False" in sources
+        )
+
+    await until(lambda: merged(client.sources()), "the client to hold both edits")
+    status, read = await api("GET", "notebooks", "both.ipynb")
+    assert merged([cell["source"] for cell in read["cells"]])
+
+    def saved() -> bool:
+        nb = nbformat.reads(path.read_text(), as_version=4)
+        return merged([cell.source for cell in nb.cells])
+
+    await until(saved, "the file to hold both edits")
+
+
+@pytest.mark.parametrize("save_delay", [None])  # the room never saves: what GET shows is unsaved
+async def test_get_reads_unsaved_edits_and_stale_hash_is_409(jp_root_dir, api, connect):
+    path = write(jp_root_dir, "stale.ipynb", sample())
+    on_disk = path.read_bytes()
+    client = await connect("stale.ipynb")
+    status, before = await api("GET", "notebooks", "stale.ipynb")
+    assert status == 200
+
+    client.type_at_end(1, "\n# a person's unsaved line")
+
+    async def person_visible() -> Any:
+        _, read = await api("GET", "notebooks", "stale.ipynb")
+        return read if read["cells"][1]["source"].endswith("# a person's unsaved line") else None
+
+    now = await until(person_visible, "GET to show the person's unsaved edit")
+    assert now["hash"] != before["hash"]
+    assert path.read_bytes() == on_disk  # unsaved indeed
+
+    status, error = await api(
+        "POST",
+        "notebooks",
+        "stale.ipynb",
+        body={"action": "edit", "cell_index": 1, "content": "overwritten", "expected_hash": before["hash"]},
+    )
+    assert status == 409, error
+    assert before["hash"] in error["message"] and now["hash"] in error["message"]
+    assert client.sources()[1].endswith("# a person's unsaved line")
+
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        "stale.ipynb",
+        body={"action": "edit", "cell_index": 3, "content": "agent", "expected_hash": now["hash"]},
+    )
+    assert status == 200, answer
+    await until(lambda: client.sources()[3] == "agent", "the guarded edit to arrive")
+    assert client.sources()[1].endswith("# a person's unsaved line")
+
+
+async def test_errors_are_those_of_the_file_path(jp_root_dir, api, connect):
+    path = write(jp_root_dir, "errors.ipynb", sample())
+    client = await connect("errors.ipynb")
+    bad = {"ops": [{"action": "insert", "content": "ok"}, {"action": "delete", "cell_index": 99}]}
+    status, error = await api("POST", "notebooks", "errors.ipynb", body=bad)
+    assert status == 400
+    assert error["message"].startswith("ops[1]: Cell index 99 is out of range for delete")
+    status, error = await api(
+        "POST", "notebooks", "errors.ipynb", body={"action": "edit", "cell_id": "nope", "content": ""}
+    )
+    assert (status, error["message"]) == (400, "Cell id 'nope' not found in notebook")
+    assert len(client.sources()) == 4
+    status, read = await api("GET", "notebooks", "errors.ipynb")
+    assert read["hash"] == sha(path)  # nothing was applied to the live document
+
+
+@pytest.mark.parametrize("rtc_mode", ["NEVER"])  # caseless
+async def test_rtc_mode_never_writes_the_file(jp_root_dir, api, connect, jp_serverapp):
+    path = write(jp_root_dir, "never.ipynb", sample())
+    client = await connect("never.ipynb")
+    app = jp_serverapp.extension_manager.extension_apps["jupyter_agent_tools"]
+    assert {a.rtc_mode for a in app} == {"never"}
+    status, answer = await api(
+        "POST", "notebooks", "never.ipynb", body={"action": "insert", "content": "to disk"}
+    )
+    assert status == 200, answer
+    # Written through the contents manager before the answer, as without collaboration.
+    assert sha(path) == answer["hash"]
+    assert nbformat.reads(path.read_text(), as_version=4).cells[-1].source == "to disk"
+    # The room notices the file changed and reloads it.
+    await until(lambda: client.sources()[-1] == "to disk", "the room to reload the file")
+
+
+async def test_notebook_without_room_is_edited_on_disk(jp_root_dir, api):
+    path = write(jp_root_dir, "closed.ipynb", sample())
+    status, answer = await api(
+        "POST", "notebooks", "closed.ipynb", body={"action": "insert", "content": "disk"}
+    )
+    assert status == 200
+    assert sha(path) == answer["hash"]
+
+
+def test_nothing_from_rtc_is_imported_without_a_room():
+    code = (
+        "import sys, jupyter_agent_tools.app, jupyter_agent_tools.notebook.store\n"
+        "bad = [m for m in ('pycrdt', 'jupyter_ydoc', 'jupyter_server_ydoc', 'jupyter_server_documents') "
+        "if m in sys.modules]\n"
+        "print(json.dumps(bad))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(out) == []
