@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from jupyter_core.utils import ensure_async
 
 from ..errors import AgentToolsError, BadRequest
 from .connection import KernelConnection, LocalKernelConnection
-from .recovery import check_fd_headroom, http_message, http_status, is_fd_exhaustion
+from .recovery import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ class KernelService:
         try:
             return await self._launch_once(kernel_name, cwd)
         except Exception as e:
+            self._raise_if_out_of_descriptors(e)
             status = http_status(e)
             if is_fd_exhaustion(e) or status is None or status < 500:
                 raise self._translate(e) from e
@@ -81,7 +83,25 @@ class KernelService:
         try:
             return await self._launch_once(kernel_name, cwd)
         except Exception as e:
+            self._raise_if_out_of_descriptors(e)
             raise self._translate(e, retried=True) from e
+
+    def _raise_if_out_of_descriptors(self, exc: Exception) -> None:
+        """Treat a local start failure as EMFILE when descriptors are nearly exhausted.
+
+        Measured here: with the server's descriptors exhausted, libzmq does not raise, the new client's
+        sockets silently fail to connect and the start times out ("Kernel didn't respond"). Only the
+        descriptor count tells what really happened.
+        """
+        if self.gateway or is_fd_exhaustion(exc):
+            return
+        usage = fd_usage()
+        if usage is not None and usage.headroom < max(self.fd_headroom, 16):
+            raise OSError(
+                errno.EMFILE,
+                f"Too many open files: the kernel start failed ({type(exc).__name__}: {exc}) with "
+                f"{usage.describe()}",
+            ) from exc
 
     def _translate(self, exc: Exception, retried: bool = False) -> Exception:
         """An expected start failure as an error with a status; EMFILE and unknown errors unchanged."""

@@ -206,6 +206,11 @@ class EvalService:
                 if not is_fd_exhaustion(second):
                     raise
                 usage = fd_usage()
+                self.sessions.log.warning(
+                    "agent session %r: kernel start failed again after the EMFILE recovery: %s",
+                    session.name,
+                    second,
+                )
                 raise Unavailable(
                     "The server is out of file descriptors and could not start a kernel, even after "
                     f"shutting down {len(released)} idle agent session(s): "
