@@ -162,3 +162,13 @@ class TestManagerRestart:
         assert result["restarted"] is True and BY_MANAGER in result["output"]
         assert result["cells"][0]["output"] == "here 1\n"
         assert result["kernel_id"] == first["kernel_id"]  # the manager restarted the same kernel
+
+
+async def test_failed_execute_counts_as_kernel_loss(evaluate, jp_serverapp):
+    """A connection that can no longer send (here: its channels were stopped under it) is recovered."""
+    await evaluate("y = 2", session="broken-conn")
+    session = agent_app(jp_serverapp).eval_service.sessions.get("broken-conn")
+    await session.connection.close()
+    result = await evaluate("print('y' in globals())", session="broken-conn")
+    assert result["restarted"] is True
+    assert result["cells"][0]["output"] == "False\n"

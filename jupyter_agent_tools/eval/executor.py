@@ -145,7 +145,11 @@ async def run_cell(
     started = time.monotonic()
     run = _Run(conn, index, sink, emit)
     drain(conn.messages)
-    run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
+    try:
+        run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
+    except Exception:  # the connection is gone (closed websocket, stopped channels): the kernel is lost
+        run.result.kernel_died = True
+        return _finish(run, limits, started)
     interrupted_at: float | None = None
     last_alive_check = loop.time()
     cancel_wait = asyncio.ensure_future(cancel.wait())
