@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -31,8 +32,37 @@ def run(*args: str | os.PathLike[str], **kwargs: object) -> None:
     subprocess.run([str(a) for a in args], check=True, **kwargs)  # type: ignore[call-overload]
 
 
+def ensure_chromium() -> None:
+    """Install Debian's chromium for the browser test when it is missing and we may (root with apt-get).
+
+    Playwright drives this system browser; its own browser download is never used. Without chromium the
+    browser test skips and says why.
+    """
+    if Path("/usr/bin/chromium").exists() or os.name != "posix" or os.geteuid() != 0:
+        return
+    apt = shutil.which("apt-get")
+    if apt is None:
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        run(apt, "update", "-qq", env=env, stdout=subprocess.DEVNULL)
+        run(
+            apt,
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "chromium",
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+    except subprocess.CalledProcessError as e:
+        print(f"warning: could not install chromium ({e}); the browser test will be skipped", flush=True)
+
+
 def ensure_env() -> None:
     """Create the virtualenv and install the package with its test extras when needed."""
+    ensure_chromium()
     stamp = VENV / ".agent-tools-installed"
     wanted = hashlib.sha256((HERE / "pyproject.toml").read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text() == wanted and PYTHON.exists():

@@ -1,0 +1,226 @@
+"""End to end in a real browser: JupyterLab with real-time collaboration shows an agent's edit live.
+
+A real ``jupyter lab`` process (jupyter-collaboration's server and frontend extensions, our extension)
+serves a notebook that headless Debian Chromium, driven by Playwright, has open. The person types into a
+cell and, right after, the agent inserts a cell through ``POST /api/agent/notebooks/{path}``: the cell's
+text must appear in the page with no reload, the person's typing must survive, and the room must save both.
+A screenshot is saved as ``test-artifacts/rtc_live_insert.png``.
+
+Chromium comes from the system (``apt-get install chromium``, done by ``python3 dev.py test`` when run as
+root); Playwright's own browser download is never used. The test is skipped only when no Chromium exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+pytest.importorskip("jupyterlab", reason="jupyterlab (from jupyter-collaboration) is not installed")
+pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+CHROMIUM = os.environ.get("AGENT_TOOLS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+INSERTED = "inserted by the agent"
+
+pytestmark = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK),
+    reason=f"no Chromium at {CHROMIUM} (python3 dev.py test installs Debian's chromium when run as root)",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def http(method: str, url: str, token: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Authorization": f"token {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+@pytest.fixture
+def lab(tmp_path: Path):
+    """A ``jupyter lab`` subprocess on 127.0.0.1 with a token, all its state under ``tmp_path``."""
+    root = tmp_path / "root"
+    root.mkdir()
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {
+                    "jpserver_extensions": {
+                        "jupyterlab": True,
+                        "jupyter_server_fileid": True,
+                        "jupyter_server_ydoc": True,
+                        "jupyter_agent_tools": True,
+                    }
+                },
+                "YDocExtension": {
+                    "document_save_delay": 0.5,
+                    "session_store_path": str(tmp_path / "sessions.json"),
+                },
+                "SQLiteYStore": {"db_path": str(tmp_path / "ystore.db")},
+                "BaseFileIdManager": {"db_path": str(tmp_path / "fileid.db")},
+            }
+        )
+    )
+    token = secrets.token_hex(16)
+    port = free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config_dir),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
+    }
+    log = (tmp_path / "lab.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--no-browser",
+            "--allow-root",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http("GET", f"{base}/api/status", token, timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"jupyter lab did not start:\n{(tmp_path / 'lab.log').read_text()[-3000:]}"
+                )
+            time.sleep(0.1)
+        yield {"base": base, "token": token, "root": root, "log": tmp_path / "lab.log"}
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path) -> None:
+    nb = new_notebook(
+        cells=[new_markdown_cell("# Shared notebook"), new_code_cell("value = 1")],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    )
+    nbformat.write(nb, str(lab["root"] / "shared.ipynb"))
+    base, token = lab["base"], lab["token"]
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],  # Playwright gives every launch a fresh temporary profile (--user-data-dir)
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            synced: list[str] = []
+
+            def on_websocket(ws: Any) -> None:
+                if "/api/collaboration/room/json:notebook:" in ws.url:
+                    # The room sends its content only once it is loaded: a frame means it is live.
+                    ws.on("framereceived", lambda _frame: synced.append(ws.url))
+
+            page.on("websocket", on_websocket)
+            page.goto(f"{base}/lab/tree/shared.ipynb?reset&token={token}", timeout=90_000)
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+            page.wait_for_function(
+                "() => document.querySelector('.jp-Notebook')?.innerText.includes('value = 1')",
+                timeout=60_000,
+            )
+            deadline = time.monotonic() + 60
+            while not synced:
+                assert time.monotonic() < deadline, "the notebook never joined its collaborative room"
+                page.wait_for_timeout(50)
+            page.evaluate("() => { window.__agentToolsMarker = 'not reloaded'; }")
+            cells_before = page.locator(".jp-Notebook .jp-Cell").count()
+            # The person types into the code cell (unsaved) right before the agent's request.
+            page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".cm-content").click()
+            page.keyboard.press("End")
+            page.keyboard.type("23")
+
+            status, answer = http(
+                "POST",
+                f"{base}/api/agent/notebooks/shared.ipynb",
+                token,
+                body={"action": "insert", "cell_index": 1, "content": f"print('{INSERTED}')"},
+            )
+            assert status == 200, answer
+
+            page.wait_for_function(
+                f"() => document.querySelector('.jp-Notebook')?.innerText.includes({INSERTED!r})",
+                timeout=30_000,
+            )
+            assert page.evaluate("() => window.__agentToolsMarker") == "not reloaded"
+            assert page.locator(".jp-Notebook .jp-Cell").count() == cells_before + 1
+            second = page.locator(".jp-Notebook .jp-Cell").nth(1).inner_text()
+            assert INSERTED in second
+            assert "value = 123" in page.locator(".jp-Notebook .jp-Cell").nth(2).inner_text()
+            page.screenshot(path=str(ARTIFACTS / "rtc_live_insert.png"))
+        finally:
+            browser.close()
+
+    # The room saves the live document, with the person's typing and the agent's cell, to the file.
+    deadline = time.monotonic() + 30
+    while True:
+        sources = [c.source for c in nbformat.read(str(lab["root"] / "shared.ipynb"), as_version=4).cells]
+        if sources == ["# Shared notebook", f"print('{INSERTED}')", "value = 123"]:
+            break
+        assert time.monotonic() < deadline, f"the file never got both edits: {sources}"
+        time.sleep(0.1)
