@@ -419,3 +419,24 @@ async def test_descriptors_do_not_grow_over_200_evals(evaluate):
         await evaluate("1+1", session="fd")
     after = len(os.listdir("/proc/self/fd"))
     assert after - before <= 5, (before, after)
+
+
+async def test_delete_during_run_leaves_no_kernel(evaluate, api, jp_serverapp):
+    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    await evaluate("1", session="gone")
+    running = asyncio.ensure_future(evaluate("import time; time.sleep(30)", session="gone", timeout=60))
+    waiting = asyncio.ensure_future(evaluate("print('queued')", session="gone", timeout=60))
+    for _ in range(100):
+        _, listing = await api("GET", "sessions")
+        if any(s["busy"] for s in listing["sessions"] if s["name"] == "gone"):
+            break
+        await asyncio.sleep(0.1)
+    status, _ = await api("DELETE", "sessions", "gone")
+    assert status == 204
+    result = await running
+    assert result["cancelled"] is True
+    queued = await waiting  # the queued call runs on a fresh session of the same name
+    assert queued["output"] == "queued\n"
+    status, _ = await api("DELETE", "sessions", "gone")
+    assert status == 204
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before

@@ -128,7 +128,7 @@ class LocalKernelConnection:
     async def is_alive(self) -> bool:
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
-        except KeyError:
+        except Exception:  # KeyError, or jupyter_server's HTTPError(404) once the kernel is removed
             return False
         try:
             return bool(await ensure_async(kernel.is_alive()))

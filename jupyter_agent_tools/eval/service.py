@@ -130,20 +130,27 @@ class EvalService:
     async def _run_session(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event
     ) -> dict[str, Any]:
-        session = await self.sessions.acquire(request.session)
-        session.waiting += 1
-        try:
-            acquired = await self._wait_turn(session, cancel)
-        finally:
-            session.waiting -= 1
-        if not acquired:
-            return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
+        while True:
+            session = await self.sessions.acquire(request.session)
+            session.waiting += 1
+            try:
+                acquired = await self._wait_turn(session, cancel)
+            finally:
+                session.waiting -= 1
+            if not acquired:
+                return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
+            if not session.closed:
+                break
+            session.lock.release()  # shut down while we waited: take the session's successor
         try:
             session.busy, session.cancel = True, cancel
             return await self._run_locked(session, request, cwd, emit, cancel)
         finally:
             session.busy, session.cancel = False, None
             session.last_used = time.time()
+            if session.closed and session.kernel_id is not None:
+                # DELETE /sessions/{name} (or eviction) happened during the run: nothing may outlive it.
+                await self.sessions.stop_kernel(session)
             session.lock.release()
 
     async def _wait_turn(self, session: KernelSession, cancel: asyncio.Event) -> bool:
@@ -321,14 +328,20 @@ class EvalService:
         while True:
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             last = cells[-1][1] if cells else None
-            if last is not None and last.cancelled and not last.settled and not last.kernel_died:
+            if (
+                last is not None
+                and last.cancelled
+                and not last.settled
+                and not last.kernel_died
+                and not session.closed
+            ):
                 self.sessions.record(
                     session, "wedged_restarts", "kernel did not settle after an interrupt; restarting it"
                 )
                 session.restarts += 1
                 await self._replace_kernel(session, request)
                 await self._ensure_init(session, request, cwd)
-            if last is None or not last.kernel_died or cancel.is_set():
+            if last is None or not last.kernel_died or cancel.is_set() or session.closed:
                 break
             if restarts_this_call >= 1:
                 self.sessions.record(session, "restart_limit", "kernel died again after a restart")
