@@ -118,8 +118,9 @@ def jupyter_server(
         token = secrets.token_hex(16)
         port = free_port()
         profiler: list[str] = []
+        session_path = tmp_path / "server.pyisession"
         if profile_to is not None:
-            profiler = ["-m", "pyinstrument", "-r", "text", "--show-all", "-o", str(profile_to)]
+            profiler = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(session_path)]
         cmd = [
             sys.executable,
             *profiler,
@@ -156,6 +157,32 @@ def jupyter_server(
             yield server
         finally:
             _stop(process, timeout=120 if profile_to is not None else 15)
+            if profile_to is not None and session_path.exists():
+                write_profile_summary(session_path, profile_to)
+
+
+def write_profile_summary(session_path: Path, out: Path, threshold: float = 0.01) -> None:
+    """Render a pyinstrument session of the server as text: the busiest functions by own time, then the
+    call tree of the event loop's work with frames under ``threshold`` of the total hidden."""
+    from pyinstrument.renderers import ConsoleRenderer
+    from pyinstrument.session import Session
+
+    session = Session.load(str(session_path))
+    options = {"filter_threshold": threshold}
+    flat = ConsoleRenderer(flat=True, show_all=True, processor_options=options, unicode=True)
+    tree = ConsoleRenderer(show_all=True, processor_options=options, unicode=True, short_mode=False)
+    out.write_text(
+        "Profile of the Jupyter server process (pyinstrument, main thread, wall-clock samples; idle time in "
+        "the event loop shows as select/epoll).\n\n"
+        "== Functions by own time ==\n"
+        + _head(flat.render(session), 60)
+        + "\n\n== Call tree ==\n"
+        + tree.render(session)
+    )
+
+
+def _head(text: str, lines: int) -> str:
+    return "\n".join(text.splitlines()[:lines])
 
 
 def _wait_ready(server: Server, timeout: float) -> None:
@@ -228,11 +255,14 @@ async def _sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-async def raw_execute(kc: Any, code: str, timeout: float = 600.0) -> tuple[dict[str, Any], int]:
+async def raw_execute(
+    kc: Any, code: str, timeout: float = 600.0, stats: dict[str, int] | None = None
+) -> tuple[dict[str, Any], int]:
     """Execute ``code`` and wait for both ``status: idle`` (iopub) and the ``execute_reply`` (shell).
 
     iopub is drained as messages arrive; returns the reply's content and the UTF-8 bytes of stream text
-    seen. This is the floor an eval is compared to: send, reply, idle, and nothing else.
+    seen. This is the floor an eval is compared to: send, reply, idle, and nothing else. ``stats`` (if
+    given) gets the number of stream messages and the largest one's text bytes.
     """
     msg_id = kc.execute(code, allow_stdin=False, stop_on_error=False)
     stream_bytes = 0
@@ -242,7 +272,11 @@ async def raw_execute(kc: Any, code: str, timeout: float = 600.0) -> tuple[dict[
             continue
         kind = msg["header"]["msg_type"]
         if kind == "stream":
-            stream_bytes += len(msg["content"]["text"].encode())
+            size = len(msg["content"]["text"].encode())
+            stream_bytes += size
+            if stats is not None:
+                stats["stream_messages"] = stats.get("stream_messages", 0) + 1
+                stats["largest_stream_message"] = max(stats.get("largest_stream_message", 0), size)
         elif kind == "status" and msg["content"]["execution_state"] == "idle":
             break
     while True:

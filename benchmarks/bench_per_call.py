@@ -1,0 +1,132 @@
+"""Benchmark 4 of issue 6: per-call mode (start a kernel, run ``1+1``, shut it down) against the floor.
+
+Interleaved, each repetition:
+
+- ``jupyter_client direct``: in this process, ``AsyncKernelManager`` ``start_kernel`` (the same ``python3``
+  kernelspec, i.e. the same interpreter as the server's kernels), ``client().start_channels()``,
+  ``wait_for_ready``, execute ``1+1`` (reply + idle), ``stop_channels``, ``shutdown_kernel(now=False)``;
+- ``agent per-call eval``: ``POST /api/agent/eval`` ``{"mode": "per-call", "cells": [{"code": "1+1"}]}``,
+  which answers after the kernel has been shut down;
+- ``server kernels API``: what the server alone costs for the same: ``POST /api/kernels``, a raw client on its
+  connection file (ready, execute, reply + idle), ``DELETE /api/kernels/{id}`` (informational).
+
+Shutdowns are graceful in all three (a ``shutdown_request``, then wait for the process to exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from .common import (
+    BenchResult,
+    Row,
+    connect_raw_client,
+    jupyter_server,
+    profile_path,
+    quick,
+    raw_execute,
+    run_meta,
+    start_server_kernel,
+)
+
+NAME = "per_call"
+TITLE = "Per-call mode: start a kernel, run 1+1, shut down; agent eval vs jupyter_client directly"
+
+REPEAT, QUICK_REPEAT = 12, 2
+CASE = "start + 1+1 + shutdown"
+DIRECT, AGENT, SERVER = "jupyter_client direct", "agent per-call eval", "server kernels API + raw client"
+
+
+async def direct_per_call() -> None:
+    """The floor: start a kernel with jupyter_client in this process, run 1+1, shut it down."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    km = AsyncKernelManager(kernel_name="python3")
+    await km.start_kernel()
+    try:
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            reply, _ = await raw_execute(kc, "1+1", timeout=60)
+            if reply["status"] != "ok":
+                raise RuntimeError(f"direct execute failed: {reply}")
+        finally:
+            kc.stop_channels()
+    finally:
+        await km.shutdown_kernel(now=False)
+
+
+def run(options: argparse.Namespace) -> BenchResult:
+    return asyncio.run(_run(options))
+
+
+async def _run(options: argparse.Namespace) -> BenchResult:
+    repeat = QUICK_REPEAT if quick(options) else REPEAT
+    body = {"cells": [{"code": "1+1"}], "mode": "per-call"}
+    samples: dict[str, list[float]] = {DIRECT: [], AGENT: [], SERVER: []}
+    with jupyter_server(profile_to=profile_path(options, NAME)) as server, server.client() as client:
+
+        async def agent() -> None:
+            answer = client.json("POST", "api/agent/eval", body)
+            cell = answer["cells"][0]
+            if cell["status"] != "complete" or cell["output"] != "2\n" or answer["mode"] != "per-call":
+                raise RuntimeError(f"per-call eval failed: {answer}")
+
+        async def server_api() -> None:
+            kernel_id = start_server_kernel(client)
+            try:
+                kc = await connect_raw_client(server, kernel_id)
+                try:
+                    reply, _ = await raw_execute(kc, "1+1", timeout=60)
+                    if reply["status"] != "ok":
+                        raise RuntimeError(f"execute failed: {reply}")
+                finally:
+                    kc.stop_channels()
+            finally:
+                status, content = client.request("DELETE", f"api/kernels/{kernel_id}")
+                if status != 204:
+                    raise RuntimeError(f"DELETE kernel: HTTP {status} {content[:300]!r}")
+
+        funcs = {DIRECT: direct_per_call, AGENT: agent, SERVER: server_api}
+        order = list(funcs)
+        for i in range(-1, repeat):  # i == -1: warm-up (imports, first kernel start), not timed
+            for variant in order[i % 3 :] + order[: i % 3]:
+                start = time.perf_counter()
+                await funcs[variant]()
+                elapsed = time.perf_counter() - start
+                if i >= 0:
+                    samples[variant].append(elapsed)
+            print(f"  repetition {i + 1}/{repeat}", flush=True)
+        leftover = client.json("GET", "api/kernels")
+        rss = server.rss_bytes()
+    if leftover:
+        raise RuntimeError(f"kernels left running after per-call runs: {leftover}")
+    result = BenchResult(
+        NAME,
+        TITLE,
+        [
+            Row(CASE, DIRECT, samples[DIRECT]),
+            Row(CASE, AGENT, samples[AGENT], baseline=DIRECT),
+            Row(CASE, SERVER, samples[SERVER], baseline=DIRECT),
+        ],
+        meta=run_meta(),
+    )
+    result.meta.update(repetitions=repeat, server_rss_mb_at_end=None if rss is None else round(rss / 1e6, 1))
+    ratio = result.add_ratio(CASE, AGENT, DIRECT)
+    result.add_ratio(CASE, AGENT, SERVER)
+    agent_ms = result.row(CASE, AGENT).stats["median"] * 1e3
+    direct_ms = result.row(CASE, DIRECT).stats["median"] * 1e3
+    server_ms = result.row(CASE, SERVER).stats["median"] * 1e3
+    result.notes += [
+        f"The per-call eval costs {agent_ms - direct_ms:.0f} ms more than jupyter_client directly at the "
+        f"median ({ratio['median_ratio']:.2f}x); the server's own kernels API with a raw client costs "
+        f"{server_ms - direct_ms:.0f} ms more. No target was set for this one.",
+        "The agent eval additionally runs its silent init cell (cwd, environment, sys.path) before the "
+        "code, and answers only after the kernel has exited.",
+        f"{repeat} repetitions after one untimed warm-up round; the variants interleaved, rotating which "
+        "goes first; no kernel is left running at the end (checked).",
+    ]
+    return result

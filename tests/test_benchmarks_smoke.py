@@ -1,0 +1,84 @@
+"""Smoke tests of benchmarks/: every module imports and the CLI lists it. Benchmarks themselves do not run
+here (they take minutes and measure time); only their pure helpers are checked."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import __main__ as cli  # noqa: E402
+from benchmarks import common  # noqa: E402
+
+EXPECTED = {"concurrency", "eval_overhead", "notebook_edit", "per_call", "stream"}
+MODULES = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))
+
+
+def test_every_benchmark_is_found():
+    assert set(cli.available()) == {m.removeprefix("bench_") for m in MODULES}
+    assert set(cli.available()) >= EXPECTED
+
+
+@pytest.mark.parametrize("module_name", MODULES)
+def test_benchmark_module_imports_and_names_itself(module_name):
+    module = importlib.import_module(f"benchmarks.{module_name}")
+    assert module_name == f"bench_{module.NAME}"
+    assert isinstance(module.TITLE, str) and module.TITLE
+    assert callable(module.run)
+    assert module.__doc__ and module.__doc__.startswith("Benchmark")
+
+
+def test_cli_list_names_every_benchmark():
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--list"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    listed = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+    assert listed == set(cli.available())
+
+
+def test_cli_refuses_an_unknown_benchmark():
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exc:
+        cli.main(["no_such_benchmark", "--no-write"])
+    assert exc.value.code == 2
+    assert "unknown benchmark(s): no_such_benchmark" in stderr.getvalue()
+
+
+def test_ratios_of_durations_and_of_throughput():
+    result = common.BenchResult(
+        "x",
+        "X",
+        [
+            common.Row("c", "base", [1.0, 1.0, 1.0]),
+            common.Row("c", "slow", [2.0, 2.0, 4.0], baseline="base"),
+        ],
+    )
+    duration = result.add_ratio("c", "slow", "base", target=1.2)
+    speed = result.add_ratio("c", "slow", "base", target=0.8, op=">=", throughput=True)
+    assert duration["median_ratio"] == 2.0 and duration["met"] is False
+    assert speed["median_ratio"] == 0.5 and speed["met"] is False
+    table = result.markdown()
+    assert "| c | slow / base (throughput) | 0.50 |" in table
+    assert "2.00x base" in table
+
+
+def test_stream_cell_prints_the_requested_size_in_lines():
+    from benchmarks.bench_stream import LINE_BYTES, MB, cell_code
+
+    for flush in (True, False):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(cell_code(1, flush), {})
+        text = out.getvalue()
+        assert len(text.encode()) == MB
+        assert {len(line) + 1 for line in text.splitlines()} == {LINE_BYTES}
