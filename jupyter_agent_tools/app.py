@@ -25,7 +25,8 @@ from .handlers.sessions import (
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
 
-SESSION_NAME = r"(?P<name>[A-Za-z0-9._-]{1,64})"
+# Any segment: a name no session can have answers a JSON 404 from the handler, not the server's HTML 404.
+SESSION_NAME = r"(?P<name>[^/]+)"
 
 
 class AgentToolsApp(ExtensionApp):

@@ -30,8 +30,9 @@ authorized by the server's authorizer: notebook reads `read` on `contents`, note
 Request bodies are JSON (UTF-8, at most `max_body_bytes`, default 10 MiB) validated against the schemas
 below: a wrong type, a missing field, an unknown action or a field the route does not take answers 400
 with a message naming the field. Integers must be written as integers (`1`, not `1.0`); `NaN`,
-`Infinity` and duplicate keys are refused. Every error is JSON `{"message": str, "reason": str|null}`.
-Answers may gain fields in later versions: ignore the ones you do not know.
+`Infinity` and duplicate keys are refused. Unknown query parameters are ignored. Every error is JSON
+`{"message": str, "reason": str|null}`. Answers may gain fields in later versions: ignore the ones you do
+not know.
 """
 
 
@@ -43,6 +44,16 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"description": description, "content": {JSON: {"schema": schema}}}
 
 
+def _retry(description: str) -> dict[str, Any]:
+    return {
+        **_error(description),
+        "headers": {
+            "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
+        },
+    }
+
+
+LIVE_LOADING = _retry("The notebook's collaborative room is still loading it (rtc_mode auto): retry.")
 FORBIDDEN = _error(
     "Not authenticated (no or wrong token; a cookie request without its XSRF token), or not authorized "
     "by the server's authorizer."
@@ -99,6 +110,8 @@ def _paths() -> dict[str, Any]:
                     ),
                     "403": FORBIDDEN,
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
+                    "409": _error("The live (collaborative) document has duplicate cell ids."),
+                    "503": LIVE_LOADING,
                 },
             },
             "post": {
@@ -118,8 +131,12 @@ def _paths() -> dict[str, Any]:
                     ),
                     "403": FORBIDDEN,
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
-                    "409": _error("expected_hash does not match the file: read it again. Nothing changed."),
+                    "409": _error(
+                        "expected_hash does not match the file (or the live document changed during the "
+                        "edit): read it again. Nothing changed."
+                    ),
                     "413": TOO_LARGE,
+                    "503": LIVE_LOADING,
                 },
             },
         },
@@ -142,9 +159,11 @@ def _paths() -> dict[str, Any]:
                         "content": {
                             JSON: {"schema": ref("EvalResult")},
                             NDJSON: {
-                                "schema": ref("EvalEvent"),
-                                "description": "Each line is one EvalEvent; the last is 'result' or "
-                                "'error'. 'heartbeat' lines are sent while nothing else is.",
+                                "schema": {
+                                    **ref("EvalEvent"),
+                                    "description": "Each line is one EvalEvent; the last is 'result' or "
+                                    "'error'. 'heartbeat' lines are sent while nothing else is.",
+                                },
                             },
                         },
                     },
@@ -156,18 +175,10 @@ def _paths() -> dict[str, Any]:
                     "409": _error("kernel_name differs from the session's kernel: send reset: true."),
                     "413": TOO_LARGE,
                     "502": _error("The kernel gateway failed to create the kernel."),
-                    "503": {
-                        **_error(
-                            "All max_sessions sessions are busy, or a kernel could not start (descriptors "
-                            "exhausted, gateway unreachable): retry after Retry-After seconds."
-                        ),
-                        "headers": {
-                            "Retry-After": {
-                                "description": "Seconds to wait before retrying.",
-                                "schema": {"type": "integer"},
-                            }
-                        },
-                    },
+                    "503": _retry(
+                        "All max_sessions sessions are busy, or a kernel could not start (descriptors "
+                        "exhausted, gateway unreachable): retry after Retry-After seconds."
+                    ),
                 },
             }
         },

@@ -1,0 +1,461 @@
+"""The published API contract: a valid OpenAPI 3.1 document, served as packaged, covering every route,
+agreeing with the request parsers, and describing the answers real calls get (real server, real kernels).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from contract import JSON, NDJSON, Contract
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from jupyter_agent_tools.errors import BadRequest
+from jupyter_agent_tools.eval.request import parse_eval_request
+from jupyter_agent_tools.notebook.operations import parse_edit_request
+from jupyter_agent_tools.openapi import openapi_document, operations
+from jupyter_agent_tools.schemas import SCHEMAS, notebook_request_schema
+from jupyter_agent_tools.validation import first_error
+
+pytestmark = pytest.mark.timeout(240)
+REPO = Path(__file__).resolve().parent.parent
+NB = "/api/agent/notebooks/{path}"
+EVAL = "/api/agent/eval"
+DOC = openapi_document()
+CONTRACT = Contract(DOC)
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+        "AgentToolsApp": {
+            "max_sessions": 2,
+            "max_output_bytes": 1024,
+            "max_body_bytes": 64 * 1024,
+            "stream_heartbeat_interval": 0.2,
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------- the document
+
+
+def test_document_is_valid_openapi_3_1() -> None:
+    from openapi_spec_validator import OpenAPIV31SpecValidator
+
+    errors = [str(e.message) for e in OpenAPIV31SpecValidator(DOC).iter_errors()]
+    assert errors == []
+    assert DOC["openapi"].startswith("3.1")
+
+
+def test_every_schema_is_valid_json_schema_2020_12() -> None:
+    from jsonschema import Draft202012Validator
+
+    for name, schema in DOC["components"]["schemas"].items():
+        Draft202012Validator.check_schema(schema), name
+
+
+def test_every_error_answer_is_the_error_shape_and_403_is_everywhere() -> None:
+    for method, path, op in operations(DOC):
+        statuses = set(op["responses"])
+        assert "403" in statuses, (method, path)
+        for status, response in op["responses"].items():
+            if int(status) >= 400:
+                assert response["content"] == {JSON: {"schema": {"$ref": "#/components/schemas/Error"}}}, (
+                    method,
+                    path,
+                    status,
+                )
+        if "requestBody" in op:
+            assert {"400", "413"} <= statuses, (method, path)
+
+
+async def test_served_document_equals_packaged(api, jp_serverapp) -> None:
+    status, served = await api("GET", "openapi.json")
+    assert status == 200
+    assert served == openapi_document(jp_serverapp.base_url)
+    assert served["servers"][0]["url"] == jp_serverapp.base_url
+    served["servers"][0]["url"] = "/"
+    assert served == DOC
+
+
+def _example_url(path: str) -> str:
+    return path.replace("{path}", "dir/nb.ipynb").replace("{name}", "s1").replace("{artifact_id}", "a.b")
+
+
+def test_every_route_and_method_is_documented(jp_serverapp) -> None:
+    """Each handler of the extension matches exactly the documented paths, with the same methods."""
+    app = jp_serverapp.web_app.settings["jupyter_agent_tools"]
+    documented: dict[str, set[str]] = {}
+    for method, path, _op in operations(DOC):
+        documented.setdefault(path, set()).add(method)
+    seen: set[str] = set()
+    for pattern, handler in app.handlers:
+        methods = {
+            m.upper()
+            for m in ("get", "post", "put", "patch", "delete")
+            if any(
+                m in vars(klass) for klass in handler.__mro__ if klass.__module__.startswith("jupyter_agent")
+            )
+        }
+        matches = [p for p in documented if re.fullmatch(pattern, _example_url(p))]
+        assert len(matches) == 1, (pattern, matches)
+        assert documented[matches[0]] == methods, (pattern, documented[matches[0]], methods)
+        seen.add(matches[0])
+    assert seen == set(documented)
+
+
+def test_api_reference_covers_the_document() -> None:
+    """docs/api.md is checked against the document: operations, request fields, statuses, events."""
+    text = (REPO / "docs" / "api.md").read_text()
+    sections = re.split(r"\n(?=## )", text)
+    for method, path, op in operations(DOC):
+        heading = f"`{method} {path.replace('{artifact_id}', '{id}')}`"
+        section = next((s for s in sections if s.splitlines()[0].startswith("## ") and heading in s), None)
+        assert section is not None, f"docs/api.md has no '## ...{heading}' section"
+        for status in op["responses"]:
+            assert re.search(rf"\b{status}\b", section), f"{heading}: status {status} not in docs/api.md"
+        if "requestBody" in op:
+            for field in _request_fields(op["requestBody"]["content"][JSON]["schema"]):
+                assert f"`{field}`" in section, f"{heading}: request field {field!r} not in docs/api.md"
+    for name, schema in SCHEMAS.items():
+        if name.endswith("Event"):
+            kind = schema.get("properties", {}).get("type", {}).get("const")
+            if kind:
+                assert f"`{kind}`" in text, f"event {kind!r} not in docs/api.md"
+
+
+def _request_fields(schema: dict[str, Any], seen: set[str] | None = None) -> set[str]:
+    seen = set() if seen is None else seen
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[1]
+        if name in seen:
+            return set()
+        seen.add(name)
+        schema = SCHEMAS[name]
+    fields: set[str] = set()
+    for sub in schema.get("oneOf", []) + schema.get("anyOf", []):
+        fields |= _request_fields(sub, seen)
+    for field, sub in schema.get("properties", {}).items():
+        fields.add(field)
+        fields |= _request_fields(sub, seen)
+    if isinstance(schema.get("items"), dict):
+        fields |= _request_fields(schema["items"], seen)
+    return fields
+
+
+# ------------------------------------------------------- one source of truth: schema == parser
+
+
+def _accepts(parse: Any, body: Any) -> bool:
+    try:
+        parse(body)
+    except BadRequest:
+        return False
+    return True
+
+
+def parse_notebook_body(body: Any) -> Any:
+    return parse_edit_request(body, max_ops=10**6)
+
+
+def parse_eval_body(body: Any) -> Any:
+    return parse_eval_request(body, max_cells=10**6)
+
+
+VALID_NOTEBOOK_BODIES = [
+    {"action": "edit", "cell_index": 0, "content": "x"},
+    {"action": "edit", "cell_id": "a", "content": "", "cell_type": "markdown", "expected_hash": "h"},
+    {"action": "insert", "content": "x"},
+    {"action": "insert", "cell_index": 2, "cell_id": "new-1", "content": "x", "cell_type": "raw"},
+    {"action": "delete", "cell_index": 3},
+    {"action": "delete", "cell_id": "b", "cell_index": 1},
+    {"action": "move", "cell_index": 0, "to_index": 2},
+    {"action": "move", "cell_id": "c", "to_index": 0, "expected_hash": ""},
+    {"ops": [{"action": "insert", "content": "x"}, {"action": "delete", "cell_index": 0}]},
+    {"ops": [{"action": "move", "cell_id": "q", "to_index": 1}], "expected_hash": "h"},
+]
+VALID_EVAL_BODIES = [
+    {"cells": [{"code": "1"}]},
+    {
+        "cells": [{"code": "1", "title": "t"}, {"code": "", "title": None}],
+        "session": "a.b-c_d",
+        "mode": "per-call",
+        "reset": True,
+        "timeout": 0.5,
+        "cwd": "sub/dir",
+        "env": {"A_1": "x", "_B": ""},
+        "session_file": "/tmp/s.jsonl",
+        "kernel_name": "python3",
+    },
+    {"cells": [{"code": "1"}], "cwd": None, "env": None, "session_file": None, "kernel_name": None},
+]
+FIELD_POOL = [
+    "action",
+    "cell_index",
+    "cell_id",
+    "content",
+    "cell_type",
+    "to_index",
+    "expected_hash",
+    "ops",
+    "cells",
+    "code",
+    "title",
+    "session",
+    "mode",
+    "reset",
+    "timeout",
+    "cwd",
+    "env",
+    "session_file",
+    "kernel_name",
+    "colour",
+]
+VALUE_POOL = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([1.5, -0.25]),  # integral floats (1.0) are the one documented deviation
+    st.sampled_from(["", "x", "edit", "insert", "delete", "move", "code", "raw", "a b", "s", "per-call"]),
+    st.sampled_from(["\x00", "A\x00", "python3", "..", "a" * 65]),
+    st.lists(st.integers(0, 2), max_size=2),
+    st.sampled_from([{}, {"A": "x"}, {"code": "1"}, {"action": "insert", "content": "x"}, {"1A": "x"}]),
+).map(copy.deepcopy)
+
+
+@st.composite
+def mutated(draw: Any, seeds: list[Any]) -> Any:
+    """A valid body with a few random changes: a field removed, added, or given another value."""
+    body = json.loads(json.dumps(draw(st.sampled_from(seeds))))
+    for _ in range(draw(st.integers(1, 3))):
+        # descend to a random object inside the body (the body, an op, a cell, env)
+        target = body
+        while True:
+            children = [
+                v
+                for v in (target.values() if isinstance(target, dict) else target)
+                if isinstance(v, dict | list)
+            ]
+            if not children or draw(st.booleans()):
+                break
+            target = draw(st.sampled_from(children))
+        kind = draw(st.sampled_from(["remove", "add", "replace", "whole"]))
+        if kind == "whole":
+            return draw(VALUE_POOL) if draw(st.booleans()) else body
+        if isinstance(target, list):
+            if kind == "remove" and target:
+                target.pop(draw(st.integers(0, len(target) - 1)))
+            else:
+                target.append(draw(VALUE_POOL))
+        elif kind == "remove" and target:
+            target.pop(draw(st.sampled_from(sorted(target))))
+        elif kind == "add" or not target:
+            target[draw(st.sampled_from(FIELD_POOL))] = draw(VALUE_POOL)
+        else:
+            target[draw(st.sampled_from(sorted(target)))] = draw(VALUE_POOL)
+    return body
+
+
+@settings(max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(body=mutated(VALID_NOTEBOOK_BODIES))
+def test_notebook_parser_accepts_exactly_the_schema_valid_bodies(body: Any) -> None:
+    valid = CONTRACT.request_valid("POST", NB, body)
+    assert _accepts(parse_notebook_body, body) == valid, body
+    if not valid:
+        assert first_error(notebook_request_schema(body), body)
+
+
+@settings(max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(body=mutated(VALID_EVAL_BODIES))
+def test_eval_parser_accepts_exactly_the_schema_valid_bodies(body: Any) -> None:
+    assert _accepts(parse_eval_body, body) == CONTRACT.request_valid("POST", EVAL, body), body
+
+
+def test_seed_bodies_are_valid_and_accepted() -> None:
+    for body in VALID_NOTEBOOK_BODIES:
+        assert CONTRACT.request_valid("POST", NB, body) and _accepts(parse_notebook_body, body), body
+    for body in VALID_EVAL_BODIES:
+        assert CONTRACT.request_valid("POST", EVAL, body) and _accepts(parse_eval_body, body), body
+
+
+def test_route_error_cases_are_schema_invalid_or_semantic() -> None:
+    """The bad bodies of the route tests: schema-invalid ones are exactly those the parser refuses."""
+    from test_notebook_routes import ERROR_CASES
+
+    for body, message in ERROR_CASES:
+        valid = CONTRACT.request_valid("POST", NB, body)
+        assert _accepts(parse_notebook_body, body) == valid, (body, message)
+
+
+def test_integral_floats_are_refused_as_documented() -> None:
+    body = {"action": "delete", "cell_index": 1.0}
+    assert "not 1.0" in DOC["info"]["description"].replace("`", "")
+    with pytest.raises(BadRequest, match="'cell_index' must be an integer, got float"):
+        parse_notebook_body(body)
+
+
+# -------------------------------------------------------------------- real answers conform
+
+
+def _notebook() -> nbformat.NotebookNode:
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# T", id="m0"),
+            new_code_cell(
+                "print(1)",
+                id="c1",
+                execution_count=1,
+                outputs=[
+                    new_output("stream", name="stdout", text="1\n"),
+                    new_output("display_data", data={"image/png": PNG, "text/plain": "<img>"}),
+                    new_output("execute_result", execution_count=1, data={"text/html": "<b>x</b>"}),
+                    new_output("error", ename="E", evalue="v", traceback=["\x1b[31mE\x1b[0m: v"]),
+                ],
+            ),
+        ]
+    )
+    nb.nbformat_minor = 5
+    return nb
+
+
+async def test_notebook_answers_conform(api, jp_root_dir) -> None:
+    nbformat.write(_notebook(), str(jp_root_dir / "c.ipynb"))
+    nbformat.write(nbformat.v4.new_notebook(), str(jp_root_dir / "old.ipynb"))
+
+    async def call(method: str, body: Any = None, path: str = "c.ipynb", **kw: Any) -> tuple[int, Any]:
+        status, answer = await api(method, "notebooks", path, body=body, **kw)
+        CONTRACT.assert_response(method, NB, status, answer)
+        return status, answer
+
+    status, read = await call("GET")
+    assert status == 200 and read["cells"][1]["outputs"][1]["data"] == [{"mime": "image/png", "bytes": 70}]
+    status, _ = await call("GET", params={"include_binary": "true"})
+    assert status == 200
+    for body in [
+        {"action": "insert", "content": "a\nb", "cell_type": "markdown"},
+        {"action": "edit", "cell_id": "c1", "content": "x", "cell_type": "raw"},
+        {"action": "move", "cell_index": 0, "to_index": 1},
+        {"ops": [{"action": "insert", "content": "y"}, {"action": "delete", "cell_index": 0}]},
+    ]:
+        status, answer = await call("POST", body)
+        assert status == 200, answer
+    expected = {
+        400: [{"action": "delete", "cell_index": 99}, {"action": "nope"}],
+        404: [{"action": "insert", "content": "x"}],
+        409: [{"action": "insert", "content": "x", "expected_hash": "0"}],
+        413: [{"action": "insert", "content": "x" * 70000}],
+    }
+    for want, bodies in expected.items():
+        for body in bodies:
+            path = "missing.ipynb" if want == 404 else "c.ipynb"
+            status, answer = await call("POST", body, path=path)
+            assert status == want, answer
+    assert (await call("GET", path="c.txt"))[0] == 400
+    assert (await call("GET", path="nope.ipynb"))[0] == 404
+
+
+async def test_eval_answers_conform(api, jp_fetch) -> None:
+    code = (
+        "from IPython.display import JSON, Image, display, publish_display_data\n"
+        "import base64\n"
+        f"display(Image(data=base64.b64decode('{PNG}')))\n"
+        "display(JSON({'a': [1, 2]}))\n"
+        "publish_display_data({'application/x-omp-status': {'event': 'step', 'n': 1}})\n"
+        "print('x' * 3000)"
+    )
+    body = {"cells": [{"code": code, "title": "shows"}, {"code": "1/0"}], "session": "contract"}
+    status, result = await api("POST", "eval", body=body)
+    CONTRACT.assert_response("POST", EVAL, status, result)
+    cell = result["cells"][0]
+    assert [d["type"] for d in cell["displays"]] == ["image", "json", "status"]
+    assert cell["truncated"] is True and cell["artifact_id"]
+    assert result["cells"][1]["error"]["ename"] == "ZeroDivisionError"
+
+    response = await jp_fetch("api", "agent", "artifacts", cell["artifact_id"])
+    assert response.headers["Content-Type"].startswith("text/plain")
+    CONTRACT.assert_response(
+        "GET", "/api/agent/artifacts/{artifact_id}", 200, response.body.decode(), "text/plain"
+    )
+    status, missing = await api("GET", "artifacts", "contract.0123")
+    CONTRACT.assert_response("GET", "/api/agent/artifacts/{artifact_id}", status, missing)
+    assert status == 404
+
+    status, answer = await api("POST", "eval", body={"cells": [{"code": "input()"}], "session": "contract"})
+    CONTRACT.assert_response("POST", EVAL, status, answer)
+    assert answer["cells"][0]["stdin_requested"] is True
+    status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "mode": "per-call"})
+    CONTRACT.assert_response("POST", EVAL, status, answer)
+    assert answer["session"] is None and answer["mode"] == "per-call"
+    for bad, want in (({"cells": []}, 400), ({"cells": [{"code": "1"}], "cwd": "nowhere"}, 400)):
+        status, answer = await api("POST", "eval", body=bad)
+        CONTRACT.assert_response("POST", EVAL, status, answer)
+        assert status == want
+
+    status, listing = await api("GET", "sessions")
+    CONTRACT.assert_response("GET", "/api/agent/sessions", status, listing)
+    assert [s["name"] for s in listing["sessions"]] == ["contract"]
+    status, answer = await api("POST", "sessions", "contract", "interrupt", body={})
+    CONTRACT.assert_response("POST", "/api/agent/sessions/{name}/interrupt", status, answer)
+    assert status == 200 and answer["interrupted"] is False
+    for method, parts, route in (
+        ("DELETE", ("sessions", "contract"), "/api/agent/sessions/{name}"),
+        ("DELETE", ("sessions", "contract"), "/api/agent/sessions/{name}"),
+        ("POST", ("sessions", "nope", "interrupt"), "/api/agent/sessions/{name}/interrupt"),
+        ("POST", ("sessions", "not a session!", "interrupt"), "/api/agent/sessions/{name}/interrupt"),
+    ):
+        status, answer = await api(method, *parts, body={} if method == "POST" else None)
+        CONTRACT.assert_response(method, route, status, answer)
+    assert status == 404
+
+
+async def test_stream_events_conform(jp_fetch) -> None:
+    lines: list[bytes] = []
+    code = "import time\nprint('a', flush=True)\ntime.sleep(0.6)\nfrom IPython.display import JSON\nJSON([1])"
+    response = await jp_fetch(
+        "api",
+        "agent",
+        "eval",
+        method="POST",
+        body=json.dumps({"cells": [{"code": code}, {"code": "2"}], "session": "stream"}),
+        headers={"Accept": NDJSON},
+        streaming_callback=lines.append,
+        request_timeout=120,
+    )
+    assert response.code == 200 and response.headers["Content-Type"] == NDJSON
+    events = [json.loads(line) for line in b"".join(lines).splitlines()]
+    for event in events:
+        CONTRACT.assert_response("POST", EVAL, 200, event, NDJSON)
+    kinds = {e["type"] for e in events}
+    assert {"cell_start", "chunk", "heartbeat", "display", "cell_end", "result"} <= kinds
+    assert events[-1]["type"] == "result"
+    CONTRACT.assert_response("POST", EVAL, 200, events[-1]["result"])
+
+
+async def test_restart_event_conforms(jp_fetch) -> None:
+    lines: list[bytes] = []
+    response = await jp_fetch(
+        "api",
+        "agent",
+        "eval",
+        method="POST",
+        body=json.dumps({"cells": [{"code": "import os; os._exit(1)"}], "session": "dies"}),
+        headers={"Accept": NDJSON},
+        streaming_callback=lines.append,
+        request_timeout=180,
+    )
+    assert response.code == 200
+    events = [json.loads(line) for line in b"".join(lines).splitlines()]
+    for event in events:
+        CONTRACT.assert_response("POST", EVAL, 200, event, NDJSON)
+    assert "restart" in {e["type"] for e in events}
+    assert events[-1]["type"] == "result" and events[-1]["result"]["restarted"] is True
