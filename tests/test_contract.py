@@ -120,7 +120,7 @@ def test_api_reference_covers_the_document() -> None:
     sections = re.split(r"\n(?=## )", text)
     for method, path, op in operations(DOC):
         heading = f"`{method} {path.replace('{artifact_id}', '{id}')}`"
-        section = next((s for s in sections if s.splitlines()[0].startswith("## ") and heading in s), None)
+        section = next((s for s in sections if s.startswith("## ") and heading in s.splitlines()[0]), None)
         assert section is not None, f"docs/api.md has no '## ...{heading}' section"
         for status in op["responses"]:
             assert re.search(rf"\b{status}\b", section), f"{heading}: status {status} not in docs/api.md"
