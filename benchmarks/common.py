@@ -161,28 +161,73 @@ def jupyter_server(
                 write_profile_summary(session_path, profile_to)
 
 
-def write_profile_summary(session_path: Path, out: Path, threshold: float = 0.01) -> None:
-    """Render a pyinstrument session of the server as text: the busiest functions by own time, then the
-    call tree of the event loop's work with frames under ``threshold`` of the total hidden."""
-    from pyinstrument.renderers import ConsoleRenderer
+def write_profile_summary(session_path: Path, out: Path, threshold: float = 0.005) -> None:
+    """Render a pyinstrument session of the server as text: the functions with the most own time, then
+    the call tree with frames under ``threshold`` of the total hidden (library frames included)."""
     from pyinstrument.session import Session
 
     session = Session.load(str(session_path))
-    options = {"filter_threshold": threshold}
-    flat = ConsoleRenderer(flat=True, show_all=True, processor_options=options, unicode=True)
-    tree = ConsoleRenderer(show_all=True, processor_options=options, unicode=True, short_mode=False)
-    out.write_text(
-        "Profile of the Jupyter server process (pyinstrument, main thread, wall-clock samples; idle time in "
-        "the event loop shows as select/epoll).\n\n"
-        "== Functions by own time ==\n"
-        + _head(flat.render(session), 60)
-        + "\n\n== Call tree ==\n"
-        + tree.render(session)
-    )
+    root = session.root_frame()
+    if root is None:
+        out.write_text("(empty profile)\n")
+        return
+    whole = root.time
+    loop = _find_frame(root, "run_forever")  # the event loop: the server's work after startup
+    if loop is not None:
+        root = loop
+    total = root.time or 1e-9
+
+    def name(frame: Any) -> str:  # function and file, not the line: a function's call sites merge
+        where = frame.file_path_short or ""
+        label = f"{frame.class_name}.{frame.function}" if frame.class_name else frame.function
+        return f"{label}  {where}".rstrip()
+
+    own: dict[str, float] = {}
+    stack: list[tuple[Any, Any]] = [(root, None)]
+    while stack:
+        frame, parent = stack.pop()
+        children = list(frame.children)
+        stack.extend((c, frame) for c in children)
+        self_time = frame.time - sum(c.time for c in children)
+        owner = parent if (frame.is_synthetic or frame.function == "[self]") and parent is not None else frame
+        if self_time > 0:
+            own[name(owner)] = own.get(name(owner), 0.0) + self_time
+    lines = [
+        "Profile of the Jupyter server process: pyinstrument, main thread, wall-clock samples "
+        f"({session.sample_count} samples over {session.duration:.1f} s, CPU {session.cpu_time:.1f} s). "
+        "Idle time in the event loop shows as epoll.poll.",
+        f"Shown: the event loop after startup, {root.time:.1f} s of the {whole:.1f} s profiled.",
+        "",
+        "== Functions by own time (seconds, % of the whole run) ==",
+    ]
+    for label, seconds in sorted(own.items(), key=lambda kv: -kv[1])[:40]:
+        lines.append(f"{seconds:8.3f}  {100 * seconds / total:5.1f}%  {label}")
+    lines += ["", f"== Call tree (frames >= {100 * threshold:g}% of the run) =="]
+
+    def walk(frames: list[Any], depth: int) -> None:
+        """Print ``frames`` (same function, e.g. from different call lines) as one node, then children."""
+        lines.append(f"{'  ' * depth}{sum(f.time for f in frames):8.3f}  {name(frames[0])}")
+        groups: dict[str, list[Any]] = {}
+        for frame in frames:
+            for child in frame.children:
+                if child.function != "[self]":
+                    groups.setdefault(name(child), []).append(child)
+        for group in sorted(groups.values(), key=lambda g: -sum(f.time for f in g)):
+            if sum(f.time for f in group) >= threshold * total:
+                walk(group, depth + 1)
+
+    walk([root], 0)
+    out.write_text("\n".join(lines) + "\n")
 
 
-def _head(text: str, lines: int) -> str:
-    return "\n".join(text.splitlines()[:lines])
+def _find_frame(root: Any, function: str) -> Any:
+    stack = [root]
+    while stack:
+        frame = stack.pop(0)
+        if frame.function == function:
+            return frame
+        stack.extend(frame.children)
+    return None
 
 
 def _wait_ready(server: Server, timeout: float) -> None:
