@@ -1,0 +1,143 @@
+"""Property-based fuzzing of every route with schemathesis, against the document the server serves.
+
+A real server subprocess with real kernels. For every operation, schema-valid (positive) and
+schema-breaking (negative) requests are generated from the served OpenAPI document; every answer must be
+no 5xx, a documented status with a documented content type, and match its documented schema. A request
+with a body the schema refuses must be refused (4xx), and no request that was refused may change any
+notebook (the bytes of every notebook under the root are compared before and after).
+
+Bounded for CI: ``FUZZ_EXAMPLES`` (default 25) examples per operation and mode, no deadline per example.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+import requests
+from contract import Contract
+from hypothesis import HealthCheck, given, settings
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+schemathesis = pytest.importorskip("schemathesis")
+from schemathesis import GenerationMode  # noqa: E402
+from schemathesis.checks import not_a_server_error  # noqa: E402
+from schemathesis.core import NOT_SET  # noqa: E402
+from schemathesis.specs.openapi.checks import (  # noqa: E402
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.common import Server, jupyter_server  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
+TARGET = "fuzz/target.ipynb"
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("fuzz-root")
+    (root / "fuzz").mkdir()
+    (root / "work").mkdir()
+    for name in (TARGET, "work/other.ipynb"):
+        nb = new_notebook(cells=[new_markdown_cell("# t", id="m"), new_code_cell("x = 1", id="c")])
+        nb.nbformat_minor = 5
+        nbformat.write(nb, str(root / name))
+    (root / "fuzz" / "notes.txt").write_text("not a notebook")
+    with jupyter_server(
+        root,
+        extra_args=[
+            "--AgentToolsApp.max_sessions=2",
+            "--AgentToolsApp.max_body_bytes=65536",
+            "--AgentToolsApp.interrupt_timeout=5",
+        ],
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def served(server: Server) -> tuple[Any, Contract, dict[str, str]]:
+    auth = {"Authorization": f"token {server.token}"}
+    doc = requests.get(server.url + "api/agent/openapi.json", headers=auth, timeout=30).json()
+    return schemathesis.openapi.from_dict(doc), Contract(doc), auth
+
+
+def _notebooks(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*.ipynb"))
+        if ".ipynb_checkpoints" not in p.parts
+    }
+
+
+OPERATIONS = [
+    ("GET", "/api/agent/notebooks/{path}"),
+    ("POST", "/api/agent/notebooks/{path}"),
+    ("POST", "/api/agent/eval"),
+    ("GET", "/api/agent/sessions"),
+    ("DELETE", "/api/agent/sessions/{name}"),
+    ("POST", "/api/agent/sessions/{name}/interrupt"),
+    ("GET", "/api/agent/artifacts/{artifact_id}"),
+    ("GET", "/api/agent/openapi.json"),
+]
+CASES = [
+    pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")
+    for method, path in OPERATIONS
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    for fixed in ((False, True) if "{path}" in path else (False,))
+]
+
+
+def test_operations_are_all_fuzzed(served: Any) -> None:
+    _schema, contract, _auth = served
+    documented = {
+        (m.upper(), p) for p, item in contract.doc["paths"].items() for m in item if m != "parameters"
+    }
+    assert documented == set(OPERATIONS)
+
+
+@pytest.mark.parametrize(("method", "path", "mode", "fixed"), CASES)
+def test_fuzz(server: Server, served: Any, method: str, path: str, mode: GenerationMode, fixed: bool) -> None:
+    schema, contract, auth = served
+    operation = schema[path][method]
+    # With a fixed path the generated requests hit a real notebook, so edits really apply (or are refused).
+    path_parameters = {"path": TARGET} if fixed else None
+    seen: dict[int, int] = {}
+
+    @given(case=operation.as_strategy(generation_mode=mode, path_parameters=path_parameters))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(case: Any) -> None:
+        before = _notebooks(server.root_dir)
+        response = case.call(base_url=server.url, headers=auth, timeout=120)
+        seen[response.status_code] = seen.get(response.status_code, 0) + 1
+        case.validate_response(response, checks=CHECKS, headers=auth)
+        takes_body = method == "POST" and path != "/api/agent/sessions/{name}/interrupt"
+        if takes_body and case.body is not NOT_SET and not contract.request_valid(method, path, case.body):
+            assert 400 <= response.status_code < 500, (case.body, response.status_code, response.text)
+        if response.status_code >= 400:
+            assert _notebooks(server.root_dir) == before, (case.body, response.status_code, response.text)
+
+    run()
+    assert sum(seen.values()) > 0
+    assert all(status < 500 for status in seen)
