@@ -237,11 +237,28 @@ async def test_bad_cells(api):
         assert status == 400 and fragment in answer["message"], answer
 
 
-async def test_queue_order_on_one_session(evaluate):
-    await evaluate("order = []")
-    calls = [evaluate(f"import time; time.sleep(0.05); order.append({i})") for i in range(6)]
+async def test_queue_order_on_one_session(evaluate, api):
+    """Requests on one session run one at a time, in the order they arrived."""
+
+    async def session_state() -> dict[str, Any]:
+        _, listing = await api("GET", "sessions")
+        return next(s for s in listing["sessions"] if s["name"] == "fifo")
+
+    async def wait_until(predicate) -> None:
+        for _ in range(200):
+            if predicate(await session_state()):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("session never reached the expected state")
+
+    await evaluate("order = []", session="fifo")
+    calls = [asyncio.ensure_future(evaluate("import time; time.sleep(1); order.append(0)", session="fifo"))]
+    await wait_until(lambda s: s["busy"])
+    for i in range(1, 6):
+        calls.append(asyncio.ensure_future(evaluate(f"order.append({i})", session="fifo")))
+        await wait_until(lambda s, i=i: s["queue_depth"] == i)
     await asyncio.gather(*calls)
-    result = await evaluate("print(order)")
+    result = await evaluate("print(order)", session="fifo")
     assert result["output"] == f"{list(range(6))}\n"
 
 

@@ -21,7 +21,7 @@ from tornado.web import HTTPError
 from ..artifacts import ArtifactStore
 from ..errors import AgentToolsError, BadRequest, Conflict, Unavailable
 from .executor import CellExecution, ExecutionLimits, run_cell
-from .kernels import KernelService
+from .kernels import KernelService, close_quietly
 from .messages import CellOutcome, format_combined_output
 from .recovery import fd_usage, is_fd_exhaustion
 from .request import EvalRequest, parse_eval_request
@@ -302,7 +302,10 @@ class EvalService:
             self.sessions.record(
                 session, "manager_restarts", "kernel was restarted by its kernel manager; re-running init"
             )
-            connection.lost_state = False
+            # The manager's restarter gives the new kernel process new ports: reconnect.
+            session.connection = None
+            await close_quietly(connection)
+            session.connection = await self.kernels.connect(session.kernel_id)
             session.init = None
             session.restarts += 1
             restarted = True
