@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -24,7 +25,8 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
         Checked before parsing: the size (413 past ``max_body_bytes``), UTF-8. Refused while parsing:
         invalid JSON, nesting deeper than the parser's recursion limit, ``NaN``/``Infinity`` (not JSON),
-        and an object with the same key twice (which value was meant is ambiguous).
+        an object with the same key twice (which value was meant is ambiguous), and a string holding a
+        lone UTF-16 surrogate escape (valid JSON, but not text that can be saved or sent on).
         """
         body = self.request.body
         limit = self.max_body_bytes
@@ -41,11 +43,19 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         except UnicodeDecodeError:
             raise web.HTTPError(400, "Request body is not UTF-8 encoded JSON") from None
         try:
-            return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+            value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+            if _SURROGATE_ESCAPE.search(text):
+                # "\ud800" alone is valid JSON but not Unicode: it could be neither saved nor sent on.
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
         except RecursionError:
             raise web.HTTPError(400, "Request body is nested too deeply") from None
+        except UnicodeEncodeError:
+            raise web.HTTPError(
+                400, "Request body is not valid JSON: a \\u escape is a lone UTF-16 surrogate (not Unicode)"
+            ) from None
         except ValueError as e:
             raise web.HTTPError(400, f"Request body is not valid JSON: {e}") from None
+        return value
 
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -68,6 +78,9 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
                 super()._handle_request_exception(http_error)
             return
         super()._handle_request_exception(e)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _refuse_constant(name: str) -> Any:
