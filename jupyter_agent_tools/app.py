@@ -200,6 +200,6 @@ class AgentToolsApp(ExtensionApp):
 
     async def stop_extension(self) -> None:
         """Shut down every kernel this extension started and remove its private artifacts."""
-        await self.eval_service.sessions.shutdown()
+        await self.eval_service.shutdown()
         if self._own_artifacts_dir:
             self.eval_service.artifacts.remove_all()

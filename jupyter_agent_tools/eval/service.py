@@ -91,6 +91,16 @@ class EvalService:
     def list_sessions(self) -> list[dict[str, Any]]:
         return self.sessions.list() + [s.describe() for s in self.per_call.values()]
 
+    async def shutdown(self) -> None:
+        """Shut down every kernel this service started: sessions' and per-call ones still running."""
+        await self.sessions.shutdown()
+        running = list(self.per_call.values())
+        for session in running:
+            session.closed = True
+            if session.cancel is not None:
+                session.cancel.set()
+        await asyncio.gather(*(self.sessions.stop_kernel(s) for s in running), return_exceptions=True)
+
     async def _resolve_cwd(self, cwd: str) -> str:
         cm = self.contents_manager
         problem = f"'cwd' must be an existing directory inside the server root (got {cwd!r})"
@@ -421,7 +431,7 @@ class EvalService:
     ) -> dict[str, Any]:
         session = KernelSession(name=f"per-call-{uuid4().hex[:12]}", mode="per-call")
         self.per_call[session.name] = session
-        session.busy = True
+        session.busy, session.cancel = True, cancel
         try:
             await self._start_kernel(session, request, request.cwd)
             await self._ensure_init(session, request, cwd)
