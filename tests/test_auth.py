@@ -1,0 +1,242 @@
+"""Authentication, authorization and XSRF on every route, against a real server and real kernels.
+
+An authorizer installed through ``ServerApp.authorizer_class`` denies one (action, resource) at a time:
+every route that needs it answers 403 and does nothing, every other route still works, and the authorizer
+was asked exactly the pairs the contract documents.
+"""
+
+from __future__ import annotations
+
+import json
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import Any, ClassVar
+
+import nbformat
+import pytest
+from jupyter_server.auth.authorizer import Authorizer
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_agent_tools.openapi import openapi_document, operations
+
+pytestmark = pytest.mark.timeout(240)
+
+
+class DenyOne(Authorizer):
+    """Allows everything except the (action, resource) pairs in ``denied``; records what it was asked."""
+
+    denied: ClassVar[set[tuple[str, str]]] = set()
+    asked: ClassVar[list[tuple[str, str, str]]] = []
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        self.asked.append((type(handler).__name__, action, resource))
+        return (action, resource) not in self.denied
+
+
+@pytest.fixture
+def jp_server_config() -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}, "authorizer_class": DenyOne},
+        "AgentToolsApp": {"max_sessions": 2, "max_output_bytes": 256},
+    }
+
+
+@pytest.fixture(autouse=True)
+def reset_authorizer():
+    DenyOne.denied, DenyOne.asked = set(), []
+    yield
+    DenyOne.denied, DenyOne.asked = set(), []
+
+
+@pytest.fixture
+def notebook(jp_root_dir: Path) -> Path:
+    path = jp_root_dir / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), str(path))
+    return path
+
+
+@pytest.fixture
+def http(http_server_client, jp_base_url):
+    """A request with exactly the given headers (no token unless given): (status, JSON or None, headers)."""
+
+    async def call(
+        method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, Any, Any]:
+        data = None
+        if method in ("POST", "PUT"):
+            data = json.dumps(body if body is not None else {}).encode()
+        response = await http_server_client.fetch(
+            jp_base_url + path,
+            method=method,
+            body=data,
+            headers=headers or {},
+            raise_error=False,
+            request_timeout=120,
+            follow_redirects=False,
+        )
+        text = response.body.decode() if response.body else ""
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text
+        return response.code, parsed, response.headers
+
+    return call
+
+
+# (route, method, url under base_url, body, (action, resource) it needs)
+EVAL_BODY = {"cells": [{"code": "print('y' * 2000)"}], "session": "keep"}
+ROUTES = [
+    ("GET", "api/agent/notebooks/nb.ipynb", None, ("read", "contents")),
+    ("POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "z"}, ("write", "contents")),
+    (
+        "POST",
+        "api/agent/eval",
+        {"cells": [{"code": "open('made.txt', 'w')"}], "session": "new"},
+        ("execute", "kernels"),
+    ),
+    ("GET", "api/agent/sessions", None, ("execute", "kernels")),
+    ("GET", "api/agent/artifacts/{artifact}", None, ("read", "kernels")),
+    ("POST", "api/agent/sessions/keep/interrupt", {}, ("execute", "kernels")),
+    ("DELETE", "api/agent/sessions/keep", None, ("execute", "kernels")),
+]
+PAIRS = [("read", "contents"), ("write", "contents"), ("execute", "kernels"), ("read", "kernels")]
+
+
+def _doc_path(url: str) -> str:
+    return "/" + url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace(
+        "{artifact}", "{artifact_id}"
+    )
+
+
+def test_routes_are_every_documented_operation_with_its_permission() -> None:
+    """The routes tested here, and what they need, are exactly the document's x-authorization."""
+    tested = {(method, _doc_path(url)): needs for method, url, _body, needs in ROUTES}
+    documented = {
+        (method, path): (op["x-authorization"]["action"], op["x-authorization"]["resource"])
+        for method, path, op in operations(openapi_document())
+        if "x-authorization" in op
+    }
+    assert tested == documented
+    assert len(documented) == len(operations(openapi_document())) - 1  # all but openapi.json
+
+
+async def _setup(http, auth: dict[str, str]) -> str:
+    """A session 'keep' with a truncated output: returns its artifact id."""
+    status, answer, _ = await http("POST", "api/agent/eval", EVAL_BODY, auth)
+    assert status == 200, answer
+    return answer["cells"][0]["artifact_id"]
+
+
+async def test_no_token_is_refused_everywhere(
+    http, jp_auth_header, notebook, jp_serverapp, jp_root_dir
+) -> None:
+    artifact = await _setup(http, jp_auth_header)
+    kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    before = notebook.read_bytes()
+    routes = [*ROUTES, ("GET", "api/agent/openapi.json", None, None)]
+    for bad in ({}, {"Authorization": "token wrong"}, {"Authorization": "Bearer nope"}):
+        for method, url, body, _pair in routes:
+            status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, bad)
+            assert status == 403, (method, url, bad, answer)
+            assert "y" * 100 not in json.dumps(answer)
+    assert notebook.read_bytes() == before
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels
+    assert not (jp_root_dir / "made.txt").exists()
+    status, listing, _ = await http("GET", "api/agent/sessions", None, jp_auth_header)
+    assert [s["name"] for s in listing["sessions"]] == ["keep"]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"deny-{p[0]}-{p[1]}")
+async def test_denying_one_permission(
+    http, jp_auth_header, notebook, jp_serverapp, jp_root_dir, pair
+) -> None:
+    artifact = await _setup(http, jp_auth_header)
+    DenyOne.denied = {pair}
+    DenyOne.asked = []
+    kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    before = notebook.read_bytes()
+    for method, url, body, needs in ROUTES:
+        if needs != pair:
+            continue
+        status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, jp_auth_header)
+        assert status == 403, (method, url, answer)
+        assert f"not authorized to {pair[0]} on resource: {pair[1]}" in answer["message"]
+    # nothing was done
+    assert notebook.read_bytes() == before
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels
+    assert not (jp_root_dir / "made.txt").exists()
+    DenyOne.denied = set()
+    status, listing, _ = await http("GET", "api/agent/sessions", None, jp_auth_header)
+    names = sorted(s["name"] for s in listing["sessions"])
+    assert names == ["keep"], names
+    # every other route still works while this pair is denied
+    DenyOne.denied = {pair}
+    for method, url, body, needs in ROUTES:
+        if needs == pair or method == "DELETE":
+            continue
+        status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, jp_auth_header)
+        assert status < 400, (method, url, answer)
+    asked = {(a, r) for _h, a, r in DenyOne.asked}
+    assert pair in asked
+    assert asked <= set(PAIRS)
+
+
+async def test_authorizer_is_asked_the_documented_pair(http, jp_auth_header, notebook) -> None:
+    artifact = await _setup(http, jp_auth_header)
+    for method, url, body, needs in ROUTES:
+        DenyOne.asked = []
+        status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, jp_auth_header)
+        assert status < 400, (method, url, answer)
+        assert {(a, r) for _h, a, r in DenyOne.asked} == {needs}, (method, url, DenyOne.asked)
+
+
+async def _cookies(http, token: str) -> dict[str, str]:
+    """A browser's cookies: the login cookie (from a token in the URL) and the _xsrf cookie."""
+    jar: dict[str, str] = {}
+    for url in (f"api/agent/sessions?token={token}", "login"):
+        _status, _answer, headers = await http("GET", url)
+        for header in headers.get_list("Set-Cookie"):
+            jar.update({k: m.value for k, m in SimpleCookie(header).items()})
+    assert "_xsrf" in jar and any(k.startswith("username-") for k in jar), jar
+    return jar
+
+
+async def test_cookie_requests_need_xsrf_token_requests_do_not(
+    http, jp_serverapp, jp_auth_header, notebook, jp_root_dir
+) -> None:
+    await _setup(http, jp_auth_header)
+    jar = await _cookies(http, jp_serverapp.identity_provider.token)
+    cookie = {"Cookie": "; ".join(f"{k}={v}" for k, v in jar.items())}
+    with_xsrf = {**cookie, "X-XSRFToken": jar["_xsrf"]}
+    before = notebook.read_bytes()
+    kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
+
+    # reading with the cookie alone works
+    status, answer, _ = await http("GET", "api/agent/notebooks/nb.ipynb", None, cookie)
+    assert status == 200, answer
+    # changing state with the cookie but without the XSRF token is refused and does nothing
+    for method, url, body, _pair in ROUTES:
+        if method == "GET":
+            continue
+        status, answer, _ = await http(method, url, body, cookie)
+        assert status == 403 and "_xsrf" in answer["message"], (method, url, answer)
+    assert notebook.read_bytes() == before
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels
+    assert not (jp_root_dir / "made.txt").exists()
+    # a wrong XSRF token is refused too
+    status, _, _ = await http("POST", ROUTES[1][1], ROUTES[1][2], {**cookie, "X-XSRFToken": "2|0|0|0"})
+    assert status == 403 and notebook.read_bytes() == before
+    # with the XSRF token the same requests work
+    status, answer, _ = await http("POST", ROUTES[1][1], ROUTES[1][2], with_xsrf)
+    assert status == 200, answer
+    assert notebook.read_bytes() != before
+    status, answer, _ = await http("POST", "api/agent/sessions/keep/interrupt", {}, with_xsrf)
+    assert status == 200, answer
+    status, answer, _ = await http("DELETE", "api/agent/sessions/keep", None, with_xsrf)
+    assert status == 204, answer
+    # token requests never need it
+    status, answer, _ = await http(
+        "POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "t"}, jp_auth_header
+    )
+    assert status == 200, answer
