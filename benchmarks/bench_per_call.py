@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import time
 
 from .common import (
@@ -44,7 +45,7 @@ async def direct_per_call() -> None:
     from jupyter_client.manager import AsyncKernelManager
 
     km = AsyncKernelManager(kernel_name="python3")
-    await km.start_kernel()
+    await km.start_kernel(stderr=subprocess.DEVNULL)  # ipykernel's "running over TCP" warning each time
     try:
         kc = km.client()
         kc.start_channels()

@@ -48,6 +48,7 @@ RSS_TARGET = 32 * MB
 RAW, AGENT = "raw client (drain iopub)", "agent stream (NDJSON)"
 FLUSHED, UNFLUSHED = "flushed every 1,000 lines", "unflushed (kernel batches)"
 NDJSON = "application/x-ndjson"
+EVAL_TIMEOUT = 120
 
 
 def cell_code(megabytes: int, flush: bool) -> str:
@@ -132,7 +133,9 @@ async def _run(options: argparse.Namespace) -> BenchResult:
             rss_at_start = server.memory().get("VmRSS", 0)
             for flush in (True, False):
                 code = cell_code(size_mb, flush)
-                body = {"cells": [{"code": code}], "session": "stream", "timeout": 600}
+                # A run that has not ended after EVAL_TIMEOUT s is a failure, reported (timed_out) by the
+                # eval itself: e.g. when the kernel dropped iopub messages to a slow subscriber.
+                body = {"cells": [{"code": code}], "session": "stream", "timeout": EVAL_TIMEOUT}
                 case = f"{size_mb} MB, " + (FLUSHED if flush else UNFLUSHED)
                 samples: dict[str, list[float]] = {RAW: [], AGENT: []}
                 memory: dict[str, list[dict[str, float]]] = {RAW: [], AGENT: []}
