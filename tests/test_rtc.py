@@ -84,7 +84,22 @@ def sample(minor: int = 5) -> nbformat.NotebookNode:
                 execution_count=1,
                 outputs=[new_output("stream", name="stdout", text="3\n")],
             ),
-            new_code_cell("x = 'ünïcödé ✓'\nx", execution_count=2),
+            new_code_cell(
+                "x = 'ünïcödé ✓'\nx",
+                execution_count=2,
+                outputs=[
+                    new_output(
+                        "display_data",
+                        data={"image/png": "iVBORw0KGgo=\n", "text/html": "<b>one</b>\n<i>two</i>"},
+                        metadata={"image/png": {"width": 10}},
+                    ),
+                    new_output(
+                        "execute_result",
+                        execution_count=2,
+                        data={"text/plain": "'ünïcödé ✓'\nsecond line", "application/json": {"a": [1, 2.5]}},
+                    ),
+                ],
+            ),
             new_code_cell("last = True"),
         ],
         metadata={
@@ -179,6 +194,26 @@ async def test_live_answer_equals_file_answer(jp_root_dir, api, connect):
         assert moved["outputs"].to_py()[0]["text"] == "3\n"
 
 
+async def test_hash_is_that_of_the_file_the_room_writes(jp_root_dir, api, connect):
+    """A notebook the room normalizes on load (it adds kernelspec and language_info to empty metadata):
+    the live hash describes the normalized document, and the room then writes exactly those bytes."""
+    nb = sample()
+    nb.metadata = {}
+    path = write(jp_root_dir, "bare.ipynb", nb)
+    await connect("bare.ipynb")
+    status, read = await api("GET", "notebooks", "bare.ipynb")
+    assert read["hash"] != sha(path)
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        "bare.ipynb",
+        body={"action": "delete", "cell_index": 0, "expected_hash": read["hash"]},
+    )
+    assert status == 200, answer
+    await until(lambda: sha(path) == answer["hash"], "the room to write the hashed document")
+    assert set(nbformat.reads(path.read_text(), as_version=4).metadata) == {"kernelspec", "language_info"}
+
+
 async def test_edit_changes_only_the_edited_text(jp_root_dir, api, connect):
     write(jp_root_dir, "text.ipynb", sample())
     client = await connect("text.ipynb")
@@ -226,7 +261,10 @@ async def test_person_edit_just_before_agent_edit_is_kept(jp_root_dir, api, conn
     assert merged([cell["source"] for cell in read["cells"]])
 
     def saved() -> bool:
-        nb = nbformat.reads(path.read_text(), as_version=4)
+        try:  # the contents manager writes in place: the file may be caught half written
+            nb = nbformat.reads(path.read_text(), as_version=4)
+        except Exception:
+            return False
         return merged([cell.source for cell in nb.cells])
 
     await until(saved, "the file to hold both edits")

@@ -219,7 +219,11 @@ def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path)
     # The room saves the live document, with the person's typing and the agent's cell, to the file.
     deadline = time.monotonic() + 30
     while True:
-        sources = [c.source for c in nbformat.read(str(lab["root"] / "shared.ipynb"), as_version=4).cells]
+        try:  # the contents manager writes in place: the file may be caught half written
+            saved = nbformat.read(str(lab["root"] / "shared.ipynb"), as_version=4)
+            sources = [c.source for c in saved.cells]
+        except Exception as e:
+            sources = [repr(e)]
         if sources == ["# Shared notebook", f"print('{INSERTED}')", "value = 123"]:
             break
         assert time.monotonic() < deadline, f"the file never got both edits: {sources}"

@@ -201,9 +201,8 @@ class LiveNotebook:
                 set_text(ycells[origin]["source"], old_source, new_source)
         # 2. Remove deleted, moved and replaced cells (moves are delete + insert: Yjs 13 clients, i.e.
         #    JupyterLab 4, do not understand pycrdt's move).
-        raw_by_origin = {
-            i: self.ycells[i].to_py() for i in range(len(old_cells)) if i not in kept and i in origins
-        }
+        reused = {o for o in origins if o is not None} - kept
+        raw_by_origin = {i: self.ycells[i].to_py() for i in reused}
         for i in sorted(set(range(len(old_cells))) - kept, reverse=True):
             del ycells[i]
         # 3. Insert new, moved and replaced cells at their final positions, in order.
