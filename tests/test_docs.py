@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from jupyter_agent_tools.app import AgentToolsApp
 
 ROOT = Path(__file__).resolve().parent.parent
