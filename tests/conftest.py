@@ -43,3 +43,16 @@ def api(jp_fetch):
         return response.code, (json.loads(text) if text else None)
 
     return call
+
+
+@pytest.fixture
+def evaluate(api):
+    """POST an eval of code cells (other fields as keywords), assert the status, return the answer."""
+
+    async def call(*codes: str, expect: int = 200, **fields: Any) -> dict[str, Any]:
+        body = {"cells": [{"code": c} for c in codes], **fields}
+        status, answer = await api("POST", "eval", body=body)
+        assert status == expect, answer
+        return answer
+
+    return call

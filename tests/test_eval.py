@@ -21,17 +21,6 @@ def jp_server_config() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def evaluate(api):
-    async def call(*codes: str, expect: int = 200, **fields: Any) -> dict[str, Any]:
-        body = {"cells": [{"code": c} for c in codes], **fields}
-        status, answer = await api("POST", "eval", body=body)
-        assert status == expect, answer
-        return answer
-
-    return call
-
-
 async def stream(jp_fetch, body, on_line=None, timeout=60):
     """POST an eval with Accept: application/x-ndjson and collect the events as they arrive."""
     buffer = b""

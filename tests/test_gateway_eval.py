@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
 
 import pytest
 from gateway_fixtures import *  # noqa: F403
@@ -18,17 +17,6 @@ def jp_server_config(gateway_server_config):
     config = dict(gateway_server_config)
     config["AgentToolsApp"] = {"kernel_create_retry_delay": 0.2, "heartbeat_interval": 0}
     return config
-
-
-@pytest.fixture
-def evaluate(api):
-    async def call(*codes: str, expect: int = 200, **fields: Any) -> dict[str, Any]:
-        body = {"cells": [{"code": c} for c in codes], **fields}
-        status, answer = await api("POST", "eval", body=body)
-        assert status == expect, answer
-        return answer
-
-    return call
 
 
 async def totals(api) -> dict[str, int]:

@@ -28,17 +28,6 @@ def jp_server_config() -> dict[str, Any]:
     return server_config()
 
 
-@pytest.fixture
-def evaluate(api):
-    async def call(*codes: str, expect: int = 200, **fields: Any) -> dict[str, Any]:
-        body = {"cells": [{"code": c} for c in codes], **fields}
-        status, answer = await api("POST", "eval", body=body)
-        assert status == expect, answer
-        return answer
-
-    return call
-
-
 def agent_app(jp_serverapp):
     return jp_serverapp.web_app.settings["jupyter_agent_tools"]
 
