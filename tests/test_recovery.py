@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from typing import Any
 
 import pytest
@@ -161,3 +162,25 @@ async def test_failed_execute_counts_as_kernel_loss(evaluate, jp_serverapp):
     result = await evaluate("print('y' in globals())", session="broken-conn")
     assert result["restarted"] is True
     assert result["cells"][0]["output"] == "False\n"
+
+
+async def test_lost_idle_status_does_not_hang_the_session(evaluate, api):
+    """Block the server's event loop while the kernel floods iopub: ZMQ's high-water marks drop what
+    does not fit (~1000 messages each side), the final idle status among them. The call must end
+    shortly after its reply instead of waiting for its timeout."""
+    await evaluate("1", session="flood")
+    code = "import sys\nfor i in range(10000):\n    sys.stdout.write(f'{i}\\n'); sys.stdout.flush()"
+    call = asyncio.ensure_future(evaluate(code, session="flood", timeout=20))
+    await asyncio.sleep(0.2)
+    time.sleep(5)  # the server shares this event loop: nothing reads iopub meanwhile
+    result = await call
+    cell = result["cells"][0]
+    assert result["timed_out"] is False
+    assert cell["status"] == "complete"
+    if cell["output"].endswith("9999\n"):
+        pytest.skip("the end of the output (and so the idle) was not dropped on this run")
+    assert cell["total_lines"] < 10000  # messages were really lost
+    _, listing = await api("GET", "sessions")
+    (entry,) = [s for s in listing["sessions"] if s["name"] == "flood"]
+    assert entry["recoveries"].get("lost_idle") == 1
+    assert (await evaluate("print('next')", session="flood"))["output"] == "next\n"

@@ -36,6 +36,7 @@ class CellExecution:
     timed_out: bool = False
     kernel_died: bool = False
     settled: bool = True  # reply and idle both arrived (False: the kernel did not settle in time)
+    idle_missing: bool = False  # the reply came but its "idle" never did (iopub messages were lost)
     duration_ms: int = 0
     summary: SinkSummary | None = None
 
@@ -48,6 +49,9 @@ class ExecutionLimits:
     timeout_seconds: float
     interrupt_grace: float = 5.0
     liveness_interval: float = 1.0
+    # After the execute_reply, how long iopub may stay silent before a lost "idle" is assumed: under
+    # load a subscriber that falls behind loses iopub messages (ZMQ high-water mark), the idle included.
+    idle_grace: float = 2.0
 
 
 def _format_seconds(seconds: float) -> str:
@@ -70,6 +74,8 @@ class _Run:
         self.msg_id = ""
         self.reply: dict[str, Any] | None = None
         self.idle = False
+        self.idle_missing = False
+        self.quiet_since = time.monotonic()  # last message of this execution (reply or iopub)
         self.last_char = "\n"
 
     def text(self, text: str, name: str) -> None:
@@ -96,6 +102,7 @@ class _Run:
             ):
                 self.result.kernel_died = True
             return
+        self.quiet_since = time.monotonic()
         if channel == "shell":
             if msg_type == "execute_reply":
                 self.reply = content
@@ -176,6 +183,12 @@ async def run_cell(
             wake_at = (
                 interrupted_at + limits.interrupt_grace if interrupted_at is not None else limits.deadline
             )
+            if run.reply is not None and not run.idle and interrupted_at is None:
+                idle_due = run.quiet_since + limits.idle_grace
+                if time.monotonic() >= idle_due:
+                    run.idle = run.idle_missing = True
+                    break
+                wake_at = min(wake_at, now + (idle_due - time.monotonic()))
             wait = max(0.0, min(limits.liveness_interval, wake_at - now))
             getter = asyncio.ensure_future(conn.messages.get())
             waiters: set[asyncio.Future[Any]] = {getter}
@@ -238,6 +251,7 @@ def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution
                 "traceback": [strip_ansi(str(line)) for line in reply.get("traceback", [])],
             }
     result.settled = run.done
+    result.idle_missing = run.idle_missing
     result.duration_ms = int((time.monotonic() - started) * 1000)
     result.summary = run.sink.finish()
     return result

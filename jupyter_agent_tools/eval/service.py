@@ -410,6 +410,13 @@ class EvalService:
             finally:
                 sink.close()
             session.executions += 1
+            if execution.idle_missing:
+                self.sessions.record(
+                    session,
+                    "lost_idle",
+                    "the kernel's idle status for a finished execution never arrived (iopub messages "
+                    "were dropped by a slow subscriber); the cell's output may be incomplete",
+                )
             results.append((index, execution))
             emit(
                 {
