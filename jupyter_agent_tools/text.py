@@ -42,6 +42,8 @@ _OVERWRITTEN = re.compile(r"^[^\n]*\r", re.MULTILINE)
 
 def strip_ansi(text: str) -> str:
     """Remove ANSI escape sequences (colors, cursor moves, titles, hyperlinks)."""
+    if text.isascii() and "\x1b" not in text:  # fast path: only ESC can start a sequence in ASCII
+        return text
     if not _ESCAPE_START.search(text):
         return text
     return _ANSI.sub("", text)
@@ -60,8 +62,15 @@ def split_incomplete_escape(text: str) -> tuple[str, str]:
     return text[: match.start()], text[match.start() :]
 
 
+_ASCII_CONTROLS = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+
+
 def strip_controls(text: str) -> str:
     """Remove control characters but ``\\t``, ``\\n``, ``\\r``: NUL, BEL, DEL, C1, lone surrogates."""
+    if text.isascii():  # fast path (most output): bytes.translate is far faster than the regex
+        data = text.encode("ascii")
+        kept = data.translate(None, _ASCII_CONTROLS)
+        return text if len(kept) == len(data) else kept.decode("ascii")
     return _CONTROLS.sub("", text)
 
 
