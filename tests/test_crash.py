@@ -156,12 +156,6 @@ def test_kill_inside_a_save_is_recovered_by_the_contents_manager(crashes, tmp_pa
     assert sources_of((root / "crash.ipynb").read_text()) == [*crashes["before"], "after"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (notebook/store.py): the store reads notebooks as type=file, which skips the contents "
-    "manager's recovery of an interrupted save (.~<name> intermediate): after a SIGKILL inside a save, "
-    "GET/POST /api/agent/notebooks answer 400 'Invalid JSON' until something else reads it as a notebook",
-)
 def test_kill_inside_a_save_is_recovered_by_our_routes_too(crashes, tmp_path: Path) -> None:
     if crashes["root"] is None:
         pytest.skip(f"no kill landed inside a save in {crashes['rounds']} rounds")
@@ -173,12 +167,6 @@ def test_kill_inside_a_save_is_recovered_by_our_routes_too(crashes, tmp_path: Pa
         assert [c["source"] for c in json.loads(body)["cells"]] == crashes["before"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (notebook/store.py): a read is not serialized with a concurrent edit of the same notebook, "
-    "and the contents manager writes in place: a GET during a save sees a half-written file (400 'Invalid "
-    "JSON in notebook')",
-)
 def test_reads_never_see_a_half_written_notebook(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()

@@ -155,11 +155,6 @@ async def test_symlink_inside_root_is_followed_for_reading(api, jp_fetch, tree) 
     assert json.loads(contents.body)["content"]["cells"][0]["source"] == "# t"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (notebook/store.py): the contents manager's atomic save follows a symlinked file, so an "
-    "edit of root/link.ipynb rewrites the file outside the root it points to",
-)
 async def test_edit_through_symlink_never_writes_outside_root(api, tree) -> None:
     secret = tree["outside"] / "secret.ipynb"
     before = secret.read_bytes()
@@ -261,12 +256,6 @@ async def test_valid_json_but_not_a_notebook(api, tree, name) -> None:
             assert path.read_bytes() == original
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (notebook/summary.py, operations._Editor): a cell whose source/outputs have the wrong JSON "
-    "type, or no cell_type, makes GET, delete or edit answer 500 (join_source of a non-string; "
-    "KeyError 'cell_type' in _Editor._edit)",
-)
 @pytest.mark.parametrize("name", sorted(BROKEN_CELLS))
 async def test_cells_with_wrong_types_are_4xx_not_500(api, tree, name) -> None:
     path = tree["root"] / name

@@ -18,6 +18,25 @@ from .base import AgentAPIHandler
 NDJSON = "application/x-ndjson"
 
 
+def coalesce(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merge consecutive ``chunk`` events of the same cell and stream into one (fewer, larger lines when
+    the client reads slower than the kernel prints; the text is unchanged)."""
+    merged: list[dict[str, Any]] = []
+    for event in events:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and event.get("type") == "chunk"
+            and last.get("type") == "chunk"
+            and last.get("index") == event.get("index")
+            and last.get("name") == event.get("name")
+        ):
+            merged[-1] = {**last, "text": last["text"] + event["text"]}
+        else:
+            merged.append(event)
+    return merged
+
+
 class EvalHandler(AgentAPIHandler):
     """POST runs cells (``execute`` on ``kernels``). A client that disconnects cancels the run."""
 
@@ -76,7 +95,7 @@ class EvalHandler(AgentAPIHandler):
                     self.set_header("Content-Type", NDJSON)
                     self.set_header("Cache-Control", "no-cache")
                     self.set_header("X-Accel-Buffering", "no")
-                self.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in batch))
+                self.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in coalesce(batch)))
                 await self.flush()
                 last_sent = time.monotonic()
             run.result()  # raise the service's error, if any

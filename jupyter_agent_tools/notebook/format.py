@@ -48,7 +48,27 @@ def parse_notebook(text: str, path: str) -> dict[str, Any]:
         raise BadRequest(f"Invalid notebook structure (missing cells array): {path}")
     if not all(isinstance(cell, dict) for cell in nb["cells"]):
         raise BadRequest(f"Invalid notebook structure (cells must be objects): {path}")
+    for index, cell in enumerate(nb["cells"]):
+        problem = _cell_problem(cell)
+        if problem:
+            raise BadRequest(f"Invalid notebook structure (cell {index}: {problem}): {path}")
     return nb
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+def _cell_problem(cell: dict[str, Any]) -> str | None:
+    """What is wrong with a cell's shape for the fields the operations and summaries read, if anything."""
+    if not isinstance(cell.get("cell_type"), str):
+        return "'cell_type' must be a string"
+    if not _is_text(cell.get("source", "")):
+        return "'source' must be a string or a list of strings"
+    outputs = cell.get("outputs", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+        return "'outputs' must be a list of objects"
+    return None
 
 
 def serialize_notebook(nb: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,17 @@ class NotebookStore:
     async def load(self, path: str) -> LoadedNotebook:
         """Read a notebook's text through the contents manager and parse it."""
         path = await self._check_path(path)
+        text = await self._read_text(path)
+        try:
+            nb = parse_notebook(text, path)
+        except BadRequest:
+            recovered = await self._recover_interrupted_save(path)
+            if recovered is None:
+                raise
+            text, nb = recovered, parse_notebook(recovered, path)
+        return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")))
+
+    async def _read_text(self, path: str) -> str:
         cm = self.contents_manager
         try:
             if not await ensure_async(cm.file_exists(path)):
@@ -110,8 +122,34 @@ class NotebookStore:
         text = model["content"]
         if not isinstance(text, str):
             raise BadRequest(f"Invalid JSON in notebook: {path}: not UTF-8 text")
-        nb = parse_notebook(text, path)
-        return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")))
+        return text
+
+    async def _recover_interrupted_save(self, path: str) -> str | None:
+        """The notebook's text after the contents manager's own recovery of an interrupted save.
+
+        A save killed half-way leaves the file truncated and the previous content in ``.~<name>``; the
+        contents manager restores it when it reads the file *as a notebook* (reading as a file, as this
+        store does for exact bytes, skips that). None when there was nothing to recover.
+        """
+        try:
+            await ensure_async(self.contents_manager.get(path, content=True, type="notebook"))
+        except Exception:
+            return None
+        self.log.warning("notebook %s was restored from an interrupted save", path)
+        return await self._read_text(path)
+
+    def _escapes_root(self, path: str) -> bool:
+        """Whether the file behind ``path`` really lies outside the server root (through a symlink)."""
+        cm = self.contents_manager
+        get_os_path, root = getattr(cm, "_get_os_path", None), getattr(cm, "root_dir", None)
+        if not callable(get_os_path) or not isinstance(root, str) or not root:
+            return False  # not a local-disk contents manager: it confines its own storage
+        try:
+            real = os.path.realpath(get_os_path(path))
+        except Exception:
+            return False
+        real_root = os.path.realpath(root)
+        return os.path.commonpath([real, real_root]) != real_root
 
     async def open(self, path: str) -> LoadedNotebook | LiveNotebook:
         """The notebook's live document when a collaborative room has it open, else its file.
@@ -128,7 +166,9 @@ class NotebookStore:
 
     async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
         """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
-        loaded = await self.open(path)
+        path = await self._check_path(path)
+        async with self._lock(path):  # never read a file while this store is writing it
+            loaded = await self.open(path)
         return summarize_notebook(
             loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
         )
@@ -137,6 +177,10 @@ class NotebookStore:
         """Apply one operation or a batch atomically and save once; return the answer for the caller."""
         request = parse_edit_request(body, self.max_ops)
         path = await self._check_path(path)
+        if self._escapes_root(path):
+            raise AgentToolsError(
+                f"Refusing to write {path}: it is a link to a file outside the server root", 403
+            )
         async with self._lock(path):
             loaded = await self.open(path)
             # No await from here to the write-back of a live document (see open()).
