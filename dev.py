@@ -71,7 +71,7 @@ def ensure_env() -> None:
         print(f"Creating virtualenv in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(PYTHON, "-m", "pip", "install", "--quiet", "-e", f"{HERE}[test]")
+    run(PYTHON, "-m", "pip", "install", "--quiet", "-e", f"{HERE}[test,bench]")
     stamp.write_text(wanted)
 
 

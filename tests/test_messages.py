@@ -243,3 +243,14 @@ def test_multi_cell_first_cell_fails() -> None:
         "[1/2]\n(no output)\n"
         "Cell 1 failed (exit code 1). Earlier cells succeeded—their state persists. Fix only cell 1."
     )
+
+
+def test_default_object_repr_gives_way_to_html_or_image() -> None:
+    html_bundle = {"text/plain": "<IPython.core.display.HTML object>", "text/html": "<b>bold</b>"}
+    assert bundle_text(html_bundle) == "**bold**"
+    image_bundle = {"text/plain": "<IPython.core.display.Image object>", "image/png": "iVBORw0KGgo="}
+    assert bundle_text(image_bundle) is None
+    figure = {"text/plain": "<Figure size 640x480 with 1 Axes>", "image/png": "iVBORw0KGgo="}
+    assert bundle_text(figure) == "<Figure size 640x480 with 1 Axes>"
+    plain_object = {"text/plain": "<foo.Bar object at 0x7f00aa>"}
+    assert bundle_text(plain_object) == "<foo.Bar object at 0x7f00aa>"

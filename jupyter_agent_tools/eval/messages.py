@@ -107,14 +107,18 @@ def bundle_text(data: dict[str, Any]) -> str | None:
     """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime.
 
     A ``text/plain`` that is only Python's default object repr says nothing a model can use: when the
-    bundle also has HTML, the HTML (as markdown) is shown instead.
+    bundle also has HTML, the HTML (as markdown) is shown instead; when it has an image, no text at all
+    (the image is among the displays).
     """
     html = _join(data.get("text/html"))
     for mime in TEXT_MIMES:
         text = _join(data.get(mime))
         if text is not None:
-            if mime == "text/plain" and html is not None and _DEFAULT_REPR.match(text.strip()):
-                break
+            if mime == "text/plain" and _DEFAULT_REPR.match(text.strip()):
+                if html is not None:
+                    break
+                if any(m.startswith("image/") for m in data):
+                    return None  # "<IPython.core.display.Image object>": the image is in displays
             return _strip_blank_lines(text)
     if html is not None:
         return _strip_blank_lines(html_to_text(html))
