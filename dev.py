@@ -105,6 +105,8 @@ def serve(args: list[str]) -> int:
         f"--IdentityProvider.token={token}",
         *args,
     ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
+        cmd.append("--allow-root")  # containers and CI machines often run as root
     return subprocess.call(cmd, cwd=os.getcwd())
 
 
