@@ -94,9 +94,8 @@ class NotebookStore:
             raise NotFound(f"Notebook not found: {path}")
         return path
 
-    async def load(self, path: str) -> LoadedNotebook:
-        """Read a notebook's text through the contents manager and parse it."""
-        path = await self._check_path(path)
+    async def _load(self, path: str) -> LoadedNotebook:
+        """Read a notebook's text through the contents manager and parse it (``path`` already checked)."""
         text = await self._read_text(path)
         try:
             nb = parse_notebook(text, path)
@@ -151,24 +150,24 @@ class NotebookStore:
         real_root = os.path.realpath(root)
         return os.path.commonpath([real, real_root]) != real_root
 
-    async def open(self, path: str) -> LoadedNotebook | LiveNotebook:
+    async def _open(self, path: str) -> LoadedNotebook | LiveNotebook:
         """The notebook's live document when a collaborative room has it open, else its file.
 
-        For a live document there is no ``await`` between the read and the return, so a caller that
-        goes on without awaiting sees and edits exactly what it read.
+        ``path`` is one :meth:`_check_path` returned. For a live document there is no ``await`` between
+        the read and the return, so a caller that goes on without awaiting sees and edits exactly what
+        it read.
         """
-        path = await self._check_path(path)
         if self.live is not None:
             doc = await self.live.open(path)
             if doc is not None:
                 return doc
-        return await self.load(path)
+        return await self._load(path)
 
     async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
         """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
         path = await self._check_path(path)
         async with self._lock(path):  # never read a file while this store is writing it
-            loaded = await self.open(path)
+            loaded = await self._open(path)
         return summarize_notebook(
             loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
         )
@@ -182,8 +181,8 @@ class NotebookStore:
                 f"Refusing to write {path}: it is a link to a file outside the server root", 403
             )
         async with self._lock(path):
-            loaded = await self.open(path)
-            # No await from here to the write-back of a live document (see open()).
+            loaded = await self._open(path)
+            # No await from here to the write-back of a live document (see _open()).
             if request.expected_hash is not None and request.expected_hash != loaded.hash:
                 raise Conflict(
                     f"Notebook changed since it was read: {path} (expected_hash "
