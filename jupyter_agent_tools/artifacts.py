@@ -28,9 +28,13 @@ class ArtifactStore:
         self.retention = retention
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
+    def session_path(self, session: str) -> Path:
+        """Where one session's artifacts live (also exported to its kernel as ``ARTIFACTS``)."""
+        return self.root / session
+
     def session_dir(self, session: str) -> Path:
-        """The directory of one session's artifacts (also exported to its kernel as ``ARTIFACTS``)."""
-        path = self.root / session
+        """:meth:`session_path`, created if missing."""
+        path = self.session_path(session)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return path
 

@@ -117,7 +117,7 @@ class EvalService:
         env = dict(request.env)
         if request.session_file is not None:
             env["PI_SESSION_FILE"] = request.session_file
-        env["ARTIFACTS"] = str(self.artifacts.session_dir(session.name))
+        env["ARTIFACTS"] = str(self.artifacts.session_path(session.name))
         return InitSpec(cwd=cwd, env=tuple(sorted(env.items())), session_file=request.session_file)
 
     async def run(
@@ -245,6 +245,7 @@ class EvalService:
         spec = self._init_spec(session, request, cwd)
         if session.init == spec:
             return
+        self.artifacts.session_dir(session.name)  # the kernel is told ARTIFACTS exists
         assert session.connection is not None and session.kernel_id is not None
         kernel_id = session.kernel_id
         sink = OutputSink(max_bytes=self.max_output_bytes)
