@@ -237,9 +237,11 @@ class EvalService:
                 ) from second
         session.kernel_id, session.kernel_name, session.connection = kernel_id, kernel_name, conn
 
-    async def _replace_kernel(self, session: KernelSession, request: EvalRequest) -> None:
+    async def _replace_kernel(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
+        """A fresh, initialized kernel for the session in place of its current one."""
         await self.sessions.stop_kernel(session)
         await self._start_kernel(session, request, request.cwd)
+        await self._ensure_init(session, request, cwd)
 
     async def _ensure_init(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
         spec = self._init_spec(session, request, cwd)
@@ -353,8 +355,7 @@ class EvalService:
                     session, "wedged_restarts", "kernel did not settle after an interrupt; restarting it"
                 )
                 session.restarts += 1
-                await self._replace_kernel(session, request)
-                await self._ensure_init(session, request, cwd)
+                await self._replace_kernel(session, request, cwd)
             if last is None or not last.kernel_died or cancel.is_set() or session.closed:
                 break
             if restarts_this_call >= 1:
@@ -369,8 +370,7 @@ class EvalService:
             self.sessions.record(session, "restarts", "kernel died during a run; restarting and re-running")
             notices.append(STATE_LOST_NOTICE)
             emit({"type": "restart", "session": session.name, "message": STATE_LOST_NOTICE})
-            await self._replace_kernel(session, request)
-            await self._ensure_init(session, request, cwd)
+            await self._replace_kernel(session, request, cwd)
         return self._answer(session, request, cells, notices, restarted=restarted)
 
     async def _run_cells(
