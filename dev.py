@@ -91,8 +91,13 @@ def serve(args: list[str]) -> int:
     token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     port = free_port(int(os.environ.get("AGENT_TOOLS_PORT", "8888")))
     url = f"http://127.0.0.1:{port}/"
+    root = next(
+        (a.split("=", 1)[1] for a in args if a.startswith(("--ServerApp.root_dir=", "--notebook-dir="))),
+        os.getcwd(),
+    )
     print(
         f"\nJupyter server with jupyter_agent_tools\n  URL:   {url}\n  Token: {token}\n"
+        f"  Root:  {root} (notebook paths in the API are relative to it)\n"
         f"  Try:   curl -H 'Authorization: token {token}' {url}api/agent/notebooks/<some>.ipynb\n",
         flush=True,
     )

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import tempfile
+from typing import Any
 
 from jupyter_server.base.handlers import path_regex
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import CaselessStrEnum, Float, Int, Unicode
+from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 
 from . import __version__
 from .artifacts import ArtifactStore
@@ -137,6 +138,14 @@ class AgentToolsApp(ExtensionApp):
     artifact_retention = Float(
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
+
+    @validate("max_sessions", "max_output_bytes", "max_cells_per_request", "max_ops_per_request")
+    def _at_least_one(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if value < 1:
+            name = proposal["trait"].name
+            raise TraitError(f"AgentToolsApp.{name} must be at least 1, got {value}")
+        return value
 
     notebook_store: NotebookStore
     eval_service: EvalService

@@ -2,6 +2,10 @@
 
 An artifact holds the full sanitized output of one cell whose visible output was truncated. Artifacts
 are removed with their session and, whatever happens, after ``retention`` seconds.
+
+Session names and artifact ids come from callers. Neither becomes a path before it is checked against
+:data:`SESSION_DIR_NAME` (a plain file name: no separator, never ``.``/``..``, never hidden), and nothing
+is removed unless it resolves to a direct child of the store's own root.
 """
 
 from __future__ import annotations
@@ -11,13 +15,17 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 from uuid import uuid4
 
 from .errors import NotFound
 
-ARTIFACT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}\.[0-9a-f]{32}$")
+# The same rule as the API's session names (schemas.SESSION_NAME_PATTERN): a first character that is not
+# a dot, so no name is ".", ".." or hidden.
+SESSION_DIR_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
+ARTIFACT_ID = re.compile(r"^(?P<session>[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})\.[0-9a-f]{32}$")
 
 
 class ArtifactStore:
@@ -27,15 +35,20 @@ class ArtifactStore:
         self.root = Path(root)
         self.retention = retention
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._real_root = self.root.resolve()
 
     def session_path(self, session: str) -> Path:
         """Where one session's artifacts live (also exported to its kernel as ``ARTIFACTS``)."""
+        if not SESSION_DIR_NAME.match(session):
+            raise ValueError(f"not a session name that can name a directory: {session!r}")
         return self.root / session
 
     def session_dir(self, session: str) -> Path:
         """:meth:`session_path`, created if missing."""
         path = self.session_path(session)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self._owns(path, depth=1):
+            raise OSError(f"artifact directory {path} does not resolve inside {self.root}")
         return path
 
     def create(self, session: str) -> tuple[str, BinaryIO]:
@@ -46,31 +59,52 @@ class ArtifactStore:
 
     def path(self, artifact_id: str) -> Path:
         """The file of an artifact, or :class:`NotFound`."""
-        if not ARTIFACT_ID.match(artifact_id):
+        match = ARTIFACT_ID.match(artifact_id)
+        if match is None:
             raise NotFound(f"Artifact not found: {artifact_id}")
-        session = artifact_id.rsplit(".", 1)[0]
-        path = self.root / session / f"{artifact_id}.txt"
-        if not path.is_file():
+        path = self.root / match["session"] / f"{artifact_id}.txt"
+        if not path.is_file() or not self._owns(path, depth=2):
             raise NotFound(f"Artifact not found: {artifact_id} (artifacts are removed with their session)")
         return path
 
     def remove_session(self, session: str) -> None:
-        """Remove every artifact of a session."""
-        shutil.rmtree(self.root / session, ignore_errors=True)
+        """Remove every artifact of a session (its directory, only if it is really ours)."""
+        path = self.session_path(session)
+        if path.is_symlink():
+            path.unlink(missing_ok=True)  # the link itself lives in our root; never what it points to
+        elif path.is_dir() and self._owns(path, depth=1):
+            shutil.rmtree(path, ignore_errors=True)
 
-    def sweep(self, now: float | None = None) -> int:
-        """Remove artifacts older than the retention; return how many were removed."""
+    def discard_if_empty(self, session: str) -> None:
+        """Remove a session's directory when it holds no artifact (per-call runs that spilled nothing)."""
+        with contextlib.suppress(OSError, ValueError):
+            self.session_path(session).rmdir()
+
+    def sweep(self, now: float | None = None, keep: Collection[str] = ()) -> int:
+        """Remove artifacts older than the retention, and emptied directories of sessions not in
+        ``keep``; return how many artifacts were removed."""
         if self.retention <= 0:
             return 0
         cutoff = (now if now is not None else time.time()) - self.retention
         removed = 0
-        for path in self.root.glob("*/*.txt"):
-            with contextlib.suppress(OSError):
-                if path.stat().st_mtime < cutoff:
-                    path.unlink()
-                    removed += 1
+        for directory in self.root.iterdir():
+            if directory.is_symlink() or not directory.is_dir() or not SESSION_DIR_NAME.match(directory.name):
+                continue
+            for path in directory.glob("*.txt"):
+                with contextlib.suppress(OSError):
+                    if not path.is_symlink() and path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        removed += 1
+            if directory.name not in keep:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()  # only when empty
         return removed
 
     def remove_all(self) -> None:
-        """Remove the whole store (at server shutdown)."""
+        """Remove the whole store (at server shutdown, when the server created the root itself)."""
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _owns(self, path: Path, depth: int) -> bool:
+        """Whether ``path`` resolves to ``depth`` levels below the store's root (resolve, then check)."""
+        real = path.resolve()
+        return len(real.parts) == len(self._real_root.parts) + depth and real.is_relative_to(self._real_root)

@@ -22,7 +22,7 @@ ACTIONS = ("edit", "insert", "delete", "move")
 CELL_TYPES = ("code", "markdown", "raw")
 EVAL_MODES = ("session", "per-call")
 CELL_STATUSES = ("complete", "error", "cancelled")
-SESSION_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+SESSION_NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$"  # never ".", ".." or hidden
 CELL_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
@@ -202,7 +202,8 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "default": "default",
                 "description": "The session (kernel) to run in.",
                 "x-errors": {
-                    "pattern": "'session' must be 1-64 characters of letters, digits, '.', '_' or '-'"
+                    "pattern": "'session' must be 1-64 characters of letters, digits, '.', '_' or '-', "
+                    "not starting with '.'"
                 },
             },
             "mode": {

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from typing import Any
 
 import pytest
 
 pytest_plugins = ["jupyter_server.pytest_plugin"]
+
+# Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
+# the default artifacts directory included, in a private directory: a test that goes wrong can never
+# touch the system's temp directory or other programs' files.
+PRIVATE_TMP = tempfile.mkdtemp(prefix="jupyter-agent-tools-tests-")
+os.environ["TMPDIR"] = PRIVATE_TMP
+tempfile.tempdir = PRIVATE_TMP
 
 
 @pytest.fixture

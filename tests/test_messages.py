@@ -237,12 +237,9 @@ def test_multi_cell_failure_stops_the_list() -> None:
     )
 
 
-def test_multi_cell_first_cell_fails() -> None:
+def test_first_cell_failure_claims_no_earlier_cells() -> None:
     out = format_combined_output([cell(0, "", status="error", exit_code=1)], total=2)
-    assert out == (
-        "[1/2]\n(no output)\n"
-        "Cell 1 failed (exit code 1). Earlier cells succeeded—their state persists. Fix only cell 1."
-    )
+    assert out == "[1/2]\n(no output)\nCell 1 failed (exit code 1). Fix only cell 1."
 
 
 def test_default_object_repr_gives_way_to_html_or_image() -> None:

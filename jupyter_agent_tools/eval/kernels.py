@@ -63,6 +63,26 @@ class KernelService:
     def default_kernel_name(self) -> str:
         return str(getattr(self.kernel_manager, "default_kernel_name", "python3") or "python3")
 
+    async def check_kernel_name(self, kernel_name: str) -> None:
+        """400 listing the installed kernel specs unless ``kernel_name`` is one of them.
+
+        Checked before a session is touched, so a wrong name evicts, resets and creates nothing. When
+        the specs cannot be listed (a gateway that is down), the start itself reports the failure.
+        """
+        ksm = self.kernel_manager.kernel_spec_manager
+        try:
+            if self.gateway:
+                names = set((await ensure_async(ksm.get_all_specs())) or {})
+            else:
+                names = set(ksm.find_kernel_specs())
+        except Exception:
+            log.debug("listing kernel specs failed", exc_info=True)
+            return
+        if kernel_name not in names:
+            raise BadRequest(
+                f"No such kernel: {kernel_name!r} (available: {', '.join(sorted(names)) or 'none'})"
+            )
+
     async def launch(
         self, kernel_name: str | None, cwd: str, on_retry: Callable[[int, str], None] | None = None
     ) -> tuple[str, KernelConnection]:

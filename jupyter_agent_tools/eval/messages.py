@@ -203,9 +203,9 @@ def format_combined_output(cells: list[CellOutcome], total: int | None = None) -
         header = f"[{number}/{count}] {cell.title}" if cell.title else f"[{number}/{count}]"
         lines = [header, _cell_text(cell).rstrip("\n")]
         if cell.status == "error":
+            earlier = "Earlier cells succeeded—their state persists. " if number > 1 else ""
             lines.append(
-                f"Cell {number} failed (exit code {cell.exit_code}). "
-                f"Earlier cells succeeded—their state persists. Fix only cell {number}."
+                f"Cell {number} failed (exit code {cell.exit_code}). {earlier}Fix only cell {number}."
             )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -13,13 +13,12 @@ import gc
 import time
 from collections.abc import Callable
 from typing import Any
-from uuid import uuid4
 
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
 from ..artifacts import ArtifactStore
-from ..errors import AgentToolsError, BadRequest, Conflict, Unavailable
+from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService, close_quietly
 from .messages import CellOutcome, format_combined_output
@@ -35,6 +34,10 @@ STATE_LOST_NOTICE = (
     "The call was run again from its first cell.]"
 )
 DEAD_BEFORE_RUN_NOTICE = "[Kernel had died and was restarted before this call; earlier state was lost.]"
+WEDGED_NOTICE = (
+    "[The kernel did not stop after the interrupt and was replaced by a fresh one; state from earlier "
+    "calls was lost.]"
+)
 RESTARTED_BY_MANAGER_NOTICE = (
     "[Kernel was restarted by the server since the last call; earlier state was lost.]"
 )
@@ -86,20 +89,37 @@ class EvalService:
         self.interrupt_grace = interrupt_grace
         self.max_cells = max_cells
         self.liveness_interval = liveness_interval
-        self.per_call: dict[str, KernelSession] = {}
 
     def list_sessions(self) -> list[dict[str, Any]]:
-        return self.sessions.list() + [s.describe() for s in self.per_call.values()]
+        return self.sessions.list()
 
     async def shutdown(self) -> None:
         """Shut down every kernel this service started: sessions' and per-call ones still running."""
         await self.sessions.shutdown()
-        running = list(self.per_call.values())
-        for session in running:
-            session.closed = True
-            if session.cancel is not None:
-                session.cancel.set()
-        await asyncio.gather(*(self.sessions.stop_kernel(s) for s in running), return_exceptions=True)
+
+    async def delete_session(self, name: str) -> None:
+        """Shut a session (named or a running per-call one) and its kernel down."""
+        if await self.sessions.remove(name) is not None:
+            return
+        session = self.sessions.per_call.get(name)
+        if session is None:
+            raise NotFound(f"Session not found: {name}")
+        if session.cancel is not None:
+            session.cancel.set()
+        await self.sessions.close_per_call(session)
+
+    async def interrupt_session(self, name: str) -> dict[str, Any]:
+        """Interrupt what a session runs: its running call answers ``cancelled``; an idle session's
+        kernel gets a plain interrupt."""
+        session = self.sessions.find(name)
+        if session is None:
+            raise NotFound(f"Session not found: {name}")
+        running = session.cancel is not None and not session.cancel.is_set()
+        if running and session.cancel is not None:
+            session.cancel.set()
+        elif session.kernel_id:
+            await self.kernels.interrupt(session.kernel_id)
+        return {"session": name, "kernel_id": session.kernel_id, "interrupted": running}
 
     async def _resolve_cwd(self, cwd: str) -> str:
         cm = self.contents_manager
@@ -126,6 +146,8 @@ class EvalService:
         """Run an eval request body; return the answer (also emitted last as a ``result`` event)."""
         request = parse_eval_request(body, self.max_cells)
         cwd = await self._resolve_cwd(request.cwd)
+        if request.kernel_name:  # before any session is created, evicted or reset
+            await self.kernels.check_kernel_name(request.kernel_name)
         emit = emit or _noop
         cancel = cancel or asyncio.Event()
         if request.mode == "per-call":
@@ -155,6 +177,9 @@ class EvalService:
         try:
             session.busy, session.cancel = True, cancel
             return await self._run_locked(session, request, cwd, emit, cancel)
+        except BaseException:
+            self.sessions.discard_unstarted(session)
+            raise
         finally:
             session.busy, session.cancel = False, None
             session.last_used = time.time()
@@ -355,6 +380,9 @@ class EvalService:
                     session, "wedged_restarts", "kernel did not settle after an interrupt; restarting it"
                 )
                 session.restarts += 1
+                restarted = True
+                notices.append(WEDGED_NOTICE)
+                emit({"type": "restart", "session": session.name, "message": WEDGED_NOTICE})
                 await self._replace_kernel(session, request, cwd)
             if last is None or not last.kernel_died or cancel.is_set() or session.closed:
                 break
@@ -437,9 +465,7 @@ class EvalService:
     async def _run_per_call(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event
     ) -> dict[str, Any]:
-        session = KernelSession(name=f"per-call-{uuid4().hex[:12]}", mode="per-call")
-        self.per_call[session.name] = session
-        session.busy, session.cancel = True, cancel
+        session = self.sessions.open_per_call(cancel)
         try:
             await self._start_kernel(session, request, request.cwd)
             await self._ensure_init(session, request, cwd)
@@ -447,8 +473,7 @@ class EvalService:
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             return self._answer(session, request, cells, [], restarted=False)
         finally:
-            self.per_call.pop(session.name, None)
-            await self.sessions.stop_kernel(session)
+            await self.sessions.close_per_call(session)
 
     # -- the answer ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import uuid4
 
 from ..artifacts import ArtifactStore
 from ..errors import Unavailable
@@ -100,6 +101,9 @@ class SessionManager:
         self.log = log or logging.getLogger(__name__)
         self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
         self.totals: Counter[str] = Counter()
+        self.per_call: dict[str, KernelSession] = {}
+        self._closing = 0  # sessions unlisted whose kernels are still shutting down
+        self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -114,7 +118,7 @@ class SessionManager:
         return self.sessions.get(name)
 
     def list(self) -> list[dict[str, Any]]:
-        return [s.describe() for s in self.sessions.values()]
+        return [s.describe() for s in (*self.sessions.values(), *self.per_call.values())]
 
     def record(self, session: KernelSession, kind: str, message: str, *args: Any) -> None:
         """Count a recovery or cleanup on the session and log it once at warning level."""
@@ -123,31 +127,62 @@ class SessionManager:
         self.log.warning("agent session %r (kernel %s): " + message, session.name, session.kernel_id, *args)
 
     async def acquire(self, name: str) -> KernelSession:
-        """The session called ``name``, created if needed (evicting the least recently used idle one)."""
+        """The session called ``name``, created if needed (evicting the least recently used idle one).
+
+        A session being shut down still counts against ``max_sessions`` until its kernel is gone, so
+        evictions never let more than ``max_sessions`` kernels live at once.
+        """
         self.start()
-        session = self.sessions.get(name)
-        if session is not None:
-            self.sessions.move_to_end(name)
-            return session
-        while len(self.sessions) >= self.max_sessions:
+        while True:
+            session = self.sessions.get(name)
+            if session is not None:
+                self.sessions.move_to_end(name)
+                return session
+            if len(self.sessions) + self._closing < self.max_sessions:
+                session = KernelSession(name=name)
+                self.sessions[name] = session
+                return session
             victim = next((s for s in self.sessions.values() if s.idle), None)
-            if victim is None:
+            if victim is not None:
+                del self.sessions[victim.name]
+                self.record(
+                    victim, "evictions", "evicted (least recently used, max_sessions=%d)", self.max_sessions
+                )
+                await self.close_session(victim)
+            elif self._closing:
+                async with self._slot_freed:
+                    await self._slot_freed.wait()
+            else:
                 raise Unavailable(
                     f"All {self.max_sessions} agent sessions are busy; retry later, reuse a session, or "
                     "raise c.AgentToolsApp.max_sessions",
                     retry_after=5,
                 )
-            del self.sessions[victim.name]
-            self.record(
-                victim, "evictions", "evicted (least recently used, max_sessions=%d)", self.max_sessions
-            )
-            await self.close_session(victim)
-            session = self.sessions.get(name)
-            if session is not None:  # created by a concurrent call while we were evicting
-                return session
-        session = KernelSession(name=name)
-        self.sessions[name] = session
+
+    def discard_unstarted(self, session: KernelSession) -> None:
+        """Drop a session whose first kernel never started, so a failed start holds no slot."""
+        unstarted = session.kernel_id is None and session.executions == 0
+        if unstarted and self.sessions.get(session.name) is session:
+            del self.sessions[session.name]
+            session.closed = True  # requests queued on it take a successor
+
+    def find(self, name: str) -> KernelSession | None:
+        """A named or a running per-call session."""
+        return self.sessions.get(name) or self.per_call.get(name)
+
+    def open_per_call(self, cancel: asyncio.Event) -> KernelSession:
+        """A new per-call session, listed (and deletable) while its call runs."""
+        session = KernelSession(name=f"per-call-{uuid4().hex[:12]}", mode="per-call")
+        session.busy, session.cancel = True, cancel
+        self.per_call[session.name] = session
         return session
+
+    async def close_per_call(self, session: KernelSession) -> None:
+        """End a per-call session: its kernel goes; artifacts it spilled stay until their retention."""
+        self.per_call.pop(session.name, None)
+        session.closed = True
+        await self.stop_kernel(session)
+        self.artifacts.discard_if_empty(session.name)
 
     async def stop_kernel(self, session: KernelSession) -> None:
         """Close the session's connection and shut its kernel down (the session itself stays)."""
@@ -158,12 +193,18 @@ class SessionManager:
             await self.kernels.shutdown(kernel_id)
 
     async def close_session(self, session: KernelSession) -> None:
-        """Shut a session down for good and remove its artifacts."""
+        """Shut a session down for good and remove its artifacts (the caller has unlisted it)."""
         session.closed = True
         if session.cancel is not None:
             session.cancel.set()
-        await self.stop_kernel(session)
-        self.artifacts.remove_session(session.name)
+        self._closing += 1
+        try:
+            await self.stop_kernel(session)
+            self.artifacts.remove_session(session.name)
+        finally:
+            self._closing -= 1
+            async with self._slot_freed:
+                self._slot_freed.notify_all()
 
     async def remove(self, name: str) -> KernelSession | None:
         session = self.sessions.pop(name, None)
@@ -192,7 +233,7 @@ class SessionManager:
             else:
                 self.record(session, kind, message)
             await self.close_session(session)
-        self.artifacts.sweep()
+        self.artifacts.sweep(keep={*self.sessions, *self.per_call})
 
     async def heartbeat(self) -> None:
         """Check that each idle session's kernel is alive; clean up the kernels that died."""
@@ -245,4 +286,12 @@ class SessionManager:
         self._sweeper = self._heartbeat = None
         sessions = list(self.sessions.values())
         self.sessions.clear()
-        await asyncio.gather(*(self.close_session(s) for s in sessions), return_exceptions=True)
+        running = list(self.per_call.values())
+        for session in running:
+            if session.cancel is not None:
+                session.cancel.set()
+        await asyncio.gather(
+            *(self.close_session(s) for s in sessions),
+            *(self.close_per_call(s) for s in running),
+            return_exceptions=True,
+        )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..errors import NotFound
 from ..eval.service import EvalService
 from .base import AgentAPIHandler
 
@@ -38,9 +37,7 @@ class SessionHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def delete(self, name: str) -> None:
-        session = await self.service.sessions.remove(name)
-        if session is None:
-            raise NotFound(f"Session not found: {name}")
+        await self.service.delete_session(name)
         self.set_status(204)
         self.finish()
 
@@ -51,15 +48,7 @@ class SessionInterruptHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def post(self, name: str) -> None:
-        session = self.service.sessions.get(name)
-        if session is None:
-            raise NotFound(f"Session not found: {name}")
-        running = session.cancel is not None and not session.cancel.is_set()
-        if running and session.cancel is not None:
-            session.cancel.set()
-        elif session.kernel_id:
-            await self.service.kernels.interrupt(session.kernel_id)
-        self.write_json({"session": name, "kernel_id": session.kernel_id, "interrupted": running})
+        self.write_json(await self.service.interrupt_session(name))
 
 
 class ArtifactHandler(_EvalRoute):

@@ -1,0 +1,289 @@
+"""Sessions never reach outside what they own, and never change other sessions or state silently.
+
+Session names become artifact directories: names that are not plain file names are refused, and every
+removal is confined to the artifact store's own root. Kernel replacements are reported, a bad kernel name
+changes nothing, evictions never let more kernels live than ``max_sessions``, and per-call sessions are
+as manageable as they are visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from tornado.httpclient import AsyncHTTPClient
+from traitlets import TraitError
+
+from jupyter_agent_tools.app import AgentToolsApp
+from jupyter_agent_tools.artifacts import ArtifactStore
+from jupyter_agent_tools.errors import NotFound
+
+NOT_PLAIN_NAMES = [".", "..", "...", ".hidden", "../x", "a/b", "%2e%2e"]
+
+
+@pytest.fixture
+def private(tmp_path: Path) -> Path:
+    """A private directory holding the artifacts root, with a canary file beside it."""
+    (tmp_path / "canary.txt").write_text("must survive")
+    return tmp_path
+
+
+@pytest.fixture
+def jp_server_config(private: Path) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+        "AgentToolsApp": {
+            "artifacts_dir": str(private / "artifacts"),
+            "max_sessions": 2,
+            "max_output_bytes": 1024,
+            "interrupt_timeout": 1.0,
+            "heartbeat_interval": 0,
+        },
+    }
+
+
+def service(jp_serverapp: Any) -> Any:
+    return jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service
+
+
+def kernel_processes() -> int:
+    """Kernel processes of this (in-process) server that still exist, exiting ones included."""
+    count = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any("ipykernel" in part for part in child.cmdline()) and child.status() != "zombie":
+                count += 1
+        except psutil.Error:
+            continue
+    return count
+
+
+# -- names and paths ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", NOT_PLAIN_NAMES)
+async def test_session_names_that_are_not_plain_names_are_refused(api, jp_serverapp, private, name):
+    status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "session": name})
+    assert status == 400, answer
+    assert "'session' must be 1-64 characters" in answer["message"]
+    assert service(jp_serverapp).list_sessions() == []
+    assert jp_serverapp.kernel_manager.list_kernel_ids() == []
+
+
+@pytest.fixture
+def raw_request(jp_http_port, jp_base_url, jp_auth_header):
+    """Send a request with the path exactly as given (jp_fetch would escape '%')."""
+
+    async def send(method: str, path: str) -> tuple[int, Any]:
+        url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}{path}"
+        body = b"{}" if method == "POST" else None
+        response = await AsyncHTTPClient().fetch(
+            url, method=method, headers=jp_auth_header, body=body, raise_error=False
+        )
+        return response.code, json.loads(response.body) if response.body else None
+
+    return send
+
+
+@pytest.mark.parametrize("name", ["%2E%2E", "%2E", ".hidden", "..%2Fx", "%2E%2E%2F%2E%2E"])
+async def test_deleting_dot_names_removes_nothing(raw_request, evaluate, private, name):
+    await evaluate("print('x' * 5000)", session="keep")  # spills an artifact
+    before = sorted(p.name for p in (private / "artifacts").rglob("*"))
+    status, answer = await raw_request("DELETE", f"api/agent/sessions/{name}")
+    assert status == 404, answer
+    assert answer["message"].startswith("Session not found")
+    status, _ = await raw_request("POST", f"api/agent/sessions/{name}/interrupt")
+    assert status == 404
+    assert (private / "canary.txt").read_text() == "must survive"
+    assert sorted(p.name for p in (private / "artifacts").rglob("*")) == before
+
+
+async def test_eviction_sweep_and_stop_stay_inside_the_artifacts_root(evaluate, jp_serverapp, private):
+    for name in ("a", "b", "c"):  # max_sessions=2: "c" evicts "a"
+        answer = await evaluate("print('y' * 5000)", session=name)
+        assert answer["cells"][0]["artifact_id"]
+    sessions = service(jp_serverapp).sessions
+    sessions.idle_timeout = 1e-9
+    await sessions.sweep()
+    assert sessions.list() == []
+    await service(jp_serverapp).shutdown()
+    assert (private / "canary.txt").read_text() == "must survive"
+    assert sorted(p.name for p in (private / "artifacts").iterdir()) == []
+
+
+def test_artifact_store_confines_every_path(private):
+    root = private / "artifacts"
+    store = ArtifactStore(root)
+    outside = private / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    for name in NOT_PLAIN_NAMES:
+        with pytest.raises(ValueError):
+            store.remove_session(name)
+        with pytest.raises(ValueError):
+            store.session_dir(name)
+    for artifact_id in ("..." + "0" * 32, "..", "../outside/keep", ".." + "/" + "0" * 32):
+        with pytest.raises(NotFound):
+            store.path(artifact_id)
+    # A session directory replaced by a link (kernel code can do that) is never followed.
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    store.remove_session("linked")
+    assert not (root / "linked").exists() and (outside / "keep.txt").exists()
+    (root / "linked2").symlink_to(outside, target_is_directory=True)
+    store.sweep(now=1e12)
+    assert (outside / "keep.txt").exists()
+    assert (private / "canary.txt").read_text() == "must survive"
+
+
+def test_output_limit_below_one_byte_is_refused_at_start():
+    with pytest.raises(TraitError, match="max_output_bytes must be at least 1"):
+        AgentToolsApp(max_output_bytes=0)
+    with pytest.raises(TraitError, match="max_sessions must be at least 1"):
+        AgentToolsApp(max_sessions=0)
+
+
+# -- no silent state loss -------------------------------------------------------------------------
+
+IGNORES_SIGINT = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)"
+
+
+async def test_kernel_replaced_after_an_ignored_interrupt_is_reported(evaluate, jp_fetch):
+    first = await evaluate("x = 41", session="w")
+    response = await jp_fetch(
+        "api",
+        "agent",
+        "eval",
+        method="POST",
+        headers={"Accept": "application/x-ndjson"},
+        body=json.dumps({"cells": [{"code": IGNORES_SIGINT}], "session": "w", "timeout": 1}),
+        request_timeout=60,
+    )
+    events = [json.loads(line) for line in response.body.decode().splitlines()]
+    restarts = [e for e in events if e["type"] == "restart"]
+    assert len(restarts) == 1 and "state from earlier calls was lost" in restarts[0]["message"]
+    result = events[-1]["result"]
+    assert result["timed_out"] is True and result["restarted"] is True
+    assert "state from earlier calls was lost" in result["output"]
+    assert result["kernel_id"] != first["kernel_id"]
+    after = await evaluate("print('x' in globals())", session="w")
+    assert after["output"] == "False\n" and after["restarted"] is False
+
+
+async def test_unknown_kernel_name_changes_no_session(api, evaluate, jp_serverapp):
+    a = await evaluate("x = 1", session="a")
+    b = await evaluate("y = 2", session="b")
+    for body in (
+        {"cells": [{"code": "1"}], "session": "c", "kernel_name": "no-such-kernel"},
+        {"cells": [{"code": "1"}], "session": "a", "kernel_name": "no-such-kernel", "reset": True},
+    ):
+        status, answer = await api("POST", "eval", body=body)
+        assert status == 400
+        assert answer["message"].startswith("No such kernel: 'no-such-kernel' (available: ")
+        assert "python3" in answer["message"]
+    listing = service(jp_serverapp).list_sessions()
+    assert sorted((s["name"], s["kernel_id"]) for s in listing) == [
+        ("a", a["kernel_id"]),
+        ("b", b["kernel_id"]),
+    ]
+    assert (await evaluate("print(x)", session="a"))["output"] == "1\n"
+    assert (await evaluate("print(y)", session="b"))["output"] == "2\n"
+
+
+async def test_failed_first_start_leaves_no_session_holding_a_slot(api, evaluate, jp_serverapp):
+    kernels = service(jp_serverapp).kernels
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        # A fault that cannot be produced for real here: a kernel manager refusing a start with a 4xx.
+        from tornado.web import HTTPError
+
+        raise HTTPError(403, "refused by policy")
+
+    real = kernels._launch_once
+    kernels._launch_once = refuse
+    try:
+        status, _ = await api("POST", "eval", body={"cells": [{"code": "1"}], "session": "ghost"})
+    finally:
+        kernels._launch_once = real
+    assert status == 400
+    assert service(jp_serverapp).list_sessions() == []
+    await evaluate("1", session="a")
+    await evaluate("1", session="b")  # both slots free: nothing evicted for a ghost
+    assert sorted(s["name"] for s in service(jp_serverapp).list_sessions()) == ["a", "b"]
+
+
+async def test_evictions_never_exceed_max_sessions_kernels(api, evaluate):
+    await evaluate("1", session="a")
+    await evaluate("1", session="b")
+    peak = 0
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, kernel_processes())
+            await asyncio.sleep(0.01)
+
+    sampler = asyncio.ensure_future(sample())
+    answers = await asyncio.gather(
+        *(api("POST", "eval", body={"cells": [{"code": "1"}], "session": f"new{i}"}) for i in range(6))
+    )
+    done.set()
+    await sampler
+    assert {status for status, _ in answers} <= {200, 503}
+    assert any(status == 200 for status, _ in answers)
+    assert peak <= 2, f"{peak} kernel processes with max_sessions=2"
+
+
+# -- per-call sessions ----------------------------------------------------------------------------
+
+
+async def _per_call_name(api: Any) -> str:
+    for _ in range(200):
+        _, listing = await api("GET", "sessions")
+        running = [s for s in listing["sessions"] if s["mode"] == "per-call" and s["kernel_id"]]
+        if running:
+            return str(running[0]["name"])
+        await asyncio.sleep(0.05)
+    raise AssertionError("the per-call session never showed up")
+
+
+async def test_per_call_sessions_can_be_interrupted_and_deleted(api, evaluate, jp_serverapp):
+    sleeper = "import time\nfor _ in range(600):\n    time.sleep(0.05)"
+    call = asyncio.ensure_future(evaluate(sleeper, mode="per-call", timeout=60))
+    name = await _per_call_name(api)
+    await asyncio.sleep(0.3)
+    status, answer = await api("POST", f"sessions/{name}/interrupt", body={})
+    assert status == 200 and answer["interrupted"] is True
+    assert (await call)["cancelled"] is True
+
+    call = asyncio.ensure_future(evaluate(sleeper, mode="per-call", timeout=60))
+    name = await _per_call_name(api)
+    _, listing = await api("GET", "sessions")
+    kernel_id = next(s["kernel_id"] for s in listing["sessions"] if s["name"] == name)
+    status, _ = await api("DELETE", f"sessions/{name}")
+    assert status == 204
+    assert (await call)["cancelled"] is True
+    assert kernel_id not in jp_serverapp.kernel_manager.list_kernel_ids()
+    _, listing = await api("GET", "sessions")
+    assert listing["sessions"] == []
+
+
+async def test_per_call_leaves_no_empty_artifact_directory(evaluate, jp_fetch, private):
+    await evaluate("print(1)", mode="per-call")
+    assert list((private / "artifacts").iterdir()) == []
+    spilled = await evaluate("print('z' * 5000)", mode="per-call")
+    artifact_id = spilled["cells"][0]["artifact_id"]
+    assert artifact_id and [p.name for p in (private / "artifacts").iterdir()] == [artifact_id.split(".")[0]]
+    response = await jp_fetch("api", "agent", "artifacts", artifact_id)  # still there after the call
+    assert response.body.decode() == "z" * 5000 + "\n"
+
+
+def test_the_suite_keeps_temporary_files_in_a_private_directory():
+    import tempfile
+
+    assert os.path.basename(tempfile.gettempdir()).startswith("jupyter-agent-tools-tests-")
