@@ -2,11 +2,13 @@
 """Run jupyter-agent-tools from a checkout with nothing but python3: ``serve`` or ``test``.
 
     python3 dev.py serve [jupyter server options]   # Jupyter server + extension on 127.0.0.1
-    python3 dev.py test [pytest options]            # lint and the whole test suite
+    python3 dev.py test [--quick] [pytest options]  # lint, type check and the whole test suite
     python3 dev.py bench [benchmark options]        # benchmarks (not part of the tests)
 
 Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
-again whenever ``pyproject.toml`` changes.
+again whenever ``pyproject.toml`` changes: ``serve`` installs the package alone, ``test`` adds the test
+extra, ``bench`` the bench extra. Only ``test`` (the full run, as root, with apt-get) installs a system
+package: Debian's chromium for the browser test, and it says so first.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def ensure_chromium() -> None:
     apt = shutil.which("apt-get")
     if apt is None:
         return
+    print("dev.py test: installing Debian's chromium (apt-get) for the browser test", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
         run(apt, "update", "-qq", env=env, stdout=subprocess.DEVNULL)
@@ -60,10 +63,9 @@ def ensure_chromium() -> None:
         print(f"warning: could not install chromium ({e}); the browser test will be skipped", flush=True)
 
 
-def ensure_env() -> None:
-    """Create the virtualenv and install the package with its test extras when needed."""
-    ensure_chromium()
-    stamp = VENV / ".agent-tools-installed"
+def ensure_env(*extras: str) -> None:
+    """Create the virtualenv and install the package (with ``extras``) when needed."""
+    stamp = VENV / (".agent-tools-installed" + "".join(f"-{e}" for e in extras))
     wanted = hashlib.sha256((HERE / "pyproject.toml").read_bytes()).hexdigest()
     if stamp.exists() and stamp.read_text() == wanted and PYTHON.exists():
         return
@@ -71,7 +73,8 @@ def ensure_env() -> None:
         print(f"Creating virtualenv in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(PYTHON, "-m", "pip", "install", "--quiet", "-e", f"{HERE}[test,bench]")
+    target = f"{HERE}[{','.join(extras)}]" if extras else str(HERE)
+    run(PYTHON, "-m", "pip", "install", "--quiet", "-e", target)
     stamp.write_text(wanted)
 
 
@@ -116,20 +119,20 @@ def serve(args: list[str]) -> int:
 
 
 def test(args: list[str]) -> int:
-    ensure_env()
-    run(
-        BIN / "ruff",
-        "check",
-        HERE / "jupyter_agent_tools",
-        HERE / "tests",
-        HERE / "benchmarks",
-        HERE / "dev.py",
-    )
-    return subprocess.call([str(PYTHON), "-m", "pytest", *args], cwd=HERE)
+    quick = "--quick" in args
+    args = [a for a in args if a != "--quick"]
+    ensure_env("test")
+    if not quick:
+        ensure_chromium()
+    sources = [HERE / "jupyter_agent_tools", HERE / "tests", HERE / "benchmarks", HERE / "dev.py"]
+    run(BIN / "ruff", "check", *sources)
+    run(BIN / "mypy", HERE / "jupyter_agent_tools")
+    selection = ["-m", "quick"] if quick else []
+    return subprocess.call([str(PYTHON), "-m", "pytest", *selection, *args], cwd=HERE)
 
 
 def bench(args: list[str]) -> int:
-    ensure_env()
+    ensure_env("test", "bench")
     return subprocess.call([str(PYTHON), "-m", "benchmarks", *args], cwd=HERE)
 
 

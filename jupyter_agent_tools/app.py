@@ -153,12 +153,13 @@ class AgentToolsApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         assert self.serverapp is not None
+        serverapp = self.serverapp
         self.notebook_store = NotebookStore(
             self.serverapp.contents_manager,
             log=self.log,
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
-            live=LiveDocuments(lambda: self.serverapp.web_app.settings, mode=self.rtc_mode, log=self.log),
+            live=LiveDocuments(lambda: serverapp.web_app.settings, mode=self.rtc_mode, log=self.log),
         )
         artifacts_root = self.artifacts_dir
         if not artifacts_root:

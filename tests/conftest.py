@@ -19,6 +19,25 @@ os.environ["TMPDIR"] = PRIVATE_TMP
 tempfile.tempdir = PRIVATE_TMP
 
 
+# The fast tier (python3 dev.py test --quick): pure core and fast route tests, well under a minute.
+QUICK_MODULES = {
+    "test_docs",
+    "test_hostile",
+    "test_messages",
+    "test_notebook_routes",
+    "test_operations",
+    "test_sink",
+    "test_text",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in QUICK_MODULES:
+            item.add_marker(pytest.mark.quick)
+
+
 @pytest.fixture
 def jp_server_config() -> dict[str, Any]:
     return {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}

@@ -110,7 +110,7 @@ async def test_eviction_sweep_and_stop_stay_inside_the_artifacts_root(evaluate, 
     sessions = service(jp_serverapp).sessions
     sessions.idle_timeout = 1e-9
     await sessions.sweep()
-    assert sessions.list() == []
+    assert sessions.describe_all() == []
     await service(jp_serverapp).shutdown()
     assert (private / "canary.txt").read_text() == "must survive"
     assert sorted(p.name for p in (private / "artifacts").iterdir()) == []

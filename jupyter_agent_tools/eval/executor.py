@@ -117,7 +117,7 @@ class _Run:
             if content.get("execution_state") == "idle":
                 self.idle = True
             return
-        for item in interpret_iopub(msg_type, content):
+        for item in interpret_iopub(str(msg_type or ""), content):
             if isinstance(item, Text):
                 self.text(item.text, item.name)
             elif isinstance(item, Display):

@@ -91,7 +91,7 @@ class EvalService:
         self.liveness_interval = liveness_interval
 
     def list_sessions(self) -> list[dict[str, Any]]:
-        return self.sessions.list()
+        return self.sessions.describe_all()
 
     async def shutdown(self) -> None:
         """Shut down every kernel this service started: sessions' and per-call ones still running."""
@@ -343,6 +343,7 @@ class EvalService:
             # The manager's restarter gives the new kernel process new ports: reconnect.
             session.connection = None
             await close_quietly(connection)
+            assert session.kernel_id is not None  # lost_state is only set on a connected session
             session.connection = await self.kernels.connect(session.kernel_id)
             session.init = None
             session.restarts += 1

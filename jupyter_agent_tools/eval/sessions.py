@@ -117,7 +117,7 @@ class SessionManager:
     def get(self, name: str) -> KernelSession | None:
         return self.sessions.get(name)
 
-    def list(self) -> list[dict[str, Any]]:
+    def describe_all(self) -> list[dict[str, Any]]:
         return [s.describe() for s in (*self.sessions.values(), *self.per_call.values())]
 
     def record(self, session: KernelSession, kind: str, message: str, *args: Any) -> None:

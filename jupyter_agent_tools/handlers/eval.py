@@ -45,7 +45,7 @@ class EvalHandler(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined,no-any-return]
+        return self.extensionapp.eval_service  # type: ignore[attr-defined]
 
     def on_connection_close(self) -> None:
         if self._cancel is not None:

@@ -18,7 +18,7 @@ class NotebookHandler(AgentAPIHandler):
 
     @property
     def store(self) -> NotebookStore:
-        return self.extensionapp.notebook_store  # type: ignore[attr-defined,no-any-return]
+        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
 
     @web.authenticated
     @authorized

@@ -14,7 +14,7 @@ class _EvalRoute(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined,no-any-return]
+        return self.extensionapp.eval_service  # type: ignore[attr-defined]
 
 
 class SessionListHandler(_EvalRoute):

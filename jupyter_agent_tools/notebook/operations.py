@@ -102,7 +102,7 @@ def parse_edit_request(body: Any, max_ops: int = 1000) -> EditRequest:
 def has_cell_ids(nb: dict[str, Any]) -> bool:
     """Whether this notebook's format carries cell ids (nbformat >= 4.5)."""
     minor = nb.get("nbformat_minor")
-    return nb.get("nbformat") == 4 and _is_int(minor) and minor >= 5
+    return nb.get("nbformat") == 4 and isinstance(minor, int) and not isinstance(minor, bool) and minor >= 5
 
 
 def check_supported(nb: dict[str, Any], path: str) -> None:
