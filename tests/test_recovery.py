@@ -137,11 +137,13 @@ class TestManagerRestart:
         first = await evaluate("import os; print(os.getpid())", session="m", cwd="here", env={"E": "1"})
         pid = int(first["output"])
         session = agent_app(jp_serverapp).eval_service.sessions.get("m")
+        restarting = asyncio.Event()
+        kernel = jp_serverapp.kernel_manager.get_kernel(first["kernel_id"])
+        kernel.add_restart_callback(restarting.set, "restart")
         os.kill(pid, signal.SIGKILL)
-        for _ in range(200):  # the kernel manager's restarter notices and restarts the kernel
-            if session.connection is not None and session.connection.lost_state:
-                break
-            await asyncio.sleep(0.1)
+        # The restarter fires its callbacks just before it restarts the kernel: a call made now always
+        # lands while the restart is in progress (the race the server's own restarter used to win or lose).
+        await asyncio.wait_for(restarting.wait(), 30)
         assert session.connection.lost_state is True
         result = await evaluate(
             "import os\nprint(os.path.basename(os.getcwd()), os.environ['E'])",

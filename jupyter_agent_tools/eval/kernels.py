@@ -27,6 +27,8 @@ from .connection import KernelConnection, LocalKernelConnection
 from .recovery import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
 log = logging.getLogger(__name__)
+# How often to look whether a kernel restarted by its manager runs again (restarts take ~0.5-2 s).
+RESTART_POLL_INTERVAL = 0.1
 
 
 def is_gateway(kernel_manager: Any) -> bool:
@@ -203,6 +205,23 @@ class KernelService:
             conn = LocalKernelConnection(self.kernel_manager, kernel_id)
         await conn.start(self.ready_timeout)
         return conn
+
+    async def wait_until_restarted(self, kernel_id: str) -> bool:
+        """After the kernel manager (or gateway) restarted a kernel under a connection: wait, bounded by
+        ``ready_timeout``, until the new process runs. False when it does not come back."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ready_timeout
+        while True:
+            try:
+                kernel = self.kernel_manager.get_kernel(kernel_id)
+                ready = getattr(kernel, "ready", None)  # jupyter_client: done when a (re)start finished
+                if (ready is None or ready.done()) and await ensure_async(kernel.is_alive()):
+                    return True
+            except Exception:  # removed from the manager (404/KeyError), or a failed restart
+                return False
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(RESTART_POLL_INTERVAL)
 
     async def interrupt(self, kernel_id: str) -> None:
         await ensure_async(self.kernel_manager.interrupt_kernel(kernel_id))

@@ -325,6 +325,24 @@ class EvalService:
             if session.kernel_id:
                 await self.sessions.stop_kernel(session)
             session.lost_kernel = False
+        elif (
+            connection is not None
+            and connection.lost_state
+            and await self.kernels.wait_until_restarted(connection.kernel_id)
+        ):
+            # Checked before liveness: while the manager's restarter is still at work the kernel looks
+            # dead, and replacing it then would race the restarter.
+            self.sessions.record(
+                session, "manager_restarts", "kernel was restarted by its kernel manager; re-running init"
+            )
+            # The manager's restarter gives the new kernel process new ports: reconnect.
+            session.connection = None
+            await close_quietly(connection)
+            session.connection = await self.kernels.connect(connection.kernel_id)
+            session.init = None
+            session.restarts += 1
+            restarted = True
+            notices.append(RESTARTED_BY_MANAGER_NOTICE)
         elif session.kernel_id and (connection is None or not await connection.is_alive()):
             self.sessions.record(session, "restarts", "kernel found dead before a run; restarting it")
             session.restarts += 1
@@ -336,19 +354,6 @@ class EvalService:
             session.restarts += 1
             restarted = True
             notices.append(DEAD_BEFORE_RUN_NOTICE)
-        elif connection is not None and connection.lost_state:
-            self.sessions.record(
-                session, "manager_restarts", "kernel was restarted by its kernel manager; re-running init"
-            )
-            # The manager's restarter gives the new kernel process new ports: reconnect.
-            session.connection = None
-            await close_quietly(connection)
-            assert session.kernel_id is not None  # lost_state is only set on a connected session
-            session.connection = await self.kernels.connect(session.kernel_id)
-            session.init = None
-            session.restarts += 1
-            restarted = True
-            notices.append(RESTARTED_BY_MANAGER_NOTICE)
         if session.kernel_id is None:
             await self._start_kernel(session, request, request.cwd)
         await self._ensure_init(session, request, cwd)
