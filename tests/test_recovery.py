@@ -166,22 +166,36 @@ async def test_failed_execute_counts_as_kernel_loss(evaluate, jp_serverapp):
     assert result["cells"][0]["output"] == "False\n"
 
 
-async def test_lost_idle_status_does_not_hang_the_session(evaluate, api):
+async def test_lost_idle_status_does_not_hang_the_session(evaluate, api, tmp_path):
     """Block the server's event loop while the kernel floods iopub: ZMQ's high-water marks drop what
-    does not fit (~1000 messages each side), the final idle status among them. The call must end
-    shortly after its reply instead of waiting for its timeout."""
+    does not fit (~1000 messages each side, and what the socket buffers hold), the final idle status
+    among them. The call must end shortly after its reply instead of waiting for its timeout.
+
+    The kernel floods only once the loop is blocked, and the loop stays blocked until the flood (and so
+    the idle after it) has been sent: the end of the output is always dropped."""
     await evaluate("1", session="flood")
-    code = "import sys\nfor i in range(10000):\n    sys.stdout.write(f'{i}\\n'); sys.stdout.flush()"
-    call = asyncio.ensure_future(evaluate(code, session="flood", timeout=20))
-    await asyncio.sleep(0.2)
-    time.sleep(5)  # the server shares this event loop: nothing reads iopub meanwhile
+    started, go, done = (str(tmp_path / name) for name in ("started", "go", "done"))
+    code = (
+        "import os, sys, time\n"
+        f"open({started!r}, 'w').close()\n"
+        f"while not os.path.exists({go!r}):\n    time.sleep(0.01)\n"
+        "for i in range(5000):\n    sys.stdout.write(f'{i:04d}' * 1000 + '\\n'); sys.stdout.flush()\n"
+        f"open({done!r}, 'w').close()\n"
+    )
+    call = asyncio.ensure_future(evaluate(code, session="flood", timeout=60))
+    while not os.path.exists(started):
+        await asyncio.sleep(0.01)
+    open(go, "w").close()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(done) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the server shares this event loop: nothing reads iopub meanwhile
+    time.sleep(0.5)  # the reply and the idle after the flood are sent (and the idle dropped)
     result = await call
     cell = result["cells"][0]
     assert result["timed_out"] is False
     assert cell["status"] == "complete"
-    if cell["output"].endswith("9999\n"):
-        pytest.skip("the end of the output (and so the idle) was not dropped on this run")
-    assert cell["total_lines"] < 10000  # messages were really lost
+    assert not cell["output"].endswith("4999\n")
+    assert cell["total_lines"] < 5000  # messages were really lost
     _, listing = await api("GET", "sessions")
     (entry,) = [s for s in listing["sessions"] if s["name"] == "flood"]
     assert entry["recoveries"].get("lost_idle") == 1
