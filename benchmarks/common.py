@@ -2,163 +2,38 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import http.client
+import functools
 import json
 import os
 import platform
-import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
-import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from jupyter_agent_tools.testing.server import (  # noqa: F401 - re-exported for the benchmark modules
+    CONNECTION_ERRORS,
+    Client,
+    Server,
+    free_port,
+    httpx,
+)
+from jupyter_agent_tools.testing.server import jupyter_server as _jupyter_server
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "results"
 
-try:  # httpx when installed, else the standard library (both keep one connection alive)
-    import httpx
-except ImportError:  # pragma: no cover - depends on the environment
-    httpx = None
-
-# What a refused or dropped connection raises (httpx wraps OSError in its own TransportError).
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError,) + (
-    (httpx.TransportError,) if httpx is not None else ()
-)
-
-
 # ------------------------------------------------------------------------------------------ the server
 
-
-@dataclass
-class Server:
-    """A running Jupyter server: where it listens, its token, its root dir and its process."""
-
-    url: str  # base URL with a trailing slash, e.g. http://127.0.0.1:8890/
-    token: str
-    root_dir: Path
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    runtime_dir: Path | None = None  # the server's JUPYTER_RUNTIME_DIR: kernel connection files live here
-
-    def client(self, timeout: float = 300.0) -> Client:
-        return Client(self.url, self.token, timeout)
-
-    def rss_bytes(self) -> int | None:
-        """Resident memory of the server process (Linux), or None when it cannot be read."""
-        return self.memory().get("VmRSS")
-
-    def memory(self) -> dict[str, int]:
-        """``VmRSS`` (resident now) and ``VmHWM`` (peak resident) of the server process in bytes (Linux)."""
-        found: dict[str, int] = {}
-        try:
-            with open(f"/proc/{self.process.pid}/status") as f:
-                for line in f:
-                    key = line.split(":", 1)[0]
-                    if key in ("VmRSS", "VmHWM"):
-                        found[key] = int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return found
-
-    def reset_peak_memory(self) -> bool:
-        """Reset the server's ``VmHWM`` to its current RSS (``clear_refs`` 5, Linux >= 4.0); True if done."""
-        try:
-            with open(f"/proc/{self.process.pid}/clear_refs", "w") as f:
-                f.write("5")
-        except OSError:
-            return False
-        return True
-
-    def connection_file(self, kernel_id: str) -> Path:
-        """The connection file of a kernel the server started (``kernel-<id>.json`` in its runtime dir)."""
-        if self.runtime_dir is None:
-            raise RuntimeError("this server's runtime dir is unknown")
-        return self.runtime_dir / f"kernel-{kernel_id}.json"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def jupyter_server(
-    root_dir: Path | None = None,
-    extra_args: Sequence[str] = (),
-    env: dict[str, str] | None = None,
-    startup_timeout: float = 60.0,
-    profile_to: Path | None = None,
-) -> Iterator[Server]:
-    """Start ``python -m jupyter_server`` with the extension enabled; yield it once it answers; stop it.
-
-    The server gets its own config, data and runtime dirs (no user config leaks in), listens on a free
-    port of 127.0.0.1 with a random token, and is terminated (then killed) on exit. Its log is kept in a
-    temporary file and printed if it fails to start. With ``profile_to`` the server runs under
-    ``pyinstrument``, which writes its text report there when the server stops.
-    """
-    with tempfile.TemporaryDirectory(prefix="agent-tools-bench-") as tmp:
-        tmp_path = Path(tmp)
-        root = Path(root_dir) if root_dir is not None else tmp_path / "root"
-        root.mkdir(parents=True, exist_ok=True)
-        for sub in ("config", "data", "runtime"):
-            (tmp_path / sub).mkdir()
-        token = secrets.token_hex(16)
-        port = free_port()
-        profiler: list[str] = []
-        session_path = tmp_path / "server.pyisession"
-        if profile_to is not None:
-            profiler = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(session_path)]
-        cmd = [
-            sys.executable,
-            *profiler,
-            "-m",
-            "jupyter_server",
-            "--ServerApp.jpserver_extensions={'jupyter_agent_tools': True}",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--port-retries=0",
-            "--ServerApp.log_level=WARN",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--no-browser",
-            *extra_args,
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-root")  # containers and CI often run as root
-        full_env = dict(os.environ)
-        full_env.update(
-            JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
-            JUPYTER_DATA_DIR=str(tmp_path / "data"),
-            JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        )
-        full_env.update(env or {})
-        log_path = tmp_path / "server.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=tmp, start_new_session=True
-            )
-        server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path, tmp_path / "runtime")
-        try:
-            _wait_ready(server, startup_timeout)
-            yield server
-        finally:
-            _stop(process, timeout=120 if profile_to is not None else 15)
-            if profile_to is not None and session_path.exists():
-                write_profile_summary(session_path, profile_to)
+# The launcher lives in the package (tests and downstream projects use it too); benchmarks add the
+# pyinstrument report when a server ran under the profiler.
+jupyter_server = functools.partial(_jupyter_server, on_stop=lambda run, out: write_profile_summary(run, out))
 
 
 def write_profile_summary(session_path: Path, out: Path, threshold: float = 0.005) -> None:
@@ -228,35 +103,6 @@ def _find_frame(root: Any, function: str) -> Any:
             return frame
         stack.extend(frame.children)
     return None
-
-
-def _wait_ready(server: Server, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            break
-        try:
-            with server.client(timeout=5) as client:
-                status, _ = client.request("GET", "api/agent/notebooks/__readiness_probe__.ipynb")
-            if status == 404:  # the server answers and the extension's route is there
-                return
-        except CONNECTION_ERRORS:
-            pass
-        time.sleep(0.1)
-    _stop(server.process)
-    log = server.log_path.read_text(errors="replace")[-4000:]
-    raise RuntimeError(f"Jupyter server did not become ready in {timeout:.0f} s; its log:\n{log}")
-
-
-def _stop(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=5)
 
 
 # ----------------------------------------------------------------------------------- raw kernel clients
@@ -333,66 +179,6 @@ async def raw_execute(
 def load_average() -> list[float] | None:
     """The 1, 5 and 15 minute load averages, or None where the OS does not say."""
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
-# ------------------------------------------------------------------------------------------ the client
-
-
-class Client:
-    """A minimal keep-alive HTTP client with the server's token: ``request(method, path, body)``."""
-
-    def __init__(self, base_url: str, token: str, timeout: float = 300.0):
-        self.base_url = base_url if base_url.endswith("/") else base_url + "/"
-        self.headers = {"Authorization": f"token {token}"}
-        self.timeout = timeout
-        parsed = urllib.parse.urlsplit(self.base_url)
-        self._host, self._port, self._prefix = parsed.hostname, parsed.port, parsed.path
-        self._conn: Any = None
-        if httpx is not None:
-            self._conn = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=timeout)
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def request(
-        self, method: str, path: str, body: Any = None, raw: bytes | None = None
-    ) -> tuple[int, bytes]:
-        """Send one request; ``body`` is JSON-encoded. Returns (status, response bytes)."""
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        if httpx is not None:
-            if self._conn is None:
-                self._conn = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=self.timeout)
-            response = self._conn.request(method, path, content=data)
-            return response.status_code, response.content
-        for attempt in (0, 1):
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
-            headers = dict(self.headers)
-            if data is not None:
-                headers["Content-Type"] = "application/json"
-            try:
-                self._conn.request(method, self._prefix + path, body=data, headers=headers)
-                response = self._conn.getresponse()
-                return response.status, response.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                self.close()  # a kept-alive connection the server closed: retry once on a new one
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    def json(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
-        status, content = self.request(method, path, body)
-        if status != expect:
-            raise RuntimeError(f"{method} {path}: HTTP {status} (expected {expect}): {content[:500]!r}")
-        return json.loads(content) if content else None
 
 
 # ---------------------------------------------------------------------------------------------- timing

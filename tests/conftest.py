@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Any
 
 import pytest
 
-pytest_plugins = ["jupyter_server.pytest_plugin"]
+pytest_plugins = ["jupyter_server.pytest_plugin", "jupyter_agent_tools.pytest_plugin"]
 
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
 # the default artifacts directory included, in a private directory: a test that goes wrong can never
@@ -44,43 +43,12 @@ def jp_server_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(jp_fetch):
-    """Call an agent route and return (status, parsed JSON body); never raises on HTTP errors."""
-
-    async def call(
-        method: str,
-        *parts: str,
-        body: Any = None,
-        raw: bytes | None = None,
-        params: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        kwargs: dict[str, Any] = {"method": method, "raise_error": False}
-        if raw is not None:
-            kwargs["body"] = raw
-        elif body is not None:
-            kwargs["body"] = json.dumps(body)
-        elif method in ("POST", "PUT", "PATCH"):
-            kwargs["body"] = b""
-        if params:
-            kwargs["params"] = params
-        if headers:
-            kwargs["headers"] = headers
-        response = await jp_fetch("api", "agent", *parts, **kwargs)
-        text = response.body.decode() if response.body else ""
-        return response.code, (json.loads(text) if text else None)
-
-    return call
+def api(agent_api):
+    """Call an agent route: (status, parsed JSON); see jupyter_agent_tools.pytest_plugin."""
+    return agent_api
 
 
 @pytest.fixture
-def evaluate(api):
-    """POST an eval of code cells (other fields as keywords), assert the status, return the answer."""
-
-    async def call(*codes: str, expect: int = 200, **fields: Any) -> dict[str, Any]:
-        body = {"cells": [{"code": c} for c in codes], **fields}
-        status, answer = await api("POST", "eval", body=body)
-        assert status == expect, answer
-        return answer
-
-    return call
+def evaluate(agent_evaluate):
+    """POST an eval of code cells, assert the status, return the answer."""
+    return agent_evaluate

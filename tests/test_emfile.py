@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import jupyter_server
+from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = [
     pytest.mark.timeout(240),

@@ -12,7 +12,6 @@ Bounded for CI: ``FUZZ_EXAMPLES`` (default 25) examples per operation and mode, 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,7 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import Server, jupyter_server  # noqa: E402
+from jupyter_agent_tools.testing.server import Server, jupyter_server  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))

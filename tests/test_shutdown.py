@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import jupyter_server
+from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = pytest.mark.timeout(180)
 
