@@ -12,6 +12,7 @@ from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .eval.kernels import KernelService
+from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
@@ -105,6 +106,12 @@ class AgentToolsApp(ExtensionApp):
         60.0, help="Seconds to wait for a newly started kernel to answer before giving up."
     ).tag(config=True)
 
+    init_timeout = Float(
+        60.0,
+        help="Seconds the silent init step (cwd, env, sys.path) may take on a new kernel before the call "
+        "goes on without it (it is tried again on the next call).",
+    ).tag(config=True)
+
     liveness_interval = Float(
         1.0,
         help="Seconds without kernel messages after which a running execution checks that its kernel "
@@ -169,7 +176,6 @@ class AgentToolsApp(ExtensionApp):
         kernels = KernelService(
             self.serverapp.kernel_manager,
             ready_timeout=self.kernel_ready_timeout,
-            retry_backoff=self.kernel_create_retry_delay,
             fd_headroom=self.fd_headroom,
         )
         sessions = SessionManager(
@@ -186,10 +192,12 @@ class AgentToolsApp(ExtensionApp):
             kernels,
             artifacts,
             self.serverapp.contents_manager,
+            recovery=KernelRecovery(kernels, sessions, retry_backoff=self.kernel_create_retry_delay),
             max_output_bytes=self.max_output_bytes,
             interrupt_grace=self.interrupt_timeout,
             max_cells=self.max_cells_per_request,
             liveness_interval=self.liveness_interval,
+            init_timeout=self.init_timeout,
         )
 
     def initialize_handlers(self) -> None:

@@ -3,10 +3,9 @@
 The kernel manager is the shared gateway: local kernels, or a remote gateway when the server runs with
 ``--gateway-url``. Kernels started here show in ``/api/kernels`` and JupyterLab's running panel.
 
-Kernel creation over a gateway is an HTTP POST that jupyter_server does not retry: :meth:`launch`
-retries it once after a short back-off when it fails with a status >= 500, and turns every expected
-failure into an :class:`~jupyter_agent_tools.errors.AgentToolsError` with a status a caller can act on.
-Descriptor exhaustion is re-raised untouched so that the eval service can recover from it.
+Each operation is one attempt: retrying a failed start (gateway 5xx, descriptor exhaustion) is the
+recovery policy's (:mod:`.recovery`). :meth:`KernelService.translate` turns an expected start failure
+into an :class:`~jupyter_agent_tools.errors.AgentToolsError` with a status a caller can act on.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
@@ -24,7 +22,7 @@ from jupyter_core.utils import ensure_async
 
 from ..errors import AgentToolsError, BadRequest
 from .connection import KernelConnection, LocalKernelConnection
-from .recovery import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
+from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
 log = logging.getLogger(__name__)
 # How often to look whether a kernel restarted by its manager runs again (restarts take ~0.5-2 s).
@@ -48,12 +46,10 @@ class KernelService:
         kernel_manager: Any,
         *,
         ready_timeout: float = 60.0,
-        retry_backoff: float = 1.0,
         fd_headroom: int = 64,
     ):
         self.kernel_manager = kernel_manager
         self.ready_timeout = ready_timeout
-        self.retry_backoff = retry_backoff
         self.fd_headroom = fd_headroom
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
 
@@ -85,28 +81,17 @@ class KernelService:
                 f"No such kernel: {kernel_name!r} (available: {', '.join(sorted(names)) or 'none'})"
             )
 
-    async def launch(
-        self, kernel_name: str | None, cwd: str, on_retry: Callable[[int, str], None] | None = None
-    ) -> tuple[str, KernelConnection]:
-        """Start a kernel in ``cwd`` (an API path), connect to it, and return both.
+    async def launch(self, kernel_name: str | None, cwd: str) -> tuple[str, KernelConnection]:
+        """Start a kernel in ``cwd`` (an API path), connect to it, and return both (one attempt).
 
-        A failure with an HTTP status >= 500 is retried once; EMFILE/ENFILE propagate unchanged.
+        A local start that fails while descriptors are nearly exhausted is raised as EMFILE; other
+        failures are raised as they came (see :meth:`translate`). Retries are the recovery policy's.
         """
         try:
             return await self._launch_once(kernel_name, cwd)
         except Exception as e:
             self._raise_if_out_of_descriptors(e)
-            status = http_status(e)
-            if is_fd_exhaustion(e) or status is None or status < 500:
-                raise self._translate(e) from e
-            if on_retry is not None:
-                on_retry(status, http_message(e))
-        await asyncio.sleep(self.retry_backoff)
-        try:
-            return await self._launch_once(kernel_name, cwd)
-        except Exception as e:
-            self._raise_if_out_of_descriptors(e)
-            raise self._translate(e, retried=True) from e
+            raise
 
     def _raise_if_out_of_descriptors(self, exc: Exception) -> None:
         """Treat a local start failure as EMFILE when descriptors are nearly exhausted.
@@ -125,7 +110,7 @@ class KernelService:
                 f"{usage.describe()}",
             ) from exc
 
-    def _translate(self, exc: Exception, retried: bool = False) -> Exception:
+    def translate(self, exc: Exception, retried: bool = False) -> Exception:
         """An expected start failure as an error with a status; EMFILE and unknown errors unchanged."""
         if is_fd_exhaustion(exc) or isinstance(exc, AgentToolsError):
             return exc

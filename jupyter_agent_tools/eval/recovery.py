@@ -1,104 +1,156 @@
-"""Classifying kernel-start failures: descriptor exhaustion (EMFILE/ENFILE) and HTTP 5xx from a gateway."""
+"""The recovery policy of eval sessions, in one place: what is done when a kernel fails.
+
+- A kernel creation that fails with HTTP >= 500 (a gateway's error, 503 unreachable, 599 timeout) is
+  retried once after ``retry_backoff`` seconds.
+- Running out of file descriptors (EMFILE/ENFILE) shuts down this extension's idle sessions and retries
+  once; failing again answers 503 with Retry-After.
+- Before a call: a kernel its manager restarted is reconnected (init re-runs); a kernel found dead is
+  replaced. Either is reported to the caller with a notice.
+- During a call: a kernel that dies is replaced and the call re-run from its first cell, at most
+  :data:`RERUNS_AFTER_DEATH` times; a kernel that does not settle after an interrupt is replaced.
+
+Every recovery is counted on the session and logged once (:meth:`SessionManager.record`).
+"""
 
 from __future__ import annotations
 
-import errno
-import os
-import resource
-from collections.abc import Iterator
-from dataclasses import dataclass
+import asyncio
+import gc
 
-FD_ERRNOS = (errno.EMFILE, errno.ENFILE)
-FD_MESSAGES = ("too many open files", "emfile", "enfile")
+from ..errors import Unavailable
+from .connection import KernelConnection
+from .faults import fd_usage, http_message, http_status, is_fd_exhaustion
+from .kernels import KernelService
+from .session import KernelSession, SessionState
+from .sessions import SessionManager
 
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        for linked in (current.__cause__, current.__context__):
-            if linked is not None:
-                stack.append(linked)
-
-
-def is_fd_exhaustion(exc: BaseException) -> bool:
-    """Whether ``exc`` (or anything in its cause/context chain) means "out of file descriptors".
-
-    ``start_kernel`` raises a plain ``OSError`` with errno 24 (EMFILE) or 23 (ENFILE); starting client
-    channels raises ``zmq.error.ZMQError`` with that errno, which is not an ``OSError``; wrappers may only
-    keep the text.
-    """
-    for item in _chain(exc):
-        if getattr(item, "errno", None) in FD_ERRNOS:
-            return True
-        text = str(item).lower()
-        if any(marker in text for marker in FD_MESSAGES):
-            return True
-    return False
+RERUNS_AFTER_DEATH = 1
+RESTART_LIMIT_MESSAGE = "Python kernel restarted too many times in this session"
+STATE_LOST_NOTICE = (
+    "[Kernel died during this call and was restarted; state from earlier calls was lost. "
+    "The call was run again from its first cell.]"
+)
+DEAD_BEFORE_RUN_NOTICE = "[Kernel had died and was restarted before this call; earlier state was lost.]"
+WEDGED_NOTICE = (
+    "[The kernel did not stop after the interrupt and was replaced by a fresh one; state from earlier "
+    "calls was lost.]"
+)
+RESTARTED_BY_MANAGER_NOTICE = (
+    "[Kernel was restarted by the server since the last call; earlier state was lost.]"
+)
+# Seconds a client is asked to wait when the server is out of descriptors: long enough for idle kernels
+# and connections elsewhere to go.
+EMFILE_RETRY_AFTER = 30
 
 
-def http_status(exc: BaseException) -> int | None:
-    """The HTTP status of a gateway failure (``tornado.web.HTTPError`` or an HTTP client error)."""
-    for item in _chain(exc):
-        for attr in ("status_code", "code"):
-            value = getattr(item, attr, None)
-            if isinstance(value, int) and 100 <= value <= 599:
-                return value
-    return None
+class KernelRecovery:
+    """Starts and revives session kernels according to the policy above."""
 
+    def __init__(self, kernels: KernelService, sessions: SessionManager, *, retry_backoff: float = 1.0):
+        self.kernels = kernels
+        self.sessions = sessions
+        self.retry_backoff = retry_backoff
 
-def http_message(exc: BaseException) -> str:
-    """The most informative message of an HTTP failure."""
-    for item in _chain(exc):
-        message = getattr(item, "log_message", None) or getattr(item, "message", None)
-        if isinstance(message, str) and message:
-            return message
-    return str(exc) or type(exc).__name__
+    async def launch(
+        self, session: KernelSession, kernel_name: str, cwd: str
+    ) -> tuple[str, KernelConnection]:
+        """Start and connect a kernel for ``session``, recovering from gateway 5xx and EMFILE."""
+        try:
+            return await self._launch_retrying_5xx(session, kernel_name, cwd)
+        except Exception as first:
+            if not is_fd_exhaustion(first):
+                raise
+            usage = fd_usage()
+            released = await self.sessions.release_idle(exclude=session)
+            self.sessions.record(
+                session,
+                "emfile_recoveries",
+                "out of file descriptors starting a kernel (%s: %s); shut down %d idle agent session(s) "
+                "%s and retrying once",
+                usage.describe() if usage else "descriptor count unknown",
+                first,
+                len(released),
+                released,
+            )
+            gc.collect()
+        try:
+            return await self._launch_retrying_5xx(session, kernel_name, cwd)
+        except Exception as second:
+            if not is_fd_exhaustion(second):
+                raise
+            usage = fd_usage()
+            self.sessions.log.warning(
+                "agent session %r: kernel start failed again after the EMFILE recovery: %s",
+                session.name,
+                second,
+            )
+            raise Unavailable(
+                "The server is out of file descriptors and could not start a kernel, even after "
+                f"shutting down {len(released)} idle agent session(s): "
+                f"{usage.describe() if usage else second}. Raise the server's limit (ulimit -n, "
+                "systemd LimitNOFILE) or stop unused kernels and terminals, then retry.",
+                retry_after=EMFILE_RETRY_AFTER,
+            ) from second
 
+    async def _launch_retrying_5xx(
+        self, session: KernelSession, kernel_name: str, cwd: str
+    ) -> tuple[str, KernelConnection]:
+        try:
+            return await self.kernels.launch(kernel_name, cwd)
+        except Exception as e:
+            status = http_status(e)
+            if is_fd_exhaustion(e) or status is None or status < 500:
+                raise self.kernels.translate(e) from e
+            self.sessions.record(
+                session,
+                "create_retries",
+                "kernel creation failed with HTTP %d (%s); retrying once",
+                status,
+                http_message(e),
+            )
+        await asyncio.sleep(self.retry_backoff)
+        try:
+            return await self.kernels.launch(kernel_name, cwd)
+        except Exception as e:
+            raise self.kernels.translate(e, retried=True) from e
 
-@dataclass(frozen=True)
-class FdUsage:
-    """Open descriptors of this process and its soft limit."""
-
-    open: int
-    limit: int
-
-    @property
-    def headroom(self) -> int:
-        return self.limit - self.open
-
-    def describe(self) -> str:
-        return f"{self.open} of {self.limit} file descriptors open (RLIMIT_NOFILE soft limit)"
-
-
-def fd_usage() -> FdUsage | None:
-    """How many descriptors this process has open, and its limit (None where that cannot be read)."""
-    try:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        count = len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
-    except (OSError, ValueError):
+    async def revive(self, session: KernelSession) -> str | None:
+        """Before a call: recover a kernel that was restarted under the session or died; return the
+        notice for the caller, or None when nothing happened."""
+        connection = session.connection
+        if session.state is SessionState.DEAD:  # found dead while idle (heartbeat) or given up on
+            session.restarts += 1
+            return DEAD_BEFORE_RUN_NOTICE
+        if session.state is not SessionState.READY or connection is None:
+            return None
+        # Checked before liveness: while the manager's restarter is at work the kernel looks dead, and
+        # replacing it then would race the restarter.
+        if connection.lost_state and await self.kernels.wait_until_restarted(connection.kernel_id):
+            self.sessions.record(
+                session, "manager_restarts", "kernel was restarted by its kernel manager; re-running init"
+            )
+            await session.reconnect()  # the restarter gives the new kernel process new ports
+            session.restarts += 1
+            return RESTARTED_BY_MANAGER_NOTICE
+        if connection.lost_state or not await connection.is_alive():
+            self.sessions.record(session, "restarts", "kernel found dead before a run; restarting it")
+            await session.mark_dead()
+            session.restarts += 1
+            return DEAD_BEFORE_RUN_NOTICE
         return None
-    if soft == resource.RLIM_INFINITY:
-        return None
-    return FdUsage(open=count, limit=int(soft))
 
+    def after_death(self, session: KernelSession, reruns: int) -> bool:
+        """A kernel died during a call: whether to replace it and run the call again."""
+        if reruns >= RERUNS_AFTER_DEATH:
+            self.sessions.record(session, "restart_limit", "kernel died again after a restart")
+            return False
+        session.restarts += 1
+        self.sessions.record(session, "restarts", "kernel died during a run; restarting and re-running")
+        return True
 
-def check_fd_headroom(minimum: int) -> None:
-    """Raise ``OSError(EMFILE)`` before spawning a kernel when fewer than ``minimum`` descriptors are free.
-
-    libzmq can abort the process instead of raising when it runs out of descriptors, so running out must
-    be prevented, not only caught.
-    """
-    if minimum <= 0:
-        return
-    usage = fd_usage()
-    if usage is not None and usage.headroom < minimum:
-        raise OSError(
-            errno.EMFILE,
-            f"Too many open files: {usage.describe()}, fewer than the {minimum} a kernel start needs",
+    def after_wedge(self, session: KernelSession) -> None:
+        """A kernel did not settle after an interrupt: it is replaced (the caller is told)."""
+        session.restarts += 1
+        self.sessions.record(
+            session, "wedged_restarts", "kernel did not settle after an interrupt; restarting it"
         )

@@ -1,16 +1,14 @@
 """The eval service: run a request's cells in a session (or per-call) kernel and build the answer.
 
 Handlers call :meth:`EvalService.run` with an ``emit`` callback for streamed events and a ``cancel``
-event (set when the client goes away). Recovery from kernel death lives here: a session found dead is
-restarted before a run; a kernel that dies during a run is restarted and the call is run once more.
+event (set when the client goes away). The request walk is one-directional: parse the request, take the
+session's turn (:class:`~.session.KernelSession`), let the recovery policy (:mod:`.recovery`) revive or
+start its kernel, run the cells (:func:`~.executor.run_cell`), answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,29 +16,17 @@ from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 
 from ..artifacts import ArtifactStore
-from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
+from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
 from .executor import CellExecution, ExecutionLimits, run_cell
-from .kernels import KernelService, close_quietly
+from .kernels import KernelService
 from .messages import CellOutcome, format_combined_output
-from .recovery import fd_usage, is_fd_exhaustion
+from .recovery import RESTART_LIMIT_MESSAGE, STATE_LOST_NOTICE, WEDGED_NOTICE, KernelRecovery
 from .request import EvalRequest, parse_eval_request
-from .sessions import InitSpec, KernelSession, SessionManager
+from .session import InitSpec, KernelSession, SessionState
+from .sessions import SessionManager
 from .sink import OutputSink
 
 Emit = Callable[[dict[str, Any]], None]
-RESTART_LIMIT_MESSAGE = "Python kernel restarted too many times in this session"
-STATE_LOST_NOTICE = (
-    "[Kernel died during this call and was restarted; state from earlier calls was lost. "
-    "The call was run again from its first cell.]"
-)
-DEAD_BEFORE_RUN_NOTICE = "[Kernel had died and was restarted before this call; earlier state was lost.]"
-WEDGED_NOTICE = (
-    "[The kernel did not stop after the interrupt and was replaced by a fresh one; state from earlier "
-    "calls was lost.]"
-)
-RESTARTED_BY_MANAGER_NOTICE = (
-    "[Kernel was restarted by the server since the last call; earlier state was lost.]"
-)
 
 
 def build_init_code(spec: InitSpec) -> str:
@@ -76,13 +62,17 @@ class EvalService:
         artifacts: ArtifactStore,
         contents_manager: Any,
         *,
+        recovery: KernelRecovery | None = None,
         max_output_bytes: int = 50 * 1024,
         interrupt_grace: float = 5.0,
         max_cells: int = 100,
         liveness_interval: float = 1.0,
+        init_timeout: float = 60.0,
     ):
         self.sessions = sessions
         self.kernels = kernels
+        self.recovery = recovery or KernelRecovery(kernels, sessions)
+        self.init_timeout = init_timeout
         self.artifacts = artifacts
         self.contents_manager = contents_manager
         self.max_output_bytes = max_output_bytes
@@ -104,9 +94,7 @@ class EvalService:
         session = self.sessions.per_call.get(name)
         if session is None:
             raise NotFound(f"Session not found: {name}")
-        if session.cancel is not None:
-            session.cancel.set()
-        await self.sessions.close_per_call(session)
+        await self.sessions.close_per_call(session)  # its running call is cancelled
 
     async def interrupt_session(self, name: str) -> dict[str, Any]:
         """Interrupt what a session runs: its running call answers ``cancelled``; an idle session's
@@ -164,108 +152,25 @@ class EvalService:
     ) -> dict[str, Any]:
         while True:
             session = await self.sessions.acquire(request.session)
-            session.waiting += 1
-            try:
-                acquired = await self._wait_turn(session, cancel)
-            finally:
-                session.waiting -= 1
-            if not acquired:
+            if not await session.take_turn(cancel):
                 return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
             if not session.closed:
                 break
-            session.lock.release()  # shut down while we waited: take the session's successor
+            await session.end_turn()  # shut down while we waited: take the session's successor
         try:
-            session.busy, session.cancel = True, cancel
-            return await self._run_locked(session, request, cwd, emit, cancel)
+            return await self._run_turn(session, request, cwd, emit, cancel)
         except BaseException:
-            self.sessions.discard_unstarted(session)
+            await self.sessions.discard_if_never_started(session)
             raise
         finally:
-            session.busy, session.cancel = False, None
-            session.last_used = time.time()
-            if session.closed and session.kernel_id is not None:
-                # DELETE /sessions/{name} (or eviction) happened during the run: nothing may outlive it.
-                await self.sessions.stop_kernel(session)
-            session.lock.release()
+            await session.end_turn()
 
-    async def _wait_turn(self, session: KernelSession, cancel: asyncio.Event) -> bool:
-        """Wait for the session's FIFO turn; False if the caller cancelled first."""
-        if not session.lock.locked():
-            await session.lock.acquire()
-            return True
-        acquire = asyncio.ensure_future(session.lock.acquire())
-        cancelled = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait({acquire, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancelled.cancel()
-        if acquire.done() and not acquire.cancelled():
-            if cancel.is_set():
-                session.lock.release()
-                return False
-            return True
-        acquire.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await acquire
-        if acquire.done() and not acquire.cancelled():
-            session.lock.release()
-        return False
-
-    async def _start_kernel(self, session: KernelSession, request: EvalRequest, cwd_api: str) -> None:
-        """Start and connect the session's kernel, recovering once from descriptor exhaustion."""
+    async def _start_kernel(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
+        """A fresh, initialized kernel for the session (in place of its current one, if any)."""
         kernel_name = request.kernel_name or session.kernel_name or self.kernels.default_kernel_name
-
-        def on_retry(status: int, message: str) -> None:
-            self.sessions.record(
-                session,
-                "create_retries",
-                "kernel creation failed with HTTP %d (%s); retrying once",
-                status,
-                message,
-            )
-
-        try:
-            kernel_id, conn = await self.kernels.launch(kernel_name, cwd_api, on_retry)
-        except Exception as first:
-            if not is_fd_exhaustion(first):
-                raise
-            usage = fd_usage()
-            released = await self.sessions.release_idle(exclude=session)
-            self.sessions.record(
-                session,
-                "emfile_recoveries",
-                "out of file descriptors starting a kernel (%s: %s); shut down %d idle agent session(s) "
-                "%s and retrying once",
-                usage.describe() if usage else "descriptor count unknown",
-                first,
-                len(released),
-                released,
-            )
-            gc.collect()
-            try:
-                kernel_id, conn = await self.kernels.launch(kernel_name, cwd_api, on_retry)
-            except Exception as second:
-                if not is_fd_exhaustion(second):
-                    raise
-                usage = fd_usage()
-                self.sessions.log.warning(
-                    "agent session %r: kernel start failed again after the EMFILE recovery: %s",
-                    session.name,
-                    second,
-                )
-                raise Unavailable(
-                    "The server is out of file descriptors and could not start a kernel, even after "
-                    f"shutting down {len(released)} idle agent session(s): "
-                    f"{usage.describe() if usage else second}. Raise the server's limit (ulimit -n, "
-                    "systemd LimitNOFILE) or stop unused kernels and terminals, then retry.",
-                    retry_after=30,
-                ) from second
-        session.kernel_id, session.kernel_name, session.connection = kernel_id, kernel_name, conn
-
-    async def _replace_kernel(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
-        """A fresh, initialized kernel for the session in place of its current one."""
-        await self.sessions.stop_kernel(session)
-        await self._start_kernel(session, request, request.cwd)
+        await session.start_kernel(
+            kernel_name, lambda: self.recovery.launch(session, kernel_name, request.cwd)
+        )
         await self._ensure_init(session, request, cwd)
 
     async def _ensure_init(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
@@ -283,8 +188,8 @@ class EvalService:
                 index=-1,
                 sink=sink,
                 limits=ExecutionLimits(
-                    deadline=asyncio.get_running_loop().time() + 60,
-                    timeout_seconds=60,
+                    deadline=asyncio.get_running_loop().time() + self.init_timeout,
+                    timeout_seconds=self.init_timeout,
                     interrupt_grace=self.interrupt_grace,
                     liveness_interval=self.liveness_interval,
                 ),
@@ -296,7 +201,7 @@ class EvalService:
         finally:
             sink.close()
         if result.kernel_died:
-            await self.sessions.stop_kernel(session)
+            await session.mark_dead()
             raise AgentToolsError(
                 f"The kernel of session {session.name!r} died while starting; retry the call",
                 503,
@@ -308,7 +213,6 @@ class EvalService:
         self, session: KernelSession, request: EvalRequest, cwd: str, notices: list[str]
     ) -> bool:
         """Make sure the session has a live, initialized kernel. True if it had to be restarted."""
-        restarted = False
         if (
             request.kernel_name
             and session.kernel_id
@@ -320,46 +224,16 @@ class EvalService:
                 f'Session {session.name!r} runs kernel {session.kernel_name!r}; send "reset": true '
                 f"to switch it to {request.kernel_name!r}, or use another session"
             )
-        connection = session.connection
-        if request.reset:
-            if session.kernel_id:
-                await self.sessions.stop_kernel(session)
-            session.lost_kernel = False
-        elif (
-            connection is not None
-            and connection.lost_state
-            and await self.kernels.wait_until_restarted(connection.kernel_id)
-        ):
-            # Checked before liveness: while the manager's restarter is still at work the kernel looks
-            # dead, and replacing it then would race the restarter.
-            self.sessions.record(
-                session, "manager_restarts", "kernel was restarted by its kernel manager; re-running init"
-            )
-            # The manager's restarter gives the new kernel process new ports: reconnect.
-            session.connection = None
-            await close_quietly(connection)
-            session.connection = await self.kernels.connect(connection.kernel_id)
-            session.init = None
-            session.restarts += 1
-            restarted = True
-            notices.append(RESTARTED_BY_MANAGER_NOTICE)
-        elif session.kernel_id and (connection is None or not await connection.is_alive()):
-            self.sessions.record(session, "restarts", "kernel found dead before a run; restarting it")
-            session.restarts += 1
-            restarted = True
-            notices.append(DEAD_BEFORE_RUN_NOTICE)
-            await self.sessions.stop_kernel(session)
-        elif session.lost_kernel:
-            session.lost_kernel = False
-            session.restarts += 1
-            restarted = True
-            notices.append(DEAD_BEFORE_RUN_NOTICE)
-        if session.kernel_id is None:
-            await self._start_kernel(session, request, request.cwd)
-        await self._ensure_init(session, request, cwd)
-        return restarted
+        notice = None if request.reset else await self.recovery.revive(session)
+        if notice is not None:
+            notices.append(notice)
+        if request.reset or session.state is not SessionState.READY:
+            await self._start_kernel(session, request, cwd)
+        else:
+            await self._ensure_init(session, request, cwd)
+        return notice is not None
 
-    async def _run_locked(
+    async def _run_turn(
         self,
         session: KernelSession,
         request: EvalRequest,
@@ -371,40 +245,31 @@ class EvalService:
         restarted = await self._prepare(session, request, cwd, notices)
         # The timeout budget covers running the cells, not waiting for a kernel to start.
         deadline = asyncio.get_running_loop().time() + request.timeout
-        restarts_this_call = 0
+        reruns = 0
         while True:
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             last = cells[-1][1] if cells else None
-            if (
-                last is not None
-                and last.cancelled
-                and not last.settled
-                and not last.kernel_died
-                and not session.closed
-            ):
-                self.sessions.record(
-                    session, "wedged_restarts", "kernel did not settle after an interrupt; restarting it"
-                )
-                session.restarts += 1
+            if last is None or session.closed:
+                break
+            if last.cancelled and not last.settled and not last.kernel_died:
+                self.recovery.after_wedge(session)
                 restarted = True
                 notices.append(WEDGED_NOTICE)
                 emit({"type": "restart", "session": session.name, "message": WEDGED_NOTICE})
-                await self._replace_kernel(session, request, cwd)
-            if last is None or not last.kernel_died or cancel.is_set() or session.closed:
+                await self._start_kernel(session, request, cwd)
                 break
-            if restarts_this_call >= 1:
-                self.sessions.record(session, "restart_limit", "kernel died again after a restart")
-                await self.sessions.stop_kernel(session)
+            if not last.kernel_died or cancel.is_set():
+                break
+            if not self.recovery.after_death(session, reruns):
+                await session.drop_kernel()
                 return self._answer(
                     session, request, cells, notices, restarted=True, error=RESTART_LIMIT_MESSAGE
                 )
-            restarts_this_call += 1
-            session.restarts += 1
+            reruns += 1
             restarted = True
-            self.sessions.record(session, "restarts", "kernel died during a run; restarting and re-running")
             notices.append(STATE_LOST_NOTICE)
             emit({"type": "restart", "session": session.name, "message": STATE_LOST_NOTICE})
-            await self._replace_kernel(session, request, cwd)
+            await self._start_kernel(session, request, cwd)
         return self._answer(session, request, cells, notices, restarted=restarted)
 
     async def _run_cells(
@@ -471,15 +336,18 @@ class EvalService:
     async def _run_per_call(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event
     ) -> dict[str, Any]:
-        session = self.sessions.open_per_call(cancel)
+        session = self.sessions.open_per_call()
+        if not await session.take_turn(cancel):
+            await self.sessions.close_per_call(session)
+            return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
         try:
-            await self._start_kernel(session, request, request.cwd)
-            await self._ensure_init(session, request, cwd)
+            await self._start_kernel(session, request, cwd)
             deadline = asyncio.get_running_loop().time() + request.timeout
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             return self._answer(session, request, cells, [], restarted=False)
         finally:
             await self.sessions.close_per_call(session)
+            await session.end_turn()
 
     # -- the answer ---------------------------------------------------------------------------------
 
