@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from http.client import responses
 from typing import Any
 
 from jupyter_server.base.handlers import APIHandler
@@ -63,21 +64,32 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         self.finish(json.dumps(data, ensure_ascii=False))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc_info = kwargs.get("exc_info")
-        if exc_info and isinstance(exc_info[1], ServiceHTTPError) and exc_info[1].retry_after:
-            # Tornado clears headers before write_error, so Retry-After must be set here.
-            self.set_header("Retry-After", str(exc_info[1].retry_after))
-        super().write_error(status_code, **kwargs)
+        """JSON errors; a service's :class:`AgentToolsError` answers its own status and message.
 
-    def _handle_request_exception(self, e: BaseException) -> None:
-        if isinstance(e, AgentToolsError):
-            # Tornado reads sys.exc_info() here: re-raise as the HTTP error the caller should see.
-            try:
-                raise ServiceHTTPError.from_error(e) from e
-            except ServiceHTTPError as http_error:
-                super()._handle_request_exception(http_error)
+        Tornado sends any exception that is not an ``HTTPError`` here as a 500; the status is corrected
+        before anything is written (public API only: ``set_status``/``write_error``).
+        """
+        exc_info = kwargs.get("exc_info")
+        error = exc_info[1] if exc_info else None
+        if not isinstance(error, AgentToolsError):
+            super().write_error(status_code, **kwargs)
             return
-        super()._handle_request_exception(e)
+        self.clear()  # Tornado clears headers before write_error; start from a clean slate anyway
+        self.set_status(error.status)
+        self.set_header("Content-Type", "application/json")
+        if error.retry_after:
+            self.set_header("Retry-After", str(error.retry_after))
+        reply = {"message": error.message, "reason": responses.get(error.status, "")}
+        self.log.warning("wrote error: %r", error.message)
+        self.finish(json.dumps(reply, ensure_ascii=False))
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        """An expected service error is a caller's mistake or a busy server, not a server bug."""
+        if isinstance(value, AgentToolsError):
+            request = self.request
+            self.log.warning("%d %s %s: %s", value.status, request.method, request.uri, value.message)
+            return
+        super().log_exception(typ, value, tb)
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -96,15 +108,3 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
                 raise ValueError(f"duplicate key {key!r} in an object")
             seen.add(key)
     return obj
-
-
-class ServiceHTTPError(web.HTTPError):
-    """An :class:`AgentToolsError` as a Tornado HTTP error (keeps Retry-After)."""
-
-    def __init__(self, status: int, message: str, retry_after: int | None = None):
-        super().__init__(status, message)
-        self.retry_after = retry_after
-
-    @classmethod
-    def from_error(cls, error: AgentToolsError) -> ServiceHTTPError:
-        return cls(error.status, error.message, error.retry_after)
