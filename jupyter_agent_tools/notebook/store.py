@@ -143,7 +143,7 @@ class NotebookStore:
             raise NotFound(f"Notebook not found: {shown(path)}") from e
         if hidden and not cm.allow_hidden:
             # The contents API answers 404 for hidden files too: do not reveal that they exist.
-            raise NotFound(f"Notebook not found: {path}")
+            raise NotFound(f"Notebook not found: {shown(path)}")
         return path
 
     def _os_path(self, path: str) -> str | None:
@@ -261,7 +261,7 @@ class NotebookStore:
 
     async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
         """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
-        with path_errors(path):
+        with path_errors(path.strip("/")):
             path = await self._check_path(path)
             async with self._lock(path):  # never read a file while this store is writing it
                 loaded = await self._open(path)
@@ -277,7 +277,7 @@ class NotebookStore:
         (at most :data:`EDIT_ATTEMPTS` times, then 409), as if the request had come a moment later.
         """
         request = parse_edit_request(body, self.max_ops)
-        with path_errors(path):
+        with path_errors(path.strip("/")):
             path = await self._check_path(path)
             if self._escapes_root(path):
                 raise AgentToolsError(
