@@ -109,6 +109,58 @@ async def test_get_summarizes_cells_and_outputs(api, nb_path):
     assert "outputs" not in cells[0]
 
 
+async def test_get_strips_ansi_escapes_from_every_output_text(api, jp_root_dir):
+    """Colors, titles and hyperlinks (as IPython, rich and pandas write them) never reach the agent."""
+    red, reset, link, unlink = "\x1b[1;31m", "\x1b[0m", "\x1b]8;;https://example.org\x1b\\", "\x1b]8;;\x1b\\"
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "show()",
+                outputs=[
+                    new_output("stream", name="stderr", text=f"{red}warning{reset}\n"),
+                    new_output(
+                        "execute_result", execution_count=1, data={"text/plain": f"{red}result{reset}"}
+                    ),
+                    new_output("display_data", data={"text/plain": [f"{red}line 1{reset}\n", "line 2"]}),
+                    new_output(
+                        "display_data", data={"text/markdown": f"see {link}docs{unlink}", "text/plain": "x"}
+                    ),
+                    new_output(
+                        "error",
+                        ename=f"{red}ValueError{reset}",
+                        evalue=f"bad {red}value{reset}\x1b]0;title\x07",
+                        traceback=[f"{red}ValueError{reset}: bad value"],
+                    ),
+                ],
+            )
+        ]
+    )
+    write_nb(jp_root_dir, "ansi.ipynb", nb)
+    status, body = await api("GET", "notebooks", "ansi.ipynb")
+    assert status == 200
+    assert body["cells"][0]["outputs"] == [
+        {"output_type": "stream", "name": "stderr", "text": "warning\n"},
+        {"output_type": "execute_result", "execution_count": 1, "text": "result"},
+        {"output_type": "display_data", "text": "line 1\nline 2"},
+        {"output_type": "display_data", "text": "see docs"},
+        {
+            "output_type": "error",
+            "ename": "ValueError",
+            "evalue": "bad value",
+            "traceback": "ValueError: bad value",
+        },
+    ]
+
+
+async def test_ansi_escapes_do_not_count_towards_truncation(api, jp_root_dir):
+    colored = "\x1b[31mx\x1b[0m" * 3000
+    outputs = [new_output("execute_result", execution_count=1, data={"text/plain": colored})]
+    write_nb(jp_root_dir, "colored.ipynb", new_notebook(cells=[new_code_cell("x", outputs=outputs)]))
+    status, body = await api("GET", "notebooks", "colored.ipynb")
+    assert status == 200
+    assert body["cells"][0]["outputs"][0]["text"] == "x" * 2000 + "\n[... truncated 1000 more characters]"
+
+
 async def test_get_include_binary_returns_base64(api, nb_path):
     status, body = await api("GET", "notebooks", "work/sample.ipynb", params={"include_binary": "true"})
     assert status == 200

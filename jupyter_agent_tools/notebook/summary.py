@@ -1,7 +1,7 @@
 """A notebook as an agent reads it: cells with one-string sources and outputs safe for a model's context.
 
-Text outputs are truncated with a note; images and other binary outputs become ``{mime, bytes}``
-placeholders unless the caller asks for their base64 data.
+Text outputs lose their ANSI escapes (as eval output does) and are truncated with a note; images and other
+binary outputs become ``{mime, bytes}`` placeholders unless the caller asks for their base64 data.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ def _binary_size(data: Any) -> int:
         return len(raw)
 
 
+def _plain(value: Any) -> Any:
+    return strip_ansi(value) if isinstance(value, str) else value
+
+
 def summarize_output(output: dict[str, Any], max_chars: int, include_binary: bool) -> dict[str, Any]:
     """One output as an agent sees it."""
     kind = output.get("output_type")
@@ -50,8 +54,8 @@ def summarize_output(output: dict[str, Any], max_chars: int, include_binary: boo
         summary["name"] = output.get("name")
         summary["text"] = truncate_text(strip_ansi(join_source(output.get("text", ""))), max_chars)
     elif kind == "error":
-        summary["ename"] = output.get("ename")
-        summary["evalue"] = output.get("evalue")
+        summary["ename"] = _plain(output.get("ename"))
+        summary["evalue"] = _plain(output.get("evalue"))
         traceback = output.get("traceback") or []
         text = "\n".join(strip_ansi(line) for line in traceback if isinstance(line, str))
         summary["traceback"] = truncate_text(text, max_chars)
@@ -65,7 +69,7 @@ def summarize_output(output: dict[str, Any], max_chars: int, include_binary: boo
                 text = join_source(data[mime])
                 break
         if text is not None:
-            summary["text"] = truncate_text(text, max_chars)
+            summary["text"] = truncate_text(strip_ansi(text), max_chars)
         attachments = []
         for mime, value in sorted(data.items()):
             if mime in TEXT_MIME_PREFERENCE:
