@@ -250,6 +250,36 @@ BROKEN_CELLS = {
         "metadata": {},
         "cells": [{"cell_type": "code", "id": "a", "source": 5, "outputs": 5, "metadata": {}}],
     },
+    "output-values.ipynb": {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "a",
+                "source": "x",
+                "metadata": {},
+                "execution_count": 1,
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": 5},
+                    {
+                        "output_type": "execute_result",
+                        "execution_count": 1,
+                        "metadata": {},
+                        "data": {"text/plain": 5},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"text/html": [1], "image/png": [2]},
+                    },
+                    {"output_type": "display_data", "metadata": {}, "data": ["text/plain"]},
+                    {"output_type": "error", "ename": 5, "evalue": None, "traceback": "not a list"},
+                ],
+            }
+        ],
+    },
     "source-list-of-ints.ipynb": {
         "nbformat": 4,
         "nbformat_minor": 5,
