@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
+from tornado import web
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4).decode()
 
@@ -698,3 +699,59 @@ async def test_edit_creates_checkpoint_of_original(api, jp_serverapp, nb_path):
     assert len(checkpoints) == 1
     await cm.restore_checkpoint(checkpoints[0]["id"], "work/sample.ipynb")
     assert json.loads(nb_path.read_text()) == json.loads(before)
+
+
+async def test_edit_runs_the_save_hooks_of_the_contents_manager(api, jp_serverapp, nb_path):
+    """The atomic write keeps what contents_manager.save does around its write: both hooks, in order; a
+    pre-save hook may change the text (the answer's hash is that of the bytes saved) or refuse the save."""
+    calls: list[tuple[str, str]] = []
+
+    def pre_save(model, path, contents_manager, **kwargs):
+        calls.append(("pre", path))
+        if "refuse" in model["content"]:
+            raise web.HTTPError(403, "Refused by a pre-save hook")
+        model["content"] = model["content"].replace("secret", "[redacted]")
+
+    def post_save(model, os_path, contents_manager, **kwargs):
+        calls.append(("post", os.path.relpath(os_path, contents_manager.root_dir)))
+
+    cm = jp_serverapp.contents_manager
+    cm.register_pre_save_hook(pre_save)
+    cm.register_post_save_hook(post_save)
+    status, answer = await api(
+        "POST", "notebooks", "work/sample.ipynb", body={"action": "insert", "content": "secret"}
+    )
+    assert status == 200, answer
+    assert calls == [("pre", "work/sample.ipynb"), ("post", os.path.join("work", "sample.ipynb"))]
+    assert json.loads(nb_path.read_text())["cells"][-1]["source"] == ["[redacted]"]
+    assert answer["hash"] == sha(nb_path)
+    before = nb_path.read_bytes()
+    status, answer = await api(
+        "POST", "notebooks", "work/sample.ipynb", body={"action": "insert", "content": "refuse"}
+    )
+    assert status == 403 and answer["message"] == "Refused by a pre-save hook"
+    assert nb_path.read_bytes() == before
+    assert sorted(p.name for p in nb_path.parent.iterdir()) == [".ipynb_checkpoints", "sample.ipynb"]
+
+
+async def test_edit_keeps_the_files_permission_bits_and_writes_through_a_link(api, jp_root_dir, nb_path):
+    os.chmod(nb_path, 0o640)
+    os.symlink("sample.ipynb", nb_path.parent / "link.ipynb")
+    status, answer = await api(
+        "POST", "notebooks", "work/link.ipynb", body={"action": "insert", "content": "x"}
+    )
+    assert status == 200, answer
+    assert (nb_path.parent / "link.ipynb").is_symlink()
+    assert json.loads(nb_path.read_text())["cells"][-1]["source"] == ["x"]
+    assert nb_path.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write a read-only file")
+async def test_edit_of_a_read_only_file_is_403(api, nb_path):
+    os.chmod(nb_path, 0o444)
+    before = nb_path.read_bytes()
+    status, answer = await api(
+        "POST", "notebooks", "work/sample.ipynb", body={"action": "insert", "content": "x"}
+    )
+    assert status == 403 and answer["message"] == "Permission denied: work/sample.ipynb"
+    assert nb_path.read_bytes() == before
