@@ -54,6 +54,13 @@ class AgentToolsApp(ExtensionApp):
         config=True
     )
 
+    notebook_busy_timeout = Float(
+        3.0,
+        help="Seconds a notebook read or edit waits for a file that another writer (JupyterLab saving "
+        "through /api/contents, an editor) is in the middle of writing; past it the request answers 503 "
+        "with Retry-After. Reads never treat such a file as corrupt.",
+    ).tag(config=True)
+
     rtc_mode = CaselessStrEnum(
         RTC_MODES,
         default_value="auto",
@@ -166,6 +173,7 @@ class AgentToolsApp(ExtensionApp):
             log=self.log,
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
+            busy_timeout=self.notebook_busy_timeout,
             live=LiveDocuments(lambda: serverapp.web_app.settings, mode=self.rtc_mode, log=self.log),
         )
         artifacts_root = self.artifacts_dir

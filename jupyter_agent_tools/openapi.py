@@ -53,7 +53,10 @@ def _retry(description: str) -> dict[str, Any]:
     }
 
 
-LIVE_LOADING = _retry("The notebook's collaborative room is still loading it (rtc_mode auto): retry.")
+NOTEBOOK_BUSY = _retry(
+    "The notebook's collaborative room is still loading it (rtc_mode auto), or another writer (the contents "
+    "API, an editor) is in the middle of writing the file, which does not parse yet: retry."
+)
 FORBIDDEN = _error(
     "Not authenticated (no or wrong token; a cookie request without its XSRF token), or not authorized "
     "by the server's authorizer."
@@ -106,20 +109,23 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("The notebook.", ref("NotebookRead")),
                     "400": _error(
-                        "Not a .ipynb path, or the file is not a notebook (invalid JSON, no cells)."
+                        "Not a .ipynb path, a path too long for the file system, or the file is not a "
+                        "notebook (invalid JSON, no cells)."
                     ),
                     "403": FORBIDDEN,
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
                     "409": _error("The live (collaborative) document has duplicate cell ids."),
-                    "503": LIVE_LOADING,
+                    "503": NOTEBOOK_BUSY,
                 },
             },
             "post": {
                 "operationId": "changeNotebook",
                 "summary": "Edit, insert, delete or move cells",
                 "description": "One operation, or a batch {ops: [...]} applied in order and atomically "
-                "(all or none, one save through the contents manager). Deterministic: the same file and "
-                "request give the same bytes. Edits of one notebook are serialized.",
+                "(all or none, one save; on a local disk a temporary file renamed over the notebook). "
+                "Deterministic: the same file and request give the same bytes. Edits of one notebook are "
+                "serialized, and the file is checked again just before it is replaced: a change by another "
+                "writer since the read is a 409 with expected_hash, else the edit is applied to it.",
                 "tags": ["notebooks"],
                 "x-authorization": {"resource": "contents", "action": "write"},
                 "requestBody": _body(ref("NotebookChangeRequest"), "One operation or a batch."),
@@ -132,11 +138,13 @@ def _paths() -> dict[str, Any]:
                     "403": FORBIDDEN,
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
                     "409": _error(
-                        "expected_hash does not match the file (or the live document changed during the "
-                        "edit): read it again. Nothing changed."
+                        "expected_hash does not match the file, also when another writer changed it while "
+                        "the edit was being saved (or the live document changed during the edit); without "
+                        "expected_hash, another writer kept changing it during every attempt. Read it "
+                        "again. Nothing changed."
                     ),
                     "413": TOO_LARGE,
-                    "503": LIVE_LOADING,
+                    "503": NOTEBOOK_BUSY,
                 },
             },
         },

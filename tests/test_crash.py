@@ -1,24 +1,27 @@
 """Nothing lost under faults and load.
 
 SIGKILL a real server subprocess in the middle of a stream of notebook edits, over and over: the notebook
-holds every acknowledged edit, plus at most the one in flight, and is valid. What jupyter_server calls an
-atomic save is "copy the file to .~<name>, write the file in place, remove the copy": a kill inside the
-write leaves a truncated file and the copy, which the contents manager restores on its next notebook read.
-The tests below pin down both cases, and the bounded load test (benchmarks/bench_load.py) checks that
-concurrent agents lose no edit, no eval answer and no session state, and leak no descriptor or kernel.
+holds every acknowledged edit, plus at most the one in flight, and is valid. The store writes a temporary
+file and renames it over the notebook, so a kill anywhere leaves the old file or the new one. What
+jupyter_server calls an atomic save (the contents API's) is "copy the file to .~<name>, write the file in
+place, remove the copy": a kill inside that write leaves a truncated file and the copy, which its next
+notebook read restores. Kills inside a save are not left to chance: a ``jupyter_server_config.py`` makes
+the server stop half way through the write of the notebook and say so through a file, then the test kills
+it. The bounded load test (jupyter_agent_tools/testing/load.py) checks that concurrent agents lose no
+edit, no eval answer and no session state, and leak no descriptor or kernel.
 """
 
 from __future__ import annotations
 
 import base64
-import json
+import contextlib
 import os
 import random
-import shutil
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,9 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.common import jupyter_server
+from jupyter_agent_tools.notebook.disk import SAVE_IN_PROGRESS_SECONDS
+from jupyter_agent_tools.testing.load import run_load
+from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,24 +78,20 @@ def sources_of(text: str) -> list[str] | None:
     return [cell.source for cell in nb.cells]
 
 
-MAX_ROUNDS = 12
+ROUNDS = 4
 
 
-@pytest.fixture(scope="module")
-def crashes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Kill servers mid-stream until one kill lands inside the write of a save (a cut file and its copy).
-
-    Every kill that did not land inside a save is checked on the spot: the file is valid and holds every
-    acknowledged edit, plus at most the one in flight. Returns the state right after the kill that did.
-    """
-    root = tmp_path_factory.mktemp("crash") / "root"
+def test_kills_during_a_stream_of_edits_leave_a_valid_notebook_with_every_acknowledged_edit(
+    tmp_path: Path,
+) -> None:
+    """Kill at random moments, and as soon as a save has begun (the first file it creates next to it)."""
+    root = tmp_path / "root"
     root.mkdir()
-    path, backup = root / "crash.ipynb", root / ".~crash.ipynb"
+    path = root / "crash.ipynb"
     nbformat.write(big_notebook(), str(path))
     expected: list[str] = ["plot()", "base = 1"]
     rng = random.Random(os.getpid())
-    problems: list[str] = []
-    for round_ in range(MAX_ROUNDS):
+    for round_ in range(ROUNDS):
         with jupyter_server(root) as server:
             acked: list[str] = []
             inflight: list[str] = []
@@ -102,69 +103,167 @@ def crashes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             deadline = time.monotonic() + 60
             while len(acked) < 2 and time.monotonic() < deadline:
                 time.sleep(0.005)
-            if round_ % 2:  # at a random moment of the stream
+            if round_ % 2:
                 time.sleep(rng.uniform(0.0, 0.3))
-            else:  # as soon as a save has copied the file aside, i.e. while it writes it in place
-                while not backup.exists() and time.monotonic() < deadline:
+            else:
+                before = set(os.listdir(root))
+                while set(os.listdir(root)) <= before and time.monotonic() < deadline:
                     pass
             os.killpg(server.process.pid, signal.SIGKILL)
             server.process.wait(timeout=10)
             stop.set()
             worker.join(timeout=30)
-        if len(acked) < 2:
-            problems.append(f"round {round_}: the server acknowledged {len(acked)} edits")
-            break
-        before, after = expected + acked, expected + acked + inflight[:1]
+        assert len(acked) >= 2, f"round {round_}: the server acknowledged {len(acked)} edits"
+        before_kill, after_kill = expected + acked, expected + acked + inflight[:1]
         sources = sources_of(path.read_text())
-        if sources is None and backup.exists():  # killed inside the write of the edit in flight
-            saved = tmp_path_factory.mktemp("crashed") / "root"
-            shutil.copytree(root, saved, symlinks=True)
-            return {
-                "root": saved,
-                "before": before,
-                "after": after,
-                "rounds": round_ + 1,
-                "problems": problems,
-            }
-        if sources not in (before, after):
-            problems.append(f"round {round_}: notebook is {sources and sources[-3:]}, acked {acked[-2:]}")
-            break
+        assert sources in (before_kill, after_kill), (round_, sources and sources[-3:], acked[-2:])
         expected = sources
-    return {"root": None, "rounds": MAX_ROUNDS, "problems": problems}
 
 
-def test_kills_outside_a_save_leave_a_valid_notebook_with_every_acknowledged_edit(crashes) -> None:
-    assert crashes["problems"] == []
+# Loaded by a server subprocess with --config: once the file ``PAUSE_ARM`` exists, the next write of a file
+# named like the notebook in the root (the notebook itself, or a temporary file next to it; not jupyter's
+# .~ copy) writes half its data to disk, creates the file ``PAUSE_SIGNAL`` and hangs until killed.
+PAUSE_CONFIG = """
+import builtins, os, time
+
+_open = builtins.open
+_root, _name = os.environ["PAUSE_ROOT"], os.environ["PAUSE_NAME"]
+_arm, _signal = os.environ["PAUSE_ARM"], os.environ["PAUSE_SIGNAL"]
 
 
-def test_kill_inside_a_save_is_recovered_by_the_contents_manager(crashes, tmp_path: Path) -> None:
-    """The contents manager's "atomic" save writes in place after copying the file to ``.~<name>``; a kill
-    mid-write leaves that copy, and its next notebook read restores it: the state before the edit in
-    flight, with every acknowledged edit."""
-    if crashes["root"] is None:
-        pytest.skip(f"no kill landed inside a save in {crashes['rounds']} rounds")
+class _HalfWriter:
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        self._f.write(data[: len(data) // 2])
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        _open(_signal, "w").close()
+        time.sleep(3600)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return self._f.__exit__(*exc)
+
+
+def _pausing_open(file, mode="r", *args, **kwargs):
+    f = _open(file, mode, *args, **kwargs)
+    if isinstance(file, str) and set(mode) & set("wxa") and os.path.exists(_arm):
+        directory, name = os.path.split(os.path.realpath(file))
+        if directory == _root and _name in name and name != ".~" + _name:
+            os.unlink(_arm)
+            return _HalfWriter(f)
+    return f
+
+
+builtins.open = _pausing_open
+"""
+
+
+@contextlib.contextmanager
+def server_pausing_in_saves(
+    root: Path, tmp: Path, name: str = "crash.ipynb"
+) -> Iterator[tuple[Any, Path, Path]]:
+    """A server whose next save of ``name`` stops half way once armed: yields (server, arm, signal)."""
+    config, arm, signal_file = tmp / "pause_config.py", tmp / "arm", tmp / "signal"
+    config.write_text(PAUSE_CONFIG)
+    env = {"PAUSE_ROOT": os.path.realpath(root), "PAUSE_NAME": name, "PAUSE_ARM": str(arm)}
+    env["PAUSE_SIGNAL"] = str(signal_file)
+    with jupyter_server(root, extra_args=[f"--config={config}"], env=env) as server:
+        yield server, arm, signal_file
+
+
+def kill_inside_a_save(server: Any, arm: Path, signal_file: Path, method: str, url: str, body: Any) -> None:
+    """Send a request that saves, wait until its write is half done, SIGKILL the server."""
+    arm.touch()
+    client = server.client(timeout=120)
+    request = threading.Thread(target=lambda: _ignore_errors(client.request, method, url, body), daemon=True)
+    request.start()
+    deadline = time.monotonic() + 60
+    while not signal_file.exists():
+        assert time.monotonic() < deadline and request.is_alive(), "the save never reached its write"
+        time.sleep(0.01)
+    os.killpg(server.process.pid, signal.SIGKILL)
+    server.process.wait(timeout=10)
+    request.join(timeout=30)
+    signal_file.unlink()
+
+
+def _ignore_errors(call: Any, *args: Any) -> None:
+    with contextlib.suppress(Exception):  # the server dies under the request
+        call(*args)
+
+
+def small_notebook(*sources: str) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[new_code_cell(source, id=f"c{i}") for i, source in enumerate(sources)])
+    nb.nbformat_minor = 5
+    return nb
+
+
+@pytest.mark.parametrize("size", ["small", "big"])
+def test_kill_inside_our_save_leaves_the_previous_notebook_complete(tmp_path: Path, size: str) -> None:
     root = tmp_path / "root"
-    shutil.copytree(crashes["root"], root, symlinks=True)
-    assert sources_of((root / "crash.ipynb").read_text()) is None  # the kill did cut the write
-    assert sources_of((root / ".~crash.ipynb").read_text()) == crashes["before"]
+    root.mkdir()
+    path = root / "crash.ipynb"
+    nb = big_notebook(1.0) if size == "big" else small_notebook("a = 1", "b = 2")
+    nbformat.write(nb, str(path))
+    before = sources_of(path.read_text())
+    with server_pausing_in_saves(root, tmp_path) as (server, arm, signal_file):
+        with server.client() as client:  # a first edit: its checkpoint and save are not interrupted
+            client.json("POST", "api/agent/notebooks/crash.ipynb", {"action": "insert", "content": "first"})
+        before = [*before, "first"]
+        insert = {"action": "insert", "content": "lost"}
+        kill_inside_a_save(server, arm, signal_file, "POST", "api/agent/notebooks/crash.ipynb", insert)
+    assert path.stat().st_size > 0
+    assert sources_of(path.read_text()) == before  # the raw file: complete, as before the edit in flight
+    assert not (root / ".~crash.ipynb").exists()
+    (leftover,) = root.glob(".~crash.ipynb.*.tmp")  # the half-written temporary file
+    old = time.time() - SAVE_IN_PROGRESS_SECONDS - 1
+    os.utime(leftover, (old, old))
     with jupyter_server(root) as server, server.client() as client:
-        model = client.json("GET", "api/contents/crash.ipynb?type=notebook&content=1")
-        assert [c["source"] for c in model["content"]["cells"]] == crashes["before"]
         read = client.json("GET", "api/agent/notebooks/crash.ipynb")
-        assert [c["source"] for c in read["cells"]] == crashes["before"]
+        assert [c["source"] for c in read["cells"]] == before
         client.json("POST", "api/agent/notebooks/crash.ipynb", {"action": "insert", "content": "after"})
-    assert sources_of((root / "crash.ipynb").read_text()) == [*crashes["before"], "after"]
+    assert sources_of(path.read_text()) == [*before, "after"]
+    assert list(root.glob(".~*")) == []  # the next save removed the leftover
 
 
-def test_kill_inside_a_save_is_recovered_by_our_routes_too(crashes, tmp_path: Path) -> None:
-    if crashes["root"] is None:
-        pytest.skip(f"no kill landed inside a save in {crashes['rounds']} rounds")
+def test_kill_inside_a_contents_api_save_is_restored_once_the_save_is_over(tmp_path: Path) -> None:
+    """The contents API's save killed mid-write leaves a cut file and jupyter's .~ copy. Right after, our
+    read cannot tell it from a save still running: 503, and nothing is moved. Once the file has not changed
+    for SAVE_IN_PROGRESS_SECONDS (here: its time set back), our read restores the copy, as jupyter's does."""
     root = tmp_path / "root"
-    shutil.copytree(crashes["root"], root, symlinks=True)
-    with jupyter_server(root) as server, server.client() as client:
+    root.mkdir()
+    path, copy = root / "crash.ipynb", root / ".~crash.ipynb"
+    nbformat.write(small_notebook("a = 1", "b = 2"), str(path))
+    lab = small_notebook("a = 1", "b = 2", "lab")
+    model = {"type": "notebook", "format": "json", "content": lab}
+    with server_pausing_in_saves(root, tmp_path) as (server, arm, signal_file):
+        kill_inside_a_save(server, arm, signal_file, "PUT", "api/contents/crash.ipynb", model)
+    assert sources_of(path.read_text()) is None  # the kill did cut the write
+    assert sources_of(copy.read_text()) == ["a = 1", "b = 2"]
+    busy = ["--AgentToolsApp.notebook_busy_timeout=0.2"]
+    with jupyter_server(root, extra_args=busy) as server, server.client() as client:
+        os.utime(path)  # as if the kill had just happened (the server may take long to start)
         status, body = client.request("GET", "api/agent/notebooks/crash.ipynb")
-        assert status == 200, body[:300]
-        assert [c["source"] for c in json.loads(body)["cells"]] == crashes["before"]
+        assert status == 503, body[:300]
+        assert b"being saved by another writer" in body
+        assert copy.exists() and not (root / "crash.ipynb.invalid").exists()
+        old = time.time() - SAVE_IN_PROGRESS_SECONDS - 1
+        os.utime(path, (old, old))
+        read = client.json("GET", "api/agent/notebooks/crash.ipynb")
+        assert [c["source"] for c in read["cells"]] == ["a = 1", "b = 2"]
+        client.json("POST", "api/agent/notebooks/crash.ipynb", {"action": "insert", "content": "after"})
+        model = client.json("GET", "api/contents/crash.ipynb?type=notebook&content=1")
+        assert [c["source"] for c in model["content"]["cells"]] == ["a = 1", "b = 2", "after"]
+    assert sources_of(path.read_text()) == ["a = 1", "b = 2", "after"]
+    assert not copy.exists()
 
 
 def test_reads_never_see_a_half_written_notebook(tmp_path: Path) -> None:
@@ -192,12 +291,13 @@ def test_reads_never_see_a_half_written_notebook(tmp_path: Path) -> None:
 @pytest.mark.load
 @pytest.mark.timeout(300)
 def test_load_loses_nothing_and_leaks_nothing() -> None:
-    """About 20 s of six concurrent agents (benchmarks/bench_load.py; ``python -m benchmarks load``: 60 s)."""
-    from benchmarks.bench_load import run_load
-
+    """About 20 s of six concurrent agents (jupyter_agent_tools/testing/load.py; ``python -m benchmarks
+    load``: 60 s): shared-notebook edits, evals, contents-API saves beside agent reads, refused hostile
+    requests."""
     report = run_load(duration=float(os.environ.get("LOAD_SECONDS", "20")), agents=6, sessions=3)
     assert report.problems == []
     assert (
         report.counts["edit"] > 0 and report.counts["eval (json)"] > 0 and report.counts["eval (stream)"] > 0
     )
+    assert report.counts["contents save"] > 0 and report.counts["hostile"] > 0
     assert report.kernels_after == report.kernels_before == 3

@@ -120,6 +120,30 @@ async def test_traversal_never_leaves_the_root(raw, tree, path) -> None:
     assert digest(tree["root"].parent) == outside_before
 
 
+LONG_PATHS = {
+    "10000-characters": "a" * 9994 + ".ipynb",
+    "3000-directories": "d/" * 3000 + "nb.ipynb",
+    "300-character-name": "n" * 294 + ".ipynb",
+    "3000-directories-in-a-real-one": "sub/" + "d/" * 3000 + "nb.ipynb",
+    "3000-dotdots": "sub/" + "../" * 3000 + "nb.ipynb",
+    "10000-characters-not-a-notebook": "a" * 10_000,
+}
+
+
+@pytest.mark.parametrize("path", list(LONG_PATHS.values()), ids=list(LONG_PATHS))
+async def test_long_paths_are_4xx_that_say_what_to_fix(api, tree, path) -> None:
+    before = digest(tree["root"])
+    for method, body in (("GET", None), ("POST", {"action": "insert", "content": "x"})):
+        status, answer = await api(method, "notebooks", path, body=body)
+        assert status in (400, 404), (method, status, answer)
+        message = answer["message"]
+        assert message.startswith(("Notebook path is too long", "Notebook not found", "Not a notebook")), (
+            message
+        )
+        assert len(message) < 1000  # the path is shown cut
+    assert digest(tree["root"]) == before
+
+
 @pytest.mark.parametrize("path", [".hidden.ipynb", ".private/nb.ipynb", "sub/../.hidden.ipynb"])
 async def test_hidden_files_are_not_found(api, tree, path) -> None:
     before = digest(tree["root"])
@@ -225,6 +249,36 @@ BROKEN_CELLS = {
         "nbformat_minor": 5,
         "metadata": {},
         "cells": [{"cell_type": "code", "id": "a", "source": 5, "outputs": 5, "metadata": {}}],
+    },
+    "output-values.ipynb": {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "a",
+                "source": "x",
+                "metadata": {},
+                "execution_count": 1,
+                "outputs": [
+                    {"output_type": "stream", "name": "stdout", "text": 5},
+                    {
+                        "output_type": "execute_result",
+                        "execution_count": 1,
+                        "metadata": {},
+                        "data": {"text/plain": 5},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"text/html": [1], "image/png": [2]},
+                    },
+                    {"output_type": "display_data", "metadata": {}, "data": ["text/plain"]},
+                    {"output_type": "error", "ename": 5, "evalue": None, "traceback": "not a list"},
+                ],
+            }
+        ],
     },
     "source-list-of-ints.ipynb": {
         "nbformat": 4,

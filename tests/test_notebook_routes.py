@@ -6,11 +6,14 @@ import asyncio
 import base64
 import hashlib
 import json
+import os
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
+from tornado import web
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4).decode()
 
@@ -105,6 +108,58 @@ async def test_get_summarizes_cells_and_outputs(api, nb_path):
     assert error["ename"] == "ZeroDivisionError"
     assert error["traceback"] == "ZeroDivisionError: division by zero"
     assert "outputs" not in cells[0]
+
+
+async def test_get_strips_ansi_escapes_from_every_output_text(api, jp_root_dir):
+    """Colors, titles and hyperlinks (as IPython, rich and pandas write them) never reach the agent."""
+    red, reset, link, unlink = "\x1b[1;31m", "\x1b[0m", "\x1b]8;;https://example.org\x1b\\", "\x1b]8;;\x1b\\"
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "show()",
+                outputs=[
+                    new_output("stream", name="stderr", text=f"{red}warning{reset}\n"),
+                    new_output(
+                        "execute_result", execution_count=1, data={"text/plain": f"{red}result{reset}"}
+                    ),
+                    new_output("display_data", data={"text/plain": [f"{red}line 1{reset}\n", "line 2"]}),
+                    new_output(
+                        "display_data", data={"text/markdown": f"see {link}docs{unlink}", "text/plain": "x"}
+                    ),
+                    new_output(
+                        "error",
+                        ename=f"{red}ValueError{reset}",
+                        evalue=f"bad {red}value{reset}\x1b]0;title\x07",
+                        traceback=[f"{red}ValueError{reset}: bad value"],
+                    ),
+                ],
+            )
+        ]
+    )
+    write_nb(jp_root_dir, "ansi.ipynb", nb)
+    status, body = await api("GET", "notebooks", "ansi.ipynb")
+    assert status == 200
+    assert body["cells"][0]["outputs"] == [
+        {"output_type": "stream", "name": "stderr", "text": "warning\n"},
+        {"output_type": "execute_result", "execution_count": 1, "text": "result"},
+        {"output_type": "display_data", "text": "line 1\nline 2"},
+        {"output_type": "display_data", "text": "see docs"},
+        {
+            "output_type": "error",
+            "ename": "ValueError",
+            "evalue": "bad value",
+            "traceback": "ValueError: bad value",
+        },
+    ]
+
+
+async def test_ansi_escapes_do_not_count_towards_truncation(api, jp_root_dir):
+    colored = "\x1b[31mx\x1b[0m" * 3000
+    outputs = [new_output("execute_result", execution_count=1, data={"text/plain": colored})]
+    write_nb(jp_root_dir, "colored.ipynb", new_notebook(cells=[new_code_cell("x", outputs=outputs)]))
+    status, body = await api("GET", "notebooks", "colored.ipynb")
+    assert status == 200
+    assert body["cells"][0]["outputs"][0]["text"] == "x" * 2000 + "\n[... truncated 1000 more characters]"
 
 
 async def test_get_include_binary_returns_base64(api, nb_path):
@@ -429,14 +484,20 @@ async def test_missing_notebook_is_404(api, jp_root_dir):
         assert answer["message"] == "Notebook not found: nope/missing.ipynb"
 
 
-async def test_invalid_json_notebook(api, jp_root_dir):
+@pytest.mark.parametrize(
+    ("text", "age"), [('{"cells": [', 3600), ('{"cells": ]}', 0), ('{"cells": []} {"tail": 1}', 0)]
+)
+async def test_invalid_json_notebook(api, jp_root_dir, text, age):
+    """400 at once for a file that cannot be a save in progress: broken in the middle, or cut off long ago
+    (a cut-off file written a moment ago is a writer at work: see test_concurrent_writers.py)."""
     path = jp_root_dir / "broken.ipynb"
-    path.write_text('{"cells": [')
+    path.write_text(text)
+    os.utime(path, (time.time() - age, time.time() - age))
     for method, body in (("GET", None), ("POST", {"action": "delete", "cell_index": 0})):
         status, answer = await api(method, "notebooks", "broken.ipynb", body=body)
         assert status == 400
         assert answer["message"].startswith("Invalid JSON in notebook: broken.ipynb")
-    assert path.read_text() == '{"cells": ['
+    assert path.read_text() == text
 
 
 async def test_missing_cells_array(api, jp_root_dir):
@@ -638,3 +699,59 @@ async def test_edit_creates_checkpoint_of_original(api, jp_serverapp, nb_path):
     assert len(checkpoints) == 1
     await cm.restore_checkpoint(checkpoints[0]["id"], "work/sample.ipynb")
     assert json.loads(nb_path.read_text()) == json.loads(before)
+
+
+async def test_edit_runs_the_save_hooks_of_the_contents_manager(api, jp_serverapp, nb_path):
+    """The atomic write keeps what contents_manager.save does around its write: both hooks, in order; a
+    pre-save hook may change the text (the answer's hash is that of the bytes saved) or refuse the save."""
+    calls: list[tuple[str, str]] = []
+
+    def pre_save(model, path, contents_manager, **kwargs):
+        calls.append(("pre", path))
+        if "refuse" in model["content"]:
+            raise web.HTTPError(403, "Refused by a pre-save hook")
+        model["content"] = model["content"].replace("secret", "[redacted]")
+
+    def post_save(model, os_path, contents_manager, **kwargs):
+        calls.append(("post", os.path.relpath(os_path, contents_manager.root_dir)))
+
+    cm = jp_serverapp.contents_manager
+    cm.register_pre_save_hook(pre_save)
+    cm.register_post_save_hook(post_save)
+    status, answer = await api(
+        "POST", "notebooks", "work/sample.ipynb", body={"action": "insert", "content": "secret"}
+    )
+    assert status == 200, answer
+    assert calls == [("pre", "work/sample.ipynb"), ("post", os.path.join("work", "sample.ipynb"))]
+    assert json.loads(nb_path.read_text())["cells"][-1]["source"] == ["[redacted]"]
+    assert answer["hash"] == sha(nb_path)
+    before = nb_path.read_bytes()
+    status, answer = await api(
+        "POST", "notebooks", "work/sample.ipynb", body={"action": "insert", "content": "refuse"}
+    )
+    assert status == 403 and answer["message"] == "Refused by a pre-save hook"
+    assert nb_path.read_bytes() == before
+    assert sorted(p.name for p in nb_path.parent.iterdir()) == [".ipynb_checkpoints", "sample.ipynb"]
+
+
+async def test_edit_keeps_the_files_permission_bits_and_writes_through_a_link(api, jp_root_dir, nb_path):
+    os.chmod(nb_path, 0o640)
+    os.symlink("sample.ipynb", nb_path.parent / "link.ipynb")
+    status, answer = await api(
+        "POST", "notebooks", "work/link.ipynb", body={"action": "insert", "content": "x"}
+    )
+    assert status == 200, answer
+    assert (nb_path.parent / "link.ipynb").is_symlink()
+    assert json.loads(nb_path.read_text())["cells"][-1]["source"] == ["x"]
+    assert nb_path.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write a read-only file")
+async def test_edit_of_a_read_only_file_is_403(api, nb_path):
+    os.chmod(nb_path, 0o444)
+    before = nb_path.read_bytes()
+    status, answer = await api(
+        "POST", "notebooks", "work/sample.ipynb", body={"action": "insert", "content": "x"}
+    )
+    assert status == 403 and answer["message"] == "Permission denied: work/sample.ipynb"
+    assert nb_path.read_bytes() == before

@@ -1,8 +1,11 @@
 """Reads notebooks and applies cell operations: to the file, or to the live document of an open room.
 
-The contents manager confines paths to the server root, writes atomically, keeps checkpoints and may not
-be a local disk at all: the store never opens a file itself. Edits of one notebook are serialized by a
-per-path lock so that concurrent requests never lose each other's changes.
+The contents manager confines paths to the server root, keeps checkpoints and may not be a local disk at
+all. On a local disk (see :func:`~jupyter_agent_tools.compat.local_os_path`) the store reads the file's
+bytes itself and writes atomically (:mod:`.disk`): jupyter_server's own save writes in place, which a
+reader or a crash can catch half done. Edits of one notebook are serialized by a per-path lock so that
+concurrent requests never lose each other's changes, and the file is checked again just before it is
+replaced, so that a change by another writer (JupyterLab, git, an editor) is never silently overwritten.
 
 When the notebook is open in a collaborative room (see :mod:`.live`), reads and edits go to the room's
 live document instead of the file, through the same pipeline: read -> check ``expected_hash`` ->
@@ -12,9 +15,12 @@ live document instead of the file, through the same pipeline: read -> check ``ex
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,21 +28,37 @@ from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
 from tornado.web import HTTPError
 
-from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
+from ..compat import local_os_path
+from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
+from . import disk
 from .format import content_hash, parse_notebook, serialize_notebook
 from .live import LiveDocuments, LiveNotebook
 from .operations import apply_ops, check_supported, parse_edit_request
 from .summary import summarize_notebook
 
+# How often a read looks again at a file that another writer is in the middle of saving.
+BUSY_POLL_SECONDS = 0.02
+# Retry-After of a 503 for a file being saved: jupyter_server's saves take well under a second.
+BUSY_RETRY_AFTER = 1
+# An edit without expected_hash is applied again to a file another writer changed between our read and our
+# write; a writer that changes it faster than we can edit it gets a 409 after this many attempts.
+EDIT_ATTEMPTS = 5
+# Longest path shown in an error message (a refused path can be megabytes long).
+SHOWN_PATH_CHARS = 200
+
 
 @dataclass
 class LoadedNotebook:
-    """A notebook as read from the store: its parsed dict, its text and the hash of its bytes."""
+    """A notebook as read from the store: its parsed dict, its text and the hash of its bytes.
+
+    ``os_path`` is the file behind it on a local disk (None when the contents manager is not one).
+    """
 
     path: str
     notebook: dict[str, Any]
     text: str
     hash: str
+    os_path: str | None = None
 
 
 def validate_notebook(nb: dict[str, Any], path: str) -> None:
@@ -54,6 +76,33 @@ def validate_notebook(nb: dict[str, Any], path: str) -> None:
         ) from None
 
 
+def shown(path: str) -> str:
+    """``path`` as error messages show it: cut when it is very long."""
+    if len(path) <= SHOWN_PATH_CHARS:
+        return path
+    return f"{path[:SHOWN_PATH_CHARS]}... ({len(path)} characters)"
+
+
+@contextmanager
+def path_errors(path: str) -> Iterator[None]:
+    """Turn a file system error caused by the path a caller sent into the 4xx that says what to fix."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:
+            raise BadRequest(
+                f"Notebook path is too long for the file system: {shown(path)} ({len(path.encode())} "
+                "bytes); use a shorter path (file systems allow about 4096 bytes in a path, 255 in a name)"
+            ) from e
+        if e.errno == errno.ELOOP:
+            raise BadRequest(f"Too many levels of symbolic links in the notebook path: {shown(path)}") from e
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise NotFound(f"Notebook not found: {shown(path)}") from e
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise AgentToolsError(f"Permission denied: {shown(path)}", 403) from e
+        raise
+
+
 class NotebookStore:
     """Reads and edits notebooks through a jupyter_server contents manager."""
 
@@ -65,13 +114,16 @@ class NotebookStore:
         summary_max_chars: int = 2000,
         max_ops: int = 1000,
         live: LiveDocuments | None = None,
+        busy_timeout: float = 3.0,
     ):
         self.contents_manager = contents_manager
         self.live = live
         self.log = log or logging.getLogger(__name__)
         self.summary_max_chars = summary_max_chars
         self.max_ops = max_ops
+        self.busy_timeout = busy_timeout
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._swept: set[str] = set()  # files whose leftovers of killed saves were looked for
 
     def _lock(self, path: str) -> asyncio.Lock:
         lock = self._locks.get(path)
@@ -83,19 +135,28 @@ class NotebookStore:
     async def _check_path(self, path: str) -> str:
         path = path.strip("/")
         if not path.endswith(".ipynb"):
-            raise BadRequest(f"Not a notebook (expected a path ending in .ipynb): {path}")
+            raise BadRequest(f"Not a notebook (expected a path ending in .ipynb): {shown(path)}")
         cm = self.contents_manager
         try:
             hidden = await ensure_async(cm.is_hidden(path))
         except HTTPError as e:
-            raise NotFound(f"Notebook not found: {path}") from e
+            raise NotFound(f"Notebook not found: {shown(path)}") from e
         if hidden and not cm.allow_hidden:
             # The contents API answers 404 for hidden files too: do not reveal that they exist.
-            raise NotFound(f"Notebook not found: {path}")
+            raise NotFound(f"Notebook not found: {shown(path)}")
         return path
 
+    def _os_path(self, path: str) -> str | None:
+        try:
+            return local_os_path(self.contents_manager, path)
+        except HTTPError as e:
+            raise NotFound(f"Notebook not found: {path}") from e
+
     async def _load(self, path: str) -> LoadedNotebook:
-        """Read a notebook's text through the contents manager and parse it (``path`` already checked)."""
+        """Read and parse a notebook (``path`` already checked)."""
+        os_path = self._os_path(path)
+        if os_path is not None:
+            return await self._load_from_disk(path, os_path)
         text = await self._read_text(path)
         try:
             nb = parse_notebook(text, path)
@@ -105,6 +166,42 @@ class NotebookStore:
                 raise
             text, nb = recovered, parse_notebook(recovered, path)
         return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")))
+
+    async def _load_from_disk(self, path: str, os_path: str) -> LoadedNotebook:
+        """Read a notebook's bytes from a local disk, waiting while another writer is saving it.
+
+        A file that does not parse while another writer saves it answers 503 past ``busy_timeout``; only a
+        save that stopped changing the file long ago (:data:`.disk.SAVE_IN_PROGRESS_SECONDS`) is treated
+        as interrupted and restored by the contents manager, as jupyter_server restores it.
+        """
+        if not await ensure_async(self.contents_manager.file_exists(path)):
+            raise NotFound(f"Notebook not found: {path}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.busy_timeout
+        recovered = False
+        while True:
+            with path_errors(path):
+                snapshot = await asyncio.to_thread(disk.read_snapshot, os_path)
+            try:
+                text = _decode(snapshot.data, path)
+                nb = parse_notebook(text, path)
+            except BadRequest:
+                if disk.save_in_progress(os_path, snapshot):
+                    if loop.time() >= deadline:
+                        raise Unavailable(
+                            f"Notebook is being saved by another writer right now and cannot be read yet: "
+                            f"{path}; retry in a moment",
+                            retry_after=BUSY_RETRY_AFTER,
+                        ) from None
+                    await asyncio.sleep(BUSY_POLL_SECONDS)
+                    continue
+                if recovered or not os.path.exists(disk.intermediate_path(os_path)):
+                    raise
+                recovered = await self._recover_interrupted_save(path) is not None
+                if not recovered:
+                    raise
+                continue
+            return LoadedNotebook(path, nb, text, snapshot.hash, os_path)
 
     async def _read_text(self, path: str) -> str:
         cm = self.contents_manager
@@ -139,15 +236,14 @@ class NotebookStore:
 
     def _escapes_root(self, path: str) -> bool:
         """Whether the file behind ``path`` really lies outside the server root (through a symlink)."""
-        cm = self.contents_manager
-        get_os_path, root = getattr(cm, "_get_os_path", None), getattr(cm, "root_dir", None)
-        if not callable(get_os_path) or not isinstance(root, str) or not root:
-            return False  # not a local-disk contents manager: it confines its own storage
         try:
-            real = os.path.realpath(get_os_path(path))
+            os_path = local_os_path(self.contents_manager, path)
         except Exception:
             return False
-        real_root = os.path.realpath(root)
+        if os_path is None:
+            return False  # not a local-disk contents manager: it confines its own storage
+        real = os.path.realpath(os_path)
+        real_root = os.path.realpath(self.contents_manager.root_dir)
         return os.path.commonpath([real, real_root]) != real_root
 
     async def _open(self, path: str) -> LoadedNotebook | LiveNotebook:
@@ -165,38 +261,54 @@ class NotebookStore:
 
     async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
         """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
-        path = await self._check_path(path)
-        async with self._lock(path):  # never read a file while this store is writing it
-            loaded = await self._open(path)
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+            async with self._lock(path):  # never read a file while this store is writing it
+                loaded = await self._open(path)
         return summarize_notebook(
             loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
         )
 
     async def edit(self, path: str, body: Any) -> dict[str, Any]:
-        """Apply one operation or a batch atomically and save once; return the answer for the caller."""
+        """Apply one operation or a batch atomically and save once; return the answer for the caller.
+
+        The file is checked again just before it is replaced. If another writer changed it since it was
+        read: with ``expected_hash``, 409; without, the operations are applied again to the new content
+        (at most :data:`EDIT_ATTEMPTS` times, then 409), as if the request had come a moment later.
+        """
         request = parse_edit_request(body, self.max_ops)
-        path = await self._check_path(path)
-        if self._escapes_root(path):
-            raise AgentToolsError(
-                f"Refusing to write {path}: it is a link to a file outside the server root", 403
-            )
-        async with self._lock(path):
-            loaded = await self._open(path)
-            # No await from here to the write-back of a live document (see _open()).
-            if request.expected_hash is not None and request.expected_hash != loaded.hash:
-                raise Conflict(
-                    f"Notebook changed since it was read: {path} (expected_hash "
-                    f"{request.expected_hash}, current hash {loaded.hash}); read it again and retry"
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+            if self._escapes_root(path):
+                raise AgentToolsError(
+                    f"Refusing to write {path}: it is a link to a file outside the server root", 403
                 )
-            check_supported(loaded.notebook, path)
-            outcome = apply_ops(loaded.notebook, request.ops, id_seed=loaded.hash, batch=request.batch)
-            validate_notebook(outcome.notebook, path)
-            if isinstance(loaded, LiveNotebook):
-                new_hash = loaded.apply(outcome.notebook)
-            else:
-                text = serialize_notebook(outcome.notebook)
-                await self._save(path, text)
-                new_hash = content_hash(text.encode("utf-8"))
+            async with self._lock(path):
+                for _ in range(EDIT_ATTEMPTS):
+                    loaded = await self._open(path)
+                    # No await from here to the write-back of a live document (see _open()).
+                    if request.expected_hash is not None and request.expected_hash != loaded.hash:
+                        raise _changed(path, request.expected_hash, loaded.hash)
+                    check_supported(loaded.notebook, path)
+                    outcome = apply_ops(
+                        loaded.notebook, request.ops, id_seed=loaded.hash, batch=request.batch
+                    )
+                    validate_notebook(outcome.notebook, path)
+                    if isinstance(loaded, LiveNotebook):
+                        new_hash = loaded.apply(outcome.notebook)
+                        break
+                    saved, current = await self._save(loaded, serialize_notebook(outcome.notebook))
+                    if saved is not None:
+                        new_hash = saved
+                        break
+                    if request.expected_hash is not None:
+                        raise _changed(path, request.expected_hash, current)
+                    self.log.info("notebook %s changed during an edit: applying the edit again", path)
+                else:
+                    raise Conflict(
+                        f"Notebook kept changing while this edit was being saved: {path} (another writer "
+                        f"changed it {EDIT_ATTEMPTS} times in a row); read it again and retry"
+                    )
         return {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,
@@ -204,15 +316,70 @@ class NotebookStore:
             "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
         }
 
-    async def _save(self, path: str, text: str) -> None:
+    async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
+        """Save ``text`` over ``loaded`` unless the file changed since it was read.
+
+        Returns (hash of the saved bytes, "") when saved, else (None, hash of the file as it is now).
+        """
+        path = loaded.path
         cm = self.contents_manager
+        os_path = loaded.os_path
         try:
             # Like the contents API does for notebooks, keep one checkpoint: the state before the
             # first edit stays recoverable with "Revert to checkpoint".
             if not await ensure_async(cm.list_checkpoints(path)):
                 await ensure_async(cm.create_checkpoint(path))
-            await ensure_async(cm.save({"type": "file", "format": "text", "content": text}, path))
+            if os_path is None or not os.access(os.path.dirname(os.path.realpath(os_path)), os.W_OK):
+                # Not a local disk, or no temporary file can be made next to it (the contents manager
+                # then writes in place, as jupyter_server does in a read-only directory).
+                current = content_hash((await self._read_text(path)).encode("utf-8"))
+                if current != loaded.hash:
+                    return None, current
+                await ensure_async(cm.save({"type": "file", "format": "text", "content": text}, path))
+                return content_hash(text.encode("utf-8")), ""
+            return await self._save_to_disk(loaded, os_path, text)
         except HTTPError as e:
             if e.status_code < 500:
                 raise AgentToolsError(e.log_message or f"Cannot save {path}", e.status_code) from e
             raise
+
+    async def _save_to_disk(self, loaded: LoadedNotebook, os_path: str, text: str) -> tuple[str | None, str]:
+        """What ``contents_manager.save`` does for a file, with an atomic write instead of an in-place one."""
+        cm, path = self.contents_manager, loaded.path
+        target = os.path.realpath(os_path)  # a link inside the root: write the file it points to
+        if not os.access(target, os.W_OK):
+            raise AgentToolsError(f"Permission denied: {path}", 403)
+        model: dict[str, Any] = {"type": "file", "format": "text", "content": text}
+        cm.run_pre_save_hooks(model=model, path=path)
+        content = model.get("content")
+        if not isinstance(content, str):
+            raise AgentToolsError(f"A pre-save hook left no text to save for {path}", 500)
+        data = content.encode("utf-8")
+        tmp = await asyncio.to_thread(disk.write_temporary, target, data)
+        # No await between the check and the rename (see replace_if_unchanged()).
+        current = disk.replace_if_unchanged(tmp, target, loaded.hash)
+        if current is not None:
+            return None, current
+        if target not in self._swept:  # a killed server's temporary files: once per file and process
+            self._swept.add(target)
+            await asyncio.to_thread(disk.remove_stale_temporaries, target)
+        saved = await ensure_async(cm.get(path, content=False))
+        cm.run_post_save_hooks(model=saved, os_path=os_path)
+        emit = getattr(cm, "emit", None)
+        if callable(emit):
+            emit(data={"action": "save", "path": path})
+        return content_hash(data), ""
+
+
+def _decode(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(f"Invalid JSON in notebook: {path}: not UTF-8 encoded") from None
+
+
+def _changed(path: str, expected: str, current: str) -> Conflict:
+    return Conflict(
+        f"Notebook changed since it was read: {path} (expected_hash {expected}, current hash "
+        f"{current or '(file removed)'}); read it again and retry"
+    )

@@ -1,7 +1,7 @@
 """A notebook as an agent reads it: cells with one-string sources and outputs safe for a model's context.
 
-Text outputs are truncated with a note; images and other binary outputs become ``{mime, bytes}``
-placeholders unless the caller asks for their base64 data.
+Text outputs lose their ANSI escapes (as eval output does) and are truncated with a note; images and other
+binary outputs become ``{mime, bytes}`` placeholders unless the caller asks for their base64 data.
 """
 
 from __future__ import annotations
@@ -32,14 +32,27 @@ def _is_textual(mime: str) -> bool:
     )
 
 
+def _text(value: Any) -> str | None:
+    """A string or list of strings as one string; None for anything else (a malformed output)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "".join(value)
+    return None
+
+
 def _binary_size(data: Any) -> int:
-    raw = join_source(data) if isinstance(data, list) else data
-    if not isinstance(raw, str):
+    raw = _text(data)
+    if raw is None:
         return 0
     try:
         return len(base64.b64decode(raw, validate=False))
     except (binascii.Error, ValueError):
         return len(raw)
+
+
+def _plain(value: Any) -> Any:
+    return strip_ansi(value) if isinstance(value, str) else value
 
 
 def summarize_output(output: dict[str, Any], max_chars: int, include_binary: bool) -> dict[str, Any]:
@@ -48,36 +61,38 @@ def summarize_output(output: dict[str, Any], max_chars: int, include_binary: boo
     summary: dict[str, Any] = {"output_type": kind}
     if kind == "stream":
         summary["name"] = output.get("name")
-        summary["text"] = truncate_text(strip_ansi(join_source(output.get("text", ""))), max_chars)
+        summary["text"] = truncate_text(strip_ansi(_text(output.get("text", "")) or ""), max_chars)
     elif kind == "error":
-        summary["ename"] = output.get("ename")
-        summary["evalue"] = output.get("evalue")
+        summary["ename"] = _plain(output.get("ename"))
+        summary["evalue"] = _plain(output.get("evalue"))
         traceback = output.get("traceback") or []
         text = "\n".join(strip_ansi(line) for line in traceback if isinstance(line, str))
         summary["traceback"] = truncate_text(text, max_chars)
     elif kind in ("execute_result", "display_data", "update_display_data"):
         if "execution_count" in output:
             summary["execution_count"] = output.get("execution_count")
-        data = output.get("data") or {}
+        data = output.get("data")
+        if not isinstance(data, dict):
+            data = {}
         text = None
         for mime in TEXT_MIME_PREFERENCE:
             if mime in data:
-                text = join_source(data[mime])
+                text = _text(data[mime])
                 break
         if text is not None:
-            summary["text"] = truncate_text(text, max_chars)
+            summary["text"] = truncate_text(strip_ansi(text), max_chars)
         attachments = []
         for mime, value in sorted(data.items()):
             if mime in TEXT_MIME_PREFERENCE:
                 continue
             if _is_textual(mime):
-                raw = value if isinstance(value, (str, list)) else None
-                size = len(join_source(raw).encode()) if raw is not None else None
+                raw = _text(value)
+                size = len(raw.encode()) if raw is not None else None
                 entry: dict[str, Any] = {"mime": mime, "bytes": size}
             else:
                 entry = {"mime": mime, "bytes": _binary_size(value)}
                 if include_binary:
-                    entry["data"] = join_source(value) if isinstance(value, list) else value
+                    entry["data"] = _text(value) if isinstance(value, list) else value
             attachments.append(entry)
         if attachments:
             summary["data"] = attachments

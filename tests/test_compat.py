@@ -1,0 +1,54 @@
+"""The jupyter_server internals jupyter_agent_tools relies on (all through jupyter_agent_tools/compat.py and
+the file layout of jupyter_server's saves): these fail loudly when an upgrade changes them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from jupyter_server.services.contents.fileio import path_to_intermediate
+from jupyter_server.services.contents.filemanager import AsyncFileContentsManager, FileContentsManager
+from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager, LargeFileManager
+from jupyter_server.services.contents.manager import AsyncContentsManager, ContentsManager
+from tornado.web import HTTPError
+
+from jupyter_agent_tools.compat import local_os_path
+from jupyter_agent_tools.notebook.disk import intermediate_path
+
+LOCAL = [FileContentsManager, AsyncFileContentsManager, LargeFileManager, AsyncLargeFileManager]
+
+
+@pytest.mark.parametrize("cls", LOCAL, ids=lambda c: c.__name__)
+def test_local_contents_managers_map_api_paths_under_their_root(cls, tmp_path: Path) -> None:
+    cm = cls(root_dir=str(tmp_path))
+    assert local_os_path(cm, "dir/nb.ipynb") == str(tmp_path / "dir" / "nb.ipynb")
+    assert local_os_path(cm, "nb.ipynb") == str(tmp_path / "nb.ipynb")
+    for outside in ("../nb.ipynb", "dir/../../nb.ipynb"):
+        with pytest.raises(HTTPError) as info:
+            local_os_path(cm, outside)
+        assert info.value.status_code == 404
+
+
+@pytest.mark.parametrize("cls", [ContentsManager, AsyncContentsManager], ids=lambda c: c.__name__)
+def test_other_contents_managers_are_not_a_local_disk(cls) -> None:
+    assert local_os_path(cls(), "nb.ipynb") is None
+
+
+def test_the_copy_jupyter_keeps_while_it_saves_is_where_the_store_looks_for_it(tmp_path: Path) -> None:
+    os_path = str(tmp_path / "dir" / "nb.ipynb")
+    assert intermediate_path(os_path) == path_to_intermediate(os_path) == str(tmp_path / "dir" / ".~nb.ipynb")
+
+
+@pytest.mark.parametrize("cls", LOCAL, ids=lambda c: c.__name__)
+def test_save_hooks_are_public_and_take_the_arguments_the_store_passes(cls, tmp_path: Path) -> None:
+    calls: list[tuple[str, dict]] = []
+    cm = cls(root_dir=str(tmp_path))
+    cm.register_pre_save_hook(lambda **kw: calls.append(("pre", kw)))
+    cm.register_post_save_hook(lambda **kw: calls.append(("post", kw)))
+    model = {"type": "file", "format": "text", "content": "x"}
+    cm.run_pre_save_hooks(model=model, path="nb.ipynb")
+    cm.run_post_save_hooks(model=model, os_path=str(tmp_path / "nb.ipynb"))
+    assert [(name, sorted(kw)) for name, kw in calls] == [
+        ("pre", ["contents_manager", "model", "path"]),
+        ("post", ["contents_manager", "model", "os_path"]),
+    ]
