@@ -1,7 +1,9 @@
-"""The one place that relies on jupyter_server internals.
+"""The one place that relies on other packages' internals, each where no public API does the job.
 
-Tested with jupyter_server 2.21 (``FileContentsManager``, ``AsyncFileContentsManager`` and the large-file
-managers). ``tests/test_compat.py`` fails loudly if the upstream shape changes.
+Tested with jupyter_server 2.21 (``FileContentsManager``, ``AsyncFileContentsManager``, the large-file
+managers, ``MappingKernelManager``), jupyter_client 8.10 (``MultiKernelManager``) and
+jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``). ``tests/test_compat.py`` fails
+loudly if an upstream shape changes.
 """
 
 from __future__ import annotations
@@ -23,3 +25,38 @@ def local_os_path(contents_manager: Any, path: str) -> str | None:
         return None
     os_path = get_os_path(path)
     return os_path if isinstance(os_path, str) else None
+
+
+# MultiKernelManager keeps a kernel whose start failed in its pending table (jupyter_client 8.10), and
+# MappingKernelManager keeps its connection count and ports (jupyter_server 2.21); no public call
+# forgets them. remove_kernel() is public but only clears the running table.
+_KERNEL_TABLES = ("_pending_kernels", "_kernel_connections", "_kernel_ports")
+
+
+def forget_kernel(kernel_manager: Any, kernel_id: str) -> None:
+    """Drop every trace of ``kernel_id`` from the kernel manager (after a failed start or a kernel that
+    can no longer be reached), without shutting anything down."""
+    remove = getattr(kernel_manager, "remove_kernel", None)
+    if callable(remove):
+        remove(kernel_id)
+    for attr in _KERNEL_TABLES:
+        table = getattr(kernel_manager, attr, None)
+        if isinstance(table, dict):
+            table.pop(kernel_id, None)
+
+
+def room_is_settled(room: Any) -> bool:
+    """Whether a jupyter-collaboration room is neither loading nor reloading its document from disk.
+
+    ``ready`` is public; a reload holds the room's ``_update_lock`` across awaits, and a progressive
+    first load resolves ``_document_progressively_loaded`` (jupyter_server_ydoc 3.0 ``DocumentRoom``).
+    Rooms without these attributes (other implementations) count as settled once ``ready``.
+    """
+    if not getattr(room, "ready", True):
+        return False
+    lock = getattr(room, "_update_lock", None)
+    if lock is not None and lock.locked():
+        return False
+    loaded = getattr(room, "_document_progressively_loaded", None)
+    progressive = getattr(room, "_document_load_progressively", False)
+    return not (progressive and loaded is not None and not loaded.done())

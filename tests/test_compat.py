@@ -52,3 +52,34 @@ def test_save_hooks_are_public_and_take_the_arguments_the_store_passes(cls, tmp_
         ("pre", ["contents_manager", "model", "path"]),
         ("post", ["contents_manager", "model", "os_path"]),
     ]
+
+
+def test_kernel_manager_tables_the_store_forgets_exist() -> None:
+    """A failed start leaves the kernel id in these tables; forget_kernel must find them to clean up."""
+    from jupyter_client.multikernelmanager import AsyncMultiKernelManager
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    from jupyter_agent_tools.compat import _KERNEL_TABLES, forget_kernel
+
+    km = AsyncMappingKernelManager()
+    for attr in _KERNEL_TABLES:
+        assert isinstance(getattr(km, attr), dict), attr
+        getattr(km, attr)["k"] = object()
+    km._kernels["k"] = object()  # what remove_kernel() clears
+    assert callable(AsyncMultiKernelManager.remove_kernel)
+    forget_kernel(km, "k")
+    assert all("k" not in getattr(km, attr) for attr in (*_KERNEL_TABLES, "_kernels"))
+
+
+def test_collaboration_rooms_have_the_loading_state_the_live_store_waits_for() -> None:
+    pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
+    import inspect
+
+    from jupyter_server_ydoc.rooms import DocumentRoom
+
+    source = inspect.getsource(DocumentRoom.__init__)
+    for attr in ("_update_lock", "_document_progressively_loaded", "_document_load_progressively"):
+        assert f"self.{attr}" in source, attr
+    assert isinstance(inspect.getattr_static(DocumentRoom, "ready", None), property) or "ready" in dir(
+        DocumentRoom
+    )

@@ -20,6 +20,7 @@ from uuid import uuid4
 from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_core.utils import ensure_async
 
+from ..compat import forget_kernel
 from ..errors import AgentToolsError, BadRequest
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
@@ -175,10 +176,7 @@ class KernelService:
         if kernel_id in km:
             with contextlib.suppress(Exception):
                 await ensure_async(km.shutdown_kernel(kernel_id, now=True))
-        for attr in ("_pending_kernels", "_kernels", "_kernel_connections", "_kernel_ports"):
-            table = getattr(km, attr, None)
-            if isinstance(table, dict):
-                table.pop(kernel_id, None)
+        forget_kernel(km, kernel_id)
 
     async def connect(self, kernel_id: str) -> KernelConnection:
         """An open connection to a running kernel (its own client identity)."""

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..compat import room_is_settled
 from ..errors import Conflict, Unavailable
 from .format import content_hash, join_source, serialize_notebook
 
@@ -303,7 +304,7 @@ class LiveDocuments:
             room = rooms.get(room_id)
             if room is None:
                 return False
-            if self._ready(room):
+            if room_is_settled(room):
                 return True
             if time.monotonic() > deadline:
                 raise Unavailable(
@@ -311,15 +312,3 @@ class LiveDocuments:
                     retry_after=1,
                 )
             await asyncio.sleep(0.02)
-
-    @staticmethod
-    def _ready(room: Any) -> bool:
-        if not getattr(room, "ready", True):
-            return False
-        lock = getattr(room, "_update_lock", None)
-        if lock is not None and lock.locked():
-            return False
-        loaded = getattr(room, "_document_progressively_loaded", None)
-        return not (
-            getattr(room, "_document_load_progressively", False) and loaded is not None and not loaded.done()
-        )
