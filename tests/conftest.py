@@ -26,6 +26,7 @@ QUICK_MODULES = {
     "test_messages",
     "test_notebook_routes",
     "test_operations",
+    "test_outputs",
     "test_sink",
     "test_text",
 }
