@@ -30,7 +30,7 @@ NB = "/api/agent/notebooks/{path}"
 EVAL = "/api/agent/eval"
 DOC = openapi_document()
 CONTRACT = Contract(DOC)
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+from samples import PNG_1PX as PNG  # noqa: E402
 
 
 @pytest.fixture

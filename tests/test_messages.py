@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from samples import PNG_1PX
 
 from jupyter_agent_tools.eval.messages import (
     STATUS_MIMES,
@@ -19,7 +20,7 @@ from jupyter_agent_tools.eval.messages import (
     interpret_iopub,
 )
 
-PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==\n"
+PNG = PNG_1PX + "\n"  # as a kernel sends it: base64 with a newline
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"></svg>'
 
 # --- bundle_text ---

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import os
@@ -12,68 +11,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
+from nbformat.v4 import new_code_cell, new_notebook, new_output
+from samples import PNG, sample_notebook, write_nb
 from tornado import web
-
-PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4).decode()
-
-
-def write_nb(root: Path, name: str, nb: nbformat.NotebookNode) -> Path:
-    path = root / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(path))
-    return path
-
-
-def sample_notebook(minor: int = 5) -> nbformat.NotebookNode:
-    cells = [
-        new_markdown_cell("# Title\n\nSome *text*."),
-        new_code_cell(
-            "import math\nprint(math.pi)",
-            execution_count=1,
-            outputs=[new_output("stream", name="stdout", text="3.141592653589793\n")],
-        ),
-        new_code_cell(
-            "plot()",
-            execution_count=2,
-            outputs=[
-                new_output(
-                    "display_data",
-                    data={"image/png": PNG, "text/plain": "<Figure size 640x480>"},
-                ),
-                new_output(
-                    "execute_result",
-                    execution_count=2,
-                    data={"text/html": "<b>bold</b>", "text/plain": "Bold"},
-                ),
-            ],
-        ),
-        new_code_cell(
-            "1/0",
-            execution_count=3,
-            outputs=[
-                new_output(
-                    "error",
-                    ename="ZeroDivisionError",
-                    evalue="division by zero",
-                    traceback=["\x1b[31mZeroDivisionError\x1b[0m: division by zero"],
-                )
-            ],
-        ),
-        new_raw_cell("raw text"),
-    ]
-    for i, cell in enumerate(cells):
-        cell["id"] = f"cell-{i}"
-    nb = new_notebook(
-        cells=cells,
-        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-    )
-    nb.nbformat_minor = 5
-    if minor < 5:
-        nb.nbformat_minor = minor
-        for cell in nb.cells:
-            del cell["id"]
-    return nb
 
 
 @pytest.fixture

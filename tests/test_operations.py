@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
 import json
@@ -47,8 +46,8 @@ try:
 except ImportError:  # pragma: no cover - depends on the environment
     hypothesis = None
 
-PNG_BYTES = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
-PNG = base64.b64encode(PNG_BYTES).decode()
+from samples import PNG, PNG_BYTES, sample_notebook
+
 SEED = "0" * 64
 
 
@@ -57,52 +56,7 @@ SEED = "0" * 64
 
 def make_nb(minor: int = 5) -> nbformat.NotebookNode:
     """A notebook as nbformat makes it: every cell type, outputs of every kind, unicode."""
-    md = new_markdown_cell("# Titre — été 😀\n\n![x](attachment:x.png)")
-    md["attachments"] = {"x.png": {"image/png": PNG}}
-    cells = [
-        md,
-        new_code_cell(
-            "import math\nprint(math.pi)",
-            execution_count=1,
-            outputs=[new_output("stream", name="stdout", text="3.141592653589793\nπ ≈ 3.14\n")],
-        ),
-        new_code_cell(
-            "plot()",
-            execution_count=2,
-            outputs=[
-                new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure size 640x480>"}),
-                new_output(
-                    "execute_result",
-                    execution_count=2,
-                    data={"text/html": "<b>gras</b>\n<i>ü</i>", "text/plain": "Bold"},
-                ),
-            ],
-        ),
-        new_code_cell(
-            "1/0",
-            execution_count=3,
-            outputs=[
-                new_output(
-                    "error",
-                    ename="ZeroDivisionError",
-                    evalue="division by zero",
-                    traceback=["\x1b[31mZeroDivisionError\x1b[0m: division by zero"],
-                )
-            ],
-        ),
-        new_raw_cell("raw text\nline 2"),
-    ]
-    for i, cell in enumerate(cells):
-        cell["id"] = f"cell-{i}"
-    nb = new_notebook(
-        cells=cells,
-        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}},
-    )
-    nb.nbformat_minor = minor
-    if minor < 5:
-        for cell in nb.cells:
-            del cell["id"]
-    return nb
+    return sample_notebook(minor, unicode=True)
 
 
 def on_disk(nb: nbformat.NotebookNode) -> dict[str, Any]:

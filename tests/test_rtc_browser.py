@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,8 @@ from typing import Any
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from jupyter_agent_tools.testing.server import free_port
 
 pytest.importorskip("jupyterlab", reason="jupyterlab (from jupyter-collaboration) is not installed")
 pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
@@ -41,12 +42,6 @@ pytestmark = pytest.mark.skipif(
     not os.access(CHROMIUM, os.X_OK),
     reason=f"no Chromium at {CHROMIUM} (python3 dev.py test installs Debian's chromium when run as root)",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http(method: str, url: str, token: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
