@@ -19,10 +19,10 @@ import errno
 import logging
 import os
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
@@ -33,8 +33,12 @@ from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailabl
 from . import disk
 from .format import content_hash, parse_notebook, serialize_notebook
 from .live import LiveDocuments, LiveNotebook
-from .operations import apply_ops, check_supported, parse_edit_request
+from .operations import EditOutcome, apply_ops, check_supported, parse_edit_request
 from .summary import summarize_notebook
+
+T = TypeVar("T")
+# notebook, its hash -> the changed notebook (a new dict; the given one is not mutated) and a result
+Transform = Callable[[dict[str, Any], str], tuple[dict[str, Any], T]]
 
 # How often a read looks again at a file that another writer is in the middle of saving.
 BUSY_POLL_SECONDS = 0.02
@@ -270,13 +274,32 @@ class NotebookStore:
         )
 
     async def edit(self, path: str, body: Any) -> dict[str, Any]:
-        """Apply one operation or a batch atomically and save once; return the answer for the caller.
+        """Apply one operation or a batch atomically and save once; return the answer for the caller."""
+        request = parse_edit_request(body, self.max_ops)
+
+        def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], EditOutcome]:
+            outcome = apply_ops(nb, request.ops, id_seed=hash_, batch=request.batch)
+            return outcome.notebook, outcome
+
+        outcome, new_hash = await self.change(path, transform, expected_hash=request.expected_hash)
+        return {
+            "message": outcome.message,
+            "details": outcome.outcomes[-1].details,
+            "hash": new_hash,
+            "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
+        }
+
+    async def change(
+        self, path: str, transform: Transform[T], *, expected_hash: str | None = None
+    ) -> tuple[T, str]:
+        """Change a notebook atomically: ``transform(notebook, hash)`` gives the new notebook and a result;
+        the new notebook is validated and saved once (or applied to the live document). Returns the
+        result and the new hash. Every writer of the extension goes through here.
 
         The file is checked again just before it is replaced. If another writer changed it since it was
-        read: with ``expected_hash``, 409; without, the operations are applied again to the new content
+        read: with ``expected_hash``, 409; without, the transform is applied again to the new content
         (at most :data:`EDIT_ATTEMPTS` times, then 409), as if the request had come a moment later.
         """
-        request = parse_edit_request(body, self.max_ops)
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
             if self._escapes_root(path):
@@ -287,34 +310,23 @@ class NotebookStore:
                 for _ in range(EDIT_ATTEMPTS):
                     loaded = await self._open(path)
                     # No await from here to the write-back of a live document (see _open()).
-                    if request.expected_hash is not None and request.expected_hash != loaded.hash:
-                        raise _changed(path, request.expected_hash, loaded.hash)
+                    if expected_hash is not None and expected_hash != loaded.hash:
+                        raise _changed(path, expected_hash, loaded.hash)
                     check_supported(loaded.notebook, path)
-                    outcome = apply_ops(
-                        loaded.notebook, request.ops, id_seed=loaded.hash, batch=request.batch
-                    )
-                    validate_notebook(outcome.notebook, path)
+                    notebook, result = transform(loaded.notebook, loaded.hash)
+                    validate_notebook(notebook, path)
                     if isinstance(loaded, LiveNotebook):
-                        new_hash = loaded.apply(outcome.notebook)
-                        break
-                    saved, current = await self._save(loaded, serialize_notebook(outcome.notebook))
+                        return result, loaded.apply(notebook)
+                    saved, current = await self._save(loaded, serialize_notebook(notebook))
                     if saved is not None:
-                        new_hash = saved
-                        break
-                    if request.expected_hash is not None:
-                        raise _changed(path, request.expected_hash, current)
+                        return result, saved
+                    if expected_hash is not None:
+                        raise _changed(path, expected_hash, current)
                     self.log.info("notebook %s changed during an edit: applying the edit again", path)
-                else:
-                    raise Conflict(
-                        f"Notebook kept changing while this edit was being saved: {path} (another writer "
-                        f"changed it {EDIT_ATTEMPTS} times in a row); read it again and retry"
-                    )
-        return {
-            "message": outcome.message,
-            "details": outcome.outcomes[-1].details,
-            "hash": new_hash,
-            "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
-        }
+                raise Conflict(
+                    f"Notebook kept changing while this edit was being saved: {path} (another writer "
+                    f"changed it {EDIT_ATTEMPTS} times in a row); read it again and retry"
+                )
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
         """Save ``text`` over ``loaded`` unless the file changed since it was read.
