@@ -510,7 +510,17 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "name": _STR,
             "kernel_id": _STR_OR_NULL,
             "kernel_name": _STR_OR_NULL,
-            "mode": {"type": "string", "enum": list(EVAL_MODES)},
+            "mode": {
+                "type": "string",
+                "enum": [*EVAL_MODES, "notebook"],
+                "description": "notebook: the connection notebook runs use to the notebook's own kernel",
+            },
+            "notebook": {**_STR_OR_NULL, "description": "The notebook a 'notebook' session runs"},
+            "state": {
+                "type": "string",
+                "enum": ["new", "starting", "ready", "dead", "closed"],
+                "description": "Where the session's kernel is in its life (see docs/architecture.md)",
+            },
             "created": {"type": "string", "format": "date-time"},
             "last_used": {"type": "string", "format": "date-time"},
             "busy": _BOOL,
@@ -544,4 +554,82 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     ),
 }
 
-SCHEMAS: dict[str, Any] = {**NOTEBOOK_SCHEMAS, **EVAL_SCHEMAS, **ANSWER_SCHEMAS}
+# ------------------------------------------------------------------------------------------ notebook run
+
+RUN_STATUSES = (*CELL_STATUSES, "skipped", "not_run")
+MAX_RUN_CELLS = 10_000  # more than any real notebook; counted before the elements are validated
+RUN_SCHEMAS: dict[str, Any] = {
+    "NotebookRunRequest": {
+        "type": "object",
+        "description": "Run cells of the notebook in its own kernel and write their outputs into it. "
+        "Exactly one of cell_ids, cell_indices or all.",
+        "properties": {
+            "cell_ids": {
+                "type": "array",
+                "items": {"type": "string", "pattern": CELL_ID_PATTERN},
+                "minItems": 1,
+                "maxItems": MAX_RUN_CELLS,
+                "description": "The cells to run, by id (they run in notebook order).",
+            },
+            "cell_indices": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "minItems": 1,
+                "maxItems": MAX_RUN_CELLS,
+                "description": "The cells to run, by 0-based index (they run in notebook order).",
+            },
+            "all": {"const": True, "description": "Run every code cell."},
+            "timeout": {
+                "type": "number",
+                "default": 30,
+                "description": "Seconds for the whole call, clamped to 1..3600; on expiry the running cell "
+                "is interrupted and later cells are not run.",
+                "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
+            },
+            "stop_on_error": {
+                "type": "boolean",
+                "default": True,
+                "description": "After a failed cell, later cells are not run (status not_run).",
+            },
+            "expected_hash": dict(_EXPECTED_HASH),
+        },
+        "additionalProperties": False,
+        "oneOf": [{"required": ["cell_ids"]}, {"required": ["cell_indices"]}, {"required": ["all"]}],
+        "x-errors": {
+            "oneOf": "send exactly one of 'cell_ids', 'cell_indices' or \"all\": true",
+            "type": 'Request body must be a JSON object like {"all": true}',
+        },
+    },
+}
+ANSWER_SCHEMAS["NotebookRunCellResult"] = {
+    **ANSWER_SCHEMAS["EvalCellResult"],
+    "properties": {
+        **ANSWER_SCHEMAS["EvalCellResult"]["properties"],
+        "cell_id": {**_STR_OR_NULL, "description": "null before nbformat 4.5"},
+        "execution_count": _INT_OR_NULL,
+        "status": {"type": "string", "enum": list(RUN_STATUSES)},
+        "index": {**_INT, "description": "The cell's index in the notebook when the run started."},
+        "outputs_written": {**_BOOL, "description": "False: the cell was deleted meanwhile; outputs dropped"},
+    },
+    "required": [
+        *ANSWER_SCHEMAS["EvalCellResult"]["required"],
+        "cell_id",
+        "execution_count",
+        "outputs_written",
+    ],
+}
+ANSWER_SCHEMAS["NotebookRunResult"] = _obj(
+    {
+        "path": _STR,
+        "kernel_id": _STR_OR_NULL,
+        "hash": {**_STR_OR_NULL, "description": "The notebook's hash after the outputs were written"},
+        "cancelled": _BOOL,
+        "timed_out": _BOOL,
+        "restarted": {**_BOOL, "description": "The kernel died or was restarted; nothing was re-run"},
+        "error": _STR_OR_NULL,
+        "output": {"type": "string", "description": "The combined text for a model: [i/n] <cell id> blocks"},
+        "cells": {"type": "array", "items": ref("NotebookRunCellResult")},
+    }
+)
+
+SCHEMAS: dict[str, Any] = {**NOTEBOOK_SCHEMAS, **EVAL_SCHEMAS, **RUN_SCHEMAS, **ANSWER_SCHEMAS}

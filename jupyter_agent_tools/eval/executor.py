@@ -21,6 +21,7 @@ from .sink import OutputSink, SinkSummary
 
 STDIN_NOTICE = "Kernel requested stdin; interactive input is not supported.\n"
 Emit = Callable[[dict[str, Any]], None]
+Observe = Callable[[str, dict[str, Any]], None]
 
 
 @dataclass
@@ -65,11 +66,13 @@ class _Run:
         index: int,
         sink: OutputSink,
         emit: Emit,
+        observe: Observe | None = None,
     ):
         self.conn = conn
         self.index = index
         self.sink = sink
         self.emit = emit
+        self.observe = observe
         self.result = CellExecution()
         self.msg_id = ""
         self.reply: dict[str, Any] | None = None
@@ -117,6 +120,8 @@ class _Run:
             if content.get("execution_state") == "idle":
                 self.idle = True
             return
+        if self.observe is not None:
+            self.observe(str(msg_type or ""), content)
         for item in interpret_iopub(str(msg_type or ""), content):
             if isinstance(item, Text):
                 self.text(item.text, item.name)
@@ -146,11 +151,16 @@ async def run_cell(
     interrupt: Callable[[], Awaitable[None]],
     emit: Emit,
     silent: bool = False,
+    observe: Observe | None = None,
 ) -> CellExecution:
-    """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``."""
+    """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``.
+
+    ``observe(msg_type, content)`` also sees every iopub message of this execution but its status (a
+    notebook run builds the cell's stored outputs from them).
+    """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    run = _Run(conn, index, sink, emit)
+    run = _Run(conn, index, sink, emit, observe)
     drain(conn.messages)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)

@@ -81,6 +81,8 @@ class KernelSession:
         self.state = SessionState.NEW
         self.kernel_name: str | None = None
         self.kernel_id: str | None = None
+        self.owns_kernel = True  # False for a notebook's own kernel: closing only disconnects
+        self.notebook: str | None = None  # the notebook path a "notebook" session runs
         self.connection: KernelConnection | None = None
         self.init: InitSpec | None = None
         self.created = self.last_used = time.time()
@@ -166,8 +168,12 @@ class KernelSession:
 
     # -- the kernel ------------------------------------------------------------------------------
 
-    async def start_kernel(self, kernel_name: str, launch: Launch) -> None:
-        """Start a kernel with ``launch`` in place of the current one (if any); READY once connected."""
+    async def start_kernel(self, kernel_name: str, launch: Launch, *, owned: bool = True) -> None:
+        """Start a kernel with ``launch`` in place of the current one (if any); READY once connected.
+
+        ``owned=False``: ``launch`` connects to a kernel someone else owns (a notebook's kernel from
+        jupyter_server's sessions); the session never shuts it down, only disconnects.
+        """
         had_kernel = self.state is not SessionState.NEW
         self._to(SessionState.STARTING)
         await self._stop_kernel()
@@ -178,6 +184,7 @@ class KernelSession:
                 self._to(SessionState.DEAD if had_kernel else SessionState.NEW)
             raise
         self.kernel_id, self.kernel_name, self.connection = kernel_id, kernel_name, connection
+        self.owns_kernel = owned
         if self.closed:  # closed while the kernel started: nothing may outlive the session
             await self._stop_kernel()
             return
@@ -217,7 +224,7 @@ class KernelSession:
         connection, kernel_id = self.connection, self.kernel_id
         self.connection, self.kernel_id, self.init = None, None, None
         await close_quietly(connection)
-        if kernel_id:
+        if kernel_id and self.owns_kernel:
             await self.kernels.shutdown(kernel_id)
 
     # -- reporting -------------------------------------------------------------------------------
@@ -228,6 +235,7 @@ class KernelSession:
             "kernel_id": self.kernel_id,
             "kernel_name": self.kernel_name,
             "mode": self.mode,
+            "notebook": self.notebook,
             "state": self.state.value,
             "created": _iso(self.created),
             "last_used": _iso(self.last_used),

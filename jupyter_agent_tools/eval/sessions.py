@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -47,6 +48,7 @@ class SessionManager:
         self.log = log or logging.getLogger(__name__)
         self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
         self.per_call: dict[str, KernelSession] = {}
+        self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels
         self.totals: Counter[str] = Counter()
         self._closing = 0  # sessions unlisted whose kernels are still shutting down
         self._slot_freed = asyncio.Condition()
@@ -68,7 +70,8 @@ class SessionManager:
         return self.sessions.get(name) or self.per_call.get(name)
 
     def describe_all(self) -> list[dict[str, Any]]:
-        return [s.describe() for s in (*self.sessions.values(), *self.per_call.values())]
+        every = (*self.sessions.values(), *self.per_call.values(), *self.notebooks.values())
+        return [s.describe() for s in every]
 
     def record(self, session: KernelSession, kind: str, message: str, *args: Any) -> None:
         """Count a recovery or cleanup on the session and log it once at warning level."""
@@ -150,6 +153,21 @@ class SessionManager:
         await session.close()
         self.artifacts.discard_if_empty(session.name)
 
+    # -- notebook sessions --------------------------------------------------------------------------
+
+    def for_notebook(self, path: str) -> KernelSession:
+        """The session that runs ``path``'s cells in the notebook's own kernel (it never owns it).
+
+        Its name (``nb-`` and a hash of the path) names its artifact directory; ``notebook`` is the path.
+        """
+        session = self.notebooks.get(path)
+        if session is None or session.closed:
+            name = "nb-" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+            session = KernelSession(name, self.kernels, mode="notebook")
+            session.notebook = path
+            self.notebooks[path] = session
+        return session
+
     # -- upkeep ------------------------------------------------------------------------------------
 
     async def sweep(self) -> None:
@@ -170,7 +188,9 @@ class SessionManager:
             if session.idle and self.sessions.get(session.name) is session:
                 self.record(session, kind, message, *args)
                 await self._close(session)
-        self.artifacts.sweep(keep={*self.sessions, *self.per_call})
+        self.artifacts.sweep(
+            keep={*self.sessions, *self.per_call, *(s.name for s in self.notebooks.values())}
+        )
 
     async def heartbeat(self) -> None:
         """Check that each idle session's kernel is alive; clean up the kernels that died."""
@@ -217,8 +237,11 @@ class SessionManager:
                 with contextlib.suppress(BaseException):
                     await task
         self._sweeper = self._heartbeat = None
+        notebooks = list(self.notebooks.values())
+        self.notebooks.clear()
         await asyncio.gather(
             *(self._close(s) for s in list(self.sessions.values())),
             *(self.close_per_call(s) for s in list(self.per_call.values())),
+            *(s.close() for s in notebooks),  # disconnects; the notebooks' kernels are the server's
             return_exceptions=True,
         )

@@ -273,6 +273,15 @@ class NotebookStore:
             loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
         )
 
+    async def load(self, path: str) -> tuple[str, dict[str, Any], str, bool]:
+        """(checked path, the notebook dict, its hash, whether it is a live document) for a caller that
+        works on whole cells (a notebook run). The dict must not be changed: use :meth:`change`."""
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+            async with self._lock(path):
+                loaded = await self._open(path)
+        return path, loaded.notebook, loaded.hash, isinstance(loaded, LiveNotebook)
+
     async def edit(self, path: str, body: Any) -> dict[str, Any]:
         """Apply one operation or a batch atomically and save once; return the answer for the caller."""
         request = parse_edit_request(body, self.max_ops)
