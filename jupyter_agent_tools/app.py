@@ -12,6 +12,7 @@ from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .eval.kernels import KernelService
+from .eval.notebook_run import NotebookRunner
 from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
@@ -91,6 +92,12 @@ class AgentToolsApp(ExtensionApp):
         "spilled to an artifact.",
     ).tag(config=True)
 
+    max_run_output_bytes = Int(
+        256 * 1024,
+        help="Bytes of text one output of a notebook run may store in the notebook file; past it the head "
+        "is kept with a note naming the artifact that holds the whole text.",
+    ).tag(config=True)
+
     max_cells_per_request = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
 
     max_body_bytes = Int(
@@ -153,7 +160,13 @@ class AgentToolsApp(ExtensionApp):
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
 
-    @validate("max_sessions", "max_output_bytes", "max_cells_per_request", "max_ops_per_request")
+    @validate(
+        "max_sessions",
+        "max_output_bytes",
+        "max_cells_per_request",
+        "max_ops_per_request",
+        "max_run_output_bytes",
+    )
     def _at_least_one(self, proposal: Any) -> int:
         value = int(proposal["value"])
         if value < 1:
@@ -163,6 +176,7 @@ class AgentToolsApp(ExtensionApp):
 
     notebook_store: NotebookStore
     eval_service: EvalService
+    notebook_runner: NotebookRunner
     _own_artifacts_dir: bool = False
 
     def initialize_settings(self) -> None:
@@ -206,6 +220,13 @@ class AgentToolsApp(ExtensionApp):
             max_cells=self.max_cells_per_request,
             liveness_interval=self.liveness_interval,
             init_timeout=self.init_timeout,
+        )
+
+        self.notebook_runner = NotebookRunner(
+            self.eval_service,
+            self.notebook_store,
+            serverapp.session_manager,
+            max_output_bytes_stored=self.max_run_output_bytes,
         )
 
     def initialize_handlers(self) -> None:
