@@ -88,7 +88,7 @@ async def test_state_is_shared_with_the_session_jupyterlab_opened(api, jp_fetch,
         "sessions",
         method="POST",
         body=json.dumps(
-            {"path": "shared.ipynb", "type": "notebook", "name": "shared.ipynb", "kernel": {"name": "python3"}}
+            {"path": "shared.ipynb", "type": "notebook", "name": "s", "kernel": {"name": "python3"}}
         ),
     )
     lab_kernel = json.loads(response.body)["kernel"]["id"]
