@@ -17,7 +17,7 @@ from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
-from .handlers.notebooks import NotebookHandler
+from .handlers.notebooks import NotebookHandler, NotebookRunHandler
 from .handlers.openapi import OpenAPIHandler
 from .handlers.sessions import (
     ArtifactHandler,
@@ -232,6 +232,7 @@ class AgentToolsApp(ExtensionApp):
     def initialize_handlers(self) -> None:
         self.handlers.extend(
             [
+                (rf"/api/agent/notebooks{path_regex}/run", NotebookRunHandler),
                 (rf"/api/agent/notebooks{path_regex}", NotebookHandler),
                 (r"/api/agent/eval", EvalHandler),
                 (r"/api/agent/sessions", SessionListHandler),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -16,6 +17,11 @@ from ..eval.service import EvalService
 from .base import AgentAPIHandler
 
 NDJSON = "application/x-ndjson"
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _ignore(_: dict[str, Any]) -> None:
+    return None
 
 
 def coalesce(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,19 +58,26 @@ class EvalHandler(AgentAPIHandler):
             self._cancel.set()
         super().on_connection_close()
 
+    def _call(self, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+        """The service call this route streams (an eval; a notebook run in the subclass)."""
+        return self.service.run(body, emit=emit, cancel=cancel)
+
     @web.authenticated
     @authorized("execute")
     async def post(self) -> None:
-        body = self.get_json_object()
-        self._cancel = asyncio.Event()
+        await self._respond(self.get_json_object())
+
+    async def _respond(self, body: Any) -> None:
+        """One JSON answer, or the NDJSON stream of events when the client accepts it."""
+        self._cancel = cancel = asyncio.Event()
         if NDJSON in self.request.headers.get("Accept", ""):
             await self._stream(body)
         else:
-            self.write_json(await self.service.run(body, cancel=self._cancel))
+            self.write_json(await self._call(body, _ignore, cancel))
 
     async def _stream(self, body: Any) -> None:
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        run = asyncio.ensure_future(self.service.run(body, emit=events.put_nowait, cancel=self._cancel))
+        run = asyncio.ensure_future(self._call(body, events.put_nowait, self._cancel or asyncio.Event()))
         interval = float(self.extensionapp.stream_heartbeat_interval)  # type: ignore[attr-defined]
         started_at = last_sent = time.monotonic()
         streaming = False
