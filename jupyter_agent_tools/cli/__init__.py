@@ -1,0 +1,1 @@
+"""``jupyter agent``: the terminal command over the agent routes (server discovery so far)."""
