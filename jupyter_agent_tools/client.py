@@ -687,5 +687,16 @@ class AsyncAgentClient:
 
     async def artifact(self, artifact_id: str) -> str:
         """See :meth:`AgentClient.artifact`."""
-        response = await self._send(_Call("GET", f"api/agent/artifacts/{_quote_path(artifact_id)}"))
-        return response.text
+        return "".join([piece async for piece in self.stream_artifact(artifact_id)])
+
+    async def stream_artifact(self, artifact_id: str) -> AsyncGenerator[str, None]:
+        """See :meth:`AgentClient.stream_artifact`."""
+        path = f"api/agent/artifacts/{_quote_path(artifact_id)}"
+        try:
+            async with self._http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    raise _error_from(response, await response.aread())
+                async for piece in response.aiter_text():
+                    yield piece
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e

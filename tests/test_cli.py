@@ -247,6 +247,9 @@ def test_async_client(server: Server) -> None:
         async with AsyncAgentClient(server.url, server.token) as client:
             result = await client.eval("1 + 1", mode="per-call")
             kinds = [e["type"] async for e in client.stream_eval("print('hi')", mode="per-call")]
+            with pytest.raises(AgentAPIError) as missing:
+                await client.artifact("nope.0123")
+            assert missing.value.status == 404
             return result["output"], kinds
 
     output, kinds = asyncio.run(main())

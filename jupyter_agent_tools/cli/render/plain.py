@@ -18,9 +18,9 @@ def with_newline(text: str) -> str:
 
 
 def _write(text: str) -> None:
-    # Bytes, so the text is the same whatever encoding the pipe's locale would pick.
+    # UTF-8 bytes, whatever encoding the pipe's locale would pick.
     sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.write(text.encode("utf-8", "replace"))
     sys.stdout.buffer.flush()
 
 
