@@ -257,6 +257,21 @@ def test_async_client(server: Server) -> None:
     assert kinds[0] == "cell_start" and kinds[-1] == "result"
 
 
+def test_client_and_command_stay_on_http(runtime_dir: Path) -> None:
+    """Neither the client nor the command loads the server side (services, handlers, jupyter_server)."""
+    code = (
+        "import sys, jupyter_agent_tools.client, jupyter_agent_tools.cli.commands, "
+        "jupyter_agent_tools.cli.render.terminal, jupyter_agent_tools.cli.render.plain\n"
+        "server = ('jupyter_server', 'tornado', 'zmq', 'jupyter_agent_tools.eval',"
+        " 'jupyter_agent_tools.notebook', 'jupyter_agent_tools.handlers', 'jupyter_agent_tools.app')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(server)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=base_env(runtime_dir), cwd=REPO
+    )
+    assert done.stdout == "[]\n", done.stderr
+
+
 def test_client_unreachable() -> None:
     with AgentClient(f"http://127.0.0.1:{free_port()}/", "t") as client, pytest.raises(AgentAPIError) as e:
         client.sessions()
