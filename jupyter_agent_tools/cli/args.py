@@ -16,6 +16,7 @@ what the API answers (an eval's `output`; a notebook change's message and the ce
 Exit codes: 0 all cells complete, 1 a cell failed, 2 bad usage or a 4xx answer, 3 server unreachable or
 auth refused, 124 timed out, 130 cancelled (Ctrl-C interrupts the kernel)."""
 
+PATH_HELP = "the notebook, relative to the server root"
 CELL_HELP = "a cell index (0-based), a cell id, or id:ID for an id made of digits"
 
 
@@ -41,7 +42,7 @@ def _content(parser: argparse.ArgumentParser, required: bool) -> None:
     source = parser.add_mutually_exclusive_group(required=False)
     source.add_argument("--content", help="the cell's new source")
     source.add_argument("--file", metavar="F", help="read the source from file F")
-    parser.add_argument("stdin", nargs="?", choices=["-"], help="- reads the source from stdin")
+    parser.add_argument("stdin", nargs="?", choices=["-"], metavar="-", help="read the source from stdin")
     parser.set_defaults(content_required=required)
 
 
@@ -102,14 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
     nbc.required = True
 
     show = nbc.add_parser("show", help="show a notebook's cells (and hash)")
-    show.add_argument("path", metavar="PATH", help="the notebook, relative to the server root")
+    show.add_argument("path", metavar="PATH", help=PATH_HELP)
     show.add_argument("--cell", help=CELL_HELP)
     show.add_argument("--outputs", action="store_true", help="show the cells' outputs too")
     show.add_argument("--expand", action="store_true", help="do not collapse long cells")
     _common(show)
 
     edit = nbc.add_parser("edit", help="replace a cell's source")
-    edit.add_argument("path", metavar="PATH")
+    edit.add_argument("path", metavar="PATH", help=PATH_HELP)
     edit.add_argument("--cell", required=True, help=CELL_HELP)
     _content(edit, required=True)
     _cell_type(edit)
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(edit)
 
     insert = nbc.add_parser("insert", help="insert a new cell")
-    insert.add_argument("path", metavar="PATH")
+    insert.add_argument("path", metavar="PATH", help=PATH_HELP)
     insert.add_argument(
         "--at", "--cell", dest="at", type=int, metavar="INDEX", help="where the cell goes (default: the end)"
     )
@@ -130,14 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(insert)
 
     delete = nbc.add_parser("delete", help="delete a cell")
-    delete.add_argument("path", metavar="PATH")
+    delete.add_argument("path", metavar="PATH", help=PATH_HELP)
     delete.add_argument("--cell", required=True, help=CELL_HELP)
     _expected_hash(delete)
     delete.add_argument("--expand", action="store_true", help="do not collapse the removed source")
     _common(delete)
 
     move = nbc.add_parser("move", help="move a cell")
-    move.add_argument("path", metavar="PATH")
+    move.add_argument("path", metavar="PATH", help=PATH_HELP)
     move.add_argument("--cell", required=True, help=CELL_HELP)
     move.add_argument("--to", dest="to_index", type=int, required=True, metavar="INDEX", help="its new index")
     _expected_hash(move)
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(move)
 
     clear = nbc.add_parser("clear", help="clear the outputs of a cell or of all cells")
-    clear.add_argument("path", metavar="PATH")
+    clear.add_argument("path", metavar="PATH", help=PATH_HELP)
     which = clear.add_mutually_exclusive_group(required=True)
     which.add_argument("--cell", help=CELL_HELP)
     which.add_argument("--all", action="store_true", help="every cell")
@@ -154,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(clear)
 
     run = nbc.add_parser("run", help="run a notebook's cells (all by default)")
-    run.add_argument("path", metavar="PATH")
+    run.add_argument("path", metavar="PATH", help=PATH_HELP)
     chosen = run.add_mutually_exclusive_group()
     chosen.add_argument("--cell", action="append", dest="cells", metavar="CELL", help=f"{CELL_HELP}; repeat")
     chosen.add_argument("--all", action="store_true", help="every code cell (the default)")
