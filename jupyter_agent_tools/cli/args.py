@@ -1,0 +1,207 @@
+"""The command line of ``jupyter agent``: subcommands and their options (argparse)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+PROG = "jupyter agent"
+EPILOG = """\
+The server: --url/--token, else JUPYTER_AGENT_URL and JUPYTER_AGENT_TOKEN (or JUPYTER_TOKEN), else the
+running Jupyter server whose root directory holds the current directory (`jupyter server list`).
+
+On a terminal the output is rendered (live cell status, colours); otherwise it is plain text, exactly
+what the API answers (an eval's `output`; a notebook change's message and the cell's source).
+
+Exit codes: 0 all cells complete, 1 a cell failed, 2 bad usage or a 4xx answer, 3 server unreachable or
+auth refused, 124 timed out, 130 cancelled (Ctrl-C interrupts the kernel)."""
+
+PATH_HELP = "the notebook, relative to the server root"
+CELL_HELP = "a cell index (0-based), a cell id, or id:ID for an id made of digits"
+
+
+def _common(parser: argparse.ArgumentParser, *, stream: bool = False) -> None:
+    # SUPPRESS: an option given before the subcommand is not reset by the subcommand's parser.
+    group = parser.add_argument_group("server and output")
+    group.add_argument("--url", default=argparse.SUPPRESS, help="the server's URL (with its base_url)")
+    group.add_argument("--token", default=argparse.SUPPRESS, help="the server's token")
+    group.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the JSON answer")
+    if stream:
+        group.add_argument(
+            "--ndjson",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the event stream as it comes",
+        )
+    group.add_argument(
+        "--plain", action="store_true", default=argparse.SUPPRESS, help="plain text even on a terminal"
+    )
+
+
+def _content(parser: argparse.ArgumentParser, required: bool) -> None:
+    source = parser.add_mutually_exclusive_group(required=False)
+    source.add_argument("--content", help="the cell's new source")
+    source.add_argument("--file", metavar="F", help="read the source from file F")
+    parser.add_argument("stdin", nargs="?", choices=["-"], metavar="-", help="read the source from stdin")
+    parser.set_defaults(content_required=required)
+
+
+def _cell_type(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--type", dest="cell_type", choices=["code", "markdown", "raw"], help="the cell type")
+
+
+def _expected_hash(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--expected-hash", metavar="HASH", help="refuse (409) if the notebook changed since this hash"
+    )
+
+
+def _run_display(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--save-images", metavar="DIR", help="save image displays to files in DIR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run code and edit notebooks on a Jupyter server with jupyter-agent-tools.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--url", help="the server's URL (with its base_url)")
+    parser.add_argument("--token", help="the server's token")
+    parser.add_argument("--json", action="store_true", help="print the JSON answer")
+    parser.add_argument("--ndjson", action="store_true", help="eval / nb run: print the event stream")
+    parser.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    ev = commands.add_parser(
+        "eval",
+        help="run Python cells in a session's kernel",
+        description="Run Python cells: each -c is one cell; a file is split into cells at `# %%` lines "
+        "(the rest of the line is the cell's title); - reads stdin.",
+    )
+    ev.add_argument("-c", "--code", action="append", default=[], metavar="CODE", help="one cell of code")
+    ev.add_argument("files", nargs="*", metavar="FILE", help="files to run (- for stdin)")
+    ev.add_argument("-s", "--session", help="the session (default: the server's 'default')")
+    ev.add_argument("--per-call", action="store_true", help="a fresh kernel for this call only")
+    ev.add_argument("--reset", action="store_true", help="give the session a fresh kernel first")
+    ev.add_argument(
+        "--timeout", type=float, metavar="N", help="seconds for the whole call (server default 30)"
+    )
+    ev.add_argument(
+        "--cwd", metavar="DIR", help="the kernel's working directory, relative to the server root"
+    )
+    ev.add_argument(
+        "-e", "--env", action="append", default=[], metavar="KEY=VAL", help="an environment variable"
+    )
+    ev.add_argument("--kernel", metavar="NAME", help="the kernel spec (default: the server's)")
+    _run_display(ev)
+    _common(ev, stream=True)
+
+    nb = commands.add_parser("nb", help="read, change and run a notebook", description="Notebook commands.")
+    nbc = nb.add_subparsers(dest="nb_command", metavar="ACTION")
+    nbc.required = True
+
+    show = nbc.add_parser("show", help="show a notebook's cells (and hash)")
+    show.add_argument("path", metavar="PATH", help=PATH_HELP)
+    show.add_argument("--cell", help=CELL_HELP)
+    show.add_argument("--outputs", action="store_true", help="show the cells' outputs too")
+    show.add_argument("--expand", action="store_true", help="do not collapse long cells")
+    _common(show)
+
+    edit = nbc.add_parser("edit", help="replace a cell's source")
+    edit.add_argument("path", metavar="PATH", help=PATH_HELP)
+    edit.add_argument("--cell", required=True, help=CELL_HELP)
+    _content(edit, required=True)
+    _cell_type(edit)
+    _expected_hash(edit)
+    edit.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    _common(edit)
+
+    insert = nbc.add_parser("insert", help="insert a new cell")
+    insert.add_argument("path", metavar="PATH", help=PATH_HELP)
+    insert.add_argument(
+        "--at", "--cell", dest="at", type=int, metavar="INDEX", help="where the cell goes (default: the end)"
+    )
+    insert.add_argument("--id", dest="new_id", metavar="ID", help="the new cell's id (default: derived)")
+    _content(insert, required=True)
+    _cell_type(insert)
+    _expected_hash(insert)
+    insert.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    _common(insert)
+
+    delete = nbc.add_parser("delete", help="delete a cell")
+    delete.add_argument("path", metavar="PATH", help=PATH_HELP)
+    delete.add_argument("--cell", required=True, help=CELL_HELP)
+    _expected_hash(delete)
+    delete.add_argument("--expand", action="store_true", help="do not collapse the removed source")
+    _common(delete)
+
+    move = nbc.add_parser("move", help="move a cell")
+    move.add_argument("path", metavar="PATH", help=PATH_HELP)
+    move.add_argument("--cell", required=True, help=CELL_HELP)
+    move.add_argument("--to", dest="to_index", type=int, required=True, metavar="INDEX", help="its new index")
+    _expected_hash(move)
+    move.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    _common(move)
+
+    clear = nbc.add_parser("clear", help="clear the outputs of a cell or of all cells")
+    clear.add_argument("path", metavar="PATH", help=PATH_HELP)
+    which = clear.add_mutually_exclusive_group(required=True)
+    which.add_argument("--cell", help=CELL_HELP)
+    which.add_argument("--all", action="store_true", help="every cell")
+    _expected_hash(clear)
+    clear.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    _common(clear)
+
+    run = nbc.add_parser("run", help="run a notebook's cells (all by default)")
+    run.add_argument("path", metavar="PATH", help=PATH_HELP)
+    chosen = run.add_mutually_exclusive_group()
+    chosen.add_argument("--cell", action="append", dest="cells", metavar="CELL", help=f"{CELL_HELP}; repeat")
+    chosen.add_argument("--all", action="store_true", help="every code cell (the default)")
+    run.add_argument("--timeout", type=float, metavar="N", help="seconds for the whole run")
+    run.add_argument(
+        "--stop-on-error",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stop at the first failing cell (server default)",
+    )
+    _expected_hash(run)
+    _run_display(run)
+    _common(run, stream=True)
+
+    sessions = commands.add_parser("sessions", help="list, interrupt or shut down eval sessions")
+    sc = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
+    listing = sc.add_parser("list", help="list the sessions (the default)")
+    _common(listing)
+    interrupt = sc.add_parser("interrupt", help="cancel what a session is running")
+    interrupt.add_argument("name", metavar="NAME")
+    _common(interrupt)
+    remove = sc.add_parser("rm", help="shut a session's kernel down")
+    remove.add_argument("name", metavar="NAME")
+    _common(remove)
+    _common(sessions)
+
+    artifact = commands.add_parser("artifact", help="print the full output of a truncated cell")
+    artifact.add_argument("artifact_id", metavar="ID")
+    artifact.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    _common(artifact)
+    return parser
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; usage errors exit with code 2 (argparse's own)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra == ["-"] and getattr(args, "stdin", "") is None:
+        # argparse gives an optional positional its (empty) value at the path already, so a "-" after
+        # options would be refused as unrecognized
+        args.stdin = "-"
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command is None:
+        parser.print_help()
+        parser.exit(2)
+    if args.json and args.ndjson:
+        parser.error("--json and --ndjson exclude each other")
+    return args

@@ -1,0 +1,262 @@
+"""What each subcommand does: read its inputs, call the client, hand the answer to the renderer, and
+choose the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import signal
+import sys
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..client import AgentAPIError, AgentClient, EvalEvent
+from . import exits
+from .args import parse
+from .cells import CodeCell, UsageError, parse_cell_ref, split_cells
+from .discovery import ServerNotFound, find_server
+from .render import NotebookCall, Renderer, RunPlan, choose
+
+Command = Callable[[AgentClient, argparse.Namespace, Renderer], int]
+
+
+def _read_file(name: str) -> str:
+    if name == "-":
+        return sys.stdin.read()
+    try:
+        return Path(name).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read {name}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{name} is not UTF-8 text") from None
+
+
+def eval_cells(args: argparse.Namespace) -> list[CodeCell]:
+    """The cells of ``jupyter agent eval``: each ``-c`` is one; files and ``-`` are split at ``# %%``."""
+    if args.code and args.files:
+        raise UsageError("give either -c CODE (one or more) or files (or - for stdin), not both")
+    if args.files.count("-") > 1:
+        raise UsageError("- (stdin) can be given once")
+    if args.code:
+        return [CodeCell(code) for code in args.code]
+    cells: list[CodeCell] = []
+    for name in args.files:
+        cells.extend(split_cells(_read_file(name)))
+    if not cells:
+        what = "the input has no code" if args.files else "nothing to run"
+        raise UsageError(f"{what}: give -c CODE, a FILE (cells split at `# %%` lines), or - to read stdin")
+    return cells
+
+
+def _env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"-e wants KEY=VALUE, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _run(renderer: Renderer, events: Generator[EvalEvent, None, None], plan: RunPlan) -> int:
+    """Show a run's events; the exit code of its result. Leaving early (Ctrl-C) closes the stream, which
+    makes the server cancel the run and interrupt the kernel."""
+    with contextlib.closing(events):
+        result = renderer.run(events, plan)
+    return exits.for_result(result)
+
+
+def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    cells = eval_cells(args)
+    events = client.stream_eval(
+        [cell.as_json() for cell in cells],
+        session=args.session,
+        mode="per-call" if args.per_call else None,
+        reset=True if args.reset else None,
+        timeout=args.timeout,
+        cwd=args.cwd,
+        env=_env(args.env) or None,
+        kernel_name=args.kernel,
+        raise_on_error=False,
+    )
+    save = Path(args.save_images) if args.save_images else None
+    return _run(renderer, events, RunPlan([cell.title for cell in cells], save))
+
+
+def _content(args: argparse.Namespace) -> str:
+    if args.stdin == "-":
+        if args.content is not None or args.file is not None:
+            raise UsageError("give one of --content, --file or -")
+        return sys.stdin.read()
+    if args.file is not None:
+        return _read_file(args.file)
+    if args.content is None:
+        raise UsageError("the cell's source is required: --content TEXT, --file F, or - to read stdin")
+    return str(args.content)
+
+
+def notebook_op(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
+    """The edit route's operation for ``nb edit|insert|delete|move|clear``, and the cell it names."""
+    action = args.nb_command
+    op: dict[str, Any] = {"action": "clear_outputs" if action == "clear" else action}
+    cell: str | None = None
+    if getattr(args, "cell", None) is not None:  # insert names its place with --at
+        ref = parse_cell_ref(args.cell)
+        op.update(ref.as_fields())
+        cell = str(ref)
+    if action in ("edit", "insert"):
+        op["content"] = _content(args)
+        if args.cell_type:
+            op["cell_type"] = args.cell_type
+    if action == "insert":
+        if args.at is not None:
+            op["cell_index"], cell = args.at, str(args.at)
+        if args.new_id is not None:
+            op["cell_id"] = args.new_id
+    elif action == "move":
+        op["to_index"] = args.to_index
+    elif action == "clear" and args.all:
+        op["all"], cell = True, "all"
+    return op, cell
+
+
+def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    if args.nb_command == "show":
+        return nb_show(client, args, renderer)
+    if args.nb_command == "run":
+        return nb_run(client, args, renderer)
+    op, cell = notebook_op(args)
+    call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
+    try:
+        answer = client.edit_notebook(args.path, op, expected_hash=args.expected_hash)
+    except AgentAPIError as e:
+        renderer.error(describe_error(e), call)
+        return exits.for_error(e)
+    renderer.notebook_change(call, dict(answer), args.expand)
+    return exits.OK
+
+
+def select_cells(answer: dict[str, Any], value: str | None) -> list[dict[str, Any]]:
+    cells: list[dict[str, Any]] = list(answer.get("cells") or [])
+    if value is None:
+        return cells
+    ref = parse_cell_ref(value)
+    if ref.index is not None:
+        if ref.index >= len(cells):
+            raise UsageError(f"Cell index {ref.index} is out of range (the notebook has {len(cells)} cells)")
+        return [cells[ref.index]]
+    found = [c for c in cells if c.get("id") == ref.id]
+    if not found:
+        raise UsageError(f"Cell id '{ref.id}' not found in notebook")
+    return found[:1]
+
+
+def nb_show(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    answer = dict(client.read_notebook(args.path))
+    renderer.notebook(answer, select_cells(answer, args.cell), args.outputs, args.expand)
+    return exits.OK
+
+
+def nb_run(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    refs = [parse_cell_ref(value) for value in args.cells or []]
+    ids = [r.id for r in refs if r.id is not None]
+    indices = [r.index for r in refs if r.index is not None]
+    if ids and indices:
+        raise UsageError("name the cells to run all by index or all by id, not both")
+    events = client.stream_run_notebook(
+        args.path,
+        cell_ids=ids or None,
+        cell_indices=indices or None,
+        timeout=args.timeout,
+        stop_on_error=args.stop_on_error,
+        expected_hash=args.expected_hash,
+        raise_on_error=False,
+    )
+    save = Path(args.save_images) if args.save_images else None
+    return _run(renderer, events, RunPlan(None, save))
+
+
+def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    action = args.sessions_command or "list"
+    if action == "list":
+        renderer.sessions(client.sessions())
+    elif action == "interrupt":
+        answer = client.interrupt(args.name)
+        if answer.get("interrupted"):
+            message = f"Interrupted session {args.name}: its running call was cancelled."
+        else:
+            message = f"Session {args.name} was running nothing; its kernel was sent an interrupt."
+        renderer.done(message, answer)
+    else:
+        client.delete_session(args.name)
+        renderer.done(f"Shut down session {args.name}.", {"session": args.name, "deleted": True})
+    return exits.OK
+
+
+def _tail(pieces: Iterator[str], count: int) -> Iterator[str]:
+    """The last ``count`` lines of a text that arrives in pieces, holding only those lines."""
+    lines: collections.deque[str] = collections.deque(maxlen=count + 1)
+    partial = ""
+    for piece in pieces:
+        parts = (partial + piece).split("\n")
+        partial = parts.pop()
+        lines.extend(line + "\n" for line in parts)
+    if partial:
+        lines.append(partial)
+    kept = list(lines)[-count:] if count > 0 else []
+    yield "".join(kept)
+
+
+def cmd_artifact(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    pieces = client.stream_artifact(args.artifact_id)
+    with contextlib.closing(pieces):
+        renderer.text(_tail(pieces, args.tail) if args.tail is not None else pieces)
+    return exits.OK
+
+
+COMMANDS: dict[str, Command] = {
+    "eval": cmd_eval,
+    "nb": cmd_nb,
+    "sessions": cmd_sessions,
+    "artifact": cmd_artifact,
+}
+
+
+def describe_error(error: AgentAPIError) -> str:
+    """One line that says what failed and what to do."""
+    if error.status is None:
+        if error.reason == "unreachable":
+            return f"{error.message} (is it running? set --url or JUPYTER_AGENT_URL to another server)"
+        return error.message
+    if error.status in (401, 403):
+        return (
+            f"the server refused the request (HTTP {error.status}): {error.message}; "
+            "check the token (--token, JUPYTER_AGENT_TOKEN)"
+        )
+    return f"{error.message} (HTTP {error.status})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``jupyter agent``: parse, find the server, run the command; returns the exit code."""
+    args = parse(argv)
+    renderer = choose(args.json, args.ndjson, args.plain)
+    try:
+        server = find_server(args.url, args.token, note=renderer.note)
+    except ServerNotFound as e:
+        renderer.error(str(e))
+        return exits.UNREACHABLE
+    try:
+        with AgentClient(server.url, server.token) as client:
+            return COMMANDS[args.command](client, args, renderer)
+    except UsageError as e:
+        renderer.error(str(e))
+        return exits.USAGE
+    except AgentAPIError as e:
+        renderer.error(describe_error(e))
+        return exits.for_error(e)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave a traceback
+        renderer.error("cancelled: the run was interrupted (Ctrl-C)")
+        return exits.CANCELLED

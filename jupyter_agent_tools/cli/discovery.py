@@ -1,0 +1,158 @@
+"""Which Jupyter server to talk to: flags, then environment variables, then the running servers.
+
+The running servers are the ``jpserver-<pid>.json`` files jupyter_server writes in the Jupyter runtime
+directory (what ``jupyter server list`` reads). They are read here directly, with the same rules as
+``jupyter_server.serverapp.list_running_servers`` (a file whose process is gone is ignored), because
+importing ``jupyter_server.serverapp`` costs seconds on every call of a command that agents run often.
+Unlike it, this never deletes another process's files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVER_FILE = re.compile(r"jpserver-(.+)\.json$")
+NOT_FOUND = (
+    "no running Jupyter server found: start one (`jupyter lab` or `jupyter server`), "
+    "or set JUPYTER_AGENT_URL and JUPYTER_AGENT_TOKEN (or pass --url and --token)"
+)
+
+
+class ServerNotFound(Exception):
+    """No server was named and none is running."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """Where a server listens, its token, and where that came from (for messages)."""
+
+    url: str
+    token: str
+    source: str  # "--url", "JUPYTER_AGENT_URL" or the jpserver-*.json file it was read from
+    root_dir: str | None = None
+    pid: int | None = None
+
+
+def runtime_dir() -> Path:
+    """The Jupyter runtime directory (``JUPYTER_RUNTIME_DIR`` or jupyter_core's default)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
+
+
+def _pid_alive(pid: int) -> bool:
+    if os.name == "nt":  # os.kill(pid, 0) would terminate the process on Windows
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def running_servers(directory: Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """The running servers recorded in ``directory`` (default: the runtime dir), newest file first."""
+    directory = directory if directory is not None else runtime_dir()
+    found: list[tuple[float, Path, dict[str, Any]]] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    for name in names:
+        if not SERVER_FILE.match(name):
+            continue
+        path = directory / name
+        try:
+            info = json.loads(path.read_text(encoding="utf-8"))
+            mtime = path.stat().st_mtime
+        except (OSError, ValueError):  # being written, or gone meanwhile
+            continue
+        if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not _pid_alive(info["pid"]):
+            continue
+        if not isinstance(info.get("url"), str) or not info["url"].startswith(("http://", "https://")):
+            continue  # a server on a Unix socket (http+unix://) is not supported
+        found.append((mtime, path, info))
+    found.sort(key=lambda item: (-item[0], str(item[1])))
+    return [(path, info) for _, path, info in found]
+
+
+def _root(info: Mapping[str, Any]) -> Path | None:
+    root = info.get("root_dir") or info.get("notebook_dir")
+    if not isinstance(root, str) or not root:
+        return None
+    return Path(os.path.realpath(os.path.expanduser(root)))
+
+
+def _contains(root: Path, cwd: Path) -> bool:
+    return cwd == root or root in cwd.parents
+
+
+def _same_url(a: str, b: str) -> bool:
+    return a.rstrip("/") == b.rstrip("/")
+
+
+def find_server(
+    url: str | None = None,
+    token: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    directory: Path | None = None,
+    note: Callable[[str], None] | None = None,
+) -> ServerInfo:
+    """The server to use.
+
+    ``url``/``token`` (the flags) win; else ``JUPYTER_AGENT_URL`` and ``JUPYTER_AGENT_TOKEN`` (the token
+    falls back to ``JUPYTER_TOKEN``, then to the token a running server with that URL recorded); else the
+    running server whose root directory holds ``cwd`` (the deepest such root; without one, the newest
+    server) with the token it recorded (``--token``, then the environment's token, when it recorded
+    none). ``note`` is told which server was picked when several run. Raises :class:`ServerNotFound`.
+    """
+    env = os.environ if env is None else env
+    env_token = env.get("JUPYTER_AGENT_TOKEN") or env.get("JUPYTER_TOKEN")
+    source = "--url"
+    if url is None and env.get("JUPYTER_AGENT_URL"):
+        url, source = env["JUPYTER_AGENT_URL"], "JUPYTER_AGENT_URL"
+    if url is not None:
+        token = token if token is not None else env_token
+        if token is None:  # the token a local server with this URL recorded, if any
+            for _, info in running_servers(directory):
+                if _same_url(str(info["url"]), url):
+                    token = str(info.get("token") or "")
+                    break
+        return ServerInfo(url, token or "", source)
+
+    servers = running_servers(directory)
+    if not servers:
+        raise ServerNotFound(NOT_FOUND)
+    here = Path(os.path.realpath(cwd if cwd is not None else os.getcwd()))
+    holding = [(p, i) for p, i in servers if (r := _root(i)) is not None and _contains(r, here)]
+    if holding:
+        # the most specific root wins; among equal roots, the newest file (the list is newest first)
+        path, info = max(holding, key=lambda item: len((_root(item[1]) or Path()).parts))
+        why = "its root directory holds the current directory"
+    else:
+        path, info = servers[0]
+        why = "the newest; none has a root directory holding the current directory"
+    picked = ServerInfo(
+        url=str(info["url"]),
+        token=token if token is not None else str(info.get("token") or env_token or ""),
+        source=str(path),
+        root_dir=str(_root(info)) if _root(info) is not None else None,
+        pid=int(info["pid"]),
+    )
+    if len(servers) > 1 and note is not None:
+        note(
+            f"{len(servers)} Jupyter servers are running; using {picked.url} (root {picked.root_dir}): {why}"
+        )
+    return picked

@@ -1,0 +1,37 @@
+"""Exit codes of ``jupyter agent``, from a run's result or from a failed call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..client import AgentAPIError
+
+OK = 0  # every cell complete (or the command did what it was asked)
+FAILED = 1  # a cell failed, the call itself failed, or the server failed (5xx)
+USAGE = 2  # bad usage, or the server answered 4xx
+UNREACHABLE = 3  # no server found, server unreachable, or authentication/authorization refused
+TIMED_OUT = 124  # the run ran out of its timeout (as timeout(1) exits)
+CANCELLED = 130  # cancelled: Ctrl-C (128 + SIGINT), or the session was interrupted
+
+
+def for_result(result: Mapping[str, Any]) -> int:
+    """The exit code of a finished run (an eval or notebook-run answer)."""
+    if result.get("timed_out"):
+        return TIMED_OUT
+    if result.get("cancelled"):
+        return CANCELLED
+    if result.get("error") or any(cell.get("status") == "error" for cell in result.get("cells") or []):
+        return FAILED
+    return OK
+
+
+def for_error(error: AgentAPIError) -> int:
+    """The exit code of a call that failed."""
+    if error.status is None:
+        return TIMED_OUT if error.timed_out else UNREACHABLE
+    if error.status in (401, 403):
+        return UNREACHABLE
+    if 400 <= error.status < 500:
+        return USAGE
+    return FAILED

@@ -1,0 +1,85 @@
+"""How results are shown: rendered on a terminal (``terminal``), plain text for agents and pipes
+(``plain``), or the API's own JSON / NDJSON (``machine``). Commands call one :class:`Renderer`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ...client import AgentAPIError, EvalEvent
+
+
+@dataclass(frozen=True)
+class NotebookCall:
+    """What a notebook command asked for: its call line on a terminal."""
+
+    action: str
+    path: str
+    cell: str | None = None
+    cell_type: str | None = None
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will show: the cells' titles (``None`` when unknown beforehand, as for a notebook run)."""
+
+    titles: list[str | None] | None
+    save_images: Path | None = None
+
+
+class Renderer(Protocol):
+    def run(self, events: Iterator[EvalEvent], plan: RunPlan) -> dict[str, Any]:
+        """Consume a run's event stream, show it, and return its result (raise on an ``error`` event)."""
+
+    def notebook(
+        self, answer: dict[str, Any], cells: list[dict[str, Any]], outputs: bool, expand: bool
+    ) -> None:
+        """Show a notebook read: ``cells`` is the selection to show."""
+
+    def notebook_change(self, call: NotebookCall, answer: dict[str, Any], expand: bool) -> None:
+        """Show the answer of a notebook change."""
+
+    def sessions(self, answer: dict[str, Any]) -> None:
+        """Show the session list."""
+
+    def done(self, message: str, answer: dict[str, Any]) -> None:
+        """Show a one-line success (a session interrupted or shut down)."""
+
+    def text(self, pieces: Iterable[str]) -> None:
+        """Print text as it is (an artifact)."""
+
+    def error(self, message: str, call: NotebookCall | None = None) -> None:
+        """Show a failure (on stderr)."""
+
+    def note(self, message: str) -> None:
+        """Say something on stderr that is not the answer (which server was picked, ...)."""
+
+
+def stream_failure(event: EvalEvent) -> AgentAPIError:
+    """The error an ``error`` event of a stream stands for."""
+    return AgentAPIError(int(event.get("status") or 500), str(event.get("message") or "error"))
+
+
+def wants_terminal(plain: bool) -> bool:
+    """Render for a person: stdout is a terminal that can show it, and ``--plain`` was not given."""
+    if plain or os.environ.get("TERM") == "dumb":
+        return False
+    return sys.stdout.isatty()
+
+
+def choose(json_out: bool, ndjson_out: bool, plain: bool) -> Renderer:
+    if json_out or ndjson_out:
+        from .machine import MachineRenderer
+
+        return MachineRenderer(ndjson=ndjson_out)
+    if wants_terminal(plain):
+        from .terminal import TerminalRenderer
+
+        return TerminalRenderer()
+    from .plain import PlainRenderer
+
+    return PlainRenderer()

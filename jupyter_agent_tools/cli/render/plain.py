@@ -1,0 +1,155 @@
+"""Plain text for agents' shells and pipes: no colour, no control codes, the API's own words."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from ...client import AgentAPIError, EvalEvent
+from . import NotebookCall, RunPlan, stream_failure
+from .images import Saver, describe
+
+
+def with_newline(text: str) -> str:
+    """The text as it is, ended by a newline if it is not empty and has none (so a prompt starts on its
+    own line)."""
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _write(text: str) -> None:
+    # UTF-8 bytes, whatever encoding the pipe's locale would pick.
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "replace"))
+    sys.stdout.buffer.flush()
+
+
+def cell_header(cell: dict[str, Any]) -> str:
+    header = f"[{cell.get('index')}] {cell.get('cell_type')}"
+    if cell.get("id"):
+        header += f" id={cell['id']}"
+    if cell.get("execution_count") is not None:
+        header += f" execution_count={cell['execution_count']}"
+    return header
+
+
+def output_lines(output: dict[str, Any]) -> list[str]:
+    """One output summary of a notebook read as text lines."""
+    kind = output.get("output_type")
+    lines: list[str] = []
+    if kind == "stream":
+        lines.append(str(output.get("text") or "").rstrip("\n"))
+    elif kind == "error":
+        lines.append(str(output.get("traceback") or f"{output.get('ename')}: {output.get('evalue')}"))
+    elif kind in ("execute_result", "display_data"):
+        if output.get("text") is not None:
+            lines.append(str(output["text"]).rstrip("\n"))
+        for item in output.get("data") or []:
+            size = item.get("bytes")
+            lines.append(
+                f"[{item.get('mime')} {size} bytes]" if size is not None else f"[{item.get('mime')}]"
+            )
+    else:
+        lines.append(f"[{kind}]")
+    return lines
+
+
+def notebook_text(answer: dict[str, Any], cells: list[dict[str, Any]], outputs: bool) -> str:
+    """A notebook read as text: a header with the hash, then each cell's header line and source."""
+    total = len(answer.get("cells") or [])
+    parts = [f"{answer.get('path')}: {total} cell{'' if total == 1 else 's'}, hash {answer.get('hash')}"]
+    for cell in cells:
+        block = [cell_header(cell)]
+        if cell.get("source"):
+            block.append(str(cell["source"]))
+        if outputs and cell.get("cell_type") == "code":
+            summaries = cell.get("outputs") or []
+            block.append(f"[{cell.get('index')}] outputs:" + ("" if summaries else " none"))
+            for output in summaries:
+                block.extend(output_lines(output))
+        parts.append("\n".join(block))
+    return "\n\n".join(parts) + "\n"
+
+
+def change_text(answer: dict[str, Any]) -> str:
+    """A notebook change as text: the route's message, then the cell's source (a delete: the removed one)."""
+    source = str((answer.get("details") or {}).get("cellSource") or "")
+    return with_newline(str(answer.get("message") or "")) + with_newline(source)
+
+
+SESSION_COLUMNS = (
+    ("NAME", "name"),
+    ("MODE", "mode"),
+    ("KERNEL", "kernel_id"),
+    ("BUSY", "busy"),
+    ("QUEUE", "queue_depth"),
+    ("EXECUTIONS", "executions"),
+    ("RESTARTS", "restarts"),
+    ("LAST USED", "last_used"),
+)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value is None else str(value)
+
+
+def sessions_text(answer: dict[str, Any]) -> str:
+    """The session list as aligned columns."""
+    sessions = answer.get("sessions") or []
+    if not sessions:
+        return "No sessions.\n"
+    rows = [[title for title, _ in SESSION_COLUMNS]]
+    rows += [[_cell(s.get(key)) for _, key in SESSION_COLUMNS] for s in sessions]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(SESSION_COLUMNS))]
+    return "".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
+    )
+
+
+class PlainRenderer:
+    """Plain text on stdout; errors and notes on stderr."""
+
+    def run(self, events: Iterator[EvalEvent], plan: RunPlan) -> dict[str, Any]:
+        saver = Saver(plan.save_images)
+        result: dict[str, Any] | None = None
+        for event in events:
+            kind = event.get("type")
+            if kind == "display":
+                display = event.get("display") or {}
+                saved = saver(int(event.get("index") or 0), display)
+                if saved is not None:
+                    self.note(describe(display, saved))
+            elif kind == "error":
+                raise stream_failure(event)
+            elif kind == "result":
+                result = dict(event["result"])
+        if result is None:
+            raise AgentAPIError(None, "the event stream ended before its result", "truncated")
+        _write(with_newline(str(result.get("output") or "")))
+        return result
+
+    def notebook(
+        self, answer: dict[str, Any], cells: list[dict[str, Any]], outputs: bool, expand: bool
+    ) -> None:
+        _write(notebook_text(answer, cells, outputs))
+
+    def notebook_change(self, call: NotebookCall, answer: dict[str, Any], expand: bool) -> None:
+        _write(change_text(answer))
+
+    def sessions(self, answer: dict[str, Any]) -> None:
+        _write(sessions_text(answer))
+
+    def done(self, message: str, answer: dict[str, Any]) -> None:
+        _write(with_newline(message))
+
+    def text(self, pieces: Iterable[str]) -> None:
+        for piece in pieces:
+            _write(piece)
+
+    def error(self, message: str, call: NotebookCall | None = None) -> None:
+        print(f"Error: {message}", file=sys.stderr, flush=True)
+
+    def note(self, message: str) -> None:
+        print(f"jupyter agent: {message}", file=sys.stderr, flush=True)

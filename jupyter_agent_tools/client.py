@@ -1,0 +1,702 @@
+"""A small typed HTTP client for the agent routes: ``AgentClient`` (sync) and ``AsyncAgentClient``.
+
+HTTP only: it talks to a running server through its routes and never imports the server-side code. Every
+failure raises :class:`AgentAPIError` with the HTTP status (``None`` when no answer came) and the route's
+message::
+
+    with AgentClient("http://127.0.0.1:8888/", token) as client:
+        result = client.eval(["x = 20", "x * 2"], session="demo")
+        print(result["output"])          # "[1/2]\\n(no output)\\n\\n[2/2]\\n40"
+
+Without ``url`` the client finds the server as ``jupyter agent`` does (``JUPYTER_AGENT_URL`` /
+``JUPYTER_AGENT_TOKEN``, then the running servers jupyter_server records in its runtime directory).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+import httpx
+
+__all__ = [
+    "AgentAPIError",
+    "AgentClient",
+    "AsyncAgentClient",
+    "Cell",
+    "CellResult",
+    "EditAnswer",
+    "EvalEvent",
+    "EvalResult",
+    "NotebookAnswer",
+]
+
+NDJSON = "application/x-ndjson"
+# Seconds for anything but a run: connecting, and waiting for a notebook or session answer.
+DEFAULT_TIMEOUT = 60.0
+# Added to a run's own timeout while waiting for its JSON answer: the kernel start is not counted in it.
+START_ALLOWANCE = 120.0
+# Longest silence tolerated on an event stream (the server sends a heartbeat every few seconds).
+STREAM_READ_TIMEOUT = 120.0
+
+
+class AgentAPIError(Exception):
+    """A call failed: ``status`` is the HTTP status (``None`` when the server could not be reached or
+    did not answer in time), ``message`` the route's message, ``reason`` its short reason if any."""
+
+    def __init__(self, status: int | None, message: str, reason: str | None = None, url: str = ""):
+        super().__init__(f"HTTP {status}: {message}" if status is not None else message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.url = url
+
+    @property
+    def timed_out(self) -> bool:
+        """No answer came in time (``httpx`` timed out), as opposed to a refused connection."""
+        return self.status is None and self.reason == "timeout"
+
+
+class Cell(TypedDict, total=False):
+    code: str
+    title: str | None
+
+
+class CellError(TypedDict):
+    ename: str
+    evalue: str
+    traceback: list[str]
+
+
+class CellResult(TypedDict):
+    index: int
+    title: str | None
+    status: str  # complete | error | cancelled
+    output: str
+    exit_code: int
+    error: CellError | None
+    displays: list[dict[str, Any]]
+    duration_ms: int
+    stdin_requested: bool
+    truncated: bool
+    total_bytes: int
+    total_lines: int
+    output_bytes: int
+    output_lines: int
+    artifact_id: str | None
+
+
+class EvalResult(TypedDict):
+    session: str | None
+    mode: str
+    kernel_id: str | None
+    cancelled: bool
+    timed_out: bool
+    restarted: bool
+    error: str | None
+    output: str
+    cells: list[CellResult]
+
+
+class NotebookCell(TypedDict, total=False):
+    index: int
+    id: str | None
+    cell_type: str
+    source: str
+    execution_count: int | None
+    outputs: list[dict[str, Any]]
+
+
+class NotebookAnswer(TypedDict):
+    path: str
+    nbformat: int
+    nbformat_minor: int
+    hash: str
+    cells: list[NotebookCell]
+
+
+class EditAnswer(TypedDict):
+    message: str
+    details: dict[str, Any]
+    hash: str
+    results: list[dict[str, Any]]
+
+
+# One NDJSON event: {"type": "cell_start" | "chunk" | "display" | "cell_end" | "heartbeat" | "restart" |
+# "result" | "error", ...} (docs/api.md, "The event stream").
+EvalEvent = dict[str, Any]
+CellsArg = str | Sequence[str | Cell | Mapping[str, Any]]
+Op = Mapping[str, Any]
+
+
+@dataclass
+class _Call:
+    """One request, built the same way for the sync and the async client."""
+
+    method: str
+    path: str
+    body: Any = None
+    params: dict[str, str] = field(default_factory=dict)
+    read_timeout: float | None = DEFAULT_TIMEOUT
+
+
+def _quote_path(path: str) -> str:
+    return "/".join(urllib.parse.quote(part, safe="") for part in path.strip("/").split("/"))
+
+
+def _cells(cells: CellsArg) -> list[dict[str, Any]]:
+    if isinstance(cells, str):
+        return [{"code": cells}]
+    return [{"code": c} if isinstance(c, str) else dict(c) for c in cells]
+
+
+def _drop_none(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _eval_call(
+    cells: CellsArg,
+    *,
+    session: str | None,
+    mode: Literal["session", "per-call"] | None,
+    reset: bool | None,
+    timeout: float | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    session_file: str | None,
+    kernel_name: str | None,
+) -> _Call:
+    body = {"cells": _cells(cells)} | _drop_none(
+        session=session,
+        mode=mode,
+        reset=reset,
+        timeout=timeout,
+        cwd=cwd,
+        env=dict(env) if env is not None else None,
+        session_file=session_file,
+        kernel_name=kernel_name,
+    )
+    return _Call("POST", "api/agent/eval", body, read_timeout=(timeout or 30.0) + START_ALLOWANCE)
+
+
+def _run_call(
+    path: str,
+    *,
+    cell_ids: Sequence[str] | None,
+    cell_indices: Sequence[int] | None,
+    all_cells: bool | None,
+    timeout: float | None,
+    stop_on_error: bool | None,
+    expected_hash: str | None,
+) -> _Call:
+    named = [x for x in (cell_ids, cell_indices) if x is not None]
+    if len(named) > 1 or (named and all_cells):
+        raise ValueError("give one of cell_ids, cell_indices or all_cells")
+    body = _drop_none(
+        cell_ids=list(cell_ids) if cell_ids is not None else None,
+        cell_indices=list(cell_indices) if cell_indices is not None else None,
+        timeout=timeout,
+        stop_on_error=stop_on_error,
+        expected_hash=expected_hash,
+    )
+    if not named:
+        body["all"] = True
+    return _Call(
+        "POST",
+        f"api/agent/notebooks/{_quote_path(path)}/run",
+        body,
+        read_timeout=(timeout or 30.0) + START_ALLOWANCE,
+    )
+
+
+def _edit_call(path: str, ops: Op | Sequence[Op], expected_hash: str | None) -> _Call:
+    if isinstance(ops, Mapping):
+        body: dict[str, Any] = dict(ops)
+    else:
+        body = {"ops": [dict(op) for op in ops]}
+    if expected_hash is not None:
+        body["expected_hash"] = expected_hash
+    return _Call("POST", f"api/agent/notebooks/{_quote_path(path)}", body)
+
+
+def _error_from(response: httpx.Response, content: bytes) -> AgentAPIError:
+    message, reason = "", None
+    try:
+        data = json.loads(content)
+        if isinstance(data, dict):
+            message = str(data.get("message") or "")
+            reason = data.get("reason")
+    except ValueError:
+        message = content.decode("utf-8", "replace").strip()[:500]
+    return AgentAPIError(
+        response.status_code, message or response.reason_phrase or "error", reason, str(response.url)
+    )
+
+
+def _transport_error(e: httpx.TransportError, url: str) -> AgentAPIError:
+    if isinstance(e, httpx.TimeoutException):
+        return AgentAPIError(None, f"no answer from {url} in time ({type(e).__name__})", "timeout", url)
+    return AgentAPIError(None, f"cannot reach the Jupyter server at {url}: {e}", "unreachable", url)
+
+
+def _decode_event(line: str) -> EvalEvent | None:
+    line = line.strip()
+    return json.loads(line) if line else None
+
+
+def _stream_failure(event: EvalEvent, url: str) -> AgentAPIError:
+    return AgentAPIError(int(event.get("status") or 500), str(event.get("message") or "error"), url=url)
+
+
+def _base_url(url: str | None, token: str | None) -> tuple[str, str]:
+    if url is None:
+        from .cli.discovery import find_server  # lazy: only when the caller did not say where
+
+        found = find_server(token=token)
+        url, token = found.url, found.token
+    return (url if url.endswith("/") else url + "/"), token or ""
+
+
+class AgentClient:
+    """Synchronous client. ``url`` is the server's base URL (with its ``base_url``); ``token`` its token.
+
+    ``transport`` lets tests plug in an ``httpx`` transport (e.g. ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.url, self.token = _base_url(url, token)
+        headers = {"Authorization": f"token {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- plumbing --------------------------------------------------------------------------------------
+
+    def _timeout(self, read: float | None) -> httpx.Timeout:
+        return httpx.Timeout(self._http.timeout.connect, read=read, write=read, pool=read)
+
+    def _send(self, call: _Call) -> httpx.Response:
+        try:
+            response = self._http.request(
+                call.method,
+                call.path,
+                json=call.body,
+                params=call.params or None,
+                timeout=self._timeout(call.read_timeout),
+            )
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e
+        if response.status_code >= 400:
+            raise _error_from(response, response.content)
+        return response
+
+    def _json(self, call: _Call) -> Any:
+        response = self._send(call)
+        return response.json() if response.content else None
+
+    def _events(self, call: _Call, raise_on_error: bool) -> Generator[EvalEvent, None, None]:
+        try:
+            with self._http.stream(
+                call.method,
+                call.path,
+                json=call.body,
+                headers={"Accept": NDJSON},
+                timeout=self._timeout(STREAM_READ_TIMEOUT),
+            ) as response:
+                if response.status_code >= 400:
+                    raise _error_from(response, response.read())
+                for line in response.iter_lines():
+                    event = _decode_event(line)
+                    if event is None:
+                        continue
+                    if raise_on_error and event.get("type") == "error":
+                        raise _stream_failure(event, self.url)
+                    yield event
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e
+
+    # -- routes ----------------------------------------------------------------------------------------
+
+    def eval(
+        self,
+        cells: CellsArg,
+        *,
+        session: str | None = None,
+        mode: Literal["session", "per-call"] | None = None,
+        reset: bool | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_file: str | None = None,
+        kernel_name: str | None = None,
+    ) -> EvalResult:
+        """Run cells (a string is one cell) and return the JSON answer of ``POST /api/agent/eval``."""
+        call = _eval_call(
+            cells,
+            session=session,
+            mode=mode,
+            reset=reset,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            session_file=session_file,
+            kernel_name=kernel_name,
+        )
+        result: EvalResult = self._json(call)
+        return result
+
+    def stream_eval(
+        self,
+        cells: CellsArg,
+        *,
+        session: str | None = None,
+        mode: Literal["session", "per-call"] | None = None,
+        reset: bool | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_file: str | None = None,
+        kernel_name: str | None = None,
+        raise_on_error: bool = True,
+    ) -> Generator[EvalEvent, None, None]:
+        """Run cells and yield the NDJSON events as they come; the last is ``result`` (or ``error``).
+
+        An ``error`` event raises :class:`AgentAPIError` unless ``raise_on_error`` is false. Closing the
+        iterator early (``.close()``, leaving a ``with contextlib.closing(...)``) closes the connection,
+        which cancels the run and interrupts the kernel.
+        """
+        call = _eval_call(
+            cells,
+            session=session,
+            mode=mode,
+            reset=reset,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            session_file=session_file,
+            kernel_name=kernel_name,
+        )
+        return self._events(call, raise_on_error)
+
+    def read_notebook(self, path: str, *, include_binary: bool = False) -> NotebookAnswer:
+        """``GET /api/agent/notebooks/{path}``: the notebook's cells and its ``hash``."""
+        call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}")
+        if include_binary:
+            call.params["include_binary"] = "true"
+        answer: NotebookAnswer = self._json(call)
+        return answer
+
+    def edit_notebook(
+        self, path: str, ops: Op | Sequence[Op], *, expected_hash: str | None = None
+    ) -> EditAnswer:
+        """``POST /api/agent/notebooks/{path}``: one operation (a mapping) or a batch (a sequence)."""
+        answer: EditAnswer = self._json(_edit_call(path, ops, expected_hash))
+        return answer
+
+    def run_notebook(
+        self,
+        path: str,
+        *,
+        cell_ids: Sequence[str] | None = None,
+        cell_indices: Sequence[int] | None = None,
+        all_cells: bool | None = None,
+        timeout: float | None = None,
+        stop_on_error: bool | None = None,
+        expected_hash: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/notebooks/{path}/run``: run the notebook's cells (all when none are named)."""
+        call = _run_call(
+            path,
+            cell_ids=cell_ids,
+            cell_indices=cell_indices,
+            all_cells=all_cells,
+            timeout=timeout,
+            stop_on_error=stop_on_error,
+            expected_hash=expected_hash,
+        )
+        return dict(self._json(call))
+
+    def stream_run_notebook(
+        self,
+        path: str,
+        *,
+        cell_ids: Sequence[str] | None = None,
+        cell_indices: Sequence[int] | None = None,
+        all_cells: bool | None = None,
+        timeout: float | None = None,
+        stop_on_error: bool | None = None,
+        expected_hash: str | None = None,
+        raise_on_error: bool = True,
+    ) -> Generator[EvalEvent, None, None]:
+        """Like :meth:`run_notebook`, as an NDJSON event stream (the events of :meth:`stream_eval`)."""
+        call = _run_call(
+            path,
+            cell_ids=cell_ids,
+            cell_indices=cell_indices,
+            all_cells=all_cells,
+            timeout=timeout,
+            stop_on_error=stop_on_error,
+            expected_hash=expected_hash,
+        )
+        return self._events(call, raise_on_error)
+
+    def sessions(self) -> dict[str, Any]:
+        """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}}``."""
+        return dict(self._json(_Call("GET", "api/agent/sessions")))
+
+    def interrupt(self, name: str) -> dict[str, Any]:
+        """``POST /api/agent/sessions/{name}/interrupt``: cancel what the session runs."""
+        return dict(self._json(_Call("POST", f"api/agent/sessions/{_quote_path(name)}/interrupt", {})))
+
+    def delete_session(self, name: str) -> None:
+        """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down."""
+        self._send(_Call("DELETE", f"api/agent/sessions/{_quote_path(name)}"))
+
+    def artifact(self, artifact_id: str) -> str:
+        """``GET /api/agent/artifacts/{id}``: the full output of a truncated cell."""
+        return "".join(self.stream_artifact(artifact_id))
+
+    def stream_artifact(self, artifact_id: str) -> Generator[str, None, None]:
+        """The artifact's text in pieces, without holding all of it in memory."""
+        path = f"api/agent/artifacts/{_quote_path(artifact_id)}"
+        try:
+            with self._http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    raise _error_from(response, response.read())
+                yield from response.iter_text()
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e
+
+
+class AsyncAgentClient:
+    """The asynchronous twin of :class:`AgentClient`: the same methods, awaited (streams are async
+    iterators)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.url, self.token = _base_url(url, token)
+        headers = {"Authorization": f"token {self.token}"} if self.token else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncAgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _timeout(self, read: float | None) -> httpx.Timeout:
+        return httpx.Timeout(self._http.timeout.connect, read=read, write=read, pool=read)
+
+    async def _send(self, call: _Call) -> httpx.Response:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                json=call.body,
+                params=call.params or None,
+                timeout=self._timeout(call.read_timeout),
+            )
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e
+        if response.status_code >= 400:
+            raise _error_from(response, response.content)
+        return response
+
+    async def _json(self, call: _Call) -> Any:
+        response = await self._send(call)
+        return response.json() if response.content else None
+
+    async def _events(self, call: _Call, raise_on_error: bool) -> AsyncGenerator[EvalEvent, None]:
+        try:
+            async with self._http.stream(
+                call.method,
+                call.path,
+                json=call.body,
+                headers={"Accept": NDJSON},
+                timeout=self._timeout(STREAM_READ_TIMEOUT),
+            ) as response:
+                if response.status_code >= 400:
+                    raise _error_from(response, await response.aread())
+                async for line in response.aiter_lines():
+                    event = _decode_event(line)
+                    if event is None:
+                        continue
+                    if raise_on_error and event.get("type") == "error":
+                        raise _stream_failure(event, self.url)
+                    yield event
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e
+
+    async def eval(
+        self,
+        cells: CellsArg,
+        *,
+        session: str | None = None,
+        mode: Literal["session", "per-call"] | None = None,
+        reset: bool | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_file: str | None = None,
+        kernel_name: str | None = None,
+    ) -> EvalResult:
+        """See :meth:`AgentClient.eval`."""
+        call = _eval_call(
+            cells,
+            session=session,
+            mode=mode,
+            reset=reset,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            session_file=session_file,
+            kernel_name=kernel_name,
+        )
+        result: EvalResult = await self._json(call)
+        return result
+
+    def stream_eval(
+        self,
+        cells: CellsArg,
+        *,
+        session: str | None = None,
+        mode: Literal["session", "per-call"] | None = None,
+        reset: bool | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_file: str | None = None,
+        kernel_name: str | None = None,
+        raise_on_error: bool = True,
+    ) -> AsyncGenerator[EvalEvent, None]:
+        """See :meth:`AgentClient.stream_eval` (``await it.aclose()`` cancels the run)."""
+        call = _eval_call(
+            cells,
+            session=session,
+            mode=mode,
+            reset=reset,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            session_file=session_file,
+            kernel_name=kernel_name,
+        )
+        return self._events(call, raise_on_error)
+
+    async def read_notebook(self, path: str, *, include_binary: bool = False) -> NotebookAnswer:
+        """See :meth:`AgentClient.read_notebook`."""
+        call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}")
+        if include_binary:
+            call.params["include_binary"] = "true"
+        answer: NotebookAnswer = await self._json(call)
+        return answer
+
+    async def edit_notebook(
+        self, path: str, ops: Op | Sequence[Op], *, expected_hash: str | None = None
+    ) -> EditAnswer:
+        """See :meth:`AgentClient.edit_notebook`."""
+        answer: EditAnswer = await self._json(_edit_call(path, ops, expected_hash))
+        return answer
+
+    async def run_notebook(
+        self,
+        path: str,
+        *,
+        cell_ids: Sequence[str] | None = None,
+        cell_indices: Sequence[int] | None = None,
+        all_cells: bool | None = None,
+        timeout: float | None = None,
+        stop_on_error: bool | None = None,
+        expected_hash: str | None = None,
+    ) -> dict[str, Any]:
+        """See :meth:`AgentClient.run_notebook`."""
+        call = _run_call(
+            path,
+            cell_ids=cell_ids,
+            cell_indices=cell_indices,
+            all_cells=all_cells,
+            timeout=timeout,
+            stop_on_error=stop_on_error,
+            expected_hash=expected_hash,
+        )
+        return dict(await self._json(call))
+
+    def stream_run_notebook(
+        self,
+        path: str,
+        *,
+        cell_ids: Sequence[str] | None = None,
+        cell_indices: Sequence[int] | None = None,
+        all_cells: bool | None = None,
+        timeout: float | None = None,
+        stop_on_error: bool | None = None,
+        expected_hash: str | None = None,
+        raise_on_error: bool = True,
+    ) -> AsyncGenerator[EvalEvent, None]:
+        """See :meth:`AgentClient.stream_run_notebook`."""
+        call = _run_call(
+            path,
+            cell_ids=cell_ids,
+            cell_indices=cell_indices,
+            all_cells=all_cells,
+            timeout=timeout,
+            stop_on_error=stop_on_error,
+            expected_hash=expected_hash,
+        )
+        return self._events(call, raise_on_error)
+
+    async def sessions(self) -> dict[str, Any]:
+        """See :meth:`AgentClient.sessions`."""
+        return dict(await self._json(_Call("GET", "api/agent/sessions")))
+
+    async def interrupt(self, name: str) -> dict[str, Any]:
+        """See :meth:`AgentClient.interrupt`."""
+        return dict(await self._json(_Call("POST", f"api/agent/sessions/{_quote_path(name)}/interrupt", {})))
+
+    async def delete_session(self, name: str) -> None:
+        """See :meth:`AgentClient.delete_session`."""
+        await self._send(_Call("DELETE", f"api/agent/sessions/{_quote_path(name)}"))
+
+    async def artifact(self, artifact_id: str) -> str:
+        """See :meth:`AgentClient.artifact`."""
+        return "".join([piece async for piece in self.stream_artifact(artifact_id)])
+
+    async def stream_artifact(self, artifact_id: str) -> AsyncGenerator[str, None]:
+        """See :meth:`AgentClient.stream_artifact`."""
+        path = f"api/agent/artifacts/{_quote_path(artifact_id)}"
+        try:
+            async with self._http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    raise _error_from(response, await response.aread())
+                async for piece in response.aiter_text():
+                    yield piece
+        except httpx.TransportError as e:
+            raise _transport_error(e, self.url) from e
