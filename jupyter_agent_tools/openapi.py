@@ -148,6 +148,44 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        "/api/agent/notebooks/{path}/run": {
+            "parameters": [notebook_path],
+            "post": {
+                "operationId": "runNotebook",
+                "summary": "Run a notebook's cells in its own kernel and write their outputs back",
+                "description": "The kernel of the notebook's jupyter_server session (created as JupyterLab "
+                "would when there is none). Cells run in notebook order; their outputs are stored as "
+                "nbformat outputs (old ones cleared when a cell starts, saved when it ends). Answers one "
+                f"JSON result, or with 'Accept: {NDJSON}' the eval event stream; closing it interrupts. "
+                "A kernel death ends the run (restarted: true); nothing is re-run.",
+                "tags": ["notebooks"],
+                "x-authorization": [
+                    {"resource": "contents", "action": "write"},
+                    {"resource": "kernels", "action": "execute"},
+                ],
+                "requestBody": _body(ref("NotebookRunRequest"), "Which cells, the time budget, errors."),
+                "responses": {
+                    "200": {
+                        "description": "The result, or the event stream.",
+                        "content": {
+                            JSON: {"schema": ref("NotebookRunResult")},
+                            NDJSON: {"schema": {**ref("EvalEvent"), "description": "As for eval."}},
+                        },
+                    },
+                    "400": _error(
+                        "The body is invalid, a named cell does not exist (or its id is ambiguous), or the "
+                        "notebook's kernelspec is not installed. Nothing ran."
+                    ),
+                    "403": FORBIDDEN,
+                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                    "409": _error("expected_hash does not match the notebook. Nothing ran."),
+                    "413": TOO_LARGE,
+                    "503": _retry(
+                        "The notebook is being written by another program, or no kernel could start."
+                    ),
+                },
+            },
+        },
         "/api/agent/eval": {
             "post": {
                 "operationId": "evaluate",

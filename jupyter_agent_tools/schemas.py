@@ -18,7 +18,7 @@ import copy
 from typing import Any
 
 REF = "#/components/schemas/"
-ACTIONS = ("edit", "insert", "delete", "move")
+ACTIONS = ("edit", "insert", "delete", "move", "clear_outputs")
 CELL_TYPES = ("code", "markdown", "raw")
 EVAL_MODES = ("session", "per-call")
 CELL_STATUSES = ("complete", "error", "cancelled")
@@ -89,6 +89,8 @@ def _op(action: str, description: str, with_hash: bool) -> dict[str, Any]:
     if action == "move":
         properties["to_index"] = {"type": "integer", "description": "The index the cell ends up at."}
         required.append("to_index")
+    if action == "clear_outputs":
+        properties["all"] = {"const": True, "description": "Clear every code cell's outputs."}
     if with_hash:
         properties["expected_hash"] = dict(_EXPECTED_HASH)
     schema: dict[str, Any] = {
@@ -98,7 +100,9 @@ def _op(action: str, description: str, with_hash: bool) -> dict[str, Any]:
         "required": required,
         "additionalProperties": False,
     }
-    if action != "insert":
+    if action == "clear_outputs":
+        schema["anyOf"] = [*copy.deepcopy(_ADDRESS["anyOf"]), {"required": ["all"]}]
+    elif action != "insert":
         schema.update(copy.deepcopy(_ADDRESS))
     return schema
 
@@ -108,16 +112,22 @@ _OP_DESCRIPTIONS = {
     "insert": "Insert a new cell.",
     "delete": "Delete a cell; the answer's details.cellSource is the removed source.",
     "move": "Move a cell so that it ends up at 'to_index'.",
+    "clear_outputs": "Clear a code cell's outputs and execution count (or every code cell's, with 'all').",
 }
+
+
+def _camel(action: str) -> str:
+    """``clear_outputs`` -> ``ClearOutputs`` (schema names)."""
+    return "".join(part.capitalize() for part in action.split("_"))
 
 
 def _discriminated(prefix: str, suffix: str, x_type: str) -> dict[str, Any]:
     return {
         "description": "One cell operation, chosen by 'action'.",
-        "oneOf": [ref(f"{prefix}{a.capitalize()}{suffix}") for a in ACTIONS],
+        "oneOf": [ref(f"{prefix}{_camel(a)}{suffix}") for a in ACTIONS],
         "discriminator": {
             "propertyName": "action",
-            "mapping": {a: REF + f"{prefix}{a.capitalize()}{suffix}" for a in ACTIONS},
+            "mapping": {a: REF + f"{prefix}{_camel(a)}{suffix}" for a in ACTIONS},
         },
         "x-errors": {"type": x_type},
     }
@@ -126,8 +136,8 @@ def _discriminated(prefix: str, suffix: str, x_type: str) -> dict[str, Any]:
 NOTEBOOK_SCHEMAS: dict[str, Any] = {}
 for _action in ACTIONS:
     # inside a batch (no expected_hash) and as the whole body (with expected_hash)
-    NOTEBOOK_SCHEMAS[f"{_action.capitalize()}Op"] = _op(_action, _OP_DESCRIPTIONS[_action], False)
-    NOTEBOOK_SCHEMAS[f"{_action.capitalize()}Request"] = _op(_action, _OP_DESCRIPTIONS[_action], True)
+    NOTEBOOK_SCHEMAS[f"{_camel(_action)}Op"] = _op(_action, _OP_DESCRIPTIONS[_action], False)
+    NOTEBOOK_SCHEMAS[f"{_camel(_action)}Request"] = _op(_action, _OP_DESCRIPTIONS[_action], True)
 NOTEBOOK_SCHEMAS["CellOp"] = _discriminated("", "Op", "must be a JSON object with an 'action' field")
 NOTEBOOK_SCHEMAS["NotebookOpRequest"] = _discriminated(
     "", "Request", 'Request body must be a JSON object: one operation or {"ops": [...]}'

@@ -185,8 +185,8 @@ def test_parse_single_and_batch() -> None:
         ({"ops": [], "action": "edit"}, "unknown field 'action' next to 'ops'"),
         ({"ops": []}, "'ops' must be a non-empty array of operations"),
         ({"ops": {"action": "insert"}}, "'ops' must be a non-empty array of operations"),
-        ({}, "'action' is required (one of: edit, insert, delete, move)"),
-        ({"action": "paste"}, "unknown action 'paste' (expected one of: edit, insert, delete, move)"),
+        ({}, "'action' is required (one of: edit, insert, delete, move, clear_outputs)"),
+        ({"action": "paste"}, "unknown action 'paste' (expected one of: edit, insert, delete, move, clear_outputs)"),
         ({"action": "edit", "cell_index": 0}, "Content is required for edit action"),
         ({"action": "insert"}, "Content is required for insert action"),
         ({"action": "edit", "content": "x"}, "'cell_index' or 'cell_id' is required for edit action"),
@@ -729,3 +729,17 @@ else:
 
     def test_hypothesis_op_sequences_validate_and_are_deterministic() -> None:
         pytest.skip("hypothesis is not installed")
+
+
+def test_clear_outputs_of_one_cell_or_all() -> None:
+    nb = on_disk(make_nb())
+    one = apply_ops(nb, ops({"action": "clear_outputs", "cell_id": "cell-2"}), SEED)
+    assert one.notebook["cells"][2]["outputs"] == [] and one.notebook["cells"][2]["execution_count"] is None
+    assert one.notebook["cells"][1] is nb["cells"][1]  # untouched cells are the same objects
+    assert one.message == "Cleared the outputs of code cell at index 2. Notebook has 5 cells."
+    every = apply_ops(nb, ops({"action": "clear_outputs", "all": True}), SEED)
+    assert all(c.get("outputs", []) == [] for c in every.notebook["cells"])
+    assert every.outcomes[0].details["clearedCells"] == 3
+    with pytest.raises(BadRequest, match="Cell 0 is a markdown cell: only code cells have outputs"):
+        apply_ops(nb, ops({"action": "clear_outputs", "cell_index": 0}), SEED)
+    assert nb["cells"][2]["outputs"]  # the input is never modified

@@ -16,7 +16,7 @@ from ..schemas import notebook_request_schema
 from ..validation import check
 from .format import join_source, split_source
 
-OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index")
+OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index", "all")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class CellOp:
     content: str | None = None
     cell_type: str | None = None
     to_index: int | None = None
+    all: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def _op_from(raw: dict[str, Any]) -> CellOp:
         content=raw.get("content"),
         cell_type=raw.get("cell_type"),
         to_index=raw.get("to_index"),
+        all=bool(raw.get("all", False)),
     )
 
 
@@ -281,6 +283,27 @@ class _Editor:
             f"Notebook has {_cells(n)}."
         )
         return OpOutcome(message, self._details(op, op.to_index, cell, fromIndex=index))
+
+
+    def _clear_outputs(self, op: CellOp, position: int) -> OpOutcome:
+        if op.all:
+            cleared = 0
+            for i, cell in enumerate(self.cells):
+                if cell.get("cell_type") == "code" and (cell.get("outputs") or cell.get("execution_count")):
+                    self.cells[i] = {**cell, "outputs": [], "execution_count": None}
+                    cleared += 1
+            message = f"Cleared the outputs of {_cells(cleared)}. Notebook has {_cells(len(self.cells))}."
+            details = {"action": op.action, "clearedCells": cleared, "totalCells": len(self.cells)}
+            return OpOutcome(message, details)
+        index = self._locate(op)
+        cell = self.cells[index]
+        if cell.get("cell_type") != "code":
+            raise BadRequest(f"Cell {index} is a {cell.get('cell_type')} cell: only code cells have outputs")
+        cell = {**cell, "outputs": [], "execution_count": None}
+        self.cells[index] = cell
+        total = _cells(len(self.cells))
+        message = f"Cleared the outputs of code cell at index {index}. Notebook has {total}."
+        return OpOutcome(message, self._details(op, index, cell))
 
 
 def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str, *, batch: bool = False) -> EditOutcome:
