@@ -114,6 +114,19 @@ def test_every_route_and_method_is_documented(jp_serverapp) -> None:
     assert seen == set(documented)
 
 
+def test_discriminated_branches_pin_the_discriminator() -> None:
+    """validation._one_of checks only the branch a discriminator names: right only if no other can match."""
+    for name, schema in SCHEMAS.items():
+        if "discriminator" not in schema:
+            continue
+        prop, mapping = schema["discriminator"]["propertyName"], schema["discriminator"]["mapping"]
+        assert sorted(ref["$ref"] for ref in schema["oneOf"]) == sorted(mapping.values()), name
+        for value, target in mapping.items():
+            branch = SCHEMAS[target.rsplit("/", 1)[1]]
+            assert branch["type"] == "object" and prop in branch["required"], (name, value)
+            assert branch["properties"][prop] == {"const": value}, (name, value)
+
+
 def test_api_reference_covers_the_document() -> None:
     """docs/api.md is checked against the document: operations, request fields, statuses, events."""
     text = (REPO / "docs" / "api.md").read_text()
