@@ -321,3 +321,52 @@ async def test_no_kernel_started_for_a_refused_eval(api, jp_serverapp) -> None:
         status, _ = await api("POST", "eval", body=body)
         assert status == 400
     assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+
+async def test_env_with_too_many_variables_is_refused(api, jp_serverapp) -> None:
+    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    env = {f"V{i}": "x" for i in range(1001)}
+    status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "env": env})
+    assert status == 400 and "'env' has 1001 variables; at most 1000 are allowed" in answer["message"], answer
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+
+def test_counts_are_checked_before_the_elements() -> None:
+    """An oversize array is refused for its length, without validating what it holds (tens of seconds for
+    200,000 operations)."""
+    from jupyter_agent_tools.errors import BadRequest
+    from jupyter_agent_tools.eval.request import parse_eval_request
+    from jupyter_agent_tools.notebook.operations import parse_edit_request
+
+    with pytest.raises(BadRequest, match="'ops' has 200000 operations; at most 1000 are allowed"):
+        parse_edit_request({"ops": [1] * 200_000, "colour": 1})
+    with pytest.raises(BadRequest, match="'cells' has 101 cells; at most 100 are allowed"):
+        parse_eval_request({"cells": [1] * 101, "colour": 1})
+    with pytest.raises(BadRequest, match="'env' has 1001 variables; at most 1000 are allowed"):
+        parse_eval_request({"cells": [1], "env": {str(i): i for i in range(1001)}})
+
+
+class TestDefaultBodyLimit:
+    """With the default max_body_bytes (10 MiB): the largest bodies a client may send."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}
+
+    @pytest.mark.parametrize(
+        "env",
+        [{"BIG": "x" * (1024 * 1024)}, {f"V{i}": "é" * 600 for i in range(1000)}],
+        ids=["one-large-value", "many-values"],
+    )
+    async def test_env_larger_than_one_mebibyte_is_refused(self, api, jp_serverapp, env) -> None:
+        before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+        status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "env": env})
+        assert status == 400 and "at most 1048576 are allowed in total" in answer["message"], answer
+        assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+    async def test_env_at_its_limits_reaches_the_kernel(self, evaluate) -> None:
+        env = {f"LIM_{i}": "v" * 1000 for i in range(1000)}
+        answer = await evaluate(
+            "import os; print(sum(k.startswith('LIM_') for k in os.environ))", env=env, session="envlimit"
+        )
+        assert answer["output"].strip() == "1000", answer["output"]
