@@ -13,9 +13,11 @@ Decisions these tests pin down:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +207,51 @@ async def test_malformed_bodies(api, tree, body, fragment) -> None:
     assert digest(tree["root"]) == before
 
 
+MALFORMED = [
+    b'{"action": "insert", "content": "\\ud800"}',
+    b'{"action": "delete", "cell_index": NaN}',
+    b'{"action": "delete", "cell_index": -Infinity}',
+    b'{"action": "delete", "action": "insert", "content": "x"}',
+    b'{"action": "delete", "cell_index": 0',
+    b'{"action": "delete", "cell_index": 01}',
+    b'{"action": "insert", "content": "a\tb"}',
+    b'{"a": [1, 2,]}',
+    b"[" * 5000 + b"]" * 5000,
+    b'{"a": 1} x',
+]
+
+
+@pytest.mark.parametrize("body", MALFORMED, ids=range(len(MALFORMED)))
+def test_large_bodies_are_parsed_to_the_same_answer(body) -> None:
+    """Bodies over 64 KiB are parsed by another decoder (in a thread): same values, same refusals."""
+    from jupyter_agent_tools.body import decode_json_body
+    from jupyter_agent_tools.errors import AgentToolsError
+
+    def outcome(stepwise: bool) -> Any:
+        try:
+            return decode_json_body(body, stepwise=stepwise)
+        except AgentToolsError as e:
+            return (e.status, e.message)
+
+    assert outcome(True) == outcome(False)
+    valid = b'{"ops": [{"action": "insert", "content": "x\\n\\u00e9"}], "e": [1.5, -2e3, true, null, {}]}'
+    assert decode_json_body(valid, stepwise=True) == decode_json_body(valid) == json.loads(valid)
+
+
+@pytest.mark.parametrize("body", MALFORMED[:8], ids=range(8))
+async def test_large_malformed_bodies_get_the_small_ones_message(api, tree, body) -> None:
+    padded = body + b" " * 70_000 if body.endswith(b"}") else body
+    small, large = await api("POST", "notebooks", "nb.ipynb", raw=body), None
+    large = await api("POST", "notebooks", "nb.ipynb", raw=padded)
+    assert small[0] == large[0] == 400 and small[1]["message"] == large[1]["message"], (small, large)
+
+
+async def test_duplicate_huge_key_message_is_short(api, tree) -> None:
+    key = "k" * 100_000
+    status, answer = await api("POST", "notebooks", "nb.ipynb", raw=f'{{"{key}": 1, "{key}": 2}}'.encode())
+    assert status == 400 and "duplicate key" in answer["message"] and len(answer["message"]) < 300
+
+
 async def test_valid_surrogate_pairs_are_text(api, tree) -> None:
     body = b'{"action": "insert", "content": "\\ud83d\\ude00 ok"}'
     status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body)
@@ -331,6 +378,28 @@ async def test_env_with_too_many_variables_is_refused(api, jp_serverapp) -> None
     assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
 
 
+# ------------------------------------------------------------------- bodies that could stall the server
+
+MOVE = {"action": "move", "cell_index": 0, "to_index": 1}
+STALLING_BODIES = {
+    # (route, body under the default max_body_bytes of 10 MiB, what the 400 says)
+    "200k-ops": (("notebooks", "nb.ipynb"), {"ops": [MOVE] * 200_000}, "at most 1000 are allowed"),
+    "2.5M-empty-ops": (("notebooks", "nb.ipynb"), {"ops": [{}] * 2_500_000}, "at most 1000 are allowed"),
+    "700k-fields": (
+        ("notebooks", "nb.ipynb"),
+        {"action": "insert", "content": "x", **{f"k{i}": 1 for i in range(700_000)}},
+        "unknown field 'k0'",
+    ),
+    "1000-bad-ops": (("notebooks", "nb.ipynb"), {"ops": [{"action": [0] * 3000}] * 1000}, "unknown action"),
+    "690k-cells": (("eval",), {"cells": [{"code": "1"}] * 690_000}, "at most 100 are allowed"),
+    "600k-env": (
+        ("eval",),
+        {"cells": [{"code": "1"}], "env": {f"A{i}": "x" for i in range(600_000)}},
+        "at most 1000 are allowed",
+    ),
+}
+
+
 def test_counts_are_checked_before_the_elements() -> None:
     """An oversize array is refused for its length, without validating what it holds (tens of seconds for
     200,000 operations)."""
@@ -352,6 +421,26 @@ class TestDefaultBodyLimit:
     @pytest.fixture
     def jp_server_config(self) -> dict[str, Any]:
         return {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}
+
+    @pytest.mark.parametrize("name", sorted(STALLING_BODIES))
+    async def test_hostile_body_does_not_stall_other_requests(self, raw, tree, jp_serverapp, name) -> None:
+        """While a 10 MB body is refused, a cheap request from someone else still answers at once."""
+        route, body, fragment = STALLING_BODIES[name]
+        data = json.dumps(body).encode()
+        assert len(data) < jp_serverapp.web_app.settings["jupyter_agent_tools"].max_body_bytes
+        before = digest(tree["root"])
+        hostile = asyncio.ensure_future(raw("POST", "api/agent/" + "/".join(route), data))
+        latencies = []
+        while not hostile.done():
+            started = time.monotonic()
+            status, answer = await raw("GET", "api/agent/openapi.json")
+            latencies.append(time.monotonic() - started)
+            assert status == 200
+        status, answer = await hostile
+        assert status == 400 and fragment in answer["message"], (status, str(answer)[:300])
+        assert len(answer["message"]) < 300
+        assert latencies and max(latencies) < 1.0, latencies
+        assert digest(tree["root"]) == before
 
     @pytest.mark.parametrize(
         "env",

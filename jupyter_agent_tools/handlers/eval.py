@@ -55,7 +55,7 @@ class EvalHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("execute")
     async def post(self) -> None:
-        body = self.get_json_object()
+        body = await self.json_body()
         self._cancel = asyncio.Event()
         if NDJSON in self.request.headers.get("Accept", ""):
             await self._stream(body)

@@ -30,5 +30,5 @@ class NotebookHandler(AgentAPIHandler):
     @web.authenticated
     @authorized
     async def post(self, path: str) -> None:
-        body = self.get_json_object()
+        body = await self.json_body()
         self.write_json(await self.store.edit(path, body))
