@@ -239,6 +239,7 @@ VALUE_POOL = st.one_of(
     st.booleans(),
     st.integers(-3, 3),
     st.sampled_from([1.5, -0.25]),  # integral floats (1.0) are the one documented deviation
+    st.sampled_from([10**400, -(10**400), float("inf"), float("-inf")]),  # JSON numbers have no bound
     st.sampled_from(["", "x", "edit", "insert", "delete", "move", "code", "raw", "a b", "s", "per-call"]),
     st.sampled_from(["\x00", "A\x00", "python3", "..", "a" * 65]),
     st.lists(st.integers(0, 2), max_size=2),

@@ -459,3 +459,58 @@ class TestDefaultBodyLimit:
             "import os; print(sum(k.startswith('LIM_') for k in os.environ))", env=env, session="envlimit"
         )
         assert answer["output"].strip() == "1000", answer["output"]
+
+
+# ------------------------------------------------------------------------------------ huge numbers
+
+HUGE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(
+    ("timeout", "clamped"),
+    [(HUGE, 600), ("-" + HUGE, 1), ("1e400", 600), ("-1e400", 1), ("1e-400", 1), ("0", 1)],
+)
+async def test_huge_or_tiny_timeout_is_clamped_not_500(api, timeout, clamped) -> None:
+    """Documented: clamped to 1..600. A 400-digit integer overflows float(); 1e400 is inf."""
+    body = f'{{"cells": [{{"code": "1"}}], "session": "clamp", "timeout": {timeout}}}'.encode()
+    status, answer = await api("POST", "eval", raw=body)
+    assert status == 200, answer
+    assert answer["cells"][0]["status"] == "complete" and not answer["timed_out"], answer
+
+
+def test_timeout_clamps_exactly() -> None:
+    from jupyter_agent_tools.eval.request import parse_eval_request
+
+    for raw, expected in ((10**400, 600.0), (-(10**400), 1.0), (float("inf"), 600.0), (-float("inf"), 1.0)):
+        assert parse_eval_request({"cells": [{"code": "1"}], "timeout": raw}).timeout == expected
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        '{"action": "delete", "cell_index": N}',
+        '{"action": "edit", "cell_index": N, "content": "x"}',
+        '{"action": "insert", "cell_index": N, "content": "x"}',
+        '{"action": "move", "cell_index": N, "to_index": 0}',
+        '{"action": "move", "cell_index": 0, "to_index": N}',
+        '{"action": "delete", "cell_id": "m", "cell_index": N}',
+    ],
+)
+@pytest.mark.parametrize("number", [HUGE, "-" + HUGE, "1" + "0" * 4000, "1e400", "-1e400"])
+async def test_huge_cell_indexes_are_400_with_a_short_message(api, tree, op, number) -> None:
+    before = digest(tree["root"])
+    for body in (op.replace("N", number), '{"ops": [' + op.replace("N", number) + "]}"):
+        status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body.encode())
+        assert status == 400, (body[:80], answer)
+        assert len(answer["message"]) < 300, answer["message"][:200]
+        assert any(
+            words in answer["message"]
+            for words in ("out of range", "must be an integer, got float", "name different cells")
+        ), answer["message"]
+    assert digest(tree["root"]) == before
+
+
+async def test_integer_longer_than_python_parses_is_400(api, tree) -> None:
+    body = ('{"action": "delete", "cell_index": 1' + "0" * 5000 + "}").encode()
+    status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body)
+    assert status == 400 and answer["message"].startswith("Request body is not valid JSON"), answer

@@ -56,7 +56,8 @@ def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
         session=body.get("session", "default"),
         mode=body.get("mode", "session"),
         reset=body.get("reset", False),
-        timeout=min(max(float(timeout), MIN_TIMEOUT), MAX_TIMEOUT),
+        # Clamped before float(): JSON integers have any length (float(10**400) overflows); 1e400 is inf.
+        timeout=float(min(max(timeout, MIN_TIMEOUT), MAX_TIMEOUT)),
         cwd=(body.get("cwd") or "").strip("/"),
         env=dict(body.get("env") or {}),
         session_file=body.get("session_file"),

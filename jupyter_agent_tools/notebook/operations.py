@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..schemas import notebook_request_schema
-from ..validation import check
+from ..validation import check, short_repr
 from .format import join_source, split_source
 
 OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index")
@@ -175,20 +175,22 @@ class _Editor:
                 if cell.get("id") == op.cell_id:
                     if op.cell_index is not None and op.cell_index != i:
                         raise BadRequest(
-                            f"'cell_index' {op.cell_index} and 'cell_id' {op.cell_id!r} name different "
-                            f"cells (that id is at index {i}); send one of them"
+                            f"'cell_index' {short_repr(op.cell_index)} and 'cell_id' "
+                            f"{short_repr(op.cell_id)} name different cells (that id is at index {i}); "
+                            "send one of them"
                         )
                     return i
-            raise BadRequest(f"Cell id {op.cell_id!r} not found in notebook")
+            raise BadRequest(f"Cell id {short_repr(op.cell_id)} not found in notebook")
         assert op.cell_index is not None
         index = op.cell_index
         if n == 0:
             raise BadRequest(
-                f"Cell index {index} is out of range: the notebook has no cells (insert at index 0)"
+                f"Cell index {short_repr(index)} is out of range: the notebook has no cells "
+                "(insert at index 0)"
             )
         if not 0 <= index < n:
             raise BadRequest(
-                f"Cell index {index} is out of range for {op.action} (valid range: 0..{n - 1}, "
+                f"Cell index {short_repr(index)} is out of range for {op.action} (valid range: 0..{n - 1}, "
                 f"notebook has {_cells(n)})"
             )
         return index
@@ -231,7 +233,7 @@ class _Editor:
         index = n if op.cell_index is None else op.cell_index
         if not 0 <= index <= n:
             raise BadRequest(
-                f"Cell index {index} is out of range for insert (valid range: 0..{n}, "
+                f"Cell index {short_repr(index)} is out of range for insert (valid range: 0..{n}, "
                 f"notebook has {_cells(n)})"
             )
         cell_id = None
@@ -241,7 +243,7 @@ class _Editor:
                     "This notebook has no cell ids (nbformat < 4.5); omit 'cell_id' when inserting"
                 )
             if op.cell_id in self.ids:
-                raise BadRequest(f"Cell id {op.cell_id!r} already exists in notebook")
+                raise BadRequest(f"Cell id {short_repr(op.cell_id)} already exists in notebook")
             cell_id = op.cell_id
         elif self.with_ids:
             cell_id = _derive_cell_id(self.id_seed, position, self.ids)
@@ -272,7 +274,7 @@ class _Editor:
         assert op.to_index is not None
         if not 0 <= op.to_index < n:
             raise BadRequest(
-                f"to_index {op.to_index} is out of range for move (valid range: 0..{n - 1}, "
+                f"to_index {short_repr(op.to_index)} is out of range for move (valid range: 0..{n - 1}, "
                 f"notebook has {_cells(n)})"
             )
         cell = self.cells.pop(index)
