@@ -19,6 +19,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
+from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
 from jupyter_agent_tools.notebook.operations import parse_edit_request
 from jupyter_agent_tools.openapi import openapi_document, operations
 from jupyter_agent_tools.schemas import SCHEMAS, notebook_request_schema
@@ -93,13 +94,17 @@ def _example_url(path: str) -> str:
 
 
 def test_every_route_and_method_is_documented(jp_serverapp) -> None:
-    """Each handler of the extension matches exactly the documented paths, with the same methods."""
+    """Each handler of the extension matches exactly the documented paths, with the same methods (but the
+    last one, which answers a JSON 404 for every other path under /api/agent)."""
     app = jp_serverapp.web_app.settings["jupyter_agent_tools"]
     documented: dict[str, set[str]] = {}
     for method, path, _op in operations(DOC):
         documented.setdefault(path, set()).add(method)
     seen: set[str] = set()
-    for pattern, handler in app.handlers:
+    *routes, (last_pattern, last_handler) = app.handlers
+    assert last_handler is UnknownRouteHandler
+    assert all(re.fullmatch(last_pattern, _example_url(p)) for p in documented)
+    for pattern, handler in routes:
         methods = {
             m.upper()
             for m in ("get", "post", "put", "patch", "delete")

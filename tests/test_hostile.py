@@ -514,3 +514,66 @@ async def test_integer_longer_than_python_parses_is_400(api, tree) -> None:
     body = ('{"action": "delete", "cell_index": 1' + "0" * 5000 + "}").encode()
     status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body)
     assert status == 400 and answer["message"].startswith("Request body is not valid JSON"), answer
+
+
+# ------------------------------------------------------------------------------------ unknown routes
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "api/agent/nope"),
+        ("POST", "api/agent/nope"),
+        ("GET", "api/agent"),
+        ("GET", "api/agent/"),
+        ("POST", "api/agent/eval/extra"),
+        ("GET", "api/agent/eval/"),
+        ("PUT", "api/agent/nope/x"),
+        ("DELETE", "api/agent/sessions/a/b/c"),
+        ("PATCH", "api/agent/artifacts/a/b"),
+        ("GET", "api/agent/notebooks//nb.ipynb"),
+        ("POST", "api/agent/notebooks//nb.ipynb"),
+        ("GET", "api/agent/notebooks/nb.ipynb/"),
+    ],
+)
+async def test_unknown_agent_route_is_a_json_404(raw, tree, method, path) -> None:
+    before = digest(tree["root"])
+    body = INSERT if method in ("POST", "PUT", "PATCH") else None
+    status, answer = await raw(method, path, body)
+    assert status == 404, (status, answer)
+    assert isinstance(answer, dict), answer  # JSON, not the server's HTML page
+    assert answer["message"].startswith(f"No such agent route: {method} /"), answer
+    assert "api/agent/openapi.json" in answer["message"] and "reason" in answer
+    assert digest(tree["root"]) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "api/agent/notebooks/nb.ipynb"),
+        ("DELETE", "api/agent/eval"),
+        ("POST", "api/agent/openapi.json"),
+    ],
+)
+async def test_wrong_method_on_a_route_is_a_json_405(raw, tree, method, path) -> None:
+    status, answer = await raw(method, path, INSERT if method in ("POST", "PUT") else None)
+    assert status == 405 and isinstance(answer, dict) and answer["message"], (status, answer)
+
+
+async def test_unknown_agent_route_needs_authentication(http_server_client, jp_base_url) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        response = await http_server_client.fetch(
+            jp_base_url + "api/agent/nope",
+            method=method,
+            body=b"{}" if method == "POST" else None,
+            raise_error=False,
+        )
+        assert response.code == 403, (method, response.code)
+        assert "message" in json.loads(response.body)
+
+
+async def test_head_of_unknown_agent_route_is_404(http_server_client, jp_base_url, jp_auth_header) -> None:
+    response = await http_server_client.fetch(
+        jp_base_url + "api/agent/nope", method="HEAD", headers=dict(jp_auth_header), raise_error=False
+    )
+    assert response.code == 404
