@@ -18,7 +18,7 @@ from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
 from .handlers.notebooks import NotebookHandler, NotebookRunHandler
-from .handlers.openapi import OpenAPIHandler
+from .handlers.openapi import OpenAPIHandler, UnknownRouteHandler
 from .handlers.sessions import (
     ArtifactHandler,
     SessionHandler,
@@ -240,6 +240,8 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
+                # Last: every other path under /api/agent (the server's own 404 page is HTML).
+                (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
         )
 

@@ -31,8 +31,8 @@ Request bodies are JSON (UTF-8, at most `max_body_bytes`, default 10 MiB) valida
 below: a wrong type, a missing field, an unknown action or a field the route does not take answers 400
 with a message naming the field. Integers must be written as integers (`1`, not `1.0`); `NaN`,
 `Infinity` and duplicate keys are refused. Unknown query parameters are ignored. Every error is JSON
-`{"message": str, "reason": str|null}`. Answers may gain fields in later versions: ignore the ones you do
-not know.
+`{"message": str, "reason": str|null}`, also the 404 of a path under `/api/agent/` that is none of the
+routes below. Answers may gain fields in later versions: ignore the ones you do not know.
 """
 
 

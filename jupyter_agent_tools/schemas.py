@@ -27,6 +27,10 @@ CELL_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 NO_NUL_PATTERN = r"^[^\x00]*$"
 KERNEL_NAME_PATTERN = r"^[A-Za-z0-9._-]*$"
+# The kernel passes os.environ to every process it starts; Linux refuses to start one whose environment
+# and arguments exceed ARG_MAX (2 MiB by default), so an eval's env stays well below it.
+MAX_ENV_VARS = 1000
+MAX_ENV_BYTES = 1024 * 1024
 
 
 def ref(name: str) -> dict[str, str]:
@@ -251,7 +255,10 @@ EVAL_SCHEMAS: dict[str, Any] = {
             "env": _nullable(
                 {
                     "type": "object",
-                    "description": "Environment variables set in the kernel (os.environ) at its start.",
+                    "description": "Environment variables set in the kernel (os.environ) at its start: at "
+                    f"most {MAX_ENV_VARS} variables of at most {MAX_ENV_BYTES} bytes (UTF-8) of names and "
+                    "values in total.",
+                    "maxProperties": MAX_ENV_VARS,
                     "propertyNames": {
                         "pattern": ENV_NAME_PATTERN,
                         "x-errors": {"pattern": "env: {value!r} is not a valid environment variable name"},
@@ -262,7 +269,8 @@ EVAL_SCHEMAS: dict[str, Any] = {
                         "x-errors": {"pattern": "'{name}' must not contain NUL characters"},
                     },
                     "x-errors": {
-                        "type": "'env' must be an object of string keys to string values, got {got}"
+                        "type": "'env' must be an object of string keys to string values, got {got}",
+                        "maxProperties": f"'env' has too many variables; at most {MAX_ENV_VARS} are allowed",
                     },
                 }
             ),

@@ -12,8 +12,10 @@ about the branch the caller meant (the ``edit`` operation) rather than about all
 from __future__ import annotations
 
 import functools
+import itertools
+import re
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +28,114 @@ from .errors import BadRequest
 from .schemas import REF, SCHEMAS
 
 BASE_URI = "urn:jupyter-agent-tools:openapi"
+_Errors = Iterator[ValidationError]
+
+
+# The keywords below replace jsonschema's own, whose messages hold the repr() of the whole failing value
+# (a 10 MB body made seconds of repr on the event loop). Only the message text differs, and this module
+# builds its own messages; oneOf also follows an OpenAPI discriminator (see _one_of).
+
+
+def _type(validator: Any, types: Any, instance: Any, schema: dict[str, Any]) -> _Errors:
+    types = [types] if isinstance(types, str) else types
+    if not any(validator.is_type(instance, kind) for kind in types):
+        yield ValidationError(f"{short_repr(instance)} is not of type {', '.join(map(repr, types))}")
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: dict[str, Any]) -> _Errors:
+    if not any(each == instance and isinstance(each, bool) == isinstance(instance, bool) for each in enums):
+        yield ValidationError(f"{short_repr(instance)} is not one of {enums!r}")
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> _Errors:
+    if validator.is_type(instance, "string") and not re.search(pattern, instance):
+        yield ValidationError(f"{short_repr(instance)} does not match {pattern!r}")
+
+
+def _max_properties(validator: Any, most: int, instance: Any, schema: dict[str, Any]) -> _Errors:
+    if validator.is_type(instance, "object") and len(instance) > most:
+        yield ValidationError(f"has {len(instance)} properties (at most {most})")
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: dict[str, Any]) -> _Errors:
+    if not validator.is_type(instance, "object") or allowed is True:
+        return
+    known = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    extras = (k for k in instance if k not in known and not any(re.search(p, k) for p in patterns))
+    if validator.is_type(allowed, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], allowed, path=extra)
+    else:
+        extra = next(extras, None)
+        if extra is not None:
+            yield ValidationError(
+                f"Additional properties are not allowed ({short_repr(extra)} was unexpected)"
+            )
+
+
+def _any_of(validator: Any, subschemas: Any, instance: Any, schema: dict[str, Any]) -> _Errors:
+    errors: list[ValidationError] = []
+    for index, subschema in enumerate(subschemas):
+        found = list(validator.descend(instance, subschema, schema_path=index))
+        if not found:
+            return
+        errors.extend(found)
+    yield ValidationError(
+        f"{short_repr(instance)} is not valid under any of the given schemas", context=errors
+    )
+
+
+def _one_of(validator: Any, subschemas: Any, instance: Any, schema: dict[str, Any]) -> _Errors:
+    """``oneOf``; with an OpenAPI discriminator, only the branch its value names is checked.
+
+    The same answer as checking them all, because every discriminated branch here is an object that
+    requires the discriminator property with its own ``const`` (tests/test_contract.py checks it). For
+    a batch that is one branch per operation instead of four, and nothing for an operation whose
+    ``action`` names no branch.
+    """
+    discriminator = schema.get("discriminator")
+    if discriminator is not None:
+        value = instance.get(discriminator["propertyName"]) if isinstance(instance, dict) else None
+        target = discriminator["mapping"].get(value) if isinstance(value, str) else None
+        index = next((i for i, sub in enumerate(subschemas) if sub == {"$ref": target}), None)
+        errors = (
+            [] if index is None else list(validator.descend(instance, subschemas[index], schema_path=index))
+        )
+        if index is None or errors:
+            yield ValidationError(
+                f"{short_repr(instance)} is not valid under any of the given schemas", context=errors
+            )
+        return
+    valid = []
+    errors = []
+    for index, subschema in enumerate(subschemas):
+        found = list(validator.descend(instance, subschema, schema_path=index))
+        if found:
+            errors.extend(found)
+        else:
+            valid.append(index)
+    if not valid:
+        yield ValidationError(
+            f"{short_repr(instance)} is not valid under any of the given schemas", context=errors
+        )
+    elif len(valid) > 1:
+        yield ValidationError(f"{short_repr(instance)} is valid under more than one of the given schemas")
+
+
 # An integer is a JSON number written as one: 1, not 1.0 (JSON Schema would accept 1.0; the API does not,
 # as the document's description says).
 _Validator = validators.extend(
     Draft202012Validator,
+    validators={
+        "type": _type,
+        "enum": _enum,
+        "pattern": _pattern,
+        "maxProperties": _max_properties,
+        "additionalProperties": _additional_properties,
+        "anyOf": _any_of,
+        "oneOf": _one_of,
+    },
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool)
     ),
@@ -71,7 +177,19 @@ def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-_SHORT = reprlib.Repr()
+class _ShortRepr(reprlib.Repr):
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        # reprlib sorts all the keys first: seconds for an object of a million keys.
+        if not x or level <= 0:
+            return "{...}" if x else "{}"
+        items = itertools.islice(x.items(), self.maxdict)
+        pieces = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}" for k, v in items]
+        if len(x) > self.maxdict:
+            pieces.append("...")  # reprlib.Repr.fillvalue only exists from Python 3.12
+        return "{" + ", ".join(pieces) + "}"
+
+
+_SHORT = _ShortRepr()
 _SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 2, 80, 80, 4, 4
 
 
@@ -185,7 +303,11 @@ def _fill(template: str, **values: Any) -> str:
     """Fill ``{name}``, ``{name!r}``, ``{value!r}``, ``{got}``, ``{action}``; other braces stay."""
     out = template
     for key, value in values.items():
-        out = out.replace(f"{{{key}!r}}", short_repr(value)).replace(f"{{{key}}}", str(value))
+        # Only the placeholders present: str() of a megabyte value costs as much as it sounds.
+        if f"{{{key}!r}}" in out:
+            out = out.replace(f"{{{key}!r}}", short_repr(value))
+        if f"{{{key}}}" in out:
+            out = out.replace(f"{{{key}}}", str(value))
     if "value" in values:
         out = out.replace("{got}", json_type(values["value"]))
     return out
@@ -221,8 +343,7 @@ def _message(error: ValidationError, path: tuple[str | int, ...], branch: _Branc
         return _located(loc, f"'{field_name(field)}' is required{suffix}")
     if keyword == "additionalProperties":
         allowed = list(schema.get("properties", {}))
-        extra = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
-        field = extra[0] if extra else "?"
+        field = min((k for k in value if k not in allowed), default="?") if isinstance(value, dict) else "?"
         if "additionalProperties" in custom:
             return _located(loc, _fill(custom["additionalProperties"], name=field_name(field)))
         if branch is not None:

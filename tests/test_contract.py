@@ -19,6 +19,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
+from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
 from jupyter_agent_tools.notebook.operations import parse_edit_request
 from jupyter_agent_tools.openapi import openapi_document, operations
 from jupyter_agent_tools.schemas import SCHEMAS, notebook_request_schema
@@ -93,13 +94,20 @@ def _example_url(path: str) -> str:
 
 
 def test_every_route_and_method_is_documented(jp_serverapp) -> None:
-    """Each handler of the extension matches exactly the documented paths, with the same methods."""
+    """Each handler of the extension matches exactly the documented paths, with the same methods (but the
+    last one, which answers a JSON 404 for every other path under /api/agent)."""
     app = jp_serverapp.web_app.settings["jupyter_agent_tools"]
     documented: dict[str, set[str]] = {}
     for method, path, _op in operations(DOC):
         documented.setdefault(path, set()).add(method)
-    seen: set[str] = set()
-    for pattern, handler in app.handlers:
+    *routes, (last_pattern, last_handler) = app.handlers
+    assert last_handler is UnknownRouteHandler
+    assert all(re.fullmatch(last_pattern, _example_url(p)) for p in documented)
+    served: dict[int, str] = {}
+    for path, documented_methods in documented.items():
+        # Tornado serves a URL with the first route that matches it, as here.
+        first = next(i for i, (pattern, _) in enumerate(routes) if re.fullmatch(pattern, _example_url(path)))
+        handler = routes[first][1]
         methods = {
             m.upper()
             for m in ("get", "post", "put", "patch", "delete")
@@ -107,11 +115,23 @@ def test_every_route_and_method_is_documented(jp_serverapp) -> None:
                 m in vars(klass) for klass in handler.__mro__ if klass.__module__.startswith("jupyter_agent")
             )
         }
-        matches = [p for p in documented if re.fullmatch(pattern, _example_url(p))]
-        assert len(matches) == 1, (pattern, matches)
-        assert documented[matches[0]] == methods, (pattern, documented[matches[0]], methods)
-        seen.add(matches[0])
-    assert seen == set(documented)
+        assert documented_methods == methods, (path, documented_methods, methods)
+        assert first not in served, (path, served[first])  # one route, one documented path
+        served[first] = path
+    assert sorted(served) == list(range(len(routes)))  # every route is documented
+
+
+def test_discriminated_branches_pin_the_discriminator() -> None:
+    """validation._one_of checks only the branch a discriminator names: right only if no other can match."""
+    for name, schema in SCHEMAS.items():
+        if "discriminator" not in schema:
+            continue
+        prop, mapping = schema["discriminator"]["propertyName"], schema["discriminator"]["mapping"]
+        assert sorted(ref["$ref"] for ref in schema["oneOf"]) == sorted(mapping.values()), name
+        for value, target in mapping.items():
+            branch = SCHEMAS[target.rsplit("/", 1)[1]]
+            assert branch["type"] == "object" and prop in branch["required"], (name, value)
+            assert branch["properties"][prop] == {"const": value}, (name, value)
 
 
 def test_api_reference_covers_the_document() -> None:
@@ -226,6 +246,7 @@ VALUE_POOL = st.one_of(
     st.booleans(),
     st.integers(-3, 3),
     st.sampled_from([1.5, -0.25]),  # integral floats (1.0) are the one documented deviation
+    st.sampled_from([10**400, -(10**400), float("inf"), float("-inf")]),  # JSON numbers have no bound
     st.sampled_from(["", "x", "edit", "insert", "delete", "move", "code", "raw", "a b", "s", "per-call"]),
     st.sampled_from(["\x00", "A\x00", "python3", "..", "a" * 65]),
     st.lists(st.integers(0, 2), max_size=2),

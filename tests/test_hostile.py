@@ -13,9 +13,11 @@ Decisions these tests pin down:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +231,51 @@ async def test_malformed_bodies(api, tree, body, fragment) -> None:
     assert digest(tree["root"]) == before
 
 
+MALFORMED = [
+    b'{"action": "insert", "content": "\\ud800"}',
+    b'{"action": "delete", "cell_index": NaN}',
+    b'{"action": "delete", "cell_index": -Infinity}',
+    b'{"action": "delete", "action": "insert", "content": "x"}',
+    b'{"action": "delete", "cell_index": 0',
+    b'{"action": "delete", "cell_index": 01}',
+    b'{"action": "insert", "content": "a\tb"}',
+    b'{"a": [1, 2,]}',
+    b"[" * 5000 + b"]" * 5000,
+    b'{"a": 1} x',
+]
+
+
+@pytest.mark.parametrize("body", MALFORMED, ids=range(len(MALFORMED)))
+def test_large_bodies_are_parsed_to_the_same_answer(body) -> None:
+    """Bodies over 64 KiB are parsed by another decoder (in a thread): same values, same refusals."""
+    from jupyter_agent_tools.body import decode_json_body
+    from jupyter_agent_tools.errors import AgentToolsError
+
+    def outcome(stepwise: bool) -> Any:
+        try:
+            return decode_json_body(body, stepwise=stepwise)
+        except AgentToolsError as e:
+            return (e.status, e.message)
+
+    assert outcome(True) == outcome(False)
+    valid = b'{"ops": [{"action": "insert", "content": "x\\n\\u00e9"}], "e": [1.5, -2e3, true, null, {}]}'
+    assert decode_json_body(valid, stepwise=True) == decode_json_body(valid) == json.loads(valid)
+
+
+@pytest.mark.parametrize("body", MALFORMED[:8], ids=range(8))
+async def test_large_malformed_bodies_get_the_small_ones_message(api, tree, body) -> None:
+    padded = body + b" " * 70_000 if body.endswith(b"}") else body
+    small, large = await api("POST", "notebooks", "nb.ipynb", raw=body), None
+    large = await api("POST", "notebooks", "nb.ipynb", raw=padded)
+    assert small[0] == large[0] == 400 and small[1]["message"] == large[1]["message"], (small, large)
+
+
+async def test_duplicate_huge_key_message_is_short(api, tree) -> None:
+    key = "k" * 100_000
+    status, answer = await api("POST", "notebooks", "nb.ipynb", raw=f'{{"{key}": 1, "{key}": 2}}'.encode())
+    assert status == 400 and "duplicate key" in answer["message"] and len(answer["message"]) < 300
+
+
 async def test_valid_surrogate_pairs_are_text(api, tree) -> None:
     body = b'{"action": "insert", "content": "\\ud83d\\ude00 ok"}'
     status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body)
@@ -375,3 +422,212 @@ async def test_no_kernel_started_for_a_refused_eval(api, jp_serverapp) -> None:
         status, _ = await api("POST", "eval", body=body)
         assert status == 400
     assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+
+async def test_env_with_too_many_variables_is_refused(api, jp_serverapp) -> None:
+    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    env = {f"V{i}": "x" for i in range(1001)}
+    status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "env": env})
+    assert status == 400 and "'env' has 1001 variables; at most 1000 are allowed" in answer["message"], answer
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+
+# ------------------------------------------------------------------- bodies that could stall the server
+
+MOVE = {"action": "move", "cell_index": 0, "to_index": 1}
+STALLING_BODIES = {
+    # (route, body under the default max_body_bytes of 10 MiB, what the 400 says)
+    "200k-ops": (("notebooks", "nb.ipynb"), {"ops": [MOVE] * 200_000}, "at most 1000 are allowed"),
+    "2.5M-empty-ops": (("notebooks", "nb.ipynb"), {"ops": [{}] * 2_500_000}, "at most 1000 are allowed"),
+    "700k-fields": (
+        ("notebooks", "nb.ipynb"),
+        {"action": "insert", "content": "x", **{f"k{i}": 1 for i in range(700_000)}},
+        "unknown field 'k0'",
+    ),
+    "1000-bad-ops": (("notebooks", "nb.ipynb"), {"ops": [{"action": [0] * 3000}] * 1000}, "unknown action"),
+    "690k-cells": (("eval",), {"cells": [{"code": "1"}] * 690_000}, "at most 100 are allowed"),
+    "600k-env": (
+        ("eval",),
+        {"cells": [{"code": "1"}], "env": {f"A{i}": "x" for i in range(600_000)}},
+        "at most 1000 are allowed",
+    ),
+}
+
+
+def test_counts_are_checked_before_the_elements() -> None:
+    """An oversize array is refused for its length, without validating what it holds (tens of seconds for
+    200,000 operations)."""
+    from jupyter_agent_tools.errors import BadRequest
+    from jupyter_agent_tools.eval.request import parse_eval_request
+    from jupyter_agent_tools.notebook.operations import parse_edit_request
+
+    with pytest.raises(BadRequest, match="'ops' has 200000 operations; at most 1000 are allowed"):
+        parse_edit_request({"ops": [1] * 200_000, "colour": 1})
+    with pytest.raises(BadRequest, match="'cells' has 101 cells; at most 100 are allowed"):
+        parse_eval_request({"cells": [1] * 101, "colour": 1})
+    with pytest.raises(BadRequest, match="'env' has 1001 variables; at most 1000 are allowed"):
+        parse_eval_request({"cells": [1], "env": {str(i): i for i in range(1001)}})
+
+
+class TestDefaultBodyLimit:
+    """With the default max_body_bytes (10 MiB): the largest bodies a client may send."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}
+
+    @pytest.mark.parametrize("name", sorted(STALLING_BODIES))
+    async def test_hostile_body_does_not_stall_other_requests(self, raw, tree, jp_serverapp, name) -> None:
+        """While a 10 MB body is refused, a cheap request from someone else still answers at once."""
+        route, body, fragment = STALLING_BODIES[name]
+        data = json.dumps(body).encode()
+        assert len(data) < jp_serverapp.web_app.settings["jupyter_agent_tools"].max_body_bytes
+        before = digest(tree["root"])
+        hostile = asyncio.ensure_future(raw("POST", "api/agent/" + "/".join(route), data))
+        latencies = []
+        while not hostile.done():
+            started = time.monotonic()
+            status, answer = await raw("GET", "api/agent/openapi.json")
+            latencies.append(time.monotonic() - started)
+            assert status == 200
+        status, answer = await hostile
+        assert status == 400 and fragment in answer["message"], (status, str(answer)[:300])
+        assert len(answer["message"]) < 300
+        assert latencies and max(latencies) < 1.0, latencies
+        assert digest(tree["root"]) == before
+
+    @pytest.mark.parametrize(
+        "env",
+        [{"BIG": "x" * (1024 * 1024)}, {f"V{i}": "é" * 600 for i in range(1000)}],
+        ids=["one-large-value", "many-values"],
+    )
+    async def test_env_larger_than_one_mebibyte_is_refused(self, api, jp_serverapp, env) -> None:
+        before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+        status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "env": env})
+        assert status == 400 and "at most 1048576 are allowed in total" in answer["message"], answer
+        assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+
+    async def test_env_at_its_limits_reaches_the_kernel(self, evaluate) -> None:
+        env = {f"LIM_{i}": "v" * 1000 for i in range(1000)}
+        answer = await evaluate(
+            "import os; print(sum(k.startswith('LIM_') for k in os.environ))", env=env, session="envlimit"
+        )
+        assert answer["output"].strip() == "1000", answer["output"]
+
+
+# ------------------------------------------------------------------------------------ huge numbers
+
+HUGE = "1" + "0" * 400
+
+
+@pytest.mark.parametrize(
+    ("timeout", "clamped"),
+    [(HUGE, 600), ("-" + HUGE, 1), ("1e400", 600), ("-1e400", 1), ("1e-400", 1), ("0", 1)],
+)
+async def test_huge_or_tiny_timeout_is_clamped_not_500(api, timeout, clamped) -> None:
+    """Documented: clamped to 1..600. A 400-digit integer overflows float(); 1e400 is inf."""
+    body = f'{{"cells": [{{"code": "1"}}], "session": "clamp", "timeout": {timeout}}}'.encode()
+    status, answer = await api("POST", "eval", raw=body)
+    assert status == 200, answer
+    assert answer["cells"][0]["status"] == "complete" and not answer["timed_out"], answer
+
+
+def test_timeout_clamps_exactly() -> None:
+    from jupyter_agent_tools.eval.request import parse_eval_request
+
+    for raw, expected in ((10**400, 600.0), (-(10**400), 1.0), (float("inf"), 600.0), (-float("inf"), 1.0)):
+        assert parse_eval_request({"cells": [{"code": "1"}], "timeout": raw}).timeout == expected
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        '{"action": "delete", "cell_index": N}',
+        '{"action": "edit", "cell_index": N, "content": "x"}',
+        '{"action": "insert", "cell_index": N, "content": "x"}',
+        '{"action": "move", "cell_index": N, "to_index": 0}',
+        '{"action": "move", "cell_index": 0, "to_index": N}',
+        '{"action": "delete", "cell_id": "m", "cell_index": N}',
+    ],
+)
+@pytest.mark.parametrize("number", [HUGE, "-" + HUGE, "1" + "0" * 4000, "1e400", "-1e400"])
+async def test_huge_cell_indexes_are_400_with_a_short_message(api, tree, op, number) -> None:
+    before = digest(tree["root"])
+    for body in (op.replace("N", number), '{"ops": [' + op.replace("N", number) + "]}"):
+        status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body.encode())
+        assert status == 400, (body[:80], answer)
+        assert len(answer["message"]) < 300, answer["message"][:200]
+        assert any(
+            words in answer["message"]
+            for words in ("out of range", "must be an integer, got float", "name different cells")
+        ), answer["message"]
+    assert digest(tree["root"]) == before
+
+
+async def test_integer_longer_than_python_parses_is_400(api, tree) -> None:
+    body = ('{"action": "delete", "cell_index": 1' + "0" * 5000 + "}").encode()
+    status, answer = await api("POST", "notebooks", "nb.ipynb", raw=body)
+    assert status == 400 and answer["message"].startswith("Request body is not valid JSON"), answer
+
+
+# ------------------------------------------------------------------------------------ unknown routes
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "api/agent/nope"),
+        ("POST", "api/agent/nope"),
+        ("GET", "api/agent"),
+        ("GET", "api/agent/"),
+        ("POST", "api/agent/eval/extra"),
+        ("GET", "api/agent/eval/"),
+        ("PUT", "api/agent/nope/x"),
+        ("DELETE", "api/agent/sessions/a/b/c"),
+        ("PATCH", "api/agent/artifacts/a/b"),
+        ("GET", "api/agent/notebooks//nb.ipynb"),
+        ("POST", "api/agent/notebooks//nb.ipynb"),
+        ("GET", "api/agent/notebooks/nb.ipynb/"),
+    ],
+)
+async def test_unknown_agent_route_is_a_json_404(raw, tree, method, path) -> None:
+    before = digest(tree["root"])
+    body = INSERT if method in ("POST", "PUT", "PATCH") else None
+    status, answer = await raw(method, path, body)
+    assert status == 404, (status, answer)
+    assert isinstance(answer, dict), answer  # JSON, not the server's HTML page
+    assert answer["message"].startswith(f"No such agent route: {method} /"), answer
+    assert "api/agent/openapi.json" in answer["message"] and "reason" in answer
+    assert digest(tree["root"]) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "api/agent/notebooks/nb.ipynb"),
+        ("DELETE", "api/agent/eval"),
+        ("POST", "api/agent/openapi.json"),
+    ],
+)
+async def test_wrong_method_on_a_route_is_a_json_405(raw, tree, method, path) -> None:
+    status, answer = await raw(method, path, INSERT if method in ("POST", "PUT") else None)
+    assert status == 405 and isinstance(answer, dict) and answer["message"], (status, answer)
+
+
+async def test_unknown_agent_route_needs_authentication(http_server_client, jp_base_url) -> None:
+    for method in ("GET", "POST", "DELETE"):
+        response = await http_server_client.fetch(
+            jp_base_url + "api/agent/nope",
+            method=method,
+            body=b"{}" if method == "POST" else None,
+            raise_error=False,
+        )
+        assert response.code == 403, (method, response.code)
+        assert "message" in json.loads(response.body)
+
+
+async def test_head_of_unknown_agent_route_is_404(http_server_client, jp_base_url, jp_auth_header) -> None:
+    response = await http_server_client.fetch(
+        jp_base_url + "api/agent/nope", method="HEAD", headers=dict(jp_auth_header), raise_error=False
+    )
+    assert response.code == 404

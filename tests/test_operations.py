@@ -186,7 +186,10 @@ def test_parse_single_and_batch() -> None:
         ({"ops": []}, "'ops' must be a non-empty array of operations"),
         ({"ops": {"action": "insert"}}, "'ops' must be a non-empty array of operations"),
         ({}, "'action' is required (one of: edit, insert, delete, move, clear_outputs)"),
-        ({"action": "paste"}, "unknown action 'paste' (expected one of: edit, insert, delete, move, clear_outputs)"),
+        (
+            {"action": "paste"},
+            "unknown action 'paste' (expected one of: edit, insert, delete, move, clear_outputs)",
+        ),
         ({"action": "edit", "cell_index": 0}, "Content is required for edit action"),
         ({"action": "insert"}, "Content is required for insert action"),
         ({"action": "edit", "content": "x"}, "'cell_index' or 'cell_id' is required for edit action"),

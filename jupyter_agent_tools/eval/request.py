@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadRequest
-from ..schemas import EVAL_MODES, MAX_RUN_CELLS
+from ..schemas import EVAL_MODES, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_RUN_CELLS
 from ..validation import check
 
 MODES = EVAL_MODES
@@ -41,13 +41,13 @@ def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
 
     The shape is checked against the published ``EvalRequest`` schema (one source of truth with the
     OpenAPI document); what depends on configuration (``max_cells``) and what JSON Schema cannot say
-    (a NaN timeout) is checked here, and defaults are applied.
+    (a NaN timeout, the total size of ``env``) is checked here, and defaults are applied. Counts and
+    sizes are checked first: the schema check of each of 700,000 cells would take seconds.
     """
+    if isinstance(body, dict):
+        _check_sizes(body, max_cells)
     check("EvalRequest", body)
-    raw_cells = body["cells"]
-    if len(raw_cells) > max_cells:
-        raise BadRequest(f"'cells' has {len(raw_cells)} cells; at most {max_cells} are allowed")
-    cells = [Cell(code=raw["code"], title=raw.get("title")) for raw in raw_cells]
+    cells = [Cell(code=raw["code"], title=raw.get("title")) for raw in body["cells"]]
     timeout = body.get("timeout", DEFAULT_TIMEOUT)
     if timeout != timeout:  # NaN (Python's json module accepts it; the handler refuses it earlier)
         raise BadRequest("'timeout' must be a number of seconds")
@@ -56,12 +56,33 @@ def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
         session=body.get("session", "default"),
         mode=body.get("mode", "session"),
         reset=body.get("reset", False),
-        timeout=min(max(float(timeout), MIN_TIMEOUT), MAX_TIMEOUT),
+        # Clamped before float(): JSON integers have any length (float(10**400) overflows); 1e400 is inf.
+        timeout=float(min(max(timeout, MIN_TIMEOUT), MAX_TIMEOUT)),
         cwd=(body.get("cwd") or "").strip("/"),
         env=dict(body.get("env") or {}),
         session_file=body.get("session_file"),
         kernel_name=body.get("kernel_name") or None,
     )
+
+
+def _check_sizes(body: dict[str, Any], max_cells: int) -> None:
+    raw_cells = body.get("cells")
+    if isinstance(raw_cells, list) and len(raw_cells) > max_cells:
+        raise BadRequest(f"'cells' has {len(raw_cells)} cells; at most {max_cells} are allowed")
+    env = body.get("env")
+    if not isinstance(env, dict):
+        return
+    if len(env) > MAX_ENV_VARS:
+        raise BadRequest(f"'env' has {len(env)} variables; at most {MAX_ENV_VARS} are allowed")
+    size = sum(_utf8_len(name) + _utf8_len(value) for name, value in env.items() if isinstance(value, str))
+    if size > MAX_ENV_BYTES:
+        raise BadRequest(
+            f"'env' has {size} bytes of names and values; at most {MAX_ENV_BYTES} are allowed in total"
+        )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 RUN_MAX_TIMEOUT = 3600.0
@@ -92,16 +113,8 @@ def parse_run_request(body: Any) -> RunRequest:
         cell_ids=tuple(ids) if ids is not None else None,
         cell_indices=tuple(indices) if indices is not None else None,
         all=bool(body.get("all", False)),
-        timeout=_clamped_timeout(body.get("timeout", DEFAULT_TIMEOUT), RUN_MAX_TIMEOUT),
+        # Clamped before float(): JSON integers have any length (float(10**400) overflows); 1e400 is inf.
+        timeout=float(min(max(body.get("timeout", DEFAULT_TIMEOUT), MIN_TIMEOUT), RUN_MAX_TIMEOUT)),
         stop_on_error=body.get("stop_on_error", True),
         expected_hash=body.get("expected_hash"),
     )
-
-
-def _clamped_timeout(value: Any, maximum: float) -> float:
-    """A timeout in seconds clamped to 1..maximum; huge numbers clamp instead of overflowing."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return float(min(max(value, int(MIN_TIMEOUT)), int(maximum)))
-    if value != value:  # NaN
-        raise BadRequest("'timeout' must be a number of seconds")
-    return min(max(float(value), MIN_TIMEOUT), maximum)

@@ -65,7 +65,7 @@ class EvalHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("execute")
     async def post(self) -> None:
-        await self._respond(self.get_json_object())
+        await self._respond(await self.json_body())
 
     async def _respond(self, body: Any) -> None:
         """One JSON answer, or the NDJSON stream of events when the client accepts it."""

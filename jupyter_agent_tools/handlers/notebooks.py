@@ -37,7 +37,7 @@ class NotebookHandler(AgentAPIHandler):
     @web.authenticated
     @authorized
     async def post(self, path: str) -> None:
-        body = self.get_json_object()
+        body = await self.json_body()
         self.write_json(await self.store.edit(path, body))
 
 
@@ -64,7 +64,7 @@ class NotebookRunHandler(EvalHandler):
         user = self.current_user
         if not await ensure_async(self.authorizer.is_authorized(self, user, "execute", "kernels")):
             raise web.HTTPError(
-                403, "Running a notebook needs 'execute' on 'kernels' (and 'write' on 'contents')"
+                403, "User is not authorized to execute on resource: kernels (running a notebook needs it)."
             )
         self._path = path
-        await self._respond(self.get_json_object())
+        await self._respond(await self.json_body())

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import BadRequest
 from ..schemas import notebook_request_schema
-from ..validation import check
+from ..validation import check, short_repr
 from .format import join_source, split_source
 
 OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index", "all")
@@ -89,14 +89,15 @@ def parse_edit_request(body: Any, max_ops: int = 1000) -> EditRequest:
 
     The body's shape is checked against the published schema (``NotebookChangeRequest`` of the OpenAPI
     document: one source of truth), which also says which fields each action takes and needs; what
-    depends on the server's configuration (``max_ops``) is checked here.
+    depends on the server's configuration (``max_ops``) is checked here, first.
     """
+    # Counted before the schema check: validating each of 200,000 operations takes tens of seconds.
+    raw_ops = body.get("ops") if isinstance(body, dict) else None
+    if isinstance(raw_ops, list) and len(raw_ops) > max_ops:
+        raise BadRequest(f"'ops' has {len(raw_ops)} operations; at most {max_ops} are allowed")
     check(notebook_request_schema(body), body)
     if "ops" in body:
-        raw_ops = body["ops"]
-        if len(raw_ops) > max_ops:
-            raise BadRequest(f"'ops' has {len(raw_ops)} operations; at most {max_ops} are allowed")
-        ops = [_op_from(raw) for raw in raw_ops]
+        ops = [_op_from(raw) for raw in body["ops"]]
         return EditRequest(ops=ops, expected_hash=body.get("expected_hash"), batch=True)
     return EditRequest(ops=[_op_from(body)], expected_hash=body.get("expected_hash"), batch=False)
 
@@ -176,20 +177,22 @@ class _Editor:
                 if cell.get("id") == op.cell_id:
                     if op.cell_index is not None and op.cell_index != i:
                         raise BadRequest(
-                            f"'cell_index' {op.cell_index} and 'cell_id' {op.cell_id!r} name different "
-                            f"cells (that id is at index {i}); send one of them"
+                            f"'cell_index' {short_repr(op.cell_index)} and 'cell_id' "
+                            f"{short_repr(op.cell_id)} name different cells (that id is at index {i}); "
+                            "send one of them"
                         )
                     return i
-            raise BadRequest(f"Cell id {op.cell_id!r} not found in notebook")
+            raise BadRequest(f"Cell id {short_repr(op.cell_id)} not found in notebook")
         assert op.cell_index is not None
         index = op.cell_index
         if n == 0:
             raise BadRequest(
-                f"Cell index {index} is out of range: the notebook has no cells (insert at index 0)"
+                f"Cell index {short_repr(index)} is out of range: the notebook has no cells "
+                "(insert at index 0)"
             )
         if not 0 <= index < n:
             raise BadRequest(
-                f"Cell index {index} is out of range for {op.action} (valid range: 0..{n - 1}, "
+                f"Cell index {short_repr(index)} is out of range for {op.action} (valid range: 0..{n - 1}, "
                 f"notebook has {_cells(n)})"
             )
         return index
@@ -232,7 +235,7 @@ class _Editor:
         index = n if op.cell_index is None else op.cell_index
         if not 0 <= index <= n:
             raise BadRequest(
-                f"Cell index {index} is out of range for insert (valid range: 0..{n}, "
+                f"Cell index {short_repr(index)} is out of range for insert (valid range: 0..{n}, "
                 f"notebook has {_cells(n)})"
             )
         cell_id = None
@@ -242,7 +245,7 @@ class _Editor:
                     "This notebook has no cell ids (nbformat < 4.5); omit 'cell_id' when inserting"
                 )
             if op.cell_id in self.ids:
-                raise BadRequest(f"Cell id {op.cell_id!r} already exists in notebook")
+                raise BadRequest(f"Cell id {short_repr(op.cell_id)} already exists in notebook")
             cell_id = op.cell_id
         elif self.with_ids:
             cell_id = _derive_cell_id(self.id_seed, position, self.ids)
@@ -273,7 +276,7 @@ class _Editor:
         assert op.to_index is not None
         if not 0 <= op.to_index < n:
             raise BadRequest(
-                f"to_index {op.to_index} is out of range for move (valid range: 0..{n - 1}, "
+                f"to_index {short_repr(op.to_index)} is out of range for move (valid range: 0..{n - 1}, "
                 f"notebook has {_cells(n)})"
             )
         cell = self.cells.pop(index)
