@@ -292,3 +292,33 @@ def test_the_suite_keeps_temporary_files_in_a_private_directory():
     import tempfile
 
     assert os.path.basename(tempfile.gettempdir()).startswith("jupyter-agent-tools-tests-")
+
+
+async def test_a_replacement_after_the_caller_left_is_told_to_the_next_call(
+    evaluate, api, jp_http_port, jp_base_url, jp_auth_header
+):
+    await evaluate("x = 5", session="gone")
+    reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
+    body = json.dumps({"cells": [{"code": "print('go', flush=True)\n" + IGNORES_SIGINT}], "session": "gone"})
+    headers = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
+    writer.write(
+        f"POST {jp_base_url}api/agent/eval HTTP/1.1\r\nHost: 127.0.0.1:{jp_http_port}\r\n{headers}"
+        f"Accept: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body.encode()
+    )
+    await writer.drain()
+    seen = b""
+    while b'"chunk"' not in seen:
+        seen += await asyncio.wait_for(reader.read(4096), 30)
+    writer.close()  # the caller leaves: its run is interrupted, the kernel ignores it and is replaced
+    for _ in range(200):
+        await asyncio.sleep(0.1)
+        _, listing = await api("GET", "sessions")
+        entry = next(s for s in listing["sessions"] if s["name"] == "gone")
+        if not entry["busy"] and entry["recoveries"].get("wedged_restarts"):
+            break
+    after = await evaluate("print('x' in globals())", session="gone")
+    assert after["restarted"] is True and "state from earlier calls was lost" in after["output"]
+    assert after["cells"][0]["output"] == "False\n"
+    again = await evaluate("1", session="gone")
+    assert again["restarted"] is False  # told once

@@ -224,6 +224,9 @@ class EvalService:
                 f'Session {session.name!r} runs kernel {session.kernel_name!r}; send "reset": true '
                 f"to switch it to {request.kernel_name!r}, or use another session"
             )
+        earlier, session.undelivered_notice = session.undelivered_notice, None
+        if earlier is not None and not request.reset:
+            notices.append(earlier)
         notice = None if request.reset else await self.recovery.revive(session)
         if notice is not None:
             notices.append(notice)
@@ -231,7 +234,7 @@ class EvalService:
             await self._start_kernel(session, request, cwd)
         else:
             await self._ensure_init(session, request, cwd)
-        return notice is not None
+        return notice is not None or (earlier is not None and not request.reset)
 
     async def _run_turn(
         self,
@@ -255,6 +258,8 @@ class EvalService:
                 self.recovery.after_wedge(session)
                 restarted = True
                 notices.append(WEDGED_NOTICE)
+                if cancel.is_set():  # the caller may have gone (closed its stream): tell the next one
+                    session.undelivered_notice = WEDGED_NOTICE
                 emit({"type": "restart", "session": session.name, "message": WEDGED_NOTICE})
                 await self._start_kernel(session, request, cwd)
                 break

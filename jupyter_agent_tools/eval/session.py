@@ -83,6 +83,8 @@ class KernelSession:
         self.kernel_id: str | None = None
         self.owns_kernel = True  # False for a notebook's own kernel: closing only disconnects
         self.notebook: str | None = None  # the notebook path a "notebook" session runs
+        # A notice of a call whose caller had gone (cancelled): the next call hears it too.
+        self.undelivered_notice: str | None = None
         self.connection: KernelConnection | None = None
         self.init: InitSpec | None = None
         self.created = self.last_used = time.time()
