@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import tempfile
+from typing import Any
 
 from jupyter_server.base.handlers import path_regex
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import CaselessStrEnum, Float, Int, Unicode
+from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 
 from . import __version__
 from .artifacts import ArtifactStore
@@ -24,6 +25,18 @@ from .handlers.sessions import (
 )
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
+
+GIB = 1024**3
+
+
+def _in_range(proposal: Any, low: int, high: int, unit: str = "bytes") -> int:
+    """The proposed value of an Int trait, or a TraitError naming the trait and its range."""
+    value = int(proposal["value"])
+    if not low <= value <= high:
+        name = proposal["trait"].name
+        raise TraitError(f"AgentToolsApp.{name} must be between {low} and {high} {unit}, got {value}")
+    return value
+
 
 # Any segment: a name no session can have answers a JSON 404 from the handler, not the server's HTML 404.
 SESSION_NAME = r"(?P<name>[^/]+)"
@@ -100,6 +113,13 @@ class AgentToolsApp(ExtensionApp):
         5.0, help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event."
     ).tag(config=True)
 
+    stream_backlog_bytes = Int(
+        4 * 1024 * 1024,
+        help="Bytes of output text the NDJSON eval stream holds for a client that reads slower than the "
+        "kernel prints; text past it is not sent (a 'gap' event says how much) and stays in the cell's "
+        "result and artifact.",
+    ).tag(config=True)
+
     kernel_ready_timeout = Float(
         60.0, help="Seconds to wait for a newly started kernel to answer before giving up."
     ).tag(config=True)
@@ -128,6 +148,14 @@ class AgentToolsApp(ExtensionApp):
         "as EMFILE (idle sessions are shut down and the start retried once). 0 disables the check.",
     ).tag(config=True)
 
+    iopub_hwm = Int(
+        4,
+        help="Most kernel output messages ZMQ receives into the server ahead of the code that processes "
+        "them (per kernel connection). Lower bounds the server's memory when a kernel prints faster than "
+        "the server reads (each message may be megabytes); higher absorbs longer floods of small "
+        "messages before the kernel drops some (its own buffer holds 1000).",
+    ).tag(config=True)
+
     artifacts_dir = Unicode(
         "",
         help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
@@ -137,6 +165,14 @@ class AgentToolsApp(ExtensionApp):
     artifact_retention = Float(
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
+
+    @validate("stream_backlog_bytes")
+    def _valid_backlog(self, proposal: Any) -> int:
+        return _in_range(proposal, 1024, GIB)
+
+    @validate("iopub_hwm")
+    def _valid_hwm(self, proposal: Any) -> int:
+        return _in_range(proposal, 1, 100_000, "messages")
 
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -161,6 +197,7 @@ class AgentToolsApp(ExtensionApp):
             ready_timeout=self.kernel_ready_timeout,
             retry_backoff=self.kernel_create_retry_delay,
             fd_headroom=self.fd_headroom,
+            iopub_hwm=self.iopub_hwm,
         )
         sessions = SessionManager(
             kernels,

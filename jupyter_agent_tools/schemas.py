@@ -445,6 +445,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             for name in (
                 "CellStartEvent",
                 "ChunkEvent",
+                "GapEvent",
                 "DisplayEvent",
                 "CellEndEvent",
                 "HeartbeatEvent",
@@ -458,6 +459,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "mapping": {
                 "cell_start": REF + "CellStartEvent",
                 "chunk": REF + "ChunkEvent",
+                "gap": REF + "GapEvent",
                 "display": REF + "DisplayEvent",
                 "cell_end": REF + "CellEndEvent",
                 "heartbeat": REF + "HeartbeatEvent",
@@ -475,6 +477,17 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "name": {"type": "string", "description": "stdout, stderr, result, display or error"},
             "text": {"type": "string", "description": "sanitized text, as it arrives"},
         }
+    ),
+    "GapEvent": _obj(
+        {
+            "type": {"const": "gap"},
+            "index": _INT,
+            "name": {"type": "string", "description": "the stream of the skipped text, as in 'chunk'"},
+            "bytes": {"type": "integer", "description": "UTF-8 bytes of sanitized text not sent here"},
+        },
+        description="The client read slower than the kernel printed: this much of the cell's output text "
+        "was not sent in the stream (at most stream_backlog_bytes wait for a client). Nothing is lost: "
+        "the 'result' has the cell's output (its tail past max_output_bytes, with artifact_id for all).",
     ),
     "DisplayEvent": _obj({"type": {"const": "display"}, "index": _INT, "display": ref("Display")}),
     "CellEndEvent": _obj(

@@ -48,11 +48,13 @@ class KernelService:
         ready_timeout: float = 60.0,
         retry_backoff: float = 1.0,
         fd_headroom: int = 64,
+        iopub_hwm: int = 4,
     ):
         self.kernel_manager = kernel_manager
         self.ready_timeout = ready_timeout
         self.retry_backoff = retry_backoff
         self.fd_headroom = fd_headroom
+        self.iopub_hwm = iopub_hwm
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
 
     @property
@@ -180,7 +182,7 @@ class KernelService:
 
             conn: KernelConnection = GatewayKernelConnection(self.kernel_manager, kernel_id)
         else:
-            conn = LocalKernelConnection(self.kernel_manager, kernel_id)
+            conn = LocalKernelConnection(self.kernel_manager, kernel_id, iopub_hwm=self.iopub_hwm)
         await conn.start(self.ready_timeout)
         return conn
 
