@@ -254,3 +254,32 @@ def test_default_object_repr_gives_way_to_html_or_image() -> None:
     assert bundle_text(figure) == "<Figure size 640x480 with 1 Axes>"
     plain_object = {"text/plain": "<foo.Bar object at 0x7f00aa>"}
     assert bundle_text(plain_object) == "<foo.Bar object at 0x7f00aa>"
+
+
+# --- objects whose only rich repr is HTML ---
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "<__main__.T at 0x7f3a2c1d9e50>",  # IPython's default repr drops the word "object"
+        "<pandas.io.formats.style.Styler at 0x7f00aa>",
+        "<__main__.T object at 0x7f00aa>",
+        "<IPython.core.display.HTML object>",
+    ],
+)
+def test_default_repr_gives_way_to_html(plain: str) -> None:
+    assert bundle_text({"text/plain": plain, "text/html": "<b>bold</b> <i>it</i>"}) == "**bold** *it*"
+
+
+def test_styler_html_becomes_a_table() -> None:
+    df = pd.DataFrame({"a": [1, 2]})
+    text = bundle_text(
+        {"text/plain": "<pandas.io.formats.style.Styler at 0x7f1>", "text/html": df.style.to_html()}
+    )
+    assert text is not None and "| a |" in text.replace("  ", " ") and "<" not in text
+
+
+def test_a_real_repr_keeps_precedence_over_html() -> None:
+    for plain in ("<Figure size 640x480 with 1 Axes>", "<b>", "   a  b\n0  1  2", "<T at home>"):
+        assert bundle_text({"text/plain": plain, "text/html": "<p>html</p>"}) == plain.strip("\n")

@@ -95,20 +95,21 @@ class _Markdown(MarkdownConverter):
 
 
 def html_to_text(html: str) -> str:
-    """Readable markdown-ish text for HTML (a DataFrame's table becomes a markdown table)."""
+    """Readable markdown-ish text for HTML (an HTML table becomes a markdown table)."""
     return _Markdown().convert(html)
 
 
-# The repr Python gives objects without one of their own, e.g. "<IPython.core.display.HTML object>".
-_DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-fA-F]+)?>$")
+# The repr Python gives objects without one of their own: "<IPython.core.display.HTML object>", or as
+# IPython prints it, "<__main__.T at 0x7f...>" (IPython's pretty printer drops the word "object").
+_DEFAULT_REPR = re.compile(r"^<[\w.]+(?: object(?: at 0x[0-9a-fA-F]+)?| at 0x[0-9a-fA-F]+)>$")
 
 
 def bundle_text(data: dict[str, Any]) -> str | None:
     """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime.
 
     A ``text/plain`` that is only Python's default object repr says nothing a model can use: when the
-    bundle also has HTML, the HTML (as markdown) is shown instead; when it has an image, no text at all
-    (the image is among the displays).
+    bundle also has HTML, the HTML (as markdown) is shown instead; when it has an image or JSON, no text at
+    all (that is among the displays).
     """
     html = _join(data.get("text/html"))
     for mime in TEXT_MIMES:
@@ -117,8 +118,8 @@ def bundle_text(data: dict[str, Any]) -> str | None:
             if mime == "text/plain" and _DEFAULT_REPR.match(text.strip()):
                 if html is not None:
                     break
-                if any(m.startswith("image/") for m in data):
-                    return None  # "<IPython.core.display.Image object>": the image is in displays
+                if any(m.startswith("image/") or m == "application/json" for m in data):
+                    return None  # "<IPython.core.display.Image object>": the data is in displays
             return _strip_blank_lines(text)
     if html is not None:
         return _strip_blank_lines(html_to_text(html))
