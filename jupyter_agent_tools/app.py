@@ -12,6 +12,7 @@ from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .eval.kernels import KernelService
+from .eval.messages import OutputLimits
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
@@ -95,6 +96,20 @@ class AgentToolsApp(ExtensionApp):
         "spilled to an artifact.",
     ).tag(config=True)
 
+    max_display_bytes = Int(
+        2 * 1024 * 1024,
+        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
+        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
+        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
+    ).tag(config=True)
+
+    max_html_convert_bytes = Int(
+        128 * 1024,
+        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
+        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
+        "Converting runs at about 200 KB/s, off the event loop.",
+    ).tag(config=True)
+
     max_cells_per_request = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
 
     max_body_bytes = Int(
@@ -170,6 +185,14 @@ class AgentToolsApp(ExtensionApp):
     def _valid_backlog(self, proposal: Any) -> int:
         return _in_range(proposal, 1024, GIB)
 
+    @validate("max_display_bytes")
+    def _valid_display(self, proposal: Any) -> int:
+        return _in_range(proposal, 0, GIB)
+
+    @validate("max_html_convert_bytes")
+    def _valid_html(self, proposal: Any) -> int:
+        return _in_range(proposal, 1024, 16 * 1024 * 1024)
+
     @validate("iopub_hwm")
     def _valid_hwm(self, proposal: Any) -> int:
         return _in_range(proposal, 1, 100_000, "messages")
@@ -217,6 +240,9 @@ class AgentToolsApp(ExtensionApp):
             interrupt_grace=self.interrupt_timeout,
             max_cells=self.max_cells_per_request,
             liveness_interval=self.liveness_interval,
+            output_limits=OutputLimits(
+                display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
+            ),
         )
 
     def initialize_handlers(self) -> None:

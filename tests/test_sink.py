@@ -449,3 +449,12 @@ def test_one_huge_chunk_is_processed_without_full_size_copies(tmp_path: Path, un
     assert peak < 6 * 1024 * 1024, f"peak {peak} bytes"
     assert summary.total_bytes == path.stat().st_size == len(text.encode())
     assert summary.total_lines == 1
+
+
+def test_spill_saves_text_as_an_artifact_of_its_own(tmp_path: Path) -> None:
+    artifacts = Artifacts()
+    sink = OutputSink(10, artifacts)
+    assert sink.spill("<html>日本</html>" * 1000) == "art1"
+    assert artifacts.text("art1") == "<html>日本</html>" * 1000 and artifacts.files["art1"].was_closed
+    assert sink.finish().artifact_id is None  # the sink's own output is not affected
+    assert OutputSink(10).spill("x") is None

@@ -22,7 +22,7 @@ from ..artifacts import ArtifactStore
 from ..errors import AgentToolsError, BadRequest, Conflict, Unavailable
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService, close_quietly
-from .messages import CellOutcome, format_combined_output
+from .messages import CellOutcome, OutputLimits, format_combined_output
 from .recovery import fd_usage, is_fd_exhaustion
 from .request import EvalRequest, parse_eval_request
 from .sessions import InitSpec, KernelSession, SessionManager
@@ -77,6 +77,7 @@ class EvalService:
         interrupt_grace: float = 5.0,
         max_cells: int = 100,
         liveness_interval: float = 1.0,
+        output_limits: OutputLimits | None = None,
     ):
         self.sessions = sessions
         self.kernels = kernels
@@ -86,6 +87,7 @@ class EvalService:
         self.interrupt_grace = interrupt_grace
         self.max_cells = max_cells
         self.liveness_interval = liveness_interval
+        self.output_limits = output_limits or OutputLimits()
         self.per_call: dict[str, KernelSession] = {}
 
     def list_sessions(self) -> list[dict[str, Any]]:
@@ -407,6 +409,7 @@ class EvalService:
                     cancel=cancel,
                     interrupt=lambda: self.kernels.interrupt(kernel_id),
                     emit=emit,
+                    output_limits=self.output_limits,
                 )
             finally:
                 sink.close()

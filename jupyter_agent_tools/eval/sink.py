@@ -135,6 +135,25 @@ class OutputSink:
         )
         return self._summary
 
+    def spill(self, text: str) -> str | None:
+        """Save ``text`` as an artifact of its own (an output too large to show); its id, or None.
+
+        Touches no state of the sink, so it may run in another thread.
+        """
+        if self._open_artifact is None:
+            return None
+        try:
+            artifact_id, handle = self._open_artifact()
+        except OSError:
+            return None
+        try:
+            with handle:
+                for start in range(0, len(text), _BLOCK):
+                    handle.write(text[start : start + _BLOCK].encode("utf-8", "replace"))
+        except OSError:
+            return None
+        return artifact_id
+
     def close(self) -> None:
         """Close the artifact file if it is open (idempotent)."""
         artifact, self._artifact = self._artifact, None
