@@ -129,10 +129,11 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     stream_backlog_bytes = Int(
-        4 * 1024 * 1024,
+        16 * 1024 * 1024,
         help="Bytes of output text the NDJSON eval stream holds for a client that reads slower than the "
         "kernel prints; text past it is not sent (a 'gap' event says how much) and stays in the cell's "
-        "result and artifact.",
+        "result and artifact. Also the largest single output message a client gets whole (ipykernel "
+        "sends what a cell prints unflushed in 0.2 s as one message, often megabytes).",
     ).tag(config=True)
 
     kernel_ready_timeout = Float(

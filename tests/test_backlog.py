@@ -108,3 +108,16 @@ def test_a_huge_chunk_costs_only_what_is_queued(unit: str) -> None:
         "bytes": len(text.encode()) - len(queued.encode()),
     }
     assert peak < 8 * 1024 * 1024, f"peak {peak} bytes"
+
+
+def test_take_with_a_limit_splits_a_long_chunk_and_keeps_the_order() -> None:
+    backlog = StreamBacklog(100)
+    backlog.put(chunk("a" * 25))
+    backlog.put(chunk("b" * 10))
+    backlog.put({"type": "cell_end", "index": 0})
+    assert backlog.take(20) == [chunk("a" * 20)]
+    backlog.put(chunk("late", index=1))
+    assert backlog.take(20) == [chunk("a" * 5 + "b" * 10), {"type": "cell_end", "index": 0}, chunk("late", 1)]
+    # all 39 bytes are in flight until sent: 61 more fit
+    backlog.put(chunk("c" * 70, index=1))
+    assert backlog.take() == [chunk("c" * 61, 1), {"type": "gap", "index": 1, "name": "stdout", "bytes": 9}]

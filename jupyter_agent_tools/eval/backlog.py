@@ -1,20 +1,19 @@
 """The events of a running eval waiting for a stream client, with a bounded amount of output text (pure).
 
 The executor emits events as fast as the kernel prints; the client takes them as fast as it reads. Text
-of ``chunk`` events that would take the queued text (waiting, and taken but not yet sent) past
-``max_bytes`` is not queued: the client gets a ``gap`` event saying how many bytes of which cell's output
-it skipped. Nothing is lost: the sink keeps the cell's whole output (its tail in the result, all of it in
-the artifact once it passed ``max_output_bytes``). Every other event is always queued, in order.
+of ``chunk`` events that would take the text held for the client (waiting, and taken but not yet sent)
+past ``max_bytes`` is not queued: the client gets a ``gap`` event saying how many bytes of which cell's
+output it skipped. Nothing is lost: the sink keeps the cell's whole output (its tail in the result, all
+of it in the artifact once it passed ``max_output_bytes``). Every other event is always queued, in order.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Any
 
 Event = dict[str, Any]
-
-
 _BLOCK = 1 << 20  # characters measured at a time: a long chunk is never encoded whole just to count it
 
 
@@ -36,19 +35,34 @@ def utf8_prefix(text: str, max_bytes: int) -> str:
 class _Run:
     """Consecutive chunks (or skipped bytes) of one cell and stream, merged when taken."""
 
-    __slots__ = ("index", "kind", "name", "parts", "size")
+    __slots__ = ("index", "kind", "name", "offset", "parts", "size")
 
     def __init__(self, kind: str, index: int, name: str):
         self.kind = kind  # "chunk" | "gap"
         self.index = index
         self.name = name
-        self.parts: list[str] = []
-        self.size = 0
+        self.parts: deque[str] = deque()
+        self.offset = 0  # characters of parts[0] already taken
+        self.size = 0  # bytes: the text not yet taken, or the bytes skipped
 
-    def event(self) -> Event:
+    def take(self, max_chars: int) -> tuple[Event, int]:
+        """An event with (up to ``max_chars`` characters of) what the run holds, and its text's bytes."""
         if self.kind == "gap":
-            return {"type": "gap", "index": self.index, "name": self.name, "bytes": self.size}
-        return {"type": "chunk", "index": self.index, "name": self.name, "text": "".join(self.parts)}
+            return {"type": "gap", "index": self.index, "name": self.name, "bytes": self.size}, 0
+        pieces: list[str] = []
+        while self.parts and max_chars > 0:
+            part = self.parts[0]
+            piece = part[self.offset : self.offset + max_chars]
+            pieces.append(piece)
+            max_chars -= len(piece)
+            self.offset += len(piece)
+            if self.offset == len(part):
+                self.parts.popleft()
+                self.offset = 0
+        text = "".join(pieces)
+        size = utf8_size(text)
+        self.size -= size
+        return {"type": "chunk", "index": self.index, "name": self.name, "text": text}, size
 
 
 class StreamBacklog:
@@ -97,15 +111,29 @@ class StreamBacklog:
             self._queued += size
         last.size += size
 
-    def take(self) -> list[Event]:
-        """Every queued event, oldest first, consecutive chunks of a cell's stream merged into one.
+    def take(self, max_chars: int | None = None) -> list[Event]:
+        """The queued events, oldest first, consecutive chunks of a cell's stream merged into one; with
+        ``max_chars``, only about that much text (a chunk may be split; the rest stays queued).
 
         Their text counts against the bound until :meth:`sent`.
         """
-        items, self._items = self._items, deque()
-        self._in_flight += self._queued
-        self._queued = 0
-        return [item.event() if isinstance(item, _Run) else item for item in items]
+        budget = max_chars if max_chars is not None else sys.maxsize
+        events: list[Event] = []
+        while self._items:
+            item = self._items[0]
+            if not isinstance(item, _Run):
+                events.append(self._items.popleft())
+                continue
+            if item.kind == "chunk" and budget <= 0:
+                break
+            event, size = item.take(budget)
+            events.append(event)
+            self._queued -= size
+            self._in_flight += size
+            budget -= len(event.get("text", ""))
+            if item.kind == "gap" or not item.parts:
+                self._items.popleft()
+        return events
 
     def sent(self) -> None:
         """The events taken so far have been sent: their text no longer counts."""

@@ -17,6 +17,9 @@ from ..eval.service import EvalService
 from .base import AgentAPIHandler
 
 NDJSON = "application/x-ndjson"
+# Characters of output text sent per write: JSON encoding and HTTP chunk framing copy each write a few
+# times, so a 16 MB chunk goes out as several lines rather than one huge one.
+WRITE_CHARS = 1 << 20
 
 
 class EvalHandler(AgentAPIHandler):
@@ -75,7 +78,7 @@ class EvalHandler(AgentAPIHandler):
                     )
                     waiter.cancel()
                 ready.clear()
-                batch = backlog.take()
+                batch = backlog.take(WRITE_CHARS)
                 if not batch:
                     if run.done() or time.monotonic() - last_sent < interval:
                         continue
