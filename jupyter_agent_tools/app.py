@@ -165,7 +165,7 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     iopub_hwm = Int(
-        4,
+        2,
         help="Most kernel output messages ZMQ receives into the server ahead of the code that processes "
         "them (per kernel connection). Lower bounds the server's memory when a kernel prints faster than "
         "the server reads (each message may be megabytes); higher absorbs longer floods of small "

@@ -65,7 +65,7 @@ class LocalKernelConnection:
     with up to ZMQ's default of 1000 messages; past the bound the messages wait in the kernel instead.
     """
 
-    def __init__(self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 4):
+    def __init__(self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 2):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
         self.iopub_hwm = iopub_hwm

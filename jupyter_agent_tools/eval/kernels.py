@@ -48,7 +48,7 @@ class KernelService:
         ready_timeout: float = 60.0,
         retry_backoff: float = 1.0,
         fd_headroom: int = 64,
-        iopub_hwm: int = 4,
+        iopub_hwm: int = 2,
     ):
         self.kernel_manager = kernel_manager
         self.ready_timeout = ready_timeout
