@@ -12,6 +12,7 @@ from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .eval.kernels import KernelService
+from .eval.messages import OutputLimits
 from .eval.notebook_run import NotebookRunner
 from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
@@ -27,6 +28,18 @@ from .handlers.sessions import (
 )
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
+
+GIB = 1024**3
+
+
+def _in_range(proposal: Any, low: int, high: int, unit: str = "bytes") -> int:
+    """The proposed value of an Int trait, or a TraitError naming the trait and its range."""
+    value = int(proposal["value"])
+    if not low <= value <= high:
+        name = proposal["trait"].name
+        raise TraitError(f"AgentToolsApp.{name} must be between {low} and {high} {unit}, got {value}")
+    return value
+
 
 # Any segment: a name no session can have answers a JSON 404 from the handler, not the server's HTML 404.
 SESSION_NAME = r"(?P<name>[^/]+)"
@@ -98,6 +111,20 @@ class AgentToolsApp(ExtensionApp):
         "is kept with a note naming the artifact that holds the whole text.",
     ).tag(config=True)
 
+    max_display_bytes = Int(
+        2 * 1024 * 1024,
+        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
+        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
+        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
+    ).tag(config=True)
+
+    max_html_convert_bytes = Int(
+        128 * 1024,
+        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
+        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
+        "Converting runs at about 200 KB/s, off the event loop.",
+    ).tag(config=True)
+
     max_cells_per_request = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
 
     max_body_bytes = Int(
@@ -114,6 +141,14 @@ class AgentToolsApp(ExtensionApp):
 
     stream_heartbeat_interval = Float(
         5.0, help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event."
+    ).tag(config=True)
+
+    stream_backlog_bytes = Int(
+        16 * 1024 * 1024,
+        help="Bytes of output text the NDJSON eval stream holds for a client that reads slower than the "
+        "kernel prints; text past it is not sent (a 'gap' event says how much) and stays in the cell's "
+        "result and artifact. Also the largest single output message a client gets whole (ipykernel "
+        "sends what a cell prints unflushed in 0.2 s as one message, often megabytes).",
     ).tag(config=True)
 
     kernel_ready_timeout = Float(
@@ -150,6 +185,14 @@ class AgentToolsApp(ExtensionApp):
         "as EMFILE (idle sessions are shut down and the start retried once). 0 disables the check.",
     ).tag(config=True)
 
+    iopub_hwm = Int(
+        2,
+        help="Most kernel output messages ZMQ receives into the server ahead of the code that processes "
+        "them (per kernel connection). Lower bounds the server's memory when a kernel prints faster than "
+        "the server reads (each message may be megabytes); higher absorbs longer floods of small "
+        "messages before the kernel drops some (its own buffer holds 1000).",
+    ).tag(config=True)
+
     artifacts_dir = Unicode(
         "",
         help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
@@ -173,6 +216,21 @@ class AgentToolsApp(ExtensionApp):
             name = proposal["trait"].name
             raise TraitError(f"AgentToolsApp.{name} must be at least 1, got {value}")
         return value
+    @validate("stream_backlog_bytes")
+    def _valid_backlog(self, proposal: Any) -> int:
+        return _in_range(proposal, 1024, GIB)
+
+    @validate("max_display_bytes")
+    def _valid_display(self, proposal: Any) -> int:
+        return _in_range(proposal, 0, GIB)
+
+    @validate("max_html_convert_bytes")
+    def _valid_html(self, proposal: Any) -> int:
+        return _in_range(proposal, 1024, 16 * 1024 * 1024)
+
+    @validate("iopub_hwm")
+    def _valid_hwm(self, proposal: Any) -> int:
+        return _in_range(proposal, 1, 100_000, "messages")
 
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -199,6 +257,7 @@ class AgentToolsApp(ExtensionApp):
             self.serverapp.kernel_manager,
             ready_timeout=self.kernel_ready_timeout,
             fd_headroom=self.fd_headroom,
+            iopub_hwm=self.iopub_hwm,
         )
         sessions = SessionManager(
             kernels,
@@ -220,6 +279,9 @@ class AgentToolsApp(ExtensionApp):
             max_cells=self.max_cells_per_request,
             liveness_interval=self.liveness_interval,
             init_timeout=self.init_timeout,
+            output_limits=OutputLimits(
+                display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
+            ),
         )
 
         self.notebook_runner = NotebookRunner(

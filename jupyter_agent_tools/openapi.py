@@ -278,7 +278,8 @@ def _paths() -> dict[str, Any]:
                     "in": "path",
                     "required": True,
                     "description": "The artifact_id of a truncated cell result (also in its output's "
-                    "'Full: artifact://<id>' notice).",
+                    "'Full: artifact://<id>' notice), of an omitted display, or of cut HTML ('Full HTML: "
+                    "artifact://<id>').",
                     "schema": {"type": "string"},
                 }
             ],
@@ -289,7 +290,8 @@ def _paths() -> dict[str, Any]:
                 "x-authorization": {"resource": "kernels", "action": "read"},
                 "responses": {
                     "200": {
-                        "description": "The full sanitized output text.",
+                        "description": "The full sanitized output text; for an omitted display its data "
+                        "as text (base64, SVG, JSON); for cut HTML the whole HTML.",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
                     "403": FORBIDDEN,

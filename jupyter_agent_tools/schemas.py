@@ -319,6 +319,16 @@ def _obj(properties: dict[str, Any], required: list[str] | None = None, **extra:
     return schema
 
 
+# The fields of a display too large for the answer (max_display_bytes), in place of its "data".
+_OMITTED: dict[str, Any] = {
+    "bytes": {"type": "integer", "description": "UTF-8 bytes of the data (as text: base64, SVG, JSON)"},
+    "omitted": {"const": True},
+    "artifact_id": {
+        **_STR_OR_NULL,
+        "description": "GET /api/agent/artifacts/{id}: the data as text (null: it could not be saved)",
+    },
+}
+
 ANSWER_SCHEMAS: dict[str, Any] = {
     "Error": _obj(
         {
@@ -404,7 +414,8 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     ),
     # -- eval
     "Display": {
-        "description": "A structured output: a JSON value, an image (base64; SVG as text), or a status.",
+        "description": "A structured output: a JSON value, an image (base64; SVG as text), or a status. "
+        "JSON and image data past max_display_bytes (per cell) is a placeholder, saved as an artifact.",
         "oneOf": [ref("JsonDisplay"), ref("ImageDisplay"), ref("StatusDisplay")],
         "discriminator": {
             "propertyName": "type",
@@ -415,8 +426,20 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             },
         },
     },
-    "JsonDisplay": _obj({"type": {"const": "json"}, "data": {"description": "any JSON value"}}),
-    "ImageDisplay": _obj({"type": {"const": "image"}, "mime": _STR, "data": _STR}),
+    "JsonDisplay": _obj(
+        {"type": {"const": "json"}, "data": {"description": "any JSON value"}, **_OMITTED},
+        required=["type"],
+        oneOf=[{"required": ["data"]}, {"required": list(_OMITTED)}],
+        description="A JSON value, or past max_display_bytes a placeholder (omitted: true) whose artifact "
+        "holds the value as JSON text.",
+    ),
+    "ImageDisplay": _obj(
+        {"type": {"const": "image"}, "mime": _STR, "data": _STR, **_OMITTED},
+        required=["type", "mime"],
+        oneOf=[{"required": ["data"]}, {"required": list(_OMITTED)}],
+        description="An image (base64; SVG as text), or past max_display_bytes a placeholder "
+        "(omitted: true) whose artifact holds that text.",
+    ),
     "StatusDisplay": _obj({"type": {"const": "status"}, "event": {"description": "any JSON value"}}),
     "EvalError": _obj(
         {
@@ -464,6 +487,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             for name in (
                 "CellStartEvent",
                 "ChunkEvent",
+                "GapEvent",
                 "DisplayEvent",
                 "CellEndEvent",
                 "HeartbeatEvent",
@@ -477,6 +501,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "mapping": {
                 "cell_start": REF + "CellStartEvent",
                 "chunk": REF + "ChunkEvent",
+                "gap": REF + "GapEvent",
                 "display": REF + "DisplayEvent",
                 "cell_end": REF + "CellEndEvent",
                 "heartbeat": REF + "HeartbeatEvent",
@@ -494,6 +519,17 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "name": {"type": "string", "description": "stdout, stderr, result, display or error"},
             "text": {"type": "string", "description": "sanitized text, as it arrives"},
         }
+    ),
+    "GapEvent": _obj(
+        {
+            "type": {"const": "gap"},
+            "index": _INT,
+            "name": {"type": "string", "description": "the stream of the skipped text, as in 'chunk'"},
+            "bytes": {"type": "integer", "description": "UTF-8 bytes of sanitized text not sent here"},
+        },
+        description="The client read slower than the kernel printed: this much of the cell's output text "
+        "was not sent in the stream (at most stream_backlog_bytes wait for a client). Nothing is lost: "
+        "the 'result' has the cell's output (its tail past max_output_bytes, with artifact_id for all).",
     ),
     "DisplayEvent": _obj({"type": {"const": "display"}, "index": _INT, "display": ref("Display")}),
     "CellEndEvent": _obj(

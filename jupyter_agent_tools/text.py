@@ -63,15 +63,25 @@ def split_incomplete_escape(text: str) -> tuple[str, str]:
 
 
 _ASCII_CONTROLS = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+_CHECK_BLOCK = 1 << 20  # characters checked at a time: a 100 MB print is not copied twice to find none
 
 
 def strip_controls(text: str) -> str:
     """Remove control characters but ``\\t``, ``\\n``, ``\\r``: NUL, BEL, DEL, C1, lone surrogates."""
     if text.isascii():  # fast path (most output): bytes.translate is far faster than the regex
+        if len(text) > _CHECK_BLOCK and not any(
+            _has_ascii_controls(text[i : i + _CHECK_BLOCK]) for i in range(0, len(text), _CHECK_BLOCK)
+        ):
+            return text  # long clean text: checked in blocks, without two full-size copies
         data = text.encode("ascii")
         kept = data.translate(None, _ASCII_CONTROLS)
         return text if len(kept) == len(data) else kept.decode("ascii")
     return _CONTROLS.sub("", text)
+
+
+def _has_ascii_controls(text: str) -> bool:
+    data = text.encode("ascii")
+    return len(data.translate(None, _ASCII_CONTROLS)) != len(data)
 
 
 def resolve_carriage_returns(text: str) -> str:

@@ -374,6 +374,15 @@ async def test_stream_form(jp_fetch):
     assert result["output"].startswith("[1/2] count\n0\n1\n2\n")
 
 
+async def test_stream_sends_one_big_output_message_whole_to_a_client_that_keeps_up(jp_fetch):
+    code = "import sys\n_ = sys.stdout.write('ab' * 5_000_000)"  # unflushed: one 10 MB iopub message
+    response, events = await stream(jp_fetch, {"cells": [{"code": code}], "session": "big"}, timeout=120)
+    assert response.code == 200 and not [e for e in events if e["type"] == "gap"]
+    chunks = [e["text"] for e in events if e["type"] == "chunk"]
+    assert max(len(c) for c in chunks) <= 1 << 20  # sent as lines of at most 1 MiB of text
+    assert "".join(chunks) == "ab" * 5_000_000
+
+
 async def test_stream_heartbeat(jp_serverapp, jp_fetch):
     app = jp_serverapp.web_app.settings["jupyter_agent_tools"]
     app.stream_heartbeat_interval = 0.3

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pandas as pd
 import pytest
 from samples import PNG_1PX
@@ -13,11 +16,15 @@ from jupyter_agent_tools.eval.messages import (
     Display,
     ErrorInfo,
     KernelStatus,
+    OutputLimits,
+    RichOutput,
     Text,
+    bounded_error,
     bundle_displays,
     bundle_text,
     format_combined_output,
     interpret_iopub,
+    needs_worker,
 )
 
 PNG = PNG_1PX + "\n"  # as a kernel sends it: base64 with a newline
@@ -252,3 +259,138 @@ def test_default_object_repr_gives_way_to_html_or_image() -> None:
     assert bundle_text(figure) == "<Figure size 640x480 with 1 Axes>"
     plain_object = {"text/plain": "<foo.Bar object at 0x7f00aa>"}
     assert bundle_text(plain_object) == "<foo.Bar object at 0x7f00aa>"
+
+
+# --- objects whose only rich repr is HTML ---
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        "<__main__.T at 0x7f3a2c1d9e50>",  # IPython's default repr drops the word "object"
+        "<pandas.io.formats.style.Styler at 0x7f00aa>",
+        "<__main__.T object at 0x7f00aa>",
+        "<IPython.core.display.HTML object>",
+    ],
+)
+def test_default_repr_gives_way_to_html(plain: str) -> None:
+    assert bundle_text({"text/plain": plain, "text/html": "<b>bold</b> <i>it</i>"}) == "**bold** *it*"
+
+
+def test_styler_html_becomes_a_table() -> None:
+    df = pd.DataFrame({"a": [1, 2]})
+    text = bundle_text(
+        {"text/plain": "<pandas.io.formats.style.Styler at 0x7f1>", "text/html": df.style.to_html()}
+    )
+    assert text is not None and "| a |" in text.replace("  ", " ") and "<" not in text
+
+
+def test_a_real_repr_keeps_precedence_over_html() -> None:
+    for plain in ("<Figure size 640x480 with 1 Axes>", "<b>", "   a  b\n0  1  2", "<T at home>"):
+        assert bundle_text({"text/plain": plain, "text/html": "<p>html</p>"}) == plain.strip("\n")
+
+
+# --- bounded rich outputs ---
+
+
+class Saved:
+    """An artifact store stand-in: keeps what is saved, gives ids."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        artifact_id = f"s.{len(self.items)}"
+        self.items[artifact_id] = text
+        return artifact_id
+
+
+def test_long_html_is_converted_up_to_the_limit_and_saved_whole() -> None:
+    rows = "".join(f"<tr><td>{i}</td><td>row {i}</td></tr>" for i in range(5000))
+    html = f"<table><tr><th>n</th><th>name</th></tr>{rows}</table>"
+    saved = Saved()
+    rich = RichOutput(OutputLimits(html_convert_bytes=4096), save=saved)
+    text = bundle_text({"text/plain": "<IPython.core.display.HTML object>", "text/html": html}, rich)
+    assert text is not None
+    body, notice = text.rsplit("\n", 1)
+    assert "| 0 | row 0 |" in body and "row 4999" not in body and "<" not in body
+    assert len(body) < 4096
+    assert re.fullmatch(
+        r"\[HTML output of \d+\.\dKB cut: converted its first 4\.0KB\. Full HTML: artifact://s\.0\]", notice
+    ), notice
+    assert saved.items == {"s.0": html}
+
+
+def test_cut_html_without_a_store_says_so() -> None:
+    text = bundle_text(
+        {"text/html": "<p>" + "x" * 5000 + "</p>"}, RichOutput(OutputLimits(html_convert_bytes=1024))
+    )
+    assert text is not None and text.endswith("cut: converted its first 1.0KB.]")
+
+
+def test_html_within_the_limit_is_converted_whole() -> None:
+    rich = RichOutput(OutputLimits(html_convert_bytes=1024), save=Saved())
+    assert bundle_text({"text/html": "<b>" + "y" * 1000 + "</b>"}, rich) == "**" + "y" * 1000 + "**"
+
+
+def test_displays_past_the_cell_budget_become_placeholders_with_artifacts() -> None:
+    saved = Saved()
+    rich = RichOutput(OutputLimits(display_bytes=100), save=saved)
+    small, big = "A" * 60, "B" * 1000
+    value = {"k": "v" * 200}
+    assert bundle_displays({"image/png": small}, rich) == [
+        {"type": "image", "mime": "image/png", "data": small}
+    ]
+    assert bundle_displays({"image/png": big, "application/json": value}, rich) == [
+        {"type": "image", "mime": "image/png", "bytes": 1000, "omitted": True, "artifact_id": "s.0"},
+        {"type": "json", "bytes": len(json.dumps(value)), "omitted": True, "artifact_id": "s.1"},
+    ]
+    assert saved.items == {"s.0": big, "s.1": json.dumps(value)}
+    # the budget is per cell: what is left (40 bytes) still takes a small display
+    assert bundle_displays({"image/png": "C" * 40}, rich)[0]["data"] == "C" * 40
+    assert bundle_displays({"image/png": "D"}, rich)[0]["omitted"] is True
+
+
+def test_large_display_without_a_store_has_no_artifact() -> None:
+    [display] = bundle_displays({"image/svg+xml": "é" * 100}, RichOutput(OutputLimits(display_bytes=10)))
+    assert display == {
+        "type": "image",
+        "mime": "image/svg+xml",
+        "bytes": 200,
+        "omitted": True,
+        "artifact_id": None,
+    }
+
+
+def test_status_displays_are_never_omitted() -> None:
+    rich = RichOutput(OutputLimits(display_bytes=0))
+    event = {"phase": "x" * 100}
+    assert bundle_displays({STATUS_MIMES[0]: event}, rich) == [{"type": "status", "event": event}]
+
+
+def test_big_or_html_displays_need_a_worker_thread() -> None:
+    assert needs_worker("display_data", {"data": {"text/html": "<b>x</b>"}})
+    assert needs_worker("execute_result", {"data": {"text/plain": "<__main__.T at 0x1>", "text/html": "<b>"}})
+    assert needs_worker("display_data", {"data": {"image/png": "A" * 100_000}})
+    assert needs_worker("display_data", {"data": {"application/json": list(range(50_000))}})
+    assert not needs_worker("execute_result", {"data": {"text/plain": "2"}})
+    assert not needs_worker("display_data", {"data": {"image/png": PNG, "text/plain": "<Figure>"}})
+    assert not needs_worker("stream", {"name": "stdout", "text": "x" * 1_000_000})
+
+
+def test_huge_error_is_bounded_in_the_error_object() -> None:
+    info = ErrorInfo("ValueError", "v" * 10_000, ["frame 1", "frame 2", "ValueError: " + "v" * 10_000])
+    error = bounded_error(info, 1000)
+    assert error["ename"] == "ValueError"
+    assert error["evalue"] == "v" * 1000 + "[... cut 9000 more characters]"
+    assert error["traceback"] == [
+        "[... 2 earlier traceback lines cut]",
+        "ValueError: " + "v" * 988 + "[... cut 9012 more characters]",
+    ]
+    small = ErrorInfo("KeyError", "'x'", ["a", "b"])
+    assert bounded_error(small, 1000) == {"ename": "KeyError", "evalue": "'x'", "traceback": ["a", "b"]}
+
+
+def test_long_plain_text_keeps_its_lines() -> None:
+    text = "\n\n" + "\n".join(f"line {i}" for i in range(100_000)) + "\n \n"
+    assert bundle_text({"text/plain": text}) == text.strip()

@@ -430,3 +430,31 @@ def test_memory_stays_bounded_for_100_mb(tmp_path: Path) -> None:
     assert summary.artifact_id == "big"
     assert summary.output_bytes <= 50 * 1024
     assert summary.output.partition("\n")[2] == unit_clean * (summary.output_lines)
+
+
+@pytest.mark.parametrize("unit", ["x", "é"])
+def test_one_huge_chunk_is_processed_without_full_size_copies(tmp_path: Path, unit: str) -> None:
+    """A single 20 MB print (one iopub message): worked through in blocks, never copied whole."""
+    text = unit * 10_000_000 + "\n"
+    path = tmp_path / "artifact.txt"
+    sink = OutputSink(50 * 1024, lambda: ("big", path.open("wb")))
+    tracemalloc.start()
+    try:
+        shown = sink.push(text)
+        summary = sink.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert shown is text  # streamed as it came: nothing to sanitize, no copy
+    assert peak < 6 * 1024 * 1024, f"peak {peak} bytes"
+    assert summary.total_bytes == path.stat().st_size == len(text.encode())
+    assert summary.total_lines == 1
+
+
+def test_spill_saves_text_as_an_artifact_of_its_own(tmp_path: Path) -> None:
+    artifacts = Artifacts()
+    sink = OutputSink(10, artifacts)
+    assert sink.spill("<html>日本</html>" * 1000) == "art1"
+    assert artifacts.text("art1") == "<html>日本</html>" * 1000 and artifacts.files["art1"].was_closed
+    assert sink.finish().artifact_id is None  # the sink's own output is not affected
+    assert OutputSink(10).spill("x") is None

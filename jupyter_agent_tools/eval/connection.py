@@ -14,6 +14,7 @@ import logging
 from typing import Any, Protocol
 from uuid import uuid4
 
+import zmq
 from jupyter_core.utils import ensure_async
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,16 @@ class LocalKernelConnection:
 
     Each connection has its own session id (the ZMQ identity), so several clients of one kernel do not
     steal each other's replies, and its channels are always stopped on :meth:`close`.
+
+    ZMQ receives messages ahead of the executor, up to ``iopub_hwm`` messages per socket. A kernel that
+    prints faster than the server processes its output (10 MB flushes) would otherwise fill the server
+    with up to ZMQ's default of 1000 messages; past the bound the messages wait in the kernel instead.
     """
 
-    def __init__(self, kernel_manager: Any, kernel_id: str):
+    def __init__(self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 2):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
+        self.iopub_hwm = iopub_hwm
         self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lost_state = False
         self._client: Any = None
@@ -73,6 +79,7 @@ class LocalKernelConnection:
         kernel = self.kernel_manager.get_kernel(self.kernel_id)
         client = kernel.client()
         client.session.session = uuid4().hex
+        client.context.setsockopt(zmq.RCVHWM, self.iopub_hwm)  # the client's own context: its sockets only
         self._client = client
         client.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
         try:

@@ -16,7 +16,16 @@ from typing import Any
 
 from ..text import strip_ansi
 from .connection import KernelConnection, drain
-from .messages import Display, ErrorInfo, Text, interpret_iopub
+from .messages import (
+    Display,
+    ErrorInfo,
+    OutputLimits,
+    RichOutput,
+    Text,
+    bounded_error,
+    interpret_iopub,
+    needs_worker,
+)
 from .sink import OutputSink, SinkSummary
 
 STDIN_NOTICE = "Kernel requested stdin; interactive input is not supported.\n"
@@ -66,12 +75,14 @@ class _Run:
         index: int,
         sink: OutputSink,
         emit: Emit,
+        output_limits: OutputLimits,
         observe: Observe | None = None,
     ):
         self.conn = conn
         self.index = index
         self.sink = sink
         self.emit = emit
+        self.rich = RichOutput(output_limits, save=sink.spill)
         self.observe = observe
         self.result = CellExecution()
         self.msg_id = ""
@@ -87,14 +98,14 @@ class _Run:
             self.last_char = chunk[-1]
             self.emit({"type": "chunk", "index": self.index, "name": name, "text": chunk})
 
-    def handle(self, msg: dict[str, Any]) -> None:
+    async def handle(self, msg: dict[str, Any]) -> None:
         channel = msg.get("channel")
         if channel == "event":
             if msg.get("event") in ("restarted", "dead", "disconnected"):
                 self.result.kernel_died = True
             return
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
-        msg_type = msg.get("header", {}).get("msg_type") or msg.get("msg_type")
+        msg_type = str(msg.get("header", {}).get("msg_type") or msg.get("msg_type") or "")
         content = msg.get("content") or {}
         if parent_id != self.msg_id:
             if (
@@ -121,19 +132,22 @@ class _Run:
                 self.idle = True
             return
         if self.observe is not None:
-            self.observe(str(msg_type or ""), content)
-        for item in interpret_iopub(str(msg_type or ""), content):
+            self.observe(msg_type, content)
+        if needs_worker(msg_type, content):
+            # HTML conversion and large display data: in a thread, so the server keeps answering. Later
+            # messages wait in the queue meanwhile, so the output keeps its order.
+            loop = asyncio.get_running_loop()
+            items = await loop.run_in_executor(None, interpret_iopub, msg_type, content, self.rich)
+        else:
+            items = interpret_iopub(msg_type, content, self.rich)
+        for item in items:
             if isinstance(item, Text):
                 self.text(item.text, item.name)
             elif isinstance(item, Display):
                 self.result.displays.append(item.display)
                 self.emit({"type": "display", "index": self.index, "display": item.display})
             elif isinstance(item, ErrorInfo):
-                self.result.error = {
-                    "ename": item.ename,
-                    "evalue": item.evalue,
-                    "traceback": item.traceback,
-                }
+                self.result.error = bounded_error(item, self.sink.max_bytes)
 
     @property
     def done(self) -> bool:
@@ -151,6 +165,7 @@ async def run_cell(
     interrupt: Callable[[], Awaitable[None]],
     emit: Emit,
     silent: bool = False,
+    output_limits: OutputLimits | None = None,
     observe: Observe | None = None,
 ) -> CellExecution:
     """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``.
@@ -160,7 +175,7 @@ async def run_cell(
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    run = _Run(conn, index, sink, emit, observe)
+    run = _Run(conn, index, sink, emit, output_limits or OutputLimits(), observe)
     drain(conn.messages)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
@@ -173,7 +188,7 @@ async def run_cell(
     try:
         while not run.done and not run.result.kernel_died:
             try:
-                run.handle(conn.messages.get_nowait())
+                await run.handle(conn.messages.get_nowait())
                 continue
             except asyncio.QueueEmpty:
                 pass
@@ -206,13 +221,13 @@ async def run_cell(
                 waiters.add(cancel_wait)
             done, _ = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if getter in done:
-                run.handle(getter.result())
+                await run.handle(getter.result())
                 continue
             getter.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await getter
             if getter.done() and not getter.cancelled():  # a message raced the cancel
-                run.handle(getter.result())
+                await run.handle(getter.result())
             if loop.time() - last_alive_check >= limits.liveness_interval:
                 last_alive_check = loop.time()
                 if not await conn.is_alive():

@@ -48,10 +48,12 @@ class KernelService:
         *,
         ready_timeout: float = 60.0,
         fd_headroom: int = 64,
+        iopub_hwm: int = 2,
     ):
         self.kernel_manager = kernel_manager
         self.ready_timeout = ready_timeout
         self.fd_headroom = fd_headroom
+        self.iopub_hwm = iopub_hwm
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
 
     @property
@@ -185,7 +187,7 @@ class KernelService:
 
             conn: KernelConnection = GatewayKernelConnection(self.kernel_manager, kernel_id)
         else:
-            conn = LocalKernelConnection(self.kernel_manager, kernel_id)
+            conn = LocalKernelConnection(self.kernel_manager, kernel_id, iopub_hwm=self.iopub_hwm)
         await conn.start(self.ready_timeout)
         return conn
 

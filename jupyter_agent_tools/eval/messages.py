@@ -1,9 +1,17 @@
-"""Jupyter iopub message content turned into eval events, and the combined text a model reads (pure)."""
+"""Jupyter iopub message content turned into eval events, and the combined text a model reads (pure).
+
+Rich outputs are bounded per cell (:class:`RichOutput`): display data past ``max_display_bytes`` is saved
+whole as an artifact (through the injected ``save``) and shown as a placeholder, and only the first
+``max_html_convert_bytes`` of an HTML output are converted to text. Converting HTML is slow Python code
+(about 200 KB/s): callers run bundles that need it off their event loop (see :func:`needs_worker`).
+"""
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from markdownify import MarkdownConverter
@@ -13,6 +21,30 @@ from ..text import strip_ansi
 STATUS_MIMES = ("application/x-omp-status", "application/x-xcsh-status")
 TEXT_MIMES = ("text/markdown", "text/plain")
 DISPLAY_MESSAGES = ("execute_result", "display_data", "update_display_data")
+
+
+Saver = Callable[[str], str | None]  # saves text as a new artifact: its id, or None if it could not
+
+
+@dataclass(frozen=True)
+class OutputLimits:
+    """Bounds on a cell's rich outputs (traits ``max_display_bytes`` and ``max_html_convert_bytes``)."""
+
+    display_bytes: int = 2 * 1024 * 1024  # display data (images, JSON) inlined per cell
+    html_convert_bytes: int = 128 * 1024  # HTML converted to text per output
+
+
+@dataclass
+class RichOutput:
+    """One cell's rich-output state: its limits, the display bytes it may still inline, where spills go."""
+
+    limits: OutputLimits = field(default_factory=OutputLimits)
+    save: Saver | None = None
+    inlined: int = 0  # display bytes inlined so far
+
+    def spill(self, text: str) -> str | None:
+        """Save ``text`` as an artifact; its id, or None without a store (or on a failed write)."""
+        return self.save(text) if self.save is not None else None
 
 
 @dataclass(frozen=True)
@@ -65,8 +97,26 @@ def _join(value: Any) -> str | None:
     return None
 
 
+# Line boundaries of str.splitlines() other than "\n": text without them is handled without splitting.
+_OTHER_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_NON_SPACE = re.compile(r"\S")
+
+
 def _strip_blank_lines(text: str) -> str:
-    """Drop blank lines (whitespace only) before and after the text; keep the first line's indent."""
+    """Drop blank lines (whitespace only) before and after the text; keep the first line's indent.
+
+    Lines end as ``str.splitlines`` ends them and come back joined with ``\\n``.
+    """
+    if not _OTHER_LINE_BREAKS.search(text):  # one slice, not a list of every line (a long text has many)
+        first = _NON_SPACE.search(text)
+        if first is None:
+            return ""
+        end = len(text)
+        while text[end - 1].isspace():
+            end -= 1
+        start = text.rfind("\n", 0, first.start()) + 1
+        stop = text.find("\n", end)
+        return text[start : stop if stop != -1 else len(text)]
     lines = text.splitlines()
     while lines and not lines[0].strip():
         lines.pop(0)
@@ -95,61 +145,185 @@ class _Markdown(MarkdownConverter):
 
 
 def html_to_text(html: str) -> str:
-    """Readable markdown-ish text for HTML (a DataFrame's table becomes a markdown table)."""
+    """Readable markdown-ish text for HTML (an HTML table becomes a markdown table)."""
     return _Markdown().convert(html)
 
 
-# The repr Python gives objects without one of their own, e.g. "<IPython.core.display.HTML object>".
-_DEFAULT_REPR = re.compile(r"^<[\w.]+ object(?: at 0x[0-9a-fA-F]+)?>$")
+def _size(n: int) -> str:
+    return f"{n / 1024:.1f}KB" if n < 1024 * 1024 else f"{n / (1024 * 1024):.1f}MB"
 
 
-def bundle_text(data: dict[str, Any]) -> str | None:
-    """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime.
+def bounded_html_to_text(html: str, rich: RichOutput) -> str:
+    """:func:`html_to_text` of at most the first ``html_convert_bytes`` of ``html``; past them a notice
+    says it was cut and where the whole HTML went (an artifact)."""
+    limit = rich.limits.html_convert_bytes
+    if len(html) * 4 <= limit:  # fast path: cannot be over the limit even in 4-byte characters
+        return _strip_blank_lines(html_to_text(html))
+    data = html.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return _strip_blank_lines(html_to_text(html))
+    head = data[:limit].decode("utf-8", "ignore")
+    tag = head.rfind("<")
+    if tag > 0:
+        head = head[:tag]  # do not convert half a tag
+    artifact_id = rich.spill(html)
+    where = f" Full HTML: artifact://{artifact_id}" if artifact_id else ""
+    notice = f"[HTML output of {_size(len(data))} cut: converted its first {_size(len(head))}.{where}]"
+    return f"{_strip_blank_lines(html_to_text(head))}\n{notice}"
+
+
+# The repr Python gives objects without one of their own: "<IPython.core.display.HTML object>", or as
+# IPython prints it, "<__main__.T at 0x7f...>" (IPython's pretty printer drops the word "object").
+_DEFAULT_REPR = re.compile(r"^<[\w.]+(?: object(?: at 0x[0-9a-fA-F]+)?| at 0x[0-9a-fA-F]+)>$")
+
+
+def _text_source(data: dict[str, Any]) -> tuple[str, str] | None:
+    """Which text a bundle shows, as (mime, value): markdown, else plain, else HTML; None for none.
 
     A ``text/plain`` that is only Python's default object repr says nothing a model can use: when the
-    bundle also has HTML, the HTML (as markdown) is shown instead; when it has an image, no text at all
-    (the image is among the displays).
+    bundle also has HTML, the HTML is shown instead; when it has an image or JSON, no text at all (that
+    is among the displays).
     """
     html = _join(data.get("text/html"))
     for mime in TEXT_MIMES:
         text = _join(data.get(mime))
         if text is not None:
-            if mime == "text/plain" and _DEFAULT_REPR.match(text.strip()):
+            if mime == "text/plain" and len(text) < 1024 and _DEFAULT_REPR.match(text.strip()):
                 if html is not None:
                     break
-                if any(m.startswith("image/") for m in data):
-                    return None  # "<IPython.core.display.Image object>": the image is in displays
-            return _strip_blank_lines(text)
+                if any(m.startswith("image/") or m == "application/json" for m in data):
+                    return None  # "<IPython.core.display.Image object>": the data is in displays
+            return mime, text
     if html is not None:
-        return _strip_blank_lines(html_to_text(html))
+        return "text/html", html
     return None
 
 
-def bundle_displays(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """Structured outputs of a mime bundle: JSON values, images (base64, SVG as text), status events."""
+def bundle_text(data: dict[str, Any], rich: RichOutput | None = None) -> str | None:
+    """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime."""
+    source = _text_source(data)
+    if source is None:
+        return None
+    mime, text = source
+    if mime == "text/html":
+        return bounded_html_to_text(text, rich or RichOutput())
+    return _strip_blank_lines(text)
+
+
+def _json_size(value: Any, limit: int) -> int:
+    """About the length of ``value`` as JSON text (a lower bound); counting stops once past ``limit``."""
+    size, stack = 0, [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, dict):
+            size += 2 + 4 * len(item)
+            if size <= limit:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            size += 2 + len(item)
+            if size <= limit:
+                stack.extend(item)
+        else:
+            size += len(repr(item))
+    return size
+
+
+def _display(rich: RichOutput, display: dict[str, Any], value: Any, size: int) -> dict[str, Any]:
+    """``display`` with its ``data`` when the cell still has room for ``size`` bytes, else a placeholder
+    with the data saved whole as an artifact."""
+    limit = rich.limits.display_bytes
+    if rich.inlined + size <= limit:
+        rich.inlined += size
+        return {**display, "data": value}
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return {
+        **display,
+        "bytes": len(text) if text.isascii() else len(text.encode("utf-8", "replace")),
+        "omitted": True,
+        "artifact_id": rich.spill(text),
+    }
+
+
+def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> list[dict[str, Any]]:
+    """Structured outputs of a mime bundle: JSON values, images (base64, SVG as text), status events.
+
+    Display data a cell has no room left for (``max_display_bytes`` per cell) becomes a placeholder
+    ``{"type", ["mime",] "bytes", "omitted": true, "artifact_id"}``; the artifact holds the data as it
+    would have been sent (base64 text of a binary image, JSON text of a JSON value).
+    """
+    rich = rich or RichOutput()
+    room = rich.limits.display_bytes - rich.inlined
     displays: list[dict[str, Any]] = []
     for mime, value in data.items():
         if mime == "application/json":
-            displays.append({"type": "json", "data": value})
+            displays.append(_display(rich, {"type": "json"}, value, _json_size(value, room)))
         elif mime.startswith("image/"):
             image = _join(value)
             if image is not None:
-                displays.append({"type": "image", "mime": mime, "data": image})
+                size = len(image) if image.isascii() else len(image.encode("utf-8", "replace"))
+                displays.append(_display(rich, {"type": "image", "mime": mime}, image, size))
         elif mime in STATUS_MIMES:
             displays.append({"type": "status", "event": value})
     return displays
 
 
-def interpret_iopub(msg_type: str, content: dict[str, Any]) -> list[Event]:
-    """Events for one iopub message (its ``msg_type`` and ``content``); [] for kinds we do not use."""
+# Bundles with this much data, or HTML to convert, are worth a worker thread (see needs_worker).
+_WORKER_BYTES = 64 * 1024
+
+
+def needs_worker(msg_type: str, content: dict[str, Any]) -> bool:
+    """Whether interpreting this message may take long enough to block an event loop: a display whose
+    text comes from HTML, or whose data is large (to measure, and maybe to save as an artifact)."""
+    if msg_type not in DISPLAY_MESSAGES:
+        return False
+    data = content.get("data") or {}
+    if not isinstance(data, dict):
+        return False
+    source = _text_source(data)
+    if source is not None and source[0] == "text/html":
+        return True
+    return _json_size(data, _WORKER_BYTES) > _WORKER_BYTES
+
+
+def bounded_error(info: ErrorInfo, max_chars: int) -> dict[str, Any]:
+    """An error as the answer's ``error`` object, within about ``max_chars``: a longer ``evalue`` keeps
+    its start, a longer traceback its last lines (the whole traceback is in the cell's output text)."""
+    evalue = info.evalue
+    if len(evalue) > max_chars:
+        evalue = f"{evalue[:max_chars]}[... cut {len(evalue) - max_chars} more characters]"
+    traceback: list[str] = []
+    room = max_chars
+    for line in reversed(info.traceback):
+        if len(line) > room:
+            if not traceback:  # the last line (the exception) is kept, cut
+                traceback.append(f"{line[:room]}[... cut {len(line) - room} more characters]")
+            break
+        traceback.append(line)
+        room -= len(line)
+    dropped = len(info.traceback) - len(traceback)
+    if dropped:
+        traceback.append(f"[... {dropped} earlier traceback lines cut]")
+    traceback.reverse()
+    return {"ename": info.ename, "evalue": evalue, "traceback": traceback}
+
+
+def interpret_iopub(msg_type: str, content: dict[str, Any], rich: RichOutput | None = None) -> list[Event]:
+    """Events for one iopub message (its ``msg_type`` and ``content``); [] for kinds we do not use.
+
+    ``rich`` is the cell's rich-output state (default: default limits, nowhere to save spills).
+    """
     if msg_type == "stream":
         return [Text(_join(content.get("text")) or "", str(content.get("name") or "stdout"))]
     if msg_type in DISPLAY_MESSAGES:
         data = content.get("data") or {}
-        events: list[Event] = [Display(display) for display in bundle_displays(data)]
+        rich = rich or RichOutput()
+        events: list[Event] = [Display(display) for display in bundle_displays(data, rich)]
         if any(mime in data for mime in STATUS_MIMES):
             return events
-        text = bundle_text(data)
+        text = bundle_text(data, rich)
         if text:
             name = "result" if msg_type == "execute_result" else "display"
             events.append(Text(text if text.endswith("\n") else text + "\n", name))

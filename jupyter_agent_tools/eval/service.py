@@ -19,7 +19,7 @@ from ..artifacts import ArtifactStore
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
-from .messages import CellOutcome, format_combined_output
+from .messages import CellOutcome, OutputLimits, format_combined_output
 from .recovery import RESTART_LIMIT_MESSAGE, STATE_LOST_NOTICE, WEDGED_NOTICE, KernelRecovery
 from .request import EvalRequest, parse_eval_request
 from .session import InitSpec, KernelSession, SessionState
@@ -68,6 +68,7 @@ class EvalService:
         max_cells: int = 100,
         liveness_interval: float = 1.0,
         init_timeout: float = 60.0,
+        output_limits: OutputLimits | None = None,
     ):
         self.sessions = sessions
         self.kernels = kernels
@@ -79,6 +80,7 @@ class EvalService:
         self.interrupt_grace = interrupt_grace
         self.max_cells = max_cells
         self.liveness_interval = liveness_interval
+        self.output_limits = output_limits or OutputLimits()
 
     def list_sessions(self) -> list[dict[str, Any]]:
         return self.sessions.describe_all()
@@ -311,6 +313,7 @@ class EvalService:
                     cancel=cancel,
                     interrupt=lambda: self.kernels.interrupt(kernel_id),
                     emit=emit,
+                    output_limits=self.output_limits,
                 )
             finally:
                 sink.close()

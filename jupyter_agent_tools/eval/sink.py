@@ -21,6 +21,9 @@ from ..text import resolve_carriage_returns, split_incomplete_escape, strip_ansi
 
 ArtifactOpener = Callable[[], tuple[str, BinaryIO]]
 _NEWLINE = 0x0A
+# Long text is encoded, counted and written in blocks of this many characters: one print of 100 MB then
+# costs a few 1 MB buffers instead of full-size copies (which the allocator may keep as resident memory).
+_BLOCK = 1 << 20
 
 
 @dataclass
@@ -132,6 +135,25 @@ class OutputSink:
         )
         return self._summary
 
+    def spill(self, text: str) -> str | None:
+        """Save ``text`` as an artifact of its own (an output too large to show); its id, or None.
+
+        Touches no state of the sink, so it may run in another thread.
+        """
+        if self._open_artifact is None:
+            return None
+        try:
+            artifact_id, handle = self._open_artifact()
+        except OSError:
+            return None
+        try:
+            with handle:
+                for start in range(0, len(text), _BLOCK):
+                    handle.write(text[start : start + _BLOCK].encode("utf-8", "replace"))
+        except OSError:
+            return None
+        return artifact_id
+
     def close(self) -> None:
         """Close the artifact file if it is open (idempotent)."""
         artifact, self._artifact = self._artifact, None
@@ -145,6 +167,8 @@ class OutputSink:
 
     def _settle(self, clean: str) -> str:
         """Resolve ``\\r`` in finished lines; hold back an unfinished line that holds a ``\\r``."""
+        if not self._line and "\r" not in clean:
+            return clean
         if self._line:
             clean, self._line = self._line + clean, ""
         newline = clean.rfind("\n")
@@ -160,12 +184,18 @@ class OutputSink:
 
     def _account(self, out: str) -> None:
         """Count ``out``, append it to the tail buffer and the artifact, and keep the buffer bounded."""
-        if not out:
+        if len(out) <= _BLOCK:
+            self._account_bytes(out.encode("utf-8"))
             return
-        data = out.encode("utf-8")
+        for start in range(0, len(out), _BLOCK):
+            self._account_bytes(out[start : start + _BLOCK].encode("utf-8"))
+
+    def _account_bytes(self, data: bytes) -> None:
+        if not data:
+            return
         self._total_bytes += len(data)
-        self._newlines += out.count("\n")
-        self._ends_with_newline = out.endswith("\n")
+        self._newlines += data.count(b"\n")
+        self._ends_with_newline = data.endswith(b"\n")
         if self._artifact is not None:
             self._write_artifact(data)
         elif self._artifact_id is not None:  # closed early: the artifact misses this text

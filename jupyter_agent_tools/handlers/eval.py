@@ -13,6 +13,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
+from ..eval.backlog import StreamBacklog
 from ..eval.service import EvalService
 from .base import AgentAPIHandler
 
@@ -24,23 +25,9 @@ def _ignore(_: dict[str, Any]) -> None:
     return None
 
 
-def coalesce(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Merge consecutive ``chunk`` events of the same cell and stream into one (fewer, larger lines when
-    the client reads slower than the kernel prints; the text is unchanged)."""
-    merged: list[dict[str, Any]] = []
-    for event in events:
-        last = merged[-1] if merged else None
-        if (
-            last is not None
-            and event.get("type") == "chunk"
-            and last.get("type") == "chunk"
-            and last.get("index") == event.get("index")
-            and last.get("name") == event.get("name")
-        ):
-            merged[-1] = {**last, "text": last["text"] + event["text"]}
-        else:
-            merged.append(event)
-    return merged
+# Characters of output text sent per write: JSON encoding and HTTP chunk framing copy each write a few
+# times, so a 16 MB chunk goes out as several lines rather than one huge one.
+WRITE_CHARS = 1 << 20
 
 
 class EvalHandler(AgentAPIHandler):
@@ -48,15 +35,22 @@ class EvalHandler(AgentAPIHandler):
 
     auth_resource = "kernels"
     _cancel: asyncio.Event | None = None
+    _backlog: StreamBacklog | None = None
 
     @property
     def service(self) -> EvalService:
         return self.extensionapp.eval_service  # type: ignore[attr-defined]
 
     def on_connection_close(self) -> None:
+        self._client_gone()
+        super().on_connection_close()
+
+    def _client_gone(self) -> None:
+        """Cancel the run (the kernel is interrupted) and queue nothing more for this client."""
         if self._cancel is not None:
             self._cancel.set()
-        super().on_connection_close()
+        if self._backlog is not None:
+            self._backlog.close()
 
     def _call(self, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
         """The service call this route streams (an eval; a notebook run in the subclass)."""
@@ -76,30 +70,32 @@ class EvalHandler(AgentAPIHandler):
             self.write_json(await self._call(body, _ignore, cancel))
 
     async def _stream(self, body: Any) -> None:
-        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        run = asyncio.ensure_future(self._call(body, events.put_nowait, self._cancel or asyncio.Event()))
-        interval = float(self.extensionapp.stream_heartbeat_interval)  # type: ignore[attr-defined]
+        app: Any = self.extensionapp
+        backlog = self._backlog = StreamBacklog(int(app.stream_backlog_bytes))
+        ready = asyncio.Event()
+
+        def emit(event: dict[str, Any]) -> None:
+            backlog.put(event)
+            ready.set()
+
+        run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event()))
+        interval = float(app.stream_heartbeat_interval)
         started_at = last_sent = time.monotonic()
         streaming = False
         try:
-            while not (run.done() and events.empty()):
-                getter = asyncio.ensure_future(events.get())
-                done, _ = await asyncio.wait(
-                    {getter, run},
-                    timeout=max(0.05, interval - (time.monotonic() - last_sent)),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                batch: list[dict[str, Any]] = []
-                if getter in done:
-                    batch.append(getter.result())
-                else:
-                    getter.cancel()
-                while not events.empty():
-                    batch.append(events.get_nowait())
+            while not (run.done() and not backlog):
+                if not backlog:
+                    waiter = asyncio.ensure_future(ready.wait())
+                    await asyncio.wait(
+                        {waiter, run},
+                        timeout=max(0.05, interval - (time.monotonic() - last_sent)),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    waiter.cancel()
+                ready.clear()
+                batch = backlog.take(WRITE_CHARS)
                 if not batch:
-                    if run.done():
-                        continue
-                    if time.monotonic() - last_sent < interval:
+                    if run.done() or time.monotonic() - last_sent < interval:
                         continue
                     batch = [{"type": "heartbeat", "elapsed_ms": int((time.monotonic() - started_at) * 1000)}]
                 if not streaming:
@@ -108,13 +104,14 @@ class EvalHandler(AgentAPIHandler):
                     self.set_header("Content-Type", NDJSON)
                     self.set_header("Cache-Control", "no-cache")
                     self.set_header("X-Accel-Buffering", "no")
-                self.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in coalesce(batch)))
+                self.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in batch))
+                del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
                 await self.flush()
+                backlog.sent()
                 last_sent = time.monotonic()
             run.result()  # raise the service's error, if any
         except StreamClosedError:
-            if self._cancel is not None:
-                self._cancel.set()
+            self._client_gone()
             await asyncio.gather(run, return_exceptions=True)
             return
         except Exception as e:
@@ -129,8 +126,7 @@ class EvalHandler(AgentAPIHandler):
             self.write(json.dumps({"type": "error", "status": status, "message": message}) + "\n")
         finally:
             if not run.done():
-                if self._cancel is not None:
-                    self._cancel.set()
+                self._client_gone()
                 await asyncio.gather(run, return_exceptions=True)
         if not self._finished:
             self.finish()
