@@ -15,6 +15,7 @@ from .eval.kernels import KernelService
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
+from .handlers.mcp import McpHandler
 from .handlers.notebooks import NotebookHandler
 from .handlers.openapi import OpenAPIHandler
 from .handlers.sessions import (
@@ -23,6 +24,7 @@ from .handlers.sessions import (
     SessionInterruptHandler,
     SessionListHandler,
 )
+from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
 
@@ -98,7 +100,9 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     stream_heartbeat_interval = Float(
-        5.0, help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event."
+        5.0,
+        help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event, and an MCP "
+        "call is answered as an SSE stream that sends a heartbeat (progress or a comment).",
     ).tag(config=True)
 
     kernel_ready_timeout = Float(
@@ -149,6 +153,7 @@ class AgentToolsApp(ExtensionApp):
 
     notebook_store: NotebookStore
     eval_service: EvalService
+    mcp_server: McpServer
     _own_artifacts_dir: bool = False
 
     def initialize_settings(self) -> None:
@@ -191,6 +196,7 @@ class AgentToolsApp(ExtensionApp):
             max_cells=self.max_cells_per_request,
             liveness_interval=self.liveness_interval,
         )
+        self.mcp_server = McpServer(self, heartbeat_interval=self.stream_heartbeat_interval, log=self.log)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(
@@ -202,6 +208,7 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
+                (r"/api/agent/mcp", McpHandler),
             ]
         )
 
