@@ -245,7 +245,10 @@ class McpServer:
     async def _legacy(self, body: Any, request: HttpRequest) -> Answer:
         msg = parse_message(body)
         if msg.kind == "request" and msg.method == "initialize":
-            return self._initialize(msg, request)
+            try:
+                return self._initialize(msg, request)
+            except RpcError as e:  # a method's error is an ordinary JSON-RPC answer in this era
+                return Answer(200, e.to_message())
         session = self._session(request, msg.id)
         header = request.header(VERSION_HEADER)
         if header is not None and header != session.version:

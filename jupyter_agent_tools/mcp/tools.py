@@ -228,8 +228,8 @@ def _render_output(output: dict[str, Any], include: bool, images: list[Image]) -
             lines += [f"[{label}]", str(output["text"]).rstrip("\n")]
         for entry in output.get("data", []):
             mime, size = str(entry.get("mime")), entry.get("bytes") or 0
-            if "data" in entry:
-                lines.append(_take_image(mime, str(entry.pop("data")), size, include, images))
+            if mime.startswith("image/"):  # its base64 never stays in the structured answer
+                lines.append(_take_image(mime, str(entry.pop("data", "")), size, include, images))
             else:
                 lines.append(f"[{mime}, {_human(size)}]")
     return lines
