@@ -54,8 +54,7 @@ class McpHandler(AgentAPIHandler):
                 await ensure_async(self.authorizer.is_authorized(self, self.current_user, action, resource))
             )
 
-        accept = self.request.headers.get("Accept", "")
-        return HttpRequest(headers, self._owner(), authorize, accepts_sse=SSE in accept)
+        return HttpRequest(headers, self._owner(), authorize)
 
     def _owner(self) -> str:
         """Whom a legacy session belongs to: the credential a token client sends with every request (its

@@ -98,7 +98,6 @@ class HttpRequest:
     headers: Mapping[str, Sequence[str]]  # lower-case names, every value of each
     user: str  # whom a legacy session belongs to
     authorize: Callable[[str, str], Awaitable[bool]]  # (action, resource): the server's authorizer
-    accepts_sse: bool = True
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name)
@@ -142,26 +141,35 @@ class LegacySession:
 
 
 class _Progress:
-    """Text for ``notifications/progress`` (coalesced while the client is being written to)."""
+    """Text for ``notifications/progress``, coalesced while the client is being written to, and bounded:
+    a client that reads slower than the kernel prints gets the latest text (the result has it all)."""
 
     def __init__(self, token: RequestId | None):
         self.token = token
         self.parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
         self.count = 0
         self.ready = asyncio.Event()
 
     def push(self, text: str) -> None:
-        if self.token is not None and text:
-            self.parts.append(text)
-            self.ready.set()
+        if self.token is None or not text:
+            return
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size > 2 * MAX_PROGRESS_CHARS:
+            joined = "".join(self.parts)
+            self.dropped += len(joined) - MAX_PROGRESS_CHARS
+            self.parts, self.size = [joined[-MAX_PROGRESS_CHARS:]], MAX_PROGRESS_CHARS
+        self.ready.set()
 
     def take(self) -> dict[str, Any]:
         text = "".join(self.parts)
-        self.parts.clear()
+        cut = self.dropped + max(0, len(text) - MAX_PROGRESS_CHARS)
+        self.parts, self.size, self.dropped = [], 0, 0
         self.ready.clear()
-        if len(text) > MAX_PROGRESS_CHARS:
-            cut = len(text) - MAX_PROGRESS_CHARS
-            text = f"[... {cut} characters not shown here]\n{text[cut:]}"
+        if cut:
+            text = f"[... {cut} characters not shown here]\n{text[-MAX_PROGRESS_CHARS:]}"
         return self._notification(text)
 
     def heartbeat(self) -> dict[str, Any] | None:
