@@ -784,3 +784,74 @@ async def test_sse_only_when_progress_or_long_and_accepted(rpc) -> None:
         assert event["params"]["progressToken"] == "tok"
     assert [n["params"]["message"] for n in notifications if "message" in n["params"]] == ["a\n"]
     assert events[-1]["id"] == 4
+
+
+# ------------------------------------------------------------------------------ pure core, docs, deps
+
+
+def test_progress_is_coalesced_and_bounded() -> None:
+    from jupyter_agent_tools.mcp.server import MAX_PROGRESS_CHARS, _Progress
+
+    progress = _Progress("t")
+    chunks = [f"{i:07d}\n" for i in range(20_000)]  # 160 000 characters, faster than anyone reads them
+    for chunk in chunks:
+        progress.push(chunk)
+    params = progress.take()["params"]
+    head, _, tail = params["message"].partition("\n")
+    assert head == f"[... {160_000 - MAX_PROGRESS_CHARS} characters not shown here]"
+    assert tail == "".join(chunks)[-MAX_PROGRESS_CHARS:] and params["progress"] == 1
+    assert progress.parts == [] and not progress.ready.is_set()
+    progress.push("x")
+    assert progress.take()["params"] == {"progressToken": "t", "progress": 2, "message": "x"}
+    silent = _Progress(None)  # no token: nothing is kept, heartbeats are SSE comments
+    silent.push("x")
+    assert silent.parts == [] and silent.heartbeat() is None
+
+
+async def test_legacy_sessions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_agent_tools.mcp import server as core
+
+    monkeypatch.setattr(core, "MAX_SESSIONS", 3)
+
+    async def allow(action: str, resource: str) -> bool:
+        return True
+
+    mcp = core.McpServer(services=None)  # type: ignore[arg-type]  # no tool is called here
+    ids = []
+    for i in range(4):
+        answer = await mcp.post(
+            request(i, "initialize", protocolVersion=LATEST_LEGACY), core.HttpRequest({}, "me", allow)
+        )
+        ids.append(answer.headers["Mcp-Session-Id"])
+    statuses = []
+    for sid in ids:
+        answer = await mcp.post(request(9, "ping"), core.HttpRequest({"mcp-session-id": [sid]}, "me", allow))
+        statuses.append(answer.status)
+    assert statuses == [404, 200, 200, 200]  # the least recently used went first
+    other = await mcp.post(request(9, "ping"), core.HttpRequest({"mcp-session-id": [ids[-1]]}, "you", allow))
+    assert other.status == 404
+
+
+def test_docs_cover_the_endpoint_and_every_tool() -> None:
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    guide = (docs / "mcp.md").read_text()
+    for tool in TOOLS:
+        assert f"`{tool.name}`" in guide, tool.name
+    for version in (*LEGACY_VERSIONS, *MODERN_VERSIONS):
+        assert version in guide, version
+    assert "/api/agent/mcp" in (docs / "api.md").read_text()
+
+
+def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:
+    """The endpoint is plain JSON (docs/mcp.md, "Dependencies"): nothing heavy loads into the server."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jupyter_agent_tools.app, jupyter_agent_tools.handlers.mcp\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'pydantic', "
+        "'starlette', 'uvicorn')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
