@@ -844,14 +844,21 @@ def test_docs_cover_the_endpoint_and_every_tool() -> None:
 
 def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:
     """The endpoint is plain JSON (docs/mcp.md, "Dependencies"): nothing heavy loads into the server."""
+    import os
     import subprocess
     import sys
 
+    from jupyter_agent_tools.testing.server import PACKAGE_PARENT
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")])),
+    }
     code = (
         "import sys, jupyter_agent_tools.app, jupyter_agent_tools.handlers.mcp\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'pydantic', "
         "'starlette', 'uvicorn')))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
