@@ -18,6 +18,7 @@ from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
+from .handlers.mcp import McpHandler
 from .handlers.notebooks import NotebookHandler, NotebookRunHandler
 from .handlers.openapi import OpenAPIHandler, UnknownRouteHandler
 from .handlers.sessions import (
@@ -26,6 +27,7 @@ from .handlers.sessions import (
     SessionInterruptHandler,
     SessionListHandler,
 )
+from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
 
@@ -140,7 +142,9 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     stream_heartbeat_interval = Float(
-        5.0, help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event."
+        5.0,
+        help="Seconds of silence after which the NDJSON eval stream sends a heartbeat event, and an MCP "
+        "call is answered as an SSE stream that sends a heartbeat (progress or a comment).",
     ).tag(config=True)
 
     stream_backlog_bytes = Int(
@@ -235,6 +239,7 @@ class AgentToolsApp(ExtensionApp):
     notebook_store: NotebookStore
     eval_service: EvalService
     notebook_runner: NotebookRunner
+    mcp_server: McpServer
     _own_artifacts_dir: bool = False
 
     def initialize_settings(self) -> None:
@@ -290,6 +295,7 @@ class AgentToolsApp(ExtensionApp):
             serverapp.session_manager,
             max_output_bytes_stored=self.max_run_output_bytes,
         )
+        self.mcp_server = McpServer(self, heartbeat_interval=self.stream_heartbeat_interval, log=self.log)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(
@@ -302,6 +308,7 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
+                (r"/api/agent/mcp", McpHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]

@@ -67,6 +67,13 @@ class ArtifactStore:
             raise NotFound(f"Artifact not found: {artifact_id} (artifacts are removed with their session)")
         return path
 
+    def read_range(self, artifact_id: str, offset: int, limit: int) -> tuple[bytes, int]:
+        """Up to ``limit`` bytes of an artifact from byte ``offset``, and the artifact's size in bytes."""
+        with self.path(artifact_id).open("rb") as handle:
+            total = os.fstat(handle.fileno()).st_size
+            handle.seek(max(0, offset))
+            return handle.read(max(0, limit)), total
+
     def remove_session(self, session: str) -> None:
         """Remove every artifact of a session (its directory, only if it is really ours)."""
         path = self.session_path(session)

@@ -1,0 +1,621 @@
+"""The MCP server: JSON-RPC dispatch for the Streamable HTTP transport, in both protocol eras. Pure: the
+Tornado handler (:mod:`jupyter_agent_tools.handlers.mcp`) parses HTTP and writes what this returns.
+
+- Legacy era (2024-11-05 to 2025-11-25): ``initialize`` negotiates the version and opens a session
+  (``Mcp-Session-Id``, bound to the authenticated user, ended by DELETE); ``notifications/cancelled``
+  cancels a running call of the session; 2025-03-26 sessions may send JSON-RPC batches.
+- Modern era (2026-07-28): no handshake and no session; every request carries its version and client
+  capabilities in ``params._meta``, mirrored in the ``MCP-Protocol-Version``, ``Mcp-Method`` and
+  ``Mcp-Name`` headers; ``server/discover`` names the supported versions; closing the response cancels.
+
+A request is answered with one JSON object, or, when it sends progress or runs longer than the heartbeat
+interval, with an SSE stream: the handler decides from the first item of :attr:`Answer.stream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import __version__
+from ..errors import AgentToolsError
+from ..validation import short_repr
+from .jsonrpc import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Message,
+    RequestId,
+    RpcError,
+    error_message,
+    is_request_id,
+    notification,
+    parse_message,
+    result_message,
+)
+from .tools import TOOLS, Services, Tool, ToolCall, ToolResult
+
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
+MODERN_VERSIONS = ("2026-07-28",)
+VERSIONS = (*LEGACY_VERSIONS, *MODERN_VERSIONS)
+BATCH_VERSIONS = ("2025-03-26",)  # JSON-RPC batches came in 2025-03-26 and went in 2025-06-18
+PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+SESSION_HEADER, VERSION_HEADER = "mcp-session-id", "mcp-protocol-version"
+METHOD_HEADER, NAME_HEADER = "mcp-method", "mcp-name"
+NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+CACHE_TTL_MS = 5 * 60 * 1000  # tools/list and server/discover change only with the server's version
+MAX_SESSIONS = 1000  # legacy sessions kept; the least recently used goes first
+SESSION_IDLE_SECONDS = 24 * 3600.0
+MAX_PROGRESS_CHARS = 16_000  # one progress message; the result still has the whole (tail-kept) output
+# HTTP status of a modern-era JSON-RPC error answered as JSON (the 2026-07-28 transport's table).
+MODERN_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+INSTRUCTIONS = (
+    "Tools of a Jupyter server. Find notebooks with file_list; read one with notebook_read and change it "
+    "cell by cell with notebook_edit, passing the hash you read as expected_hash. Run Python with eval: "
+    "state persists per session name. A truncated output's full text is read with artifact_read."
+)
+
+
+def at_least(version: str, minimum: str) -> bool:
+    return VERSIONS.index(version) >= VERSIONS.index(minimum)
+
+
+def decode_header_value(value: str | None) -> str | None:
+    """A header value as sent: ``=?base64?...?=`` is UTF-8 in base64 (2026-07-28); None if malformed."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+@dataclass
+class HttpRequest:
+    """What the transport knows about one HTTP request."""
+
+    headers: Mapping[str, Sequence[str]]  # lower-case names, every value of each
+    user: str  # whom a legacy session belongs to
+    authorize: Callable[[str, str], Awaitable[bool]]  # (action, resource): the server's authorizer
+
+    def header(self, name: str) -> str | None:
+        values = self.headers.get(name)
+        return values[0] if values else None
+
+
+@dataclass
+class Outgoing:
+    """One message of a response: a notification, the final response, or None for a keep-alive."""
+
+    message: dict[str, Any] | None
+    final: bool = False
+    status: int = 200  # when the final response is the whole answer (not streamed)
+
+
+@dataclass
+class Answer:
+    """An HTTP answer: ``body`` as JSON (None: no body), or ``stream`` for the handler to send."""
+
+    status: int
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: AsyncIterator[Outgoing] | None = None
+    cancel: asyncio.Event | None = None  # set it when the client goes away
+
+
+@dataclass
+class _Call:
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    by_client: bool = False  # cancelled by notifications/cancelled: the response is not sent
+
+
+@dataclass
+class LegacySession:
+    id: str
+    user: str
+    version: str
+    last_used: float
+    initialized: bool = False
+    calls: dict[RequestId, _Call] = field(default_factory=dict)
+
+
+class _Progress:
+    """Text for ``notifications/progress``, coalesced while the client is being written to, and bounded:
+    a client that reads slower than the kernel prints gets the latest text (the result has it all)."""
+
+    def __init__(self, token: RequestId | None):
+        self.token = token
+        self.parts: list[str] = []
+        self.size = 0
+        self.dropped = 0
+        self.count = 0
+        self.ready = asyncio.Event()
+
+    def push(self, text: str) -> None:
+        if self.token is None or not text:
+            return
+        self.parts.append(text)
+        self.size += len(text)
+        if self.size > 2 * MAX_PROGRESS_CHARS:
+            joined = "".join(self.parts)
+            self.dropped += len(joined) - MAX_PROGRESS_CHARS
+            self.parts, self.size = [joined[-MAX_PROGRESS_CHARS:]], MAX_PROGRESS_CHARS
+        self.ready.set()
+
+    def take(self) -> dict[str, Any]:
+        text = "".join(self.parts)
+        cut = self.dropped + max(0, len(text) - MAX_PROGRESS_CHARS)
+        self.parts, self.size, self.dropped = [], 0, 0
+        self.ready.clear()
+        if cut:
+            text = f"[... {cut} characters not shown here]\n{text[-MAX_PROGRESS_CHARS:]}"
+        return self._notification(text)
+
+    def heartbeat(self) -> dict[str, Any] | None:
+        """Progress without a message while the call is silent; None (an SSE comment) without a token."""
+        return None if self.token is None else self._notification(None)
+
+    def _notification(self, message: str | None) -> dict[str, Any]:
+        self.count += 1
+        params: dict[str, Any] = {"progressToken": self.token, "progress": self.count}
+        if message is not None:
+            params["message"] = message
+        return notification("notifications/progress", params)
+
+
+class McpServer:
+    """MCP over the extension's services: one instance per Jupyter server (it holds legacy sessions)."""
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        tools: Sequence[Tool] = TOOLS,
+        heartbeat_interval: float = 5.0,
+        log: logging.Logger | None = None,
+    ):
+        self.services = services
+        self.tools = {tool.name: tool for tool in tools}
+        self.heartbeat_interval = max(0.1, heartbeat_interval)
+        self.log = log or logging.getLogger(__name__)
+        self.sessions: OrderedDict[str, LegacySession] = OrderedDict()
+        self._tool_lists: dict[str, list[dict[str, Any]]] = {}
+
+    # -- HTTP methods --------------------------------------------------------------------------------
+
+    async def post(self, body: Any, request: HttpRequest) -> Answer:
+        """Answer a POST whose body parsed as JSON."""
+        try:
+            if isinstance(body, list):
+                return await self._batch(body, request)
+            if isinstance(body, dict) and self._is_modern(body, request):
+                return await self._modern(body, request)
+            return await self._legacy(body, request)
+        except RpcError as e:
+            return Answer(e.status, e.to_message())
+
+    @staticmethod
+    def body_error(status: int, message: str) -> Answer:
+        """The answer to a body that is not JSON (-32700), or too large (-32600 with 413)."""
+        code = INVALID_REQUEST if status == 413 else PARSE_ERROR
+        return Answer(status, error_message(None, code, message))
+
+    def get(self, request: HttpRequest) -> Answer:
+        message = "Method Not Allowed: this server sends messages only as answers to POST requests"
+        return Answer(405, error_message(None, INVALID_REQUEST, message), {"Allow": "POST, DELETE"})
+
+    def delete(self, request: HttpRequest) -> Answer:
+        """End a legacy session: its running calls are cancelled."""
+        try:
+            session = self._session(request, None)
+        except RpcError as e:
+            return Answer(e.status, e.to_message())
+        for call in session.calls.values():
+            call.by_client = True
+            call.cancel.set()
+        self.sessions.pop(session.id, None)
+        return Answer(204)
+
+    # -- eras ----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _is_modern(body: dict[str, Any], request: HttpRequest) -> bool:
+        if body.get("method") == "initialize":
+            return False  # an initialize selects the legacy era, whatever it carries
+        version = request.header(VERSION_HEADER)
+        if version is not None and version not in LEGACY_VERSIONS:
+            return True
+        params = body.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        return isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
+
+    async def _legacy(self, body: Any, request: HttpRequest) -> Answer:
+        msg = parse_message(body)
+        if msg.kind == "request" and msg.method == "initialize":
+            try:
+                return self._initialize(msg, request)
+            except RpcError as e:  # a method's error is an ordinary JSON-RPC answer in this era
+                return Answer(200, e.to_message())
+        session = self._session(request, msg.id)
+        header = request.header(VERSION_HEADER)
+        if header is not None and header != session.version:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"Bad Request: MCP-Protocol-Version {short_repr(header)} is not the version this session "
+                f"negotiated ({session.version})",
+                id=msg.id,
+            )
+        if msg.kind != "request":
+            self._legacy_notification(msg, session)
+            return Answer(202)
+        return await self._legacy_request(msg, request, session)
+
+    async def _legacy_request(self, msg: Message, request: HttpRequest, session: LegacySession) -> Answer:
+        try:
+            if msg.method == "ping":
+                return Answer(200, result_message(msg.id, {}))
+            if msg.method == "tools/list":
+                return Answer(200, result_message(msg.id, self._tools_list(msg, session.version, False)))
+            if msg.method == "tools/call":
+                return self._tools_call(msg, request, session.version, session)
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
+        except RpcError as e:  # a method's error is an ordinary JSON-RPC answer in this era
+            return Answer(200, e.to_message())
+
+    def _legacy_notification(self, msg: Message, session: LegacySession) -> None:
+        if msg.kind == "response":
+            return  # answers to server requests: this server sends none
+        if not msg.method.startswith("notifications/"):
+            raise RpcError(INVALID_REQUEST, f"Invalid Request: {short_repr(msg.method)} needs an 'id'")
+        if msg.method == "notifications/initialized":
+            session.initialized = True
+        elif msg.method == "notifications/cancelled":
+            rid = msg.params.get("requestId")
+            call = session.calls.get(rid) if isinstance(rid, (str, int)) else None
+            if call is not None:
+                call.by_client = True
+                call.cancel.set()
+
+    async def _modern(self, body: dict[str, Any], request: HttpRequest) -> Answer:
+        msg = parse_message(body)
+        if msg.kind == "response":
+            raise RpcError(INVALID_REQUEST, "Invalid Request: clients send requests and notifications only")
+        if msg.kind == "notification":
+            if not msg.method.startswith("notifications/"):
+                raise RpcError(INVALID_REQUEST, f"Invalid Request: {short_repr(msg.method)} needs an 'id'")
+            version = request.header(VERSION_HEADER)
+            if version is not None and version not in VERSIONS:
+                raise self._unsupported(version, None)
+            # No notification means anything on this wire: a client cancels by closing the response.
+            return Answer(202)
+        try:
+            version = self._envelope(msg, request)
+            if msg.method == "server/discover":
+                return Answer(200, result_message(msg.id, self._discover()))
+            if msg.method == "tools/list":
+                return Answer(200, result_message(msg.id, self._tools_list(msg, version, True)))
+            if msg.method == "tools/call":
+                return self._tools_call(msg, request, version, None)
+            raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
+        except RpcError as e:
+            return Answer(MODERN_STATUS.get(e.code, 200), e.to_message())
+
+    def _envelope(self, msg: Message, request: HttpRequest) -> str:
+        """Check a modern request's ``_meta`` and mirrored headers; its protocol version."""
+        meta = msg.params.get("_meta")
+        if (
+            not isinstance(meta, dict)
+            or PROTOCOL_VERSION_KEY not in meta
+            or CLIENT_CAPABILITIES_KEY not in meta
+        ):
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: params._meta must carry {PROTOCOL_VERSION_KEY!r} and "
+                f"{CLIENT_CAPABILITIES_KEY!r} (protocol 2026-07-28), or send initialize first (earlier ones)",
+                id=msg.id,
+            )
+        version = meta[PROTOCOL_VERSION_KEY]
+        for name in (VERSION_HEADER, METHOD_HEADER, NAME_HEADER):
+            if len(request.headers.get(name, ())) > 1:
+                raise RpcError(HEADER_MISMATCH, f"Header mismatch: {name} appears more than once", id=msg.id)
+        mismatch = None
+        if request.header(VERSION_HEADER) != version:
+            mismatch = "MCP-Protocol-Version header does not match params._meta's protocol version"
+        elif request.header(METHOD_HEADER) != msg.method:
+            mismatch = "Mcp-Method header does not match the request's method"
+        elif msg.method in NAMED_METHODS:
+            key = NAMED_METHODS[msg.method]
+            value = msg.params.get(key)
+            if value is not None and decode_header_value(request.header(NAME_HEADER)) != value:
+                mismatch = f"Mcp-Name header does not match the request's {key!r}"
+        if mismatch is not None:
+            raise RpcError(HEADER_MISMATCH, f"Header mismatch: {mismatch}", id=msg.id)
+        if not isinstance(version, str):
+            raise RpcError(INVALID_PARAMS, "Invalid params: the protocol version must be a string", id=msg.id)
+        if version not in MODERN_VERSIONS:
+            raise self._unsupported(version, msg.id)
+        return version
+
+    @staticmethod
+    def _unsupported(requested: str, rid: RequestId | None) -> RpcError:
+        data = {"supported": list(reversed(VERSIONS)), "requested": requested}
+        return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", data=data, id=rid)
+
+    async def _batch(self, items: list[Any], request: HttpRequest) -> Answer:
+        if not items:
+            raise RpcError(INVALID_REQUEST, "Invalid Request: an empty batch")
+        session = self._session(request, None)
+        if session.version not in BATCH_VERSIONS:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"Invalid Request: JSON-RPC batches are not part of protocol {session.version} (only "
+                f"{', '.join(BATCH_VERSIONS)}); send one message per POST",
+            )
+        responses: list[dict[str, Any]] = []
+        for item in items:
+            try:
+                msg = parse_message(item)
+                if msg.kind != "request":
+                    self._legacy_notification(msg, session)
+                    continue
+                if msg.method == "initialize":
+                    raise RpcError(
+                        INVALID_REQUEST, "Invalid Request: initialize cannot be batched", id=msg.id
+                    )
+                answer = await self._legacy_request(msg, request, session)
+            except RpcError as e:
+                responses.append(e.to_message())
+                continue
+            if answer.stream is None:
+                responses.append(answer.body)
+                continue
+            async for item_out in answer.stream:  # progress is not sent in a batch; only the response
+                if item_out.final and item_out.message is not None:
+                    responses.append(item_out.message)
+        return Answer(200, responses) if responses else Answer(202)
+
+    # -- methods -------------------------------------------------------------------------------------
+
+    def _server_info(self, version: str) -> dict[str, Any]:
+        info: dict[str, Any] = {"name": "jupyter-agent-tools", "version": __version__}
+        if at_least(version, "2025-06-18"):
+            info["title"] = "Jupyter agent tools"
+        return info
+
+    def _modern_result(self, result: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **result,
+            "resultType": "complete",
+            "_meta": {SERVER_INFO_KEY: self._server_info(MODERN_VERSIONS[-1])},
+        }
+
+    def _initialize(self, msg: Message, request: HttpRequest) -> Answer:
+        requested = msg.params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise RpcError(INVALID_PARAMS, "Invalid params: 'protocolVersion' must be a string", id=msg.id)
+        for key in ("capabilities", "clientInfo"):
+            if key in msg.params and not isinstance(msg.params[key], dict):
+                raise RpcError(INVALID_PARAMS, f"Invalid params: {key!r} must be an object", id=msg.id)
+        # The requested version if we speak it, else our newest: the client decides whether it can go on.
+        version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
+        session = self._open_session(request.user, version)
+        result = {
+            "protocolVersion": version,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": self._server_info(version),
+            "instructions": INSTRUCTIONS,
+        }
+        return Answer(200, result_message(msg.id, result), {"Mcp-Session-Id": session.id})
+
+    def _discover(self) -> dict[str, Any]:
+        return self._modern_result(
+            {
+                "supportedVersions": list(reversed(VERSIONS)),
+                "capabilities": {"tools": {}},
+                "instructions": INSTRUCTIONS,
+                "ttlMs": CACHE_TTL_MS,
+                "cacheScope": "private",
+            }
+        )
+
+    def _tools_list(self, msg: Message, version: str, modern: bool) -> dict[str, Any]:
+        if msg.params.get("cursor") is not None:
+            raise RpcError(
+                INVALID_PARAMS, "Invalid params: unknown cursor (the list has one page)", id=msg.id
+            )
+        tools = self._tool_lists.get(version)
+        if tools is None:
+            tools = self._tool_lists[version] = [
+                self._tool_json(tool, version) for tool in self.tools.values()
+            ]
+        if modern:
+            return self._modern_result({"tools": tools, "ttlMs": CACHE_TTL_MS, "cacheScope": "private"})
+        return {"tools": tools}
+
+    @staticmethod
+    def _tool_json(tool: Tool, version: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": tool.name,
+            "description": tool.description,
+            "inputSchema": tool.input_schema,
+        }
+        if at_least(version, "2025-03-26"):
+            out["annotations"] = {"title": tool.title, **tool.annotations}
+        if at_least(version, "2025-06-18"):
+            out["title"] = tool.title
+            if tool.output_schema is not None:
+                out["outputSchema"] = tool.output_schema
+        return out
+
+    def _tools_call(
+        self, msg: Message, request: HttpRequest, version: str, session: LegacySession | None
+    ) -> Answer:
+        name = msg.params.get("name")
+        if not isinstance(name, str):
+            raise RpcError(
+                INVALID_PARAMS, "Invalid params: 'name' must be a string (a tool's name)", id=msg.id
+            )
+        tool = self.tools.get(name)
+        if tool is None:
+            known = ", ".join(self.tools)
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {short_repr(name)} (tools: {known})", id=msg.id)
+        arguments = msg.params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise RpcError(INVALID_PARAMS, "Invalid params: 'arguments' must be an object", id=msg.id)
+        assert msg.id is not None
+        if session is not None and msg.id in session.calls:
+            raise RpcError(INVALID_REQUEST, f"Invalid Request: id {msg.id!r} is already in use", id=msg.id)
+        meta = msg.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        call = _Call()
+        progress = _Progress(token if is_request_id(token) else None)
+        run = self._run_tool(tool, arguments, version, request, call, progress)
+        stream = self._stream(msg.id, run, progress, call, session, modern=session is None)
+        return Answer(200, stream=stream, cancel=call.cancel)
+
+    async def _run_tool(
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        version: str,
+        request: HttpRequest,
+        call: _Call,
+        progress: _Progress,
+    ) -> dict[str, Any]:
+        for action, resource in tool.permissions:
+            if not await request.authorize(action, resource):
+                result = ToolResult(
+                    f"Permission denied: User is not authorized to {action} on resource: {resource}. The "
+                    f"{tool.name} tool needs {action!r} on {resource!r}; nothing was done.",
+                    is_error=True,
+                )
+                return self._call_result(result, version)
+        try:
+            result = await tool.run(ToolCall(self.services, arguments, call.cancel, progress.push))
+        except AgentToolsError as e:
+            retry = f" (retry after {e.retry_after} s)" if e.retry_after else ""
+            result = ToolResult(f"{e.message}{retry}", is_error=True)
+        except Exception as e:
+            status = getattr(e, "status_code", None)  # tornado's HTTPError from the kernel manager or gateway
+            if not (isinstance(status, int) and 400 <= status < 600):
+                self.log.exception("MCP tool %s failed", tool.name)
+                raise RpcError(INTERNAL_ERROR, "Internal error: the tool failed (see the server log)") from e
+            result = ToolResult(getattr(e, "log_message", None) or f"HTTP {status}", is_error=True)
+        return self._call_result(result, version)
+
+    def _call_result(self, result: ToolResult, version: str) -> dict[str, Any]:
+        content: list[dict[str, Any]] = [{"type": "text", "text": result.text}]
+        content += [{"type": "image", "data": image.data, "mimeType": image.mime} for image in result.images]
+        out: dict[str, Any] = {"content": content, "isError": result.is_error}
+        if not result.is_error and result.structured is not None and at_least(version, "2025-06-18"):
+            out["structuredContent"] = result.structured
+        return self._modern_result(out) if version in MODERN_VERSIONS else out
+
+    async def _stream(
+        self,
+        rid: RequestId,
+        run: Awaitable[dict[str, Any]],
+        progress: _Progress,
+        call: _Call,
+        session: LegacySession | None,
+        *,
+        modern: bool,
+    ) -> AsyncIterator[Outgoing]:
+        """Progress as it comes, a heartbeat after each silent interval, then the response."""
+        if session is not None:
+            session.calls[rid] = call
+        task = asyncio.ensure_future(run)
+        last = time.monotonic()
+        try:
+            while not task.done() or progress.parts:
+                if progress.parts:
+                    yield Outgoing(progress.take())
+                    last = time.monotonic()
+                    continue
+                wait = self.heartbeat_interval - (time.monotonic() - last)
+                if wait <= 0:
+                    yield Outgoing(progress.heartbeat())
+                    last = time.monotonic()
+                    continue
+                waiter = asyncio.ensure_future(progress.ready.wait())
+                try:
+                    await asyncio.wait({task, waiter}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
+            if call.by_client:
+                return  # the client said it will not read the response
+            try:
+                yield Outgoing(result_message(rid, task.result()), final=True)
+            except RpcError as e:
+                e.id = rid
+                status = MODERN_STATUS.get(e.code, 200) if modern else 200
+                yield Outgoing(e.to_message(), final=True, status=status)
+        finally:
+            if not task.done():
+                call.cancel.set()
+                await asyncio.gather(task, return_exceptions=True)
+            if session is not None and session.calls.get(rid) is call:
+                del session.calls[rid]
+
+    # -- legacy sessions -----------------------------------------------------------------------------
+
+    def _open_session(self, user: str, version: str) -> LegacySession:
+        self._expire()
+        while len(self.sessions) >= MAX_SESSIONS:
+            self.sessions.popitem(last=False)
+        session = LegacySession(secrets.token_hex(16), user, version, time.monotonic())
+        self.sessions[session.id] = session
+        return session
+
+    def _session(self, request: HttpRequest, rid: RequestId | None) -> LegacySession:
+        sid = request.header(SESSION_HEADER)
+        if sid is None:
+            raise RpcError(
+                INVALID_REQUEST,
+                "Bad Request: no Mcp-Session-Id header; send initialize first (protocol versions up to "
+                "2025-11-25), or send params._meta with the protocol version (2026-07-28)",
+                id=rid,
+            )
+        self._expire()
+        session = self.sessions.get(sid)
+        if session is None or session.user != request.user:
+            raise RpcError(
+                INVALID_REQUEST,
+                "Session not found: it was ended or the server restarted; send initialize again",
+                status=404,
+                id=rid,
+            )
+        session.last_used = time.monotonic()
+        self.sessions.move_to_end(sid)
+        return session
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - SESSION_IDLE_SECONDS
+        while self.sessions:
+            oldest = next(iter(self.sessions.values()))
+            if oldest.last_used >= cutoff or oldest.calls:
+                break
+            self.sessions.popitem(last=False)

@@ -1,0 +1,593 @@
+"""The MCP tools: one entry per agent route, calling the very service method that route's handler calls.
+
+An entry names the permissions of the route it wraps (asked of the server's authorizer before anything
+runs), its input schema (the route's request schema, self-contained), the schema of its structured answer
+(the route's answer schema) and a short description written for a model. A tool for a new route is one
+more entry in :data:`TOOLS` (as ``notebook_run`` is for ``POST /api/agent/notebooks/{path}/run``).
+Errors of the services (:class:`~jupyter_agent_tools.errors.AgentToolsError`) become tool errors
+with the route's message. Pure: no Tornado.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import BadRequest
+from ..files import MAX_LIMIT as MAX_FILE_LIMIT
+from ..files import list_files
+from ..schemas import ACTIONS, CELL_TYPES
+from ..validation import json_type, short_repr
+from .schemas import component, without_image_data, without_null
+from .schemas import field as schema_field
+
+if TYPE_CHECKING:
+    from ..eval.notebook_run import NotebookRunner
+    from ..eval.service import EvalService
+    from ..notebook.store import NotebookStore
+
+# Images a model can take as image content; others (SVG, TIFF...) stay placeholders.
+RASTER_IMAGES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+MAX_IMAGE_BYTES = 5 * 1024 * 1024  # the per-image limit of the common model APIs
+ARTIFACT_PAGE, MAX_ARTIFACT_PAGE, MIN_ARTIFACT_PAGE = 64 * 1024, 1024 * 1024, 16
+REQUIRED: Any = object()
+
+
+class Services(Protocol):
+    """What the tools call: the extension's services (``AgentToolsApp`` has them)."""
+
+    eval_service: EvalService
+    notebook_store: NotebookStore
+    notebook_runner: NotebookRunner
+
+
+@dataclass(frozen=True)
+class Image:
+    mime: str
+    data: str  # base64
+
+
+@dataclass
+class ToolResult:
+    """What a tool gives back: text for the model, the route's JSON answer, images, or an error."""
+
+    text: str
+    structured: Any = None
+    images: list[Image] = field(default_factory=list)
+    is_error: bool = False
+
+
+@dataclass
+class ToolCall:
+    """One call of a tool: its arguments, the cancel signal and where running output goes."""
+
+    services: Services
+    arguments: dict[str, Any]
+    cancel: asyncio.Event
+    progress: Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    permissions: tuple[tuple[str, str], ...]  # (action, resource) pairs: what the wrapped route asks
+    input_schema: dict[str, Any]
+    run: Callable[[ToolCall], Awaitable[ToolResult]]
+    output_schema: dict[str, Any] | None = None
+    annotations: dict[str, bool] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------ arguments
+
+_KINDS = {"string": (str,), "boolean": (bool,), "integer": (int,)}
+_WORDS = {"string": "a string", "boolean": "a boolean", "integer": "an integer"}
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == "integer" and isinstance(value, bool):
+        return False
+    return isinstance(value, _KINDS[kind])
+
+
+def options(
+    arguments: dict[str, Any], known: dict[str, tuple[str, Any]], *, rest: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tool's own arguments (type-checked, defaults applied) and the rest (a route body, if ``rest``)."""
+    own: dict[str, Any] = {}
+    for name, (kind, default) in known.items():
+        if name not in arguments:
+            if default is REQUIRED:
+                raise BadRequest(f"'{name}' is required")
+            own[name] = default
+        elif not _is(arguments[name], kind):
+            raise BadRequest(f"'{name}' must be {_WORDS[kind]}, got {json_type(arguments[name])}")
+        else:
+            own[name] = arguments[name]
+    body = {key: value for key, value in arguments.items() if key not in known}
+    if body and not rest:
+        allowed = ", ".join(known) or "none"
+        raise BadRequest(f"unknown argument {short_repr(next(iter(body)))} (allowed: {allowed})")
+    return own, body
+
+
+# -------------------------------------------------------------------------------------------- images
+
+
+def _decoded_size(mime: str, data: str) -> int:
+    if mime == "image/svg+xml":
+        return len(data.encode("utf-8"))
+    compact = data.rstrip()
+    return max(0, len(compact) * 3 // 4 - (len(compact) - len(compact.rstrip("="))))
+
+
+def _human(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / 1024 / 1024:.1f} MB"
+
+
+def _take_image(mime: str, data: str, size: int, include: bool, images: list[Image]) -> str:
+    """Attach an image when asked and possible; the placeholder text that says what happened."""
+    what = f"{mime} image, {_human(size)}"
+    if not include:
+        return f"[{what}: not attached; images are sent only with include_images: true]"
+    if mime not in RASTER_IMAGES:
+        return f"[{what}: not attached (image content is {', '.join(RASTER_IMAGES)} only)]"
+    if size > MAX_IMAGE_BYTES:
+        return f"[{what}: not attached (larger than {_human(MAX_IMAGE_BYTES)})]"
+    images.append(Image(mime, "".join(data.split())))
+    return f"[{what}: attached as image {len(images)}]"
+
+
+# ---------------------------------------------------------------------------------------------- eval
+
+INCLUDE_IMAGES = {
+    "type": "boolean",
+    "default": False,
+    "description": "Attach images (PNG, JPEG, GIF, WebP) as image content; otherwise each is a placeholder.",
+}
+
+
+async def _eval(call: ToolCall) -> ToolResult:
+    own, body = options(call.arguments, {"include_images": ("boolean", False)}, rest=True)
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("type") == "chunk":
+            call.progress(str(event.get("text", "")))
+        elif event.get("type") == "restart":
+            call.progress(f"{event.get('message', '')}\n")
+
+    result = await call.services.eval_service.run(body, emit=on_event, cancel=call.cancel)
+    images: list[Image] = []
+    notes: list[str] = []
+    structured = dict(result)
+    structured["cells"] = []
+    for cell in result.get("cells", []):
+        cell = dict(cell)
+        displays = []
+        for display in cell.get("displays", []):
+            if display.get("type") == "image" and "data" in display:  # (a placeholder has no data)
+                mime, data = str(display.get("mime")), str(display.get("data") or "")
+                size = _decoded_size(mime, data)
+                placeholder = _take_image(mime, data, size, own["include_images"], images)
+                notes.append(f"cell {cell.get('index', 0) + 1}: {placeholder}")
+                display = {"type": "image", "mime": mime, "bytes": size}
+            displays.append(display)
+        cell["displays"] = displays
+        structured["cells"].append(cell)
+    text = str(result.get("output") or "") or "(no output)"
+    if notes:
+        text = "\n".join([text, *notes])
+    return ToolResult(text, structured, images)
+
+
+# ----------------------------------------------------------------------------------------- notebooks
+
+NOTEBOOK_PATH = {
+    "type": "string",
+    "description": "The notebook's path relative to the server root, ending in .ipynb (e.g. 'work/a.ipynb').",
+}
+
+
+async def _notebook_read(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"path": ("string", REQUIRED), "include_images": ("boolean", False)})
+    answer = await call.services.notebook_store.read(own["path"], include_binary=own["include_images"])
+    images: list[Image] = []
+    lines = [
+        f"{answer['path']}: {len(answer['cells'])} cells, nbformat {answer['nbformat']}."
+        f"{answer['nbformat_minor']}, hash {answer['hash']}"
+    ]
+    for cell in answer["cells"]:
+        head = f"[{cell['index']}] {cell['cell_type']}"
+        if cell.get("id"):
+            head += f" id={cell['id']}"
+        if cell.get("execution_count") is not None:
+            head += f" execution_count={cell['execution_count']}"
+        lines += ["", head, cell["source"] if cell["source"] else "(empty)"]
+        for output in cell.get("outputs", []):
+            lines += _render_output(output, own["include_images"], images)
+    return ToolResult("\n".join(lines), answer, images)
+
+
+def _render_output(output: dict[str, Any], include: bool, images: list[Image]) -> list[str]:
+    kind = output.get("output_type")
+    lines: list[str] = []
+    if kind == "stream":
+        lines += [f"[{output.get('name') or 'stream'}]", str(output.get("text", "")).rstrip("\n")]
+    elif kind == "error":
+        lines += [f"[error] {output.get('ename')}: {output.get('evalue')}"]
+        if output.get("traceback"):
+            lines.append(str(output["traceback"]).rstrip("\n"))
+    else:
+        label = "result" if kind == "execute_result" else "display"
+        if "text" in output:
+            lines += [f"[{label}]", str(output["text"]).rstrip("\n")]
+        for entry in output.get("data", []):
+            mime, size = str(entry.get("mime")), entry.get("bytes") or 0
+            if mime.startswith("image/"):  # its base64 never stays in the structured answer
+                lines.append(_take_image(mime, str(entry.pop("data", "")), size, include, images))
+            else:
+                lines.append(f"[{mime}, {_human(size)}]")
+    return lines
+
+
+async def _notebook_edit(call: ToolCall) -> ToolResult:
+    own, body = options(call.arguments, {"path": ("string", REQUIRED)}, rest=True)
+    answer = await call.services.notebook_store.edit(own["path"], body)
+    messages = [result["message"] for result in answer.get("results", [])] or [answer["message"]]
+    return ToolResult("\n".join([*messages, f"hash: {answer['hash']}"]), answer)
+
+
+def _notebook_edit_input() -> dict[str, Any]:
+    """One operation's fields or ``ops``, flat: several model APIs refuse a top-level ``oneOf``. The body
+    (all but ``path``) is checked by the route's own validator, so the route's messages still apply."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": NOTEBOOK_PATH,
+            "action": {
+                "type": "string",
+                "enum": list(ACTIONS),
+                "description": "One operation: edit (replace a cell's source, outputs kept), insert, delete, "
+                "move, or clear_outputs (one cell, or all: true). Leave out when sending 'ops'.",
+            },
+            "cell_index": {
+                "type": "integer",
+                "description": "0-based index of the cell (insert: where it goes; default: the end).",
+            },
+            "cell_id": {
+                "type": "string",
+                "description": "Address the cell by id instead of index (insert: the new cell's id).",
+            },
+            "content": schema_field("EditRequest", "content"),
+            "cell_type": {
+                "type": "string",
+                "enum": list(CELL_TYPES),
+                "description": "insert: the new cell's type (default code); edit: convert the cell to it.",
+            },
+            "to_index": schema_field("MoveRequest", "to_index"),
+            "all": schema_field("ClearOutputsRequest", "all"),
+            "ops": {
+                **schema_field("NotebookBatchRequest", "ops"),
+                "description": "Several operations applied in order, all or none (one save). Each has the "
+                "fields above.",
+            },
+            "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    result: dict[str, Any] = without_null(schema)
+    return result
+
+
+# -------------------------------------------------------------------------- sessions, artifacts, files
+
+SESSION_NAME = {"type": "string", "description": "The session's name (as given to eval, or listed)."}
+
+
+async def _session_list(call: ToolCall) -> ToolResult:
+    options(call.arguments, {})
+    service = call.services.eval_service
+    sessions = service.list_sessions()
+    answer = {"sessions": sessions, "totals": dict(service.sessions.totals)}
+    lines = [
+        f"- {s['name']}: {'busy' if s['busy'] else 'idle'}, kernel {s.get('kernel_name') or '-'} "
+        f"({s['kernel_id'] or 'not started'}), {s['queue_depth']} queued, {s['restarts']} restarts, "
+        f"last used {s['last_used']}"
+        for s in sessions
+    ]
+    return ToolResult("\n".join(lines) if lines else "No eval sessions.", answer)
+
+
+async def _session_interrupt(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"name": ("string", REQUIRED)})
+    answer = await call.services.eval_service.interrupt_session(own["name"])
+    if answer["interrupted"]:
+        text = f"Session {own['name']!r}: its running call was cancelled (it answers cancelled: true)."
+    else:
+        text = f"Session {own['name']!r} was running nothing; its kernel was sent an interrupt anyway."
+    return ToolResult(text, answer)
+
+
+async def _session_delete(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"name": ("string", REQUIRED)})
+    await call.services.eval_service.delete_session(own["name"])
+    return ToolResult(f"Session {own['name']!r} and its kernel were shut down; its artifacts are removed.")
+
+
+def _utf8_boundary(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # a character's first byte
+            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
+async def _artifact_read(call: ToolCall) -> ToolResult:
+    own, _ = options(
+        call.arguments,
+        {"id": ("string", REQUIRED), "offset": ("integer", 0), "limit": ("integer", ARTIFACT_PAGE)},
+    )
+    if own["offset"] < 0:
+        raise BadRequest("'offset' must be at least 0")
+    limit = min(max(own["limit"], MIN_ARTIFACT_PAGE), MAX_ARTIFACT_PAGE)
+    data, total = call.services.eval_service.artifacts.read_range(own["id"], own["offset"], limit)
+    start = 0
+    while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
+        start += 1  # an offset inside a character: begin at the next one
+    offset = min(own["offset"], total) + start
+    data = data[start:]
+    end = len(data) if offset + len(data) >= total else _utf8_boundary(data)
+    text = data[:end].decode("utf-8", errors="replace")
+    next_offset = offset + end if offset + end < total else None
+    more = f"more: artifact_read with offset {next_offset}" if next_offset is not None else "end"
+    answer = {
+        "artifact_id": own["id"],
+        "offset": offset,
+        "bytes": end,
+        "total_bytes": total,
+        "next_offset": next_offset,
+        "text": text,
+    }
+    return ToolResult(
+        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{text}", answer
+    )
+
+
+ARTIFACT_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "artifact_id": {"type": "string"},
+        "offset": {"type": "integer", "description": "byte offset of 'text' in the artifact"},
+        "bytes": {"type": "integer", "description": "bytes of the artifact 'text' holds"},
+        "total_bytes": {"type": "integer"},
+        "next_offset": {"type": ["integer", "null"], "description": "where the next page starts; null: end"},
+        "text": {"type": "string"},
+    },
+    "required": ["artifact_id", "offset", "bytes", "total_bytes", "next_offset", "text"],
+}
+
+
+async def _file_list(call: ToolCall) -> ToolResult:
+    own, _ = options(
+        call.arguments,
+        {"path": ("string", ""), "recursive": ("boolean", False), "limit": ("integer", 500)},
+    )
+    manager = call.services.notebook_store.contents_manager
+    answer = await list_files(manager, own["path"], recursive=own["recursive"], limit=own["limit"])
+    lines = [f"{answer['path'] or '/'}: {len(answer['entries'])} entries"]
+    for entry in answer["entries"]:
+        if entry["type"] == "directory":
+            lines.append(f"{entry['path']}/")
+        else:
+            size = f", {_human(entry['size'])}" if entry["size"] is not None else ""
+            lines.append(f"{entry['path']} ({entry['type']}{size})")
+    if answer["truncated"]:
+        lines.append("(more entries exist: raise 'limit' or list a subdirectory)")
+    return ToolResult("\n".join(lines), answer)
+
+
+FILE_LIST_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "entries": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "type": {"type": "string", "enum": ["notebook", "file", "directory"]},
+                    "size": {"type": ["integer", "null"]},
+                    "last_modified": {"type": ["string", "null"]},
+                },
+                "required": ["path", "type", "size", "last_modified"],
+            },
+        },
+        "truncated": {"type": "boolean"},
+    },
+    "required": ["path", "entries", "truncated"],
+}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def _eval_input() -> dict[str, Any]:
+    schema = component("EvalRequest")
+    schema["properties"]["include_images"] = INCLUDE_IMAGES
+    result: dict[str, Any] = without_null(schema)
+    return result
+
+
+async def _notebook_run(call: ToolCall) -> ToolResult:
+    own, body = options(call.arguments, {"path": ("string", REQUIRED)}, rest=True)
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("type") == "chunk":
+            call.progress(str(event.get("text", "")))
+        elif event.get("type") == "restart":
+            call.progress(f"{event.get('message', '')}\n")
+
+    result = await call.services.notebook_runner.run(own["path"], body, emit=on_event, cancel=call.cancel)
+    structured = dict(result)
+    structured["cells"] = [
+        {**cell, "displays": [_without_data(d) for d in cell.get("displays", [])]} for cell in result["cells"]
+    ]
+    return ToolResult(str(result.get("output") or "") or "(no output)", structured, [])
+
+
+def _without_data(display: dict[str, Any]) -> dict[str, Any]:
+    if display.get("type") != "image" or "data" not in display:
+        return display
+    mime, data = str(display.get("mime")), str(display.get("data") or "")
+    return {"type": "image", "mime": mime, "bytes": _decoded_size(mime, data)}
+
+
+def _notebook_run_input() -> dict[str, Any]:
+    schema = component("NotebookRunRequest")
+    schema.pop("oneOf", None)  # several model APIs refuse it; the route's own validator still applies
+    schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"]}
+    schema["required"] = ["path"]
+    result: dict[str, Any] = without_null(schema)
+    return result
+
+
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+
+TOOLS: tuple[Tool, ...] = (
+    Tool(
+        name="eval",
+        title="Run Python",
+        description="Run Python cells in a Jupyter kernel of the server and get their output. State persists "
+        "between calls of the same 'session' (default 'default'); mode 'per-call' uses a fresh kernel. "
+        "Cells run in order and stop at the first error. Returns the combined output text (long output "
+        "keeps its tail; the full text is an artifact, see artifact_read) and per-cell results. Streams "
+        "output as progress while it runs.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_eval_input(),
+        output_schema=without_image_data(component("EvalResult")),
+        run=_eval,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+    ),
+    Tool(
+        name="notebook_read",
+        title="Read a notebook",
+        description="Read a notebook: every cell's index, id, type and source, and its outputs summarized "
+        "(long text cut, images as placeholders unless include_images). Returns the notebook's 'hash': "
+        "pass it to notebook_edit as expected_hash.",
+        permissions=(("read", "contents"),),
+        input_schema=_object({"path": NOTEBOOK_PATH, "include_images": INCLUDE_IMAGES}, ["path"]),
+        output_schema=component("NotebookRead"),
+        run=_notebook_read,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="notebook_edit",
+        title="Edit a notebook",
+        description="Change a notebook cell by cell: edit a cell's source (outputs kept), insert, delete or "
+        "move cells. Send one operation (action plus cell_index or cell_id, content, cell_type, to_index) "
+        "or several as 'ops' (all applied or none). With expected_hash (from notebook_read) nothing changes "
+        "if the notebook changed since. Works on the live document when the notebook is open in "
+        "JupyterLab. Returns what was done and the new hash.",
+        permissions=(("write", "contents"),),
+        input_schema=_notebook_edit_input(),
+        output_schema=component("NotebookChangeResult"),
+        run=_notebook_edit,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    ),
+    Tool(
+        name="notebook_run",
+        title="Run a notebook's cells",
+        description="Run cells of a notebook in the notebook's own kernel (the one a person sees in "
+        "JupyterLab; state is shared with them) and write their outputs into the notebook. Name the cells "
+        "with exactly one of cell_ids, cell_indices or all: true; they run in notebook order and stop at "
+        "the first error unless stop_on_error is false. Returns each cell's status and output text and the "
+        "notebook's new hash. Streams output as progress while it runs.",
+        permissions=(("write", "contents"), ("execute", "kernels")),
+        input_schema=_notebook_run_input(),
+        output_schema=without_image_data(component("NotebookRunResult")),
+        run=_notebook_run,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+    ),
+    Tool(
+        name="session_list",
+        title="List eval sessions",
+        description="List the eval sessions (kernels) of the server: name, kernel, busy or idle, queued "
+        "calls, restarts, last use.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_object({}, []),
+        output_schema=component("SessionList"),
+        run=_session_list,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="session_interrupt",
+        title="Interrupt a session",
+        description="Interrupt what an eval session is running (like Ctrl-C): the running eval call ends "
+        "with cancelled: true. The session and its state stay.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_object({"name": SESSION_NAME}, ["name"]),
+        output_schema=component("InterruptResult"),
+        run=_session_interrupt,
+        annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
+    ),
+    Tool(
+        name="session_delete",
+        title="Shut a session down",
+        description="Shut an eval session and its kernel down (its state and artifacts are lost); a call "
+        "running in it is cancelled.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_object({"name": SESSION_NAME}, ["name"]),
+        run=_session_delete,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    ),
+    Tool(
+        name="artifact_read",
+        title="Read a full output",
+        description="Read the full output of an eval cell whose output was truncated (its artifact_id, or "
+        "the id in 'Full: artifact://<id>'), a page at a time: 'offset' and 'limit' in bytes (default "
+        "65536, at most 1 MiB). Returns the text and next_offset (null at the end).",
+        permissions=(("read", "kernels"),),
+        input_schema=_object(
+            {
+                "id": {"type": "string", "description": "The artifact id."},
+                "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "Byte to start at."},
+                "limit": {"type": "integer", "minimum": 1, "default": ARTIFACT_PAGE, "description": "Bytes."},
+            },
+            ["id"],
+        ),
+        output_schema=ARTIFACT_OUTPUT,
+        run=_artifact_read,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="file_list",
+        title="List files",
+        description="List the notebooks, files and directories in a directory of the server (hidden files "
+        "excluded, as in JupyterLab's file browser), to find what to open. 'recursive' walks "
+        "subdirectories; at most 'limit' entries (default 500).",
+        permissions=(("read", "contents"),),
+        input_schema=_object(
+            {
+                "path": {"type": "string", "default": "", "description": "Directory relative to the root."},
+                "recursive": {"type": "boolean", "default": False},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT, "default": 500},
+            },
+            [],
+        ),
+        output_schema=FILE_LIST_OUTPUT,
+        run=_file_list,
+        annotations=READ_ONLY,
+    ),
+)

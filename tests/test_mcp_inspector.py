@@ -1,0 +1,126 @@
+"""The MCP endpoint with the MCP Inspector's CLI (Node, the TypeScript SDK's client) against a real server.
+
+The Inspector is installed once into a cache directory (``$AGENT_TOOLS_NPM_CACHE``, default
+``~/.cache/jupyter-agent-tools/npm``) with ``npm install --prefix``, so later runs start at once. The test
+skips, saying why, only when node or npm is missing or the package cannot be installed (offline).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_agent_tools.mcp.tools import TOOLS
+from jupyter_agent_tools.testing.server import Server, jupyter_server
+
+pytestmark = pytest.mark.timeout(600)
+PACKAGE, VERSION = "@modelcontextprotocol/inspector", "2.12.0"  # 0.x CLIs have no --header
+
+
+def _install() -> Path:
+    """The Inspector's ``mcp-inspector`` executable, installed into the cache directory if needed."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the MCP Inspector CLI (Node >= 20)")
+    cache = Path(
+        os.environ.get("AGENT_TOOLS_NPM_CACHE") or Path.home() / ".cache" / "jupyter-agent-tools" / "npm"
+    )
+    prefix = cache / f"inspector-{VERSION}"
+    installed = prefix / "node_modules" / PACKAGE / "package.json"
+    if not (installed.exists() and json.loads(installed.read_text()).get("version") == VERSION):
+        prefix.mkdir(parents=True, exist_ok=True)
+        cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
+        try:
+            proc = subprocess.run([*cmd, f"{PACKAGE}@{VERSION}"], capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            pytest.skip(f"npm install {PACKAGE}@{VERSION} took more than 300 s (offline?)")
+        if proc.returncode != 0 or not installed.exists():
+            pytest.skip(f"npm install {PACKAGE}@{VERSION} failed (offline?): {proc.stderr.strip()[-500:]}")
+    return prefix / "node_modules" / ".bin" / "mcp-inspector"
+
+
+@pytest.fixture(scope="module")
+def inspector() -> Path:
+    return _install()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("inspector-root")
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), str(root / "nb.ipynb"))
+    with jupyter_server(root) as running:
+        yield running
+
+
+def cli(inspector: Path, server: Server, *args: str, token: str | None = None) -> tuple[int, Any, str]:
+    """Run the Inspector CLI against the server: (exit code, parsed JSON output or None, stderr)."""
+    url = server.url + "api/agent/mcp"
+    header = f"Authorization: token {token or server.token}"
+    proc = subprocess.run(
+        [str(inspector), "--cli", url, "--transport", "http", "--header", header, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    try:
+        output = json.loads(proc.stdout) if proc.stdout.strip() else None
+    except ValueError:
+        output = proc.stdout
+    return proc.returncode, output, proc.stderr
+
+
+def test_inspector_lists_the_tools_with_portable_schemas(inspector: Path, server: Server) -> None:
+    code, output, stderr = cli(inspector, server, "--method", "tools/list", "--strict")
+    assert code == 0, stderr
+    assert [tool["name"] for tool in output["tools"]] == [tool.name for tool in TOOLS]
+    assert re.search(r"(?<!\d)0 errors", stderr), stderr[-2000:]
+    assert "inputSchema" not in stderr  # no portability warning about any input schema
+
+
+def test_inspector_calls_tools(inspector: Path, server: Server) -> None:
+    code, output, stderr = cli(
+        inspector, server, "--method", "tools/call", "--tool-name", "eval", "--tool-arg",
+        'cells=[{"code": "print(6 * 7)"}]',
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert output["isError"] is False and output["content"][0]["text"] == "42\n"
+    assert output["structuredContent"]["cells"][0]["status"] == "complete"
+    code, output, stderr = cli(
+        inspector,
+        server,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "notebook_read",
+        "--tool-arg",
+        "path=nb.ipynb",
+    )
+    assert code == 0, stderr
+    assert output["structuredContent"]["cells"][0]["source"] == "x = 1"
+    code, output, stderr = cli(
+        inspector,
+        server,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "notebook_read",
+        "--tool-arg",
+        "path=no.ipynb",
+    )
+    assert output["isError"] is True and output["content"][0]["text"] == "Notebook not found: no.ipynb"
+
+
+def test_inspector_with_a_wrong_token_is_refused(inspector: Path, server: Server) -> None:
+    code, output, stderr = cli(inspector, server, "--method", "tools/list", token="wrong")
+    assert code != 0
+    assert "403" in json.dumps(output) + stderr
