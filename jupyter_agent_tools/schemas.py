@@ -397,8 +397,15 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "cellSource": {"type": "string", "description": "delete: the removed source"},
             "previousCellType": {"type": "string", "description": "only for an edit that converted the cell"},
             "fromIndex": {"type": "integer", "description": "only for move"},
+            "clearedCells": {"type": "integer", "description": "only for clear_outputs with all: true"},
         },
-        required=["action", "cellIndex", "cellId", "cellType", "totalCells", "cellSource"],
+        required=["action", "totalCells"],
+        description="What one operation did. Every action but clear_outputs with all: true also has "
+        "cellIndex, cellId, cellType and cellSource (the cell it worked on); that one has clearedCells.",
+        anyOf=[
+            {"required": ["cellIndex", "cellId", "cellType", "cellSource"]},
+            {"required": ["clearedCells"], "properties": {"action": {"const": "clear_outputs"}}},
+        ],
     ),
     "NotebookChangeResult": _obj(
         {

@@ -87,6 +87,7 @@ def _notebooks(root: Path) -> dict[str, bytes]:
 OPERATIONS = [
     ("GET", "/api/agent/notebooks/{path}"),
     ("POST", "/api/agent/notebooks/{path}"),
+    ("POST", "/api/agent/notebooks/{path}/run"),
     ("POST", "/api/agent/eval"),
     ("GET", "/api/agent/sessions"),
     ("DELETE", "/api/agent/sessions/{name}"),
