@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -232,17 +231,29 @@ class NotebookRunner:
         )
         written, hash_ = await self._write(path, target, outputs, clear=True)
         _, _, _, live = await self.store.load(path)
-        last_push = time.monotonic()
-        pushing: asyncio.Task[Any] | None = None
+        changed, finished = asyncio.Event(), asyncio.Event()
+
+        async def push_live() -> None:
+            # Leading and trailing edge: the first output goes out at once, later ones at most every
+            # LIVE_OUTPUT_INTERVAL, and an output that arrives while waiting is always pushed (a cell that
+            # prints a line and then computes quietly shows that line while it computes).
+            while True:
+                await changed.wait()
+                if finished.is_set():
+                    return  # the final write follows
+                changed.clear()
+                await self._write(path, target, outputs)
+                try:
+                    await asyncio.wait_for(finished.wait(), LIVE_OUTPUT_INTERVAL)
+                    return
+                except asyncio.TimeoutError:
+                    pass
+
+        pushing = asyncio.ensure_future(push_live()) if live else None
 
         def observe(msg_type: str, content: dict[str, Any]) -> None:
-            nonlocal last_push, pushing
-            if not outputs.add(msg_type, content) or not live:
-                return
-            now = time.monotonic()
-            if now - last_push >= LIVE_OUTPUT_INTERVAL and (pushing is None or pushing.done()):
-                last_push = now
-                pushing = asyncio.ensure_future(self._write(path, target, outputs))
+            if outputs.add(msg_type, content) and live:
+                changed.set()
 
         conn, kernel_id = session.connection, session.kernel_id
         assert conn is not None and kernel_id is not None
@@ -269,6 +280,8 @@ class NotebookRunner:
         finally:
             sink.close()
             if pushing is not None:
+                finished.set()
+                changed.set()
                 await asyncio.gather(pushing, return_exceptions=True)
         session.executions += 1
         written, hash_ = await self._write(path, target, outputs)
