@@ -110,6 +110,15 @@ def longest_increasing(values: list[int]) -> set[int]:
     return keep
 
 
+def _rejoined(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Outputs with multi-line strings joined (nbformat's ``rejoin_lines``), so forms compare equal."""
+    from nbformat import from_dict
+    from nbformat.v4.rwbase import rejoin_lines
+
+    cell = {"cell_type": "code", "source": "", "metadata": {}, "outputs": copy.deepcopy(outputs)}
+    return list(_plain(rejoin_lines(from_dict({"cells": [cell]})).cells[0].outputs))
+
+
 class LiveNotebook:
     """One read of a live notebook, and the write-back of an edited version of it.
 
@@ -180,10 +189,12 @@ class LiveNotebook:
         taken: set[int] = set()
         origins = [self._origin(cell, taken, ids) for cell in new_cells]
 
-        # A kept cell is updated in place when only its source changed; anything else (another type,
-        # other outputs) replaces it, as JupyterLab does, since clients do not watch other keys.
+        # A kept cell is updated in place when only its source changed, or (a code cell) its source,
+        # outputs and execution count: clients watch those keys, and the cell keeps its identity (a
+        # run's outputs do not reset a person's editor nor drop what they type meanwhile). Anything else
+        # (another type, other metadata) replaces it, as JupyterLab does.
         in_place = [
-            origin is not None and self._same_but_source(old_cells[origin], cell)
+            origin is not None and self._updatable(old_cells[origin], cell)
             for cell, origin in zip(new_cells, origins, strict=True)
         ]
         candidates = [pos for pos, ok in enumerate(in_place) if ok]
@@ -200,6 +211,11 @@ class LiveNotebook:
             new_source = join_source(new_cells[pos].get("source", ""))
             if old_source != new_source:
                 set_text(ycells[origin]["source"], old_source, new_source)
+            old_cell, new_cell = old_cells[origin], new_cells[pos]
+            if old_cell.get("outputs") != new_cell.get("outputs"):
+                self._set_outputs(ycells[origin], old_cell["outputs"], new_cell["outputs"])
+            if old_cell.get("execution_count") != new_cell.get("execution_count"):
+                ycells[origin]["execution_count"] = new_cell.get("execution_count")
         # 2. Remove deleted, moved and replaced cells (moves are delete + insert: Yjs 13 clients, i.e.
         #    JupyterLab 4, do not understand pycrdt's move).
         reused = {o for o in origins if o is not None} - kept
@@ -218,13 +234,45 @@ class LiveNotebook:
             )
             ycells.insert(pos, self.ynotebook.create_ycell(value))
 
-    @staticmethod
-    def _same_but_source(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    def _updatable(self, old: dict[str, Any], new: dict[str, Any]) -> bool:
         if old is new:
             return True
         if old.keys() != new.keys():
             return False
-        return all(old[k] == new[k] for k in old if k != "source")
+        changing = {"source"}
+        # Outputs in place need the live form of outputs (jupyter_ydoc >= 3: maps, stream text as text).
+        if old.get("cell_type") == "code" and hasattr(self.ynotebook, "_create_youtputs"):
+            changing |= {"outputs", "execution_count"}
+        return all(old[k] == new[k] for k in old if k not in changing)
+
+    def _set_outputs(self, ycell: Any, old: list[dict[str, Any]], new: list[dict[str, Any]]) -> None:
+        """Change a cell's outputs from ``old`` to ``new`` in place: equal leading outputs stay, a stream
+        that grew gets only its new text (as a kernel's output streams into JupyterLab), the rest is
+        replaced."""
+        old, new = _rejoined(old), _rejoined(new)
+        youtputs = ycell["outputs"]
+        keep = 0
+        while keep < min(len(old), len(new)) and old[keep] == new[keep]:
+            keep += 1
+        if keep == len(old) - 1 and keep < len(new):
+            was, now = old[keep], new[keep]
+            ytext = youtputs[keep].get("text") if hasattr(youtputs[keep], "get") else None
+            if (
+                was.get("output_type") == now.get("output_type") == "stream"
+                and was.keys() == now.keys()
+                and was.get("name") == now.get("name")
+                and isinstance(now.get("text"), str)
+                and now["text"].startswith(was.get("text", ""))
+                and ytext is not None
+                and hasattr(ytext, "insert")
+                and str(ytext) == was.get("text", "")
+            ):
+                ytext += now["text"][len(was.get("text", "")) :]
+                keep += 1
+        if keep < len(youtputs):
+            del youtputs[keep:]
+        if keep < len(new):
+            youtputs.extend(self.ynotebook._create_youtputs(new[keep:]))
 
     @staticmethod
     def _recreated(old: dict[str, Any], new: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
