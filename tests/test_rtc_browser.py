@@ -4,7 +4,9 @@ A real ``jupyter lab`` process (jupyter-collaboration's server and frontend exte
 serves a notebook that headless Debian Chromium, driven by Playwright, has open. The person types into a
 cell and, right after, the agent inserts a cell through ``POST /api/agent/notebooks/{path}``: the cell's
 text must appear in the page with no reload, the person's typing must survive, and the room must save both.
-A screenshot is saved as ``test-artifacts/rtc_live_insert.png``.
+A screenshot is saved as ``test-artifacts/rtc_live_insert.png``. The agent also runs a cell of the open
+notebook through ``POST /api/agent/notebooks/{path}/run``: its output shows in the page while the cell
+still runs, then in full with the execution count (``rtc_agent_run_streaming.png``, ``rtc_agent_run.png``).
 
 Chromium comes from the system (``apt-get install chromium``, done by ``python3 dev.py test`` when run as
 root); Playwright's own browser download is never used. The test is skipped only when no Chromium exists.
@@ -21,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +226,113 @@ def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path)
             break
         assert time.monotonic() < deadline, f"the file never got both edits: {sources}"
         time.sleep(0.1)
+
+
+def launch(playwright: Any) -> Any:
+    return playwright.chromium.launch(
+        executable_path=CHROMIUM,
+        headless=True,
+        args=[
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ],
+    )
+
+
+def test_jupyterlab_shows_agent_run_outputs_live(lab: dict[str, Any], tmp_path: Path) -> None:
+    """The agent runs a cell of the notebook a person has open: its first line shows in the page while
+    the cell still runs (it waits on a file the test creates), then the whole output and the count."""
+    flag = tmp_path / "run.flag"
+    source = (
+        "import os, time\n"
+        "print('agent run: first line', flush=True)\n"
+        f"while not os.path.exists({str(flag)!r}):\n"
+        "    time.sleep(0.02)\n"
+        "print('agent run: second line')"
+    )
+    cell = new_code_cell(source)
+    cell["id"] = "run-me"
+    nb = new_notebook(
+        cells=[new_markdown_cell("# Run by the agent"), cell],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+    )
+    nbformat.write(nb, str(lab["root"] / "run.ipynb"))
+    base, token = lab["base"], lab["token"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    outputs_js = (
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[1]"
+        "?.querySelector('.jp-OutputArea')?.innerText ?? ''"
+    )
+
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        pool = ThreadPoolExecutor(1)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            synced: list[str] = []
+
+            def on_websocket(ws: Any) -> None:
+                if "/api/collaboration/room/json:notebook:" in ws.url:
+                    ws.on("framereceived", lambda _frame: synced.append(ws.url))
+
+            page.on("websocket", on_websocket)
+            page.goto(f"{base}/lab/tree/run.ipynb?reset&token={token}", timeout=90_000)
+            page.wait_for_function(
+                "() => document.querySelector('.jp-Notebook')?.innerText.includes('agent run: first line')",
+                timeout=90_000,
+            )  # the source is shown
+            deadline = time.monotonic() + 60
+            while not synced:
+                assert time.monotonic() < deadline, "the notebook never joined its collaborative room"
+                page.wait_for_timeout(50)
+            assert page.evaluate(outputs_js) == ""
+
+            running = pool.submit(
+                http,
+                "POST",
+                f"{base}/api/agent/notebooks/run.ipynb/run",
+                token,
+                {"cell_ids": ["run-me"]},
+                120,
+            )
+            try:
+                page.wait_for_function(
+                    f"() => ({outputs_js})().includes('agent run: first line')", timeout=60_000
+                )
+                assert not running.done()  # the cell still waits on the flag
+                assert "second line" not in page.evaluate(outputs_js)
+                page.screenshot(path=str(ARTIFACTS / "rtc_agent_run_streaming.png"))
+            finally:
+                flag.touch()
+            status, answer = running.result(timeout=120)
+            assert status == 200, answer
+            (result,) = answer["cells"]
+            assert result["status"] == "complete" and result["outputs_written"]
+            page.wait_for_function(
+                f"() => ({outputs_js})().includes('agent run: second line')", timeout=30_000
+            )
+            shown = page.evaluate(outputs_js)
+            assert shown.index("agent run: first line") < shown.index("agent run: second line")
+            count = result["execution_count"]
+            prompt = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-InputPrompt")
+            page.wait_for_function(
+                "(c) => document.querySelectorAll('.jp-Notebook .jp-Cell')[1]"
+                "?.querySelector('.jp-InputPrompt')?.innerText.includes(c)",
+                arg=f"[{count}]",
+                timeout=30_000,
+            )
+            assert f"[{count}]" in prompt.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "rtc_agent_run.png"))
+        finally:
+            flag.touch()
+            pool.shutdown(wait=True)
+            browser.close()
