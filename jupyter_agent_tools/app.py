@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import tempfile
-from typing import Any
+from typing import Any, cast
 
 from jupyter_server.base.handlers import path_regex
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import CaselessStrEnum, Float, Int, TraitError, Unicode, validate
+from traitlets import CaselessStrEnum, Float, Int, TraitError, Type, Unicode, validate
 
 from . import __version__
 from .artifacts import ArtifactStore
@@ -30,6 +30,7 @@ from .handlers.sessions import (
 from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
+from .traits import at_least
 
 GIB = 1024**3
 
@@ -207,6 +208,51 @@ class AgentToolsApp(ExtensionApp):
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
 
+    # -- service classes --
+    notebook_store_class = Type(
+        default_value="jupyter_agent_tools.notebook.store.NotebookStore",
+        klass=NotebookStore,
+        help="The class that reads and edits notebooks (a subclass of NotebookStore). Built with "
+        "parent=the app and contents_manager, live, summary_max_chars, max_ops, busy_timeout.",
+    ).tag(config=True)
+
+    artifact_store_class = Type(
+        default_value="jupyter_agent_tools.artifacts.ArtifactStore",
+        klass=ArtifactStore,
+        help="The class that keeps spilled outputs (a subclass of ArtifactStore). Built with "
+        "parent=the app and root, retention.",
+    ).tag(config=True)
+
+    kernel_service_class = Type(
+        default_value="jupyter_agent_tools.eval.kernels.KernelService",
+        klass=KernelService,
+        help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
+        "Built with parent=the app and kernel_manager, ready_timeout, fd_headroom, iopub_hwm.",
+    ).tag(config=True)
+
+    session_manager_class = Type(
+        default_value="jupyter_agent_tools.eval.sessions.SessionManager",
+        klass=SessionManager,
+        help="The class that keeps, evicts and sweeps the eval sessions (a subclass of SessionManager). "
+        "Built with parent=the app and kernels, artifacts, max_sessions, idle_timeout, cleanup_interval, "
+        "heartbeat_interval.",
+    ).tag(config=True)
+
+    eval_service_class = Type(
+        default_value="jupyter_agent_tools.eval.service.EvalService",
+        klass=EvalService,
+        help="The class that runs eval requests (a subclass of EvalService). Built with parent=the app "
+        "and sessions, kernels, artifacts, contents_manager, recovery, max_output_bytes, interrupt_grace, "
+        "max_cells, liveness_interval, init_timeout, output_limits.",
+    ).tag(config=True)
+
+    notebook_runner_class = Type(
+        default_value="jupyter_agent_tools.eval.notebook_run.NotebookRunner",
+        klass=NotebookRunner,
+        help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
+        "with parent=the app and eval_service, store, session_manager, max_output_bytes_stored.",
+    ).tag(config=True)
+
     @validate(
         "max_sessions",
         "max_output_bytes",
@@ -220,6 +266,24 @@ class AgentToolsApp(ExtensionApp):
             name = proposal["trait"].name
             raise TraitError(f"AgentToolsApp.{name} must be at least 1, got {value}")
         return value
+    @validate(
+        "notebook_busy_timeout",
+        "idle_timeout",
+        "cleanup_interval",
+        "heartbeat_interval",
+        "interrupt_timeout",
+        "kernel_create_retry_delay",
+        "artifact_retention",
+        "max_body_bytes",
+        "fd_headroom",
+    )
+    def _not_negative(self, proposal: Any) -> Any:
+        return at_least(proposal, 0)
+
+    @validate("kernel_ready_timeout", "init_timeout", "liveness_interval", "stream_heartbeat_interval")
+    def _positive(self, proposal: Any) -> Any:
+        return at_least(proposal, 0, strict=True)
+
     @validate("stream_backlog_bytes")
     def _valid_backlog(self, proposal: Any) -> int:
         return _in_range(proposal, 1024, GIB)
@@ -245,9 +309,9 @@ class AgentToolsApp(ExtensionApp):
     def initialize_settings(self) -> None:
         assert self.serverapp is not None
         serverapp = self.serverapp
-        self.notebook_store = NotebookStore(
-            self.serverapp.contents_manager,
-            log=self.log,
+        self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
+            parent=self,
+            contents_manager=serverapp.contents_manager,
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
             busy_timeout=self.notebook_busy_timeout,
@@ -257,27 +321,31 @@ class AgentToolsApp(ExtensionApp):
         if not artifacts_root:
             artifacts_root = tempfile.mkdtemp(prefix="jupyter-agent-artifacts-")
             self._own_artifacts_dir = True
-        artifacts = ArtifactStore(artifacts_root, retention=self.artifact_retention)
-        kernels = KernelService(
-            self.serverapp.kernel_manager,
+        artifacts = cast("type[ArtifactStore]", self.artifact_store_class)(
+            parent=self, root=artifacts_root, retention=self.artifact_retention
+        )
+        kernels = cast("type[KernelService]", self.kernel_service_class)(
+            parent=self,
+            kernel_manager=serverapp.kernel_manager,
             ready_timeout=self.kernel_ready_timeout,
             fd_headroom=self.fd_headroom,
             iopub_hwm=self.iopub_hwm,
         )
-        sessions = SessionManager(
-            kernels,
-            artifacts,
+        sessions = cast("type[SessionManager]", self.session_manager_class)(
+            parent=self,
+            kernels=kernels,
+            artifacts=artifacts,
             max_sessions=self.max_sessions,
             idle_timeout=self.idle_timeout,
             cleanup_interval=self.cleanup_interval,
             heartbeat_interval=self.heartbeat_interval,
-            log=self.log,
         )
-        self.eval_service = EvalService(
-            sessions,
-            kernels,
-            artifacts,
-            self.serverapp.contents_manager,
+        self.eval_service = cast("type[EvalService]", self.eval_service_class)(
+            parent=self,
+            sessions=sessions,
+            kernels=kernels,
+            artifacts=artifacts,
+            contents_manager=serverapp.contents_manager,
             recovery=KernelRecovery(kernels, sessions, retry_backoff=self.kernel_create_retry_delay),
             max_output_bytes=self.max_output_bytes,
             interrupt_grace=self.interrupt_timeout,
@@ -289,10 +357,11 @@ class AgentToolsApp(ExtensionApp):
             ),
         )
 
-        self.notebook_runner = NotebookRunner(
-            self.eval_service,
-            self.notebook_store,
-            serverapp.session_manager,
+        self.notebook_runner = cast("type[NotebookRunner]", self.notebook_runner_class)(
+            parent=self,
+            eval_service=self.eval_service,
+            store=self.notebook_store,
+            session_manager=serverapp.session_manager,
             max_output_bytes_stored=self.max_run_output_bytes,
         )
         self.mcp_server = McpServer(self, heartbeat_interval=self.stream_heartbeat_interval, log=self.log)

@@ -17,10 +17,14 @@ import shutil
 import time
 from collections.abc import Collection
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 from uuid import uuid4
 
+from traitlets import Float, Instance, default, validate
+from traitlets.config import LoggingConfigurable
+
 from .errors import NotFound
+from .traits import at_least, default_log
 
 # The same rule as the API's session names (schemas.SESSION_NAME_PATTERN): a first character that is not
 # a dot, so no name is ".", ".." or hidden.
@@ -28,12 +32,36 @@ SESSION_DIR_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 ARTIFACT_ID = re.compile(r"^(?P<session>[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})\.[0-9a-f]{32}$")
 
 
-class ArtifactStore:
-    """Creates, reads and removes artifact files under one root directory."""
+class ArtifactStore(LoggingConfigurable):
+    """Creates, reads and removes artifact files under one root directory.
 
-    def __init__(self, root: str | os.PathLike[str], retention: float = 24 * 3600):
-        self.root = Path(root)
-        self.retention = retention
+    ``ArtifactStore(root)`` or ``ArtifactStore(parent=app, root=root, retention=...)``; the application
+    builds the class named by ``AgentToolsApp.artifact_store_class``.
+    """
+
+    root = Instance(Path, help="The directory holding one subdirectory per session.")
+    retention = Float(24 * 3600.0, help="Seconds an artifact is kept at most (0: until its session goes).")
+
+    @validate("retention")
+    def _valid_retention(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
+
+    @default("log")
+    def _default_log(self) -> Any:
+        return default_log(self, __name__)
+
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, retention: float | None = None, **kwargs: Any
+    ):
+        if root is not None:
+            kwargs["root"] = root
+        if retention is not None:
+            kwargs["retention"] = retention
+        if "root" in kwargs:
+            kwargs["root"] = Path(kwargs["root"])
+        super().__init__(**kwargs)
+        if self.root is None:
+            raise TypeError("ArtifactStore needs a root directory")
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._real_root = self.root.resolve()
 

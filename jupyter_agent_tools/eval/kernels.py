@@ -19,9 +19,13 @@ from uuid import uuid4
 
 from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_core.utils import ensure_async
+from traitlets import Any as AnyTrait
+from traitlets import Float, Int, default, validate
+from traitlets.config import LoggingConfigurable
 
 from ..compat import forget_kernel
 from ..errors import AgentToolsError, BadRequest
+from ..traits import at_least, default_log
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
@@ -39,21 +43,37 @@ def is_gateway(kernel_manager: Any) -> bool:
     return isinstance(kernel_manager, GatewayMappingKernelManager)
 
 
-class KernelService:
-    """The operations the eval sessions need from the kernel manager."""
+class KernelService(LoggingConfigurable):
+    """The operations the eval sessions need from the kernel manager.
 
-    def __init__(
-        self,
-        kernel_manager: Any,
-        *,
-        ready_timeout: float = 60.0,
-        fd_headroom: int = 64,
-        iopub_hwm: int = 2,
-    ):
-        self.kernel_manager = kernel_manager
-        self.ready_timeout = ready_timeout
-        self.fd_headroom = fd_headroom
-        self.iopub_hwm = iopub_hwm
+    The application builds the class named by ``AgentToolsApp.kernel_service_class``.
+    """
+
+    kernel_manager = AnyTrait(help="The server's kernel manager (local, or a gateway's).")
+    ready_timeout = Float(60.0, help="Seconds a new kernel may take to answer before its start fails.")
+    fd_headroom = Int(64, help="Free file descriptors required before a local kernel start (0: no check).")
+    iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's iopub channel.")
+
+    @validate("ready_timeout")
+    def _valid_ready_timeout(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0, strict=True))
+
+    @validate("fd_headroom")
+    def _valid_fd_headroom(self, proposal: Any) -> int:
+        return int(at_least(proposal, 0))
+
+    @validate("iopub_hwm")
+    def _valid_iopub_hwm(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @default("log")
+    def _default_log(self) -> Any:
+        return default_log(self, __name__)
+
+    def __init__(self, kernel_manager: Any = None, **kwargs: Any):
+        if kernel_manager is not None:
+            kwargs["kernel_manager"] = kernel_manager
+        super().__init__(**kwargs)
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
 
     @property

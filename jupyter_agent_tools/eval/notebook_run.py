@@ -22,11 +22,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from jupyter_core.utils import ensure_async
+from traitlets import Any as AnyTrait
+from traitlets import Instance, Int, default, validate
+from traitlets.config import LoggingConfigurable
 
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
 from ..notebook.store import NotebookStore
+from ..traits import at_least, default_log
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .messages import CellOutcome, format_combined_output
 from .request import RunRequest, parse_run_request
@@ -58,21 +62,45 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
-class NotebookRunner:
-    """Runs notebook cells in the notebook's kernel; one run at a time per notebook, in arrival order."""
+class NotebookRunner(LoggingConfigurable):
+    """Runs notebook cells in the notebook's kernel; one run at a time per notebook, in arrival order.
+
+    The application builds the class named by ``AgentToolsApp.notebook_runner_class``.
+    """
+
+    eval_service = Instance(EvalService, help="Runs the cells (sessions, kernels, artifacts).")
+    store = Instance(NotebookStore, help="Reads the notebook and saves the outputs.")
+    session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
+    max_output_bytes_stored = Int(256 * 1024, help="Bytes of text one output may store in the notebook file.")
+
+    @validate("max_output_bytes_stored")
+    def _valid_stored(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @default("log")
+    def _default_log(self) -> Any:
+        return default_log(self, __name__)
 
     def __init__(
         self,
-        eval_service: EvalService,
-        store: NotebookStore,
-        session_manager: Any,
-        *,
-        max_output_bytes_stored: int = 256 * 1024,
+        eval_service: EvalService | None = None,
+        store: NotebookStore | None = None,
+        session_manager: Any = None,
+        **kwargs: Any,
     ):
-        self.eval = eval_service
-        self.store = store
-        self.session_manager = session_manager  # jupyter_server's: the notebook's own kernel
-        self.max_output_bytes_stored = max_output_bytes_stored
+        for key, value in (
+            ("eval_service", eval_service),
+            ("store", store),
+            ("session_manager", session_manager),
+        ):
+            if value is not None:
+                kwargs[key] = value
+        super().__init__(**kwargs)
+
+    @property
+    def eval(self) -> EvalService:
+        """The eval service (its short name in this module)."""
+        return self.eval_service
 
     async def run(
         self, path: str, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None

@@ -14,9 +14,13 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
+from traitlets import Any as AnyTrait
+from traitlets import Float, Instance, Int, default, validate
+from traitlets.config import LoggingConfigurable
 
 from ..artifacts import ArtifactStore
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
+from ..traits import at_least, default_log
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
 from .messages import CellOutcome, OutputLimits, format_combined_output
@@ -52,35 +56,70 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
-class EvalService:
-    """Runs eval requests on the server's kernel manager."""
+class EvalService(LoggingConfigurable):
+    """Runs eval requests on the server's kernel manager.
+
+    The application builds the class named by ``AgentToolsApp.eval_service_class``.
+    """
+
+    sessions = Instance(SessionManager, help="The named and per-call sessions.")
+    kernels = Instance(KernelService, help="Starts, checks and shuts down kernels.")
+    artifacts = Instance(ArtifactStore, help="Where spilled outputs live.")
+    contents_manager = AnyTrait(help="The server's contents manager (the kernels' working directory).")
+    recovery = Instance(
+        KernelRecovery, help="Restarts dead or wedged kernels (default: one over kernels, sessions)."
+    )
+    max_output_bytes = Int(50 * 1024, help="Bytes of output kept visible per cell.")
+    interrupt_grace = Float(
+        5.0, help="Seconds a kernel may take to settle after an interrupt before a restart."
+    )
+    max_cells = Int(100, help="Most cells in one eval request.")
+    liveness_interval = Float(
+        1.0, help="Seconds of kernel silence after which a running execution checks it."
+    )
+    init_timeout = Float(60.0, help="Seconds the silent init step may take on a new kernel.")
+    output_limits = Instance(OutputLimits, args=(), help="Bounds of display data and HTML conversion.")
+
+    @validate("max_output_bytes", "max_cells")
+    def _valid_counts(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @validate("interrupt_grace")
+    def _valid_grace(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
+
+    @validate("liveness_interval", "init_timeout")
+    def _valid_positive(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0, strict=True))
+
+    @default("recovery")
+    def _default_recovery(self) -> KernelRecovery:
+        return KernelRecovery(self.kernels, self.sessions)
+
+    @default("log")
+    def _default_log(self) -> Any:
+        return default_log(self, __name__)
 
     def __init__(
         self,
-        sessions: SessionManager,
-        kernels: KernelService,
-        artifacts: ArtifactStore,
-        contents_manager: Any,
-        *,
-        recovery: KernelRecovery | None = None,
-        max_output_bytes: int = 50 * 1024,
-        interrupt_grace: float = 5.0,
-        max_cells: int = 100,
-        liveness_interval: float = 1.0,
-        init_timeout: float = 60.0,
-        output_limits: OutputLimits | None = None,
+        sessions: SessionManager | None = None,
+        kernels: KernelService | None = None,
+        artifacts: ArtifactStore | None = None,
+        contents_manager: Any = None,
+        **kwargs: Any,
     ):
-        self.sessions = sessions
-        self.kernels = kernels
-        self.recovery = recovery or KernelRecovery(kernels, sessions)
-        self.init_timeout = init_timeout
-        self.artifacts = artifacts
-        self.contents_manager = contents_manager
-        self.max_output_bytes = max_output_bytes
-        self.interrupt_grace = interrupt_grace
-        self.max_cells = max_cells
-        self.liveness_interval = liveness_interval
-        self.output_limits = output_limits or OutputLimits()
+        for key, value in (
+            ("sessions", sessions),
+            ("kernels", kernels),
+            ("artifacts", artifacts),
+            ("contents_manager", contents_manager),
+        ):
+            if value is not None:
+                kwargs[key] = value
+        for key in ("recovery", "output_limits"):
+            if kwargs.get(key, 0) is None:  # the old signature's "use the default"
+                del kwargs[key]
+        super().__init__(**kwargs)
 
     def list_sessions(self) -> list[dict[str, Any]]:
         return self.sessions.describe_all()

@@ -17,35 +17,60 @@ from collections import Counter, OrderedDict
 from typing import Any
 from uuid import uuid4
 
+from traitlets import Float, Instance, Int, default, validate
+from traitlets.config import LoggingConfigurable
+
 from ..artifacts import ArtifactStore
 from ..errors import Unavailable
+from ..traits import at_least, default_log
 from .kernels import KernelService
 from .session import KernelSession
 
 log = logging.getLogger(__name__)
 
 
-class SessionManager:
-    """Keeps the sessions, evicts and sweeps them, and shuts them down."""
+class SessionManager(LoggingConfigurable):
+    """Keeps the sessions, evicts and sweeps them, and shuts them down.
+
+    The application builds the class named by ``AgentToolsApp.session_manager_class``.
+    """
+
+    kernels = Instance(KernelService, help="Starts, checks and shuts down the sessions' kernels.")
+    artifacts = Instance(ArtifactStore, help="Where the sessions' spilled outputs live.")
+    max_sessions = Int(4, help="Most named sessions (kernels) at once.")
+    idle_timeout = Float(
+        300.0, help="Seconds a session may stay unused before the sweep shuts it down (0: never)."
+    )
+    cleanup_interval = Float(30.0, help="Seconds between sweeps (0: no sweep).")
+    heartbeat_interval = Float(5.0, help="Seconds between liveness checks of idle kernels (0: no heartbeat).")
+
+    @validate("max_sessions")
+    def _valid_max_sessions(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @validate("idle_timeout", "cleanup_interval", "heartbeat_interval")
+    def _valid_seconds(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
+
+    @default("log")
+    def _default_log(self) -> Any:
+        return default_log(self, __name__)
 
     def __init__(
         self,
-        kernels: KernelService,
-        artifacts: ArtifactStore,
+        kernels: KernelService | None = None,
+        artifacts: ArtifactStore | None = None,
         *,
-        max_sessions: int = 4,
-        idle_timeout: float = 300.0,
-        cleanup_interval: float = 30.0,
-        heartbeat_interval: float = 5.0,
-        log: logging.Logger | None = None,
+        log: Any = None,
+        **kwargs: Any,
     ):
-        self.kernels = kernels
-        self.artifacts = artifacts
-        self.max_sessions = max_sessions
-        self.idle_timeout = idle_timeout
-        self.cleanup_interval = cleanup_interval
-        self.heartbeat_interval = heartbeat_interval
-        self.log = log or logging.getLogger(__name__)
+        if kernels is not None:
+            kwargs["kernels"] = kernels
+        if artifacts is not None:
+            kwargs["artifacts"] = artifacts
+        if log is not None:
+            kwargs["log"] = log
+        super().__init__(**kwargs)
         self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
         self.per_call: dict[str, KernelSession] = {}
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels

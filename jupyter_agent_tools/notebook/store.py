@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import os
 import weakref
 from collections.abc import Callable, Iterator
@@ -27,9 +26,13 @@ from typing import Any, TypeVar
 from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
 from tornado.web import HTTPError
+from traitlets import Any as AnyTrait
+from traitlets import Float, Instance, Int, default, validate
+from traitlets.config import LoggingConfigurable
 
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
+from ..traits import at_least, default_log
 from . import disk
 from .format import content_hash, parse_notebook, serialize_notebook
 from .live import LiveDocuments, LiveNotebook
@@ -107,25 +110,41 @@ def path_errors(path: str) -> Iterator[None]:
         raise
 
 
-class NotebookStore:
-    """Reads and edits notebooks through a jupyter_server contents manager."""
+class NotebookStore(LoggingConfigurable):
+    """Reads and edits notebooks through a jupyter_server contents manager.
 
-    def __init__(
-        self,
-        contents_manager: Any,
-        *,
-        log: logging.Logger | None = None,
-        summary_max_chars: int = 2000,
-        max_ops: int = 1000,
-        live: LiveDocuments | None = None,
-        busy_timeout: float = 3.0,
-    ):
-        self.contents_manager = contents_manager
-        self.live = live
-        self.log = log or logging.getLogger(__name__)
-        self.summary_max_chars = summary_max_chars
-        self.max_ops = max_ops
-        self.busy_timeout = busy_timeout
+    The application builds the class named by ``AgentToolsApp.notebook_store_class`` with
+    ``parent=app`` and every setting below as a keyword.
+    """
+
+    contents_manager = AnyTrait(help="The server's contents manager (reads and saves the files).")
+    live = Instance(LiveDocuments, allow_none=True, help="Where notebooks open in RTC rooms are edited.")
+    summary_max_chars = Int(
+        2000, help="Characters of each text output shown when a notebook is read (0 or less: no limit)."
+    )
+    max_ops = Int(1000, help="Most cell operations accepted in one batch edit.")
+    busy_timeout = Float(
+        3.0, help="Seconds to wait for a file that another writer is in the middle of writing."
+    )
+
+    @validate("max_ops")
+    def _valid_max_ops(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @validate("busy_timeout")
+    def _valid_busy_timeout(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
+
+    @default("log")
+    def _default_log(self) -> Any:
+        return default_log(self, __name__)
+
+    def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
+        if contents_manager is not None:
+            kwargs["contents_manager"] = contents_manager
+        if log is not None:
+            kwargs["log"] = log
+        super().__init__(**kwargs)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._swept: set[str] = set()  # files whose leftovers of killed saves were looked for
 
