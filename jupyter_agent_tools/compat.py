@@ -60,3 +60,14 @@ def room_is_settled(room: Any) -> bool:
     loaded = getattr(room, "_document_progressively_loaded", None)
     progressive = getattr(room, "_document_load_progressively", False)
     return not (progressive and loaded is not None and not loaded.done())
+
+
+def live_outputs_factory(ynotebook: Any) -> Any:
+    """The function that turns nbformat outputs into a live notebook's Y outputs, or None.
+
+    ``YNotebook._create_youtputs`` (jupyter_ydoc 3 and 4; checked with 4.2) is what the document itself
+    uses when it loads a cell; there is no public equivalent. Without it, cells whose outputs change are
+    re-created instead of updated in place.
+    """
+    factory = getattr(ynotebook, "_create_youtputs", None)
+    return factory if callable(factory) else None

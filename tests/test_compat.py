@@ -83,3 +83,19 @@ def test_collaboration_rooms_have_the_loading_state_the_live_store_waits_for() -
     assert isinstance(inspect.getattr_static(DocumentRoom, "ready", None), property) or "ready" in dir(
         DocumentRoom
     )
+
+
+def test_live_notebooks_can_build_outputs_in_place() -> None:
+    pytest.importorskip("jupyter_ydoc", reason="jupyter-collaboration is not installed")
+    from jupyter_ydoc import YNotebook
+
+    from jupyter_agent_tools.compat import live_outputs_factory
+
+    nb = YNotebook()
+    cell = {"cell_type": "code", "source": "", "metadata": {}, "outputs": [], "execution_count": None}
+    nb.set({"cells": [cell]})
+    factory = live_outputs_factory(nb)
+    assert factory is not None, "jupyter_ydoc no longer has YNotebook._create_youtputs"
+    nb.ycells[0]["outputs"].extend(factory([{"output_type": "stream", "name": "stdout", "text": "hi\n"}]))
+    (output,) = nb.get()["cells"][0]["outputs"]
+    assert output["output_type"] == "stream" and "".join(output["text"]) == "hi\n"

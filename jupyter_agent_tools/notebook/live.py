@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..compat import room_is_settled
+from ..compat import live_outputs_factory, room_is_settled
 from ..errors import Conflict, Unavailable
 from .format import content_hash, join_source, serialize_notebook
 
@@ -241,7 +241,7 @@ class LiveNotebook:
             return False
         changing = {"source"}
         # Outputs in place need the live form of outputs (jupyter_ydoc >= 3: maps, stream text as text).
-        if old.get("cell_type") == "code" and hasattr(self.ynotebook, "_create_youtputs"):
+        if old.get("cell_type") == "code" and live_outputs_factory(self.ynotebook) is not None:
             changing |= {"outputs", "execution_count"}
         return all(old[k] == new[k] for k in old if k not in changing)
 
@@ -272,7 +272,7 @@ class LiveNotebook:
         if keep < len(youtputs):
             del youtputs[keep:]
         if keep < len(new):
-            youtputs.extend(self.ynotebook._create_youtputs(new[keep:]))
+            youtputs.extend(live_outputs_factory(self.ynotebook)(new[keep:]))
 
     @staticmethod
     def _recreated(old: dict[str, Any], new: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any]:
