@@ -87,6 +87,12 @@ class AgentToolsApp(ExtensionApp):
         "always into the file, as without collaboration.",
     ).tag(config=True)
 
+    live_ready_timeout = Float(
+        10.0,
+        help="Seconds a notebook read or edit waits for a collaborative room that is loading or reloading "
+        "the notebook from disk; past it the request answers 503 with Retry-After.",
+    ).tag(config=True)
+
     # -- eval --
     max_sessions = Int(
         4,
@@ -280,7 +286,13 @@ class AgentToolsApp(ExtensionApp):
     def _not_negative(self, proposal: Any) -> Any:
         return at_least(proposal, 0)
 
-    @validate("kernel_ready_timeout", "init_timeout", "liveness_interval", "stream_heartbeat_interval")
+    @validate(
+        "kernel_ready_timeout",
+        "init_timeout",
+        "liveness_interval",
+        "stream_heartbeat_interval",
+        "live_ready_timeout",
+    )
     def _positive(self, proposal: Any) -> Any:
         return at_least(proposal, 0, strict=True)
 
@@ -315,7 +327,12 @@ class AgentToolsApp(ExtensionApp):
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
             busy_timeout=self.notebook_busy_timeout,
-            live=LiveDocuments(lambda: serverapp.web_app.settings, mode=self.rtc_mode, log=self.log),
+            live=LiveDocuments(
+                lambda: serverapp.web_app.settings,
+                mode=self.rtc_mode,
+                log=self.log,
+                ready_timeout=self.live_ready_timeout,
+            ),
         )
         artifacts_root = self.artifacts_dir
         if not artifacts_root:

@@ -5,6 +5,11 @@ The core never imports Tornado; handlers turn an :class:`AgentToolsError` into a
 
 from __future__ import annotations
 
+# Retry-After values (seconds), each chosen for what the caller waits for:
+RETRY_AFTER_BUSY_SESSIONS = 5  # every session runs a call; most calls take seconds
+RETRY_AFTER_KERNEL_START = 5  # a kernel manager or gateway that failed to start a kernel
+RETRY_AFTER_MOMENT = 1  # a transient state: a room loading, a kernel that died while starting
+
 
 class AgentToolsError(Exception):
     """An expected failure with an HTTP status and a message that tells the caller what to fix."""

@@ -24,7 +24,7 @@ from traitlets import Float, Int, default, validate
 from traitlets.config import LoggingConfigurable
 
 from ..compat import forget_kernel
-from ..errors import AgentToolsError, BadRequest
+from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
 from ..traits import at_least, default_log
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
@@ -157,10 +157,12 @@ class KernelService(LoggingConfigurable):
             return AgentToolsError(
                 f"The {where} could not create a kernel{tried}: HTTP {status}: {message}",
                 code,
-                retry_after=5 if code == 503 else None,
+                retry_after=RETRY_AFTER_KERNEL_START if code == 503 else None,
             )
         return AgentToolsError(
-            f"The kernel failed to start{tried}: {type(exc).__name__}: {message}", 503, retry_after=5
+            f"The kernel failed to start{tried}: {type(exc).__name__}: {message}",
+            503,
+            retry_after=RETRY_AFTER_KERNEL_START,
         )
 
     async def _launch_once(self, kernel_name: str | None, cwd: str) -> tuple[str, KernelConnection]:

@@ -19,7 +19,7 @@ from traitlets import Float, Instance, Int, default, validate
 from traitlets.config import LoggingConfigurable
 
 from ..artifacts import ArtifactStore
-from ..errors import AgentToolsError, BadRequest, Conflict, NotFound
+from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import at_least, default_log
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
@@ -246,7 +246,7 @@ class EvalService(LoggingConfigurable):
             raise AgentToolsError(
                 f"The kernel of session {session.name!r} died while starting; retry the call",
                 503,
-                retry_after=1,
+                retry_after=RETRY_AFTER_MOMENT,
             )
         session.init = spec
 

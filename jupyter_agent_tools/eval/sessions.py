@@ -21,7 +21,7 @@ from traitlets import Float, Instance, Int, default, validate
 from traitlets.config import LoggingConfigurable
 
 from ..artifacts import ArtifactStore
-from ..errors import Unavailable
+from ..errors import RETRY_AFTER_BUSY_SESSIONS, Unavailable
 from ..traits import at_least, default_log
 from .kernels import KernelService
 from .session import KernelSession
@@ -135,7 +135,7 @@ class SessionManager(LoggingConfigurable):
                 raise Unavailable(
                     f"All {self.max_sessions} agent sessions are busy; retry later, reuse a session, or "
                     "raise c.AgentToolsApp.max_sessions",
-                    retry_after=5,
+                    retry_after=RETRY_AFTER_BUSY_SESSIONS,
                 )
 
     async def discard_if_never_started(self, session: KernelSession) -> None:

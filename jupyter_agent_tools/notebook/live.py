@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..compat import live_outputs_factory, room_is_settled
-from ..errors import Conflict, Unavailable
+from ..errors import RETRY_AFTER_MOMENT, Conflict, Unavailable
 from .format import content_hash, join_source, serialize_notebook
 
 RTC_MODES = ("auto", "never")
@@ -357,6 +357,6 @@ class LiveDocuments:
             if time.monotonic() > deadline:
                 raise Unavailable(
                     f"The live notebook {path} is still loading in its collaborative room; retry",
-                    retry_after=1,
+                    retry_after=RETRY_AFTER_MOMENT,
                 )
             await asyncio.sleep(0.02)
