@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from uuid import uuid4
 
-from traitlets import Float, Instance, default, validate
-from traitlets.config import LoggingConfigurable
+from traitlets import Float, Instance, validate
 
 from .errors import NotFound
-from .traits import at_least, default_log
+from .traits import Service, at_least, given
 
 # The same rule as the API's session names (schemas.SESSION_NAME_PATTERN): a first character that is not
 # a dot, so no name is ".", ".." or hidden.
@@ -32,7 +31,7 @@ SESSION_DIR_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 ARTIFACT_ID = re.compile(r"^(?P<session>[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})\.[0-9a-f]{32}$")
 
 
-class ArtifactStore(LoggingConfigurable):
+class ArtifactStore(Service):
     """Creates, reads and removes artifact files under one root directory.
 
     ``ArtifactStore(root)`` or ``ArtifactStore(parent=app, root=root, retention=...)``; the application
@@ -46,17 +45,11 @@ class ArtifactStore(LoggingConfigurable):
     def _valid_retention(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-    @default("log")
-    def _default_log(self) -> Any:
-        return default_log(self, __name__)
 
     def __init__(
         self, root: str | os.PathLike[str] | None = None, retention: float | None = None, **kwargs: Any
     ):
-        if root is not None:
-            kwargs["root"] = root
-        if retention is not None:
-            kwargs["retention"] = retention
+        kwargs = given(kwargs, root=root, retention=retention)
         if "root" in kwargs:
             kwargs["root"] = Path(kwargs["root"])
         super().__init__(**kwargs)

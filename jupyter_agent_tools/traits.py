@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from traitlets import TraitError
+from traitlets import TraitError, default
+from traitlets.config import LoggingConfigurable
 
 
 def trait_name(proposal: Any) -> str:
@@ -23,9 +24,20 @@ def at_least(proposal: Any, low: float, *, strict: bool = False) -> Any:
     return value
 
 
-def default_log(owner: Any, module: str) -> logging.Logger | logging.LoggerAdapter[Any]:
-    """The log of a service: its parent's (the application's) when it has one, else its module's."""
-    parent = getattr(owner, "parent", None)
-    if parent is not None and getattr(parent, "log", None) is not None:
-        return parent.log
-    return logging.getLogger(module)
+class Service(LoggingConfigurable):
+    """A service of the extension: settings are validated traits (set by the application from its own
+    ``c.AgentToolsApp.*`` configuration); it logs to its parent's (the application's) log when it has
+    one, else to its module's logger."""
+
+    @default("log")
+    def _default_log(self) -> Any:
+        parent = self.parent
+        if parent is not None and getattr(parent, "log", None) is not None:
+            return parent.log
+        return logging.getLogger(type(self).__module__)
+
+
+def given(kwargs: dict[str, Any], **values: Any) -> dict[str, Any]:
+    """``kwargs`` plus the ``values`` that are not None (positional arguments of a service's constructor
+    become the traits they name)."""
+    return {**kwargs, **{name: value for name, value in values.items() if value is not None}}

@@ -23,6 +23,8 @@ def test_configuration_doc_lists_trait_with_default(name, trait):
     row = re.search(rf"^\| `{name}` \|[^\n]*$", doc, re.M)
     assert row, f"docs/configuration.md has no table row for {name}"
     default = trait.default_value
+    if isinstance(default, type):  # a Type trait resolves its import string once an app exists
+        default = f"{default.__module__}.{default.__qualname__}"
     shown = f'`"{default}"`' if isinstance(default, str) else f"`{default!r}`"
     if isinstance(default, str) and default == "":
         shown = '`""`'

@@ -20,12 +20,11 @@ from uuid import uuid4
 from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
-from traitlets import Float, Int, default, validate
-from traitlets.config import LoggingConfigurable
+from traitlets import Float, Int, validate
 
 from ..compat import forget_kernel
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
-from ..traits import at_least, default_log
+from ..traits import Service, at_least, given
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
@@ -43,7 +42,7 @@ def is_gateway(kernel_manager: Any) -> bool:
     return isinstance(kernel_manager, GatewayMappingKernelManager)
 
 
-class KernelService(LoggingConfigurable):
+class KernelService(Service):
     """The operations the eval sessions need from the kernel manager.
 
     The application builds the class named by ``AgentToolsApp.kernel_service_class``.
@@ -66,14 +65,9 @@ class KernelService(LoggingConfigurable):
     def _valid_iopub_hwm(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-    @default("log")
-    def _default_log(self) -> Any:
-        return default_log(self, __name__)
 
     def __init__(self, kernel_manager: Any = None, **kwargs: Any):
-        if kernel_manager is not None:
-            kwargs["kernel_manager"] = kernel_manager
-        super().__init__(**kwargs)
+        super().__init__(**given(kwargs, kernel_manager=kernel_manager))
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
 
     @property

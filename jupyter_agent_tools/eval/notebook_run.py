@@ -23,14 +23,13 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
-from traitlets import Instance, Int, default, validate
-from traitlets.config import LoggingConfigurable
+from traitlets import Instance, Int, validate
 
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
 from ..notebook.store import NotebookStore
-from ..traits import at_least, default_log
+from ..traits import Service, at_least, given
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .messages import CellOutcome, format_combined_output
 from .request import RunRequest, parse_run_request
@@ -62,7 +61,7 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
-class NotebookRunner(LoggingConfigurable):
+class NotebookRunner(Service):
     """Runs notebook cells in the notebook's kernel; one run at a time per notebook, in arrival order.
 
     The application builds the class named by ``AgentToolsApp.notebook_runner_class``.
@@ -77,9 +76,6 @@ class NotebookRunner(LoggingConfigurable):
     def _valid_stored(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-    @default("log")
-    def _default_log(self) -> Any:
-        return default_log(self, __name__)
 
     def __init__(
         self,
@@ -88,14 +84,9 @@ class NotebookRunner(LoggingConfigurable):
         session_manager: Any = None,
         **kwargs: Any,
     ):
-        for key, value in (
-            ("eval_service", eval_service),
-            ("store", store),
-            ("session_manager", session_manager),
-        ):
-            if value is not None:
-                kwargs[key] = value
-        super().__init__(**kwargs)
+        super().__init__(
+            **given(kwargs, eval_service=eval_service, store=store, session_manager=session_manager)
+        )
 
     @property
     def eval(self) -> EvalService:

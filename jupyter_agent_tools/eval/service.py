@@ -16,11 +16,10 @@ from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
-from traitlets.config import LoggingConfigurable
 
 from ..artifacts import ArtifactStore
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
-from ..traits import at_least, default_log
+from ..traits import Service, at_least, given
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
 from .messages import CellOutcome, OutputLimits, format_combined_output
@@ -56,7 +55,7 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
-class EvalService(LoggingConfigurable):
+class EvalService(Service):
     """Runs eval requests on the server's kernel manager.
 
     The application builds the class named by ``AgentToolsApp.eval_service_class``.
@@ -96,9 +95,6 @@ class EvalService(LoggingConfigurable):
     def _default_recovery(self) -> KernelRecovery:
         return KernelRecovery(self.kernels, self.sessions)
 
-    @default("log")
-    def _default_log(self) -> Any:
-        return default_log(self, __name__)
 
     def __init__(
         self,
@@ -108,14 +104,9 @@ class EvalService(LoggingConfigurable):
         contents_manager: Any = None,
         **kwargs: Any,
     ):
-        for key, value in (
-            ("sessions", sessions),
-            ("kernels", kernels),
-            ("artifacts", artifacts),
-            ("contents_manager", contents_manager),
-        ):
-            if value is not None:
-                kwargs[key] = value
+        kwargs = given(
+            kwargs, sessions=sessions, kernels=kernels, artifacts=artifacts, contents_manager=contents_manager
+        )
         for key in ("recovery", "output_limits"):
             if kwargs.get(key, 0) is None:  # the old signature's "use the default"
                 del kwargs[key]

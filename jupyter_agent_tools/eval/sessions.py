@@ -17,19 +17,18 @@ from collections import Counter, OrderedDict
 from typing import Any
 from uuid import uuid4
 
-from traitlets import Float, Instance, Int, default, validate
-from traitlets.config import LoggingConfigurable
+from traitlets import Float, Instance, Int, validate
 
 from ..artifacts import ArtifactStore
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, Unavailable
-from ..traits import at_least, default_log
+from ..traits import Service, at_least, given
 from .kernels import KernelService
 from .session import KernelSession
 
 log = logging.getLogger(__name__)
 
 
-class SessionManager(LoggingConfigurable):
+class SessionManager(Service):
     """Keeps the sessions, evicts and sweeps them, and shuts them down.
 
     The application builds the class named by ``AgentToolsApp.session_manager_class``.
@@ -52,9 +51,6 @@ class SessionManager(LoggingConfigurable):
     def _valid_seconds(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-    @default("log")
-    def _default_log(self) -> Any:
-        return default_log(self, __name__)
 
     def __init__(
         self,
@@ -64,13 +60,7 @@ class SessionManager(LoggingConfigurable):
         log: Any = None,
         **kwargs: Any,
     ):
-        if kernels is not None:
-            kwargs["kernels"] = kernels
-        if artifacts is not None:
-            kwargs["artifacts"] = artifacts
-        if log is not None:
-            kwargs["log"] = log
-        super().__init__(**kwargs)
+        super().__init__(**given(kwargs, kernels=kernels, artifacts=artifacts, log=log))
         self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
         self.per_call: dict[str, KernelSession] = {}
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels

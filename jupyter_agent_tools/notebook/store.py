@@ -27,12 +27,11 @@ from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
 from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
-from traitlets import Float, Instance, Int, default, validate
-from traitlets.config import LoggingConfigurable
+from traitlets import Float, Instance, Int, validate
 
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
-from ..traits import at_least, default_log
+from ..traits import Service, at_least, given
 from . import disk
 from .format import content_hash, parse_notebook, serialize_notebook
 from .live import LiveDocuments, LiveNotebook
@@ -110,7 +109,7 @@ def path_errors(path: str) -> Iterator[None]:
         raise
 
 
-class NotebookStore(LoggingConfigurable):
+class NotebookStore(Service):
     """Reads and edits notebooks through a jupyter_server contents manager.
 
     The application builds the class named by ``AgentToolsApp.notebook_store_class`` with
@@ -135,16 +134,9 @@ class NotebookStore(LoggingConfigurable):
     def _valid_busy_timeout(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-    @default("log")
-    def _default_log(self) -> Any:
-        return default_log(self, __name__)
 
     def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
-        if contents_manager is not None:
-            kwargs["contents_manager"] = contents_manager
-        if log is not None:
-            kwargs["log"] = log
-        super().__init__(**kwargs)
+        super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._swept: set[str] = set()  # files whose leftovers of killed saves were looked for
 
