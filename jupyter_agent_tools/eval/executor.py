@@ -50,6 +50,26 @@ class CellExecution:
     duration_ms: int = 0
     summary: SinkSummary | None = None
 
+    def result_fields(self) -> dict[str, Any]:
+        """The per-cell fields of an answer (eval's and a notebook run's): status, text, displays, sizes."""
+        summary = self.summary
+        assert summary is not None
+        return {
+            "status": self.status,
+            "output": summary.output,
+            "exit_code": self.exit_code,
+            "error": self.error,
+            "displays": self.displays,
+            "duration_ms": self.duration_ms,
+            "stdin_requested": self.stdin_requested,
+            "truncated": summary.truncated,
+            "total_bytes": summary.total_bytes,
+            "total_lines": summary.total_lines,
+            "output_bytes": summary.output_bytes,
+            "output_lines": summary.output_lines,
+            "artifact_id": summary.artifact_id,
+        }
+
 
 @dataclass
 class ExecutionLimits:

@@ -434,25 +434,11 @@ def _not_run(target: _Target, status: str) -> dict[str, Any]:
 def _cell_result(
     target: _Target, execution: CellExecution, outputs: CellOutputs, written: bool
 ) -> dict[str, Any]:
-    summary = execution.summary
-    assert summary is not None
     return {
         "index": target.index,
         "cell_id": target.cell_id,
         "title": target.cell_id,
-        "status": execution.status,
-        "output": summary.output,
-        "exit_code": execution.exit_code,
-        "error": execution.error,
-        "displays": execution.displays,
-        "duration_ms": execution.duration_ms,
-        "stdin_requested": execution.stdin_requested,
-        "truncated": summary.truncated,
-        "total_bytes": summary.total_bytes,
-        "total_lines": summary.total_lines,
-        "output_bytes": summary.output_bytes,
-        "output_lines": summary.output_lines,
-        "artifact_id": summary.artifact_id,
+        **execution.result_fields(),
         "execution_count": outputs.execution_count,
         "outputs_written": written,
         "timed_out": execution.timed_out,

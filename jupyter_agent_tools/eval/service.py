@@ -406,25 +406,7 @@ class EvalService(Service):
             summary = execution.summary
             assert summary is not None
             title = request.cells[index].title
-            cell_results.append(
-                {
-                    "index": index,
-                    "title": title,
-                    "status": execution.status,
-                    "output": summary.output,
-                    "exit_code": execution.exit_code,
-                    "error": execution.error,
-                    "displays": execution.displays,
-                    "duration_ms": execution.duration_ms,
-                    "stdin_requested": execution.stdin_requested,
-                    "truncated": summary.truncated,
-                    "total_bytes": summary.total_bytes,
-                    "total_lines": summary.total_lines,
-                    "output_bytes": summary.output_bytes,
-                    "output_lines": summary.output_lines,
-                    "artifact_id": summary.artifact_id,
-                }
-            )
+            cell_results.append({"index": index, "title": title, **execution.result_fields()})
             outcomes.append(
                 CellOutcome(
                     index=index,
