@@ -59,6 +59,19 @@ _EXPECTED_HASH = {
     "description": "The 'hash' of an earlier answer: if the file changed since, 409 and nothing is applied.",
     "x-errors": {"type": "'expected_hash' must be a string (the 'hash' of an earlier answer), got {got}"},
 }
+_UPGRADE = {
+    "type": "boolean",
+    "description": "For an nbformat 3 (or older) file, which reads show converted: write it converted to "
+    "nbformat 4.5 (the whole file is rewritten in nbformat's layout). Without it, an edit of such a file "
+    "answers 400. No effect on nbformat 4 files.",
+}
+_REPAIR = {
+    "type": "boolean",
+    "description": "For a notebook that is invalid as found (4.4 cells with ids, duplicate or missing ids, "
+    "missing nbformat_minor, metadata the schema refuses): apply nbformat's repairs before the "
+    "operations and list them in the answer's 'repairs'. Without it, an edit of such a notebook answers "
+    "400 naming the problem. No effect on a valid notebook.",
+}
 _ADDRESS = {
     "anyOf": [{"required": ["cell_index"]}, {"required": ["cell_id"]}],
 }
@@ -97,6 +110,8 @@ def _op(action: str, description: str, with_hash: bool) -> dict[str, Any]:
         properties["all"] = {"const": True, "description": "Clear every code cell's outputs."}
     if with_hash:
         properties["expected_hash"] = dict(_EXPECTED_HASH)
+        properties["upgrade"] = dict(_UPGRADE)
+        properties["repair"] = dict(_REPAIR)
     schema: dict[str, Any] = {
         "type": "object",
         "description": description,
@@ -161,12 +176,14 @@ NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
             },
         },
         "expected_hash": dict(_EXPECTED_HASH),
+        "upgrade": dict(_UPGRADE),
+        "repair": dict(_REPAIR),
     },
     "required": ["ops"],
     "additionalProperties": False,
     "x-errors": {
-        "additionalProperties": "unknown field {name!r} next to 'ops' (a batch takes only 'ops' and "
-        "'expected_hash'; put operation fields inside each op)"
+        "additionalProperties": "unknown field {name!r} next to 'ops' (a batch takes only 'ops', "
+        "'expected_hash', 'upgrade' and 'repair'; put operation fields inside each op)"
     },
 }
 NOTEBOOK_SCHEMAS["NotebookChangeRequest"] = {

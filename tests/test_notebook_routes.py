@@ -368,7 +368,7 @@ ERROR_CASES = [
     ),
     (
         {"action": "edit", "cell_index": 0, "content": "x", "colour": "red"},
-        "unknown field 'colour' (allowed: action, cell_index, cell_id, content, cell_type, expected_hash)",
+        "unknown field 'colour' (allowed: action, cell_index, cell_id, content, cell_type, expected_hash, upgrade, repair)",
     ),
     ({"action": "delete"}, "'cell_index' or 'cell_id' is required for delete action"),
     ({"action": "move", "cell_index": 0}, "'to_index' is required for move action"),
@@ -380,7 +380,8 @@ ERROR_CASES = [
     ({"ops": []}, "'ops' must be a non-empty array of operations"),
     (
         {"ops": [{"action": "delete", "cell_index": 0}], "action": "edit"},
-        "unknown field 'action' next to 'ops' (a batch takes only 'ops' and 'expected_hash'; "
+        "unknown field 'action' next to 'ops' (a batch takes only 'ops', 'expected_hash', 'upgrade' and "
+        "'repair'; "
         "put operation fields inside each op)",
     ),
     ([1, 2], 'Request body must be a JSON object: one operation or {"ops": [...]}'),
@@ -472,7 +473,11 @@ async def test_invalid_notebook_is_never_written(api, jp_root_dir):
         body={"action": "insert", "cell_index": 0, "content": "x"},
     )
     assert status == 400
-    assert "would not be a valid nbformat 4.5 notebook" in answer["message"]
+    assert answer["message"].startswith(
+        "Notebook invalid.ipynb was already invalid before this change (nothing was changed): "
+        "cell 0: 'outputs' is a required property."
+    )
+    assert '"repair": true' in answer["message"]
     assert path.read_text() == text
 
 

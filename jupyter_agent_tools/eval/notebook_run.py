@@ -100,7 +100,7 @@ class NotebookRunner(Service):
         request = parse_run_request(body)
         emit = emit or _noop
         cancel = cancel or asyncio.Event()
-        path, notebook, hash_, _live = await self.store.load(path)
+        path, notebook, hash_, _live = await self.store.load(path, writable=True)
         if request.expected_hash is not None and request.expected_hash != hash_:
             raise Conflict(
                 f"Notebook changed since it was read: {path} (expected_hash {request.expected_hash}, "

@@ -44,6 +44,55 @@ def parse_notebook(text: str, path: str) -> dict[str, Any]:
         nb = json.loads(text)
     except ValueError as e:
         raise BadRequest(f"Invalid JSON in notebook: {path}: {e}") from None
+    return _checked(nb, path)
+
+
+def old_version(nb: Any) -> str | None:
+    """``"3.0"`` for an nbformat 1-3 notebook (no cells array: worksheets), else None."""
+    if not isinstance(nb, dict) or "cells" in nb:
+        return None
+    major = nb.get("nbformat")
+    if not isinstance(major, int) or isinstance(major, bool) or not 1 <= major < 4:
+        return None
+    minor = nb.get("nbformat_minor", 0)
+    return f"{major}.{minor if isinstance(minor, int) else 0}"
+
+
+def parse_any_notebook(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:
+    """Parse notebook text as :func:`parse_notebook` does, converting an nbformat 1-3 notebook to 4.5.
+
+    Returns the notebook and the version it was converted from (None when it was not). The conversion is
+    nbformat's (``nbformat.reads(text, as_version=4)``) in the form nbformat writes files, except that
+    the new cell ids are derived from ``seed`` (the file's hash) instead of random: every read of the
+    same file shows the same ids, and an edit with ``upgrade`` writes those ids.
+    """
+    try:
+        nb = json.loads(text)
+    except ValueError as e:
+        raise BadRequest(f"Invalid JSON in notebook: {path}: {e}") from None
+    version = old_version(nb)
+    if version is None:
+        return _checked(nb, path), None
+    import nbformat
+    from nbformat.v4.rwbase import split_lines, strip_transient
+
+    from .validity import derive_cell_id
+
+    try:
+        converted = nbformat.reads(text, as_version=4)
+    except Exception as e:
+        raise BadRequest(f"Cannot convert the nbformat {version} notebook {path} to nbformat 4: {e}") from None
+    node = strip_transient(split_lines(converted))
+    plain = json.loads(json.dumps(node))
+    taken: set[str] = set()
+    for index, cell in enumerate(plain.get("cells", [])):
+        if isinstance(cell, dict) and "id" in cell:
+            cell["id"] = derive_cell_id(seed, index, taken)
+            taken.add(cell["id"])
+    return _checked(plain, path), version
+
+
+def _checked(nb: Any, path: str) -> dict[str, Any]:
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise BadRequest(f"Invalid notebook structure (missing cells array): {path}")
     if not all(isinstance(cell, dict) for cell in nb["cells"]):

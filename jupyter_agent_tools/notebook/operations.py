@@ -7,7 +7,6 @@ batch that fails half-way leaves nothing changed, and untouched cells serialize 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +14,7 @@ from ..errors import BadRequest
 from ..schemas import notebook_request_schema
 from ..validation import check, short_repr
 from .format import join_source, split_source
+from .validity import derive_cell_id, indexes
 
 OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index", "all")
 
@@ -39,6 +39,8 @@ class EditRequest:
     ops: list[CellOp]
     expected_hash: str | None = None
     batch: bool = False
+    upgrade: bool = False  # write an nbformat 3 (or older) notebook converted to nbformat 4
+    repair: bool = False  # apply nbformat's repairs to a notebook that is invalid as found
 
 
 @dataclass
@@ -96,10 +98,14 @@ def parse_edit_request(body: Any, max_ops: int = 1000) -> EditRequest:
     if isinstance(raw_ops, list) and len(raw_ops) > max_ops:
         raise BadRequest(f"'ops' has {len(raw_ops)} operations; at most {max_ops} are allowed")
     check(notebook_request_schema(body), body)
+    flags = {
+        "expected_hash": body.get("expected_hash"),
+        "upgrade": bool(body.get("upgrade", False)),
+        "repair": bool(body.get("repair", False)),
+    }
     if "ops" in body:
-        ops = [_op_from(raw) for raw in body["ops"]]
-        return EditRequest(ops=ops, expected_hash=body.get("expected_hash"), batch=True)
-    return EditRequest(ops=[_op_from(body)], expected_hash=body.get("expected_hash"), batch=False)
+        return EditRequest(ops=[_op_from(raw) for raw in body["ops"]], batch=True, **flags)
+    return EditRequest(ops=[_op_from(body)], batch=False, **flags)
 
 
 def has_cell_ids(nb: dict[str, Any]) -> bool:
@@ -115,15 +121,6 @@ def check_supported(nb: dict[str, Any], path: str) -> None:
             f"Unsupported notebook format in {path}: nbformat {nb.get('nbformat')!r} "
             "(only nbformat 4 is supported; open and save it in JupyterLab to upgrade it)"
         )
-
-
-def _derive_cell_id(seed: str, position: int, taken: set[str]) -> str:
-    attempt = 0
-    while True:
-        digest = hashlib.sha256(f"{seed}\0{position}\0{attempt}".encode()).hexdigest()[:8]
-        if digest not in taken:
-            return digest
-        attempt += 1
 
 
 def _new_cell(cell_type: str, content: str, cell_id: str | None) -> dict[str, Any]:
@@ -173,16 +170,23 @@ class _Editor:
                     f"{self.nb.get('nbformat')}.{self.nb.get('nbformat_minor')} < 4.5); "
                     "address cells by 'cell_index'"
                 )
-            for i, cell in enumerate(self.cells):
-                if cell.get("id") == op.cell_id:
-                    if op.cell_index is not None and op.cell_index != i:
-                        raise BadRequest(
-                            f"'cell_index' {short_repr(op.cell_index)} and 'cell_id' "
-                            f"{short_repr(op.cell_id)} name different cells (that id is at index {i}); "
-                            "send one of them"
-                        )
-                    return i
-            raise BadRequest(f"Cell id {short_repr(op.cell_id)} not found in notebook")
+            found = [i for i, cell in enumerate(self.cells) if cell.get("id") == op.cell_id]
+            if not found:
+                raise BadRequest(f"Cell id {short_repr(op.cell_id)} not found in notebook")
+            if len(found) > 1:
+                raise BadRequest(
+                    f"Cell id {short_repr(op.cell_id)} is ambiguous: cells {indexes(found)} share it. "
+                    "Address the cell by 'cell_index', or send the edit with \"repair\": true to give "
+                    f"cells {indexes(found[1:])} new ids (cell {found[0]} keeps {short_repr(op.cell_id)})"
+                )
+            i = found[0]
+            if op.cell_index is not None and op.cell_index != i:
+                raise BadRequest(
+                    f"'cell_index' {short_repr(op.cell_index)} and 'cell_id' "
+                    f"{short_repr(op.cell_id)} name different cells (that id is at index {i}); "
+                    "send one of them"
+                )
+            return i
         assert op.cell_index is not None
         index = op.cell_index
         if n == 0:
@@ -248,7 +252,7 @@ class _Editor:
                 raise BadRequest(f"Cell id {short_repr(op.cell_id)} already exists in notebook")
             cell_id = op.cell_id
         elif self.with_ids:
-            cell_id = _derive_cell_id(self.id_seed, position, self.ids)
+            cell_id = derive_cell_id(self.id_seed, position, self.ids)
         if cell_id is not None:
             self.ids.add(cell_id)
         assert op.content is not None

@@ -33,10 +33,12 @@ from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..traits import Service, at_least, given
 from . import disk
-from .format import content_hash, parse_notebook, serialize_notebook
+from .format import content_hash, parse_any_notebook, serialize_notebook
+from .layout import follow_source_style, render_edit
 from .live import LiveDocuments, LiveNotebook
 from .operations import EditOutcome, apply_ops, check_supported, parse_edit_request
 from .summary import summarize_notebook
+from .validity import duplicate_ids, indexes, notebook_problems, repair_notebook
 
 T = TypeVar("T")
 # notebook, its hash -> the changed notebook (a new dict; the given one is not mutated) and a result
@@ -58,6 +60,8 @@ class LoadedNotebook:
     """A notebook as read from the store: its parsed dict, its text and the hash of its bytes.
 
     ``os_path`` is the file behind it on a local disk (None when the contents manager is not one).
+    ``converted_from`` is the nbformat version of a file older than nbformat 4 ("3.0"), which
+    ``notebook`` shows converted to 4.5.
     """
 
     path: str
@@ -65,10 +69,15 @@ class LoadedNotebook:
     text: str
     hash: str
     os_path: str | None = None
+    converted_from: str | None = None
 
 
-def validate_notebook(nb: dict[str, Any], path: str) -> None:
-    """Raise :class:`BadRequest` unless ``nb`` is valid against its nbformat schema."""
+def validate_notebook(nb: dict[str, Any], path: str, before: dict[str, Any] | None = None) -> None:
+    """Raise :class:`BadRequest` unless ``nb`` is valid against its nbformat schema, with unique cell ids.
+
+    ``before`` is the notebook as it was found: when it was already invalid, the message names its
+    problems (which cell, which key) and says how to repair it, instead of blaming the edit.
+    """
     minor = nb.get("nbformat_minor")
     validator = get_validator(version=4, version_minor=minor if isinstance(minor, int) else None)
     if validator is None:
@@ -77,9 +86,34 @@ def validate_notebook(nb: dict[str, Any], path: str) -> None:
         validator.validate(nb)
     except Exception as e:  # fastjsonschema and jsonschema raise different ValidationErrors
         message = getattr(e, "message", None) or str(e)
-        raise BadRequest(
-            f"Notebook would not be a valid nbformat 4.{minor} notebook: {path}: {message}"
-        ) from None
+    else:
+        duplicates = duplicate_ids(nb)
+        if not duplicates:
+            return
+        cell_id, where = next(iter(duplicates.items()))
+        message = f"cells {indexes(where)} would share the id {cell_id!r}"
+    problems = notebook_problems(before) if before is not None else []
+    if problems:
+        raise BadRequest(invalid_as_found(path, problems))
+    raise BadRequest(f"Notebook would not be a valid nbformat 4.{minor} notebook: {path}: {message}")
+
+
+def invalid_as_found(path: str, problems: list[str]) -> str:
+    """The message for a write refused because the notebook was invalid before it."""
+    return (
+        f"Notebook {path} was already invalid before this change (nothing was changed): "
+        f"{'; '.join(problems)}. Send the edit with \"repair\": true to apply nbformat's repairs first "
+        "(the answer lists each repair)"
+    )
+
+
+def needs_upgrade(path: str, version: str) -> str:
+    """The message for a write of a notebook older than nbformat 4 without ``upgrade``."""
+    return (
+        f"Notebook {path} is an nbformat {version} file: reads show it converted to nbformat 4.5, and "
+        "writing it means rewriting the whole file as nbformat 4.5 (nothing was changed). Send the edit "
+        'again with "upgrade": true to do that'
+    )
 
 
 def shown(path: str) -> str:
@@ -174,13 +208,14 @@ class NotebookStore(Service):
             return await self._load_from_disk(path, os_path)
         text = await self._read_text(path)
         try:
-            nb = parse_notebook(text, path)
+            nb, version = parse_any_notebook(text, path, content_hash(text.encode("utf-8")))
         except BadRequest:
             recovered = await self._recover_interrupted_save(path)
             if recovered is None:
                 raise
-            text, nb = recovered, parse_notebook(recovered, path)
-        return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")))
+            text = recovered
+            nb, version = parse_any_notebook(text, path, content_hash(text.encode("utf-8")))
+        return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")), converted_from=version)
 
     async def _load_from_disk(self, path: str, os_path: str) -> LoadedNotebook:
         """Read a notebook's bytes from a local disk, waiting while another writer is saving it.
@@ -199,7 +234,7 @@ class NotebookStore(Service):
                 snapshot = await asyncio.to_thread(disk.read_snapshot, os_path)
             try:
                 text = _decode(snapshot.data, path)
-                nb = parse_notebook(text, path)
+                nb, version = parse_any_notebook(text, path, snapshot.hash)
             except BadRequest:
                 if disk.save_in_progress(os_path, snapshot):
                     if loop.time() >= deadline:
@@ -216,7 +251,7 @@ class NotebookStore(Service):
                 if not recovered:
                     raise
                 continue
-            return LoadedNotebook(path, nb, text, snapshot.hash, os_path)
+            return LoadedNotebook(path, nb, text, snapshot.hash, os_path, version)
 
     async def _read_text(self, path: str) -> str:
         cm = self.contents_manager
@@ -280,37 +315,79 @@ class NotebookStore(Service):
             path = await self._check_path(path)
             async with self._lock(path):  # never read a file while this store is writing it
                 loaded = await self._open(path)
-        return summarize_notebook(
+        answer = summarize_notebook(
             loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
         )
+        answer.update(await self._fidelity(loaded))
+        return answer
 
-    async def load(self, path: str) -> tuple[str, dict[str, Any], str, bool]:
+    @staticmethod
+    async def _fidelity(loaded: LoadedNotebook | LiveNotebook) -> dict[str, Any]:
+        """What a read adds about the file itself: the version it was converted from, its problems."""
+        fields: dict[str, Any] = {}
+        if isinstance(loaded, LoadedNotebook) and loaded.converted_from is not None:
+            fields["converted_from"] = loaded.converted_from
+        problems = await asyncio.to_thread(notebook_problems, loaded.notebook)
+        if problems:
+            fields["problems"] = problems
+        return fields
+
+    async def load(self, path: str, *, writable: bool = False) -> tuple[str, dict[str, Any], str, bool]:
         """(checked path, the notebook dict, its hash, whether it is a live document) for a caller that
-        works on whole cells (a notebook run). The dict must not be changed: use :meth:`change`."""
+        works on whole cells (a notebook run). The dict must not be changed: use :meth:`change`.
+
+        ``writable``: refuse (400) a notebook that :meth:`change` would refuse to write as it is (older
+        than nbformat 4, or invalid as found), before the caller does any work."""
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
             async with self._lock(path):
                 loaded = await self._open(path)
+        if writable:
+            if isinstance(loaded, LoadedNotebook) and loaded.converted_from is not None:
+                raise BadRequest(needs_upgrade(path, loaded.converted_from))
+            problems = await asyncio.to_thread(notebook_problems, loaded.notebook)
+            if problems:
+                raise BadRequest(invalid_as_found(path, problems))
         return path, loaded.notebook, loaded.hash, isinstance(loaded, LiveNotebook)
 
     async def edit(self, path: str, body: Any) -> dict[str, Any]:
         """Apply one operation or a batch atomically and save once; return the answer for the caller."""
         request = parse_edit_request(body, self.max_ops)
+        repairs: list[str] = []
 
         def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], EditOutcome]:
+            if request.repair:
+                nb, repairs[:] = repair_notebook(nb, hash_)
             outcome = apply_ops(nb, request.ops, id_seed=hash_, batch=request.batch)
             return outcome.notebook, outcome
 
-        outcome, new_hash = await self.change(path, transform, expected_hash=request.expected_hash)
-        return {
+        notes: dict[str, Any] = {}
+        outcome, new_hash = await self.change(
+            path, transform, expected_hash=request.expected_hash, upgrade=request.upgrade, notes=notes
+        )
+        answer = {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,
             "hash": new_hash,
             "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
         }
+        if "upgraded_from" in notes:
+            answer["upgraded_from"] = notes["upgraded_from"]
+            answer["message"] += f" Upgraded the file from nbformat {notes['upgraded_from']} to 4.5."
+        if request.repair:
+            answer["repairs"] = list(repairs)
+            if repairs:
+                answer["message"] += f" Repaired {len(repairs)} problem(s) found in the notebook first."
+        return answer
 
     async def change(
-        self, path: str, transform: Transform[T], *, expected_hash: str | None = None
+        self,
+        path: str,
+        transform: Transform[T],
+        *,
+        expected_hash: str | None = None,
+        upgrade: bool = False,
+        notes: dict[str, Any] | None = None,
     ) -> tuple[T, str]:
         """Change a notebook atomically: ``transform(notebook, hash)`` gives the new notebook and a result;
         the new notebook is validated and saved once (or applied to the live document). Returns the
@@ -319,6 +396,11 @@ class NotebookStore(Service):
         The file is checked again just before it is replaced. If another writer changed it since it was
         read: with ``expected_hash``, 409; without, the transform is applied again to the new content
         (at most :data:`EDIT_ATTEMPTS` times, then 409), as if the request had come a moment later.
+
+        A file is written in its own layout (:func:`.layout.render_edit`: the bytes of what did not change
+        are kept). A file older than nbformat 4 is written only with ``upgrade`` (converted, in nbformat's
+        layout; ``notes["upgraded_from"]`` then says from which version). A notebook invalid as found
+        is refused with a message naming its problems.
         """
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
@@ -333,12 +415,18 @@ class NotebookStore(Service):
                     if expected_hash is not None and expected_hash != loaded.hash:
                         raise _changed(path, expected_hash, loaded.hash)
                     check_supported(loaded.notebook, path)
-                    notebook, result = transform(loaded.notebook, loaded.hash)
-                    validate_notebook(notebook, path)
                     if isinstance(loaded, LiveNotebook):
+                        notebook, result = transform(loaded.notebook, loaded.hash)
+                        validate_notebook(notebook, path, loaded.notebook)
                         return result, loaded.apply(notebook)
-                    saved, current = await self._save(loaded, serialize_notebook(notebook))
+                    if loaded.converted_from is not None and not upgrade:
+                        raise BadRequest(needs_upgrade(path, loaded.converted_from))
+                    notebook, result = transform(loaded.notebook, loaded.hash)
+                    text = await asyncio.to_thread(_file_text, loaded, notebook)
+                    saved, current = await self._save(loaded, text)
                     if saved is not None:
+                        if notes is not None and loaded.converted_from is not None:
+                            notes["upgraded_from"] = loaded.converted_from
                         return result, saved
                     if expected_hash is not None:
                         raise _changed(path, expected_hash, current)
@@ -401,6 +489,17 @@ class NotebookStore(Service):
         if callable(emit):
             emit(data={"action": "save", "path": path})
         return content_hash(data), ""
+
+
+def _file_text(loaded: LoadedNotebook, notebook: dict[str, Any]) -> str:
+    """The text to save for ``notebook``, validated: in the file's own layout, or nbformat's for a
+    converted file (runs in a thread: validation and layout take a while on big notebooks)."""
+    if loaded.converted_from is not None:
+        validate_notebook(notebook, loaded.path)
+        return serialize_notebook(notebook)
+    notebook = follow_source_style(loaded.notebook, notebook)
+    validate_notebook(notebook, loaded.path, loaded.notebook)
+    return render_edit(loaded.text, notebook)
 
 
 def _decode(data: bytes, path: str) -> str:
