@@ -110,19 +110,29 @@ class NotebookCell(TypedDict, total=False):
     outputs: list[dict[str, Any]]
 
 
-class NotebookAnswer(TypedDict):
+class _NotebookAnswer(TypedDict):
     path: str
     nbformat: int
-    nbformat_minor: int
+    nbformat_minor: int | None
     hash: str
     cells: list[NotebookCell]
 
 
-class EditAnswer(TypedDict):
+class NotebookAnswer(_NotebookAnswer, total=False):
+    converted_from: str  # an nbformat 3 file, shown converted
+    problems: list[str]  # a notebook invalid as found
+
+
+class _EditAnswer(TypedDict):
     message: str
     details: dict[str, Any]
     hash: str
     results: list[dict[str, Any]]
+
+
+class EditAnswer(_EditAnswer, total=False):
+    repairs: list[str]  # with repair=True
+    upgraded_from: str  # with upgrade=True on an nbformat 3 file
 
 
 # One NDJSON event: {"type": "cell_start" | "chunk" | "display" | "cell_end" | "heartbeat" | "restart" |
@@ -212,13 +222,19 @@ def _run_call(
     )
 
 
-def _edit_call(path: str, ops: Op | Sequence[Op], expected_hash: str | None) -> _Call:
+def _edit_call(
+    path: str, ops: Op | Sequence[Op], expected_hash: str | None, upgrade: bool = False, repair: bool = False
+) -> _Call:
     if isinstance(ops, Mapping):
         body: dict[str, Any] = dict(ops)
     else:
         body = {"ops": [dict(op) for op in ops]}
     if expected_hash is not None:
         body["expected_hash"] = expected_hash
+    if upgrade:
+        body["upgrade"] = True
+    if repair:
+        body["repair"] = True
     return _Call("POST", f"api/agent/notebooks/{_quote_path(path)}", body)
 
 
@@ -404,10 +420,19 @@ class AgentClient:
         return answer
 
     def edit_notebook(
-        self, path: str, ops: Op | Sequence[Op], *, expected_hash: str | None = None
+        self,
+        path: str,
+        ops: Op | Sequence[Op],
+        *,
+        expected_hash: str | None = None,
+        upgrade: bool = False,
+        repair: bool = False,
     ) -> EditAnswer:
-        """``POST /api/agent/notebooks/{path}``: one operation (a mapping) or a batch (a sequence)."""
-        answer: EditAnswer = self._json(_edit_call(path, ops, expected_hash))
+        """``POST /api/agent/notebooks/{path}``: one operation (a mapping) or a batch (a sequence).
+
+        ``upgrade``: write an nbformat 3 file converted to nbformat 4.5; ``repair``: apply nbformat's
+        repairs to a notebook that is invalid as found (the answer's ``repairs`` lists them)."""
+        answer: EditAnswer = self._json(_edit_call(path, ops, expected_hash, upgrade, repair))
         return answer
 
     def run_notebook(
@@ -620,10 +645,16 @@ class AsyncAgentClient:
         return answer
 
     async def edit_notebook(
-        self, path: str, ops: Op | Sequence[Op], *, expected_hash: str | None = None
+        self,
+        path: str,
+        ops: Op | Sequence[Op],
+        *,
+        expected_hash: str | None = None,
+        upgrade: bool = False,
+        repair: bool = False,
     ) -> EditAnswer:
         """See :meth:`AgentClient.edit_notebook`."""
-        answer: EditAnswer = await self._json(_edit_call(path, ops, expected_hash))
+        answer: EditAnswer = await self._json(_edit_call(path, ops, expected_hash, upgrade, repair))
         return answer
 
     async def run_notebook(

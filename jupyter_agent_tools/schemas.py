@@ -396,11 +396,24 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     "NotebookRead": _obj(
         {
             "path": _STR,
-            "nbformat": _INT,
-            "nbformat_minor": _INT,
+            "nbformat": {**_INT, "description": "4 (also for a file converted from nbformat 3)"},
+            "nbformat_minor": {**_INT_OR_NULL, "description": "null when the file has none (see problems)"},
             "hash": {"type": "string", "description": "sha256 hex of the file's bytes: the expected_hash"},
             "cells": {"type": "array", "items": ref("NotebookCell")},
+            "converted_from": {
+                "type": "string",
+                "description": "Only for a file older than nbformat 4: its version (e.g. '3.0'). The cells "
+                "are shown converted to nbformat 4.5 (ids derived from the file's hash, the same on every "
+                "read); an edit must send upgrade: true, which rewrites the whole file as nbformat 4.5.",
+            },
+            "problems": {
+                "type": "array",
+                "items": _STR,
+                "description": "Only for a notebook invalid as found: what nbformat finds wrong (which cell, "
+                "which key). Reads work; an edit must send repair: true.",
+            },
         },
+        required=["path", "nbformat", "nbformat_minor", "hash", "cells"],
         description="A notebook as an agent reads it (values of a file that is not a valid notebook are "
         "copied as stored).",
     ),
@@ -434,7 +447,18 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "items": _obj({"message": _STR, "details": ref("OpDetails")}),
                 "description": "Every operation's message and details, in order.",
             },
-        }
+            "repairs": {
+                "type": "array",
+                "items": _STR,
+                "description": "Only with repair: true: each repair made before the operations (empty when "
+                "the notebook was valid).",
+            },
+            "upgraded_from": {
+                "type": "string",
+                "description": "Only with upgrade: true on an nbformat 3 (or older) file: its old version.",
+            },
+        },
+        required=["message", "details", "hash", "results"],
     ),
     # -- eval
     "Display": {

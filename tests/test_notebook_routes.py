@@ -368,7 +368,8 @@ ERROR_CASES = [
     ),
     (
         {"action": "edit", "cell_index": 0, "content": "x", "colour": "red"},
-        "unknown field 'colour' (allowed: action, cell_index, cell_id, content, cell_type, expected_hash, upgrade, repair)",
+        "unknown field 'colour' (allowed: action, cell_index, cell_id, content, cell_type, expected_hash, "
+        "upgrade, repair)",
     ),
     ({"action": "delete"}, "'cell_index' or 'cell_id' is required for delete action"),
     ({"action": "move", "cell_index": 0}, "'to_index' is required for move action"),

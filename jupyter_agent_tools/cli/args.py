@@ -56,6 +56,15 @@ def _expected_hash(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _fidelity(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--upgrade", action="store_true", help="an nbformat 3 file: write it converted to nbformat 4.5"
+    )
+    parser.add_argument(
+        "--repair", action="store_true", help="a notebook invalid as found: apply nbformat's repairs first"
+    )
+
+
 def _run_display(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-images", metavar="DIR", help="save image displays to files in DIR")
 
@@ -115,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _content(edit, required=True)
     _cell_type(edit)
     _expected_hash(edit)
+    _fidelity(edit)
     edit.add_argument("--expand", action="store_true", help="do not collapse a long source")
     _common(edit)
 
@@ -127,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     _content(insert, required=True)
     _cell_type(insert)
     _expected_hash(insert)
+    _fidelity(insert)
     insert.add_argument("--expand", action="store_true", help="do not collapse a long source")
     _common(insert)
 
@@ -134,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     delete.add_argument("path", metavar="PATH", help=PATH_HELP)
     delete.add_argument("--cell", required=True, help=CELL_HELP)
     _expected_hash(delete)
+    _fidelity(delete)
     delete.add_argument("--expand", action="store_true", help="do not collapse the removed source")
     _common(delete)
 
@@ -142,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     move.add_argument("--cell", required=True, help=CELL_HELP)
     move.add_argument("--to", dest="to_index", type=int, required=True, metavar="INDEX", help="its new index")
     _expected_hash(move)
+    _fidelity(move)
     move.add_argument("--expand", action="store_true", help="do not collapse a long source")
     _common(move)
 
@@ -151,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--cell", help=CELL_HELP)
     which.add_argument("--all", action="store_true", help="every cell")
     _expected_hash(clear)
+    _fidelity(clear)
     clear.add_argument("--expand", action="store_true", help="do not collapse a long source")
     _common(clear)
 

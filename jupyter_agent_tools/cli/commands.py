@@ -130,7 +130,9 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
     op, cell = notebook_op(args)
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
-        answer = client.edit_notebook(args.path, op, expected_hash=args.expected_hash)
+        answer = client.edit_notebook(
+            args.path, op, expected_hash=args.expected_hash, upgrade=args.upgrade, repair=args.repair
+        )
     except AgentAPIError as e:
         renderer.error(describe_error(e), call)
         return exits.for_error(e)

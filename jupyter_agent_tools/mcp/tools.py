@@ -241,6 +241,9 @@ async def _notebook_edit(call: ToolCall) -> ToolResult:
     own, body = options(call.arguments, {"path": ("string", REQUIRED)}, rest=True)
     answer = await call.services.notebook_store.edit(own["path"], body)
     messages = [result["message"] for result in answer.get("results", [])] or [answer["message"]]
+    if "upgraded_from" in answer:
+        messages.append(f"Upgraded the file from nbformat {answer['upgraded_from']} to 4.5.")
+    messages += [f"repaired: {repair}" for repair in answer.get("repairs", [])]
     return ToolResult("\n".join([*messages, f"hash: {answer['hash']}"]), answer)
 
 
@@ -279,6 +282,8 @@ def _notebook_edit_input() -> dict[str, Any]:
                 "fields above.",
             },
             "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
+            "upgrade": schema_field("NotebookBatchRequest", "upgrade"),
+            "repair": schema_field("NotebookBatchRequest", "repair"),
         },
         "required": ["path"],
         "additionalProperties": False,
@@ -499,7 +504,9 @@ TOOLS: tuple[Tool, ...] = (
         "move cells. Send one operation (action plus cell_index or cell_id, content, cell_type, to_index) "
         "or several as 'ops' (all applied or none). With expected_hash (from notebook_read) nothing changes "
         "if the notebook changed since. Works on the live document when the notebook is open in "
-        "JupyterLab. Returns what was done and the new hash.",
+        "JupyterLab. The file keeps its own JSON layout. An nbformat 3 file needs upgrade: true; a "
+        "notebook invalid as found (notebook_read lists its 'problems') needs repair: true. Returns what "
+        "was done and the new hash.",
         permissions=(("write", "contents"),),
         input_schema=_notebook_edit_input(),
         output_schema=component("NotebookChangeResult"),

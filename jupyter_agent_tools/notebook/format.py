@@ -81,7 +81,9 @@ def parse_any_notebook(text: str, path: str, seed: str) -> tuple[dict[str, Any],
     try:
         converted = nbformat.reads(text, as_version=4)
     except Exception as e:
-        raise BadRequest(f"Cannot convert the nbformat {version} notebook {path} to nbformat 4: {e}") from None
+        raise BadRequest(
+            f"Cannot convert the nbformat {version} notebook {path} to nbformat 4: {e}"
+        ) from None
     node = strip_transient(split_lines(converted))
     plain = json.loads(json.dumps(node))
     taken: set[str] = set()

@@ -25,7 +25,7 @@ from typing import Any
 
 _WS = re.compile(r"[ \t\n\r]*")
 # The C scanner of the standard library: (value, end index) of the JSON value that starts at an index.
-_SCAN = json.JSONDecoder().scan_once
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 # A \\uXXXX escape of a character outside ASCII (not preceded by an escaping backslash).
 _NON_ASCII_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?!00[0-7])[0-9a-fA-F]{4}")
 # Arrays longer than this (old x new elements in the part that differs) are paired by position
@@ -171,10 +171,8 @@ def detect_style(text: str) -> Style:
     elif indent is None:
         item_separator = ", "
     key_separator = ":" + first.colon.split(":", 1)[1] if ":" in first.colon else ": "
-    if not text.isascii():
-        ensure_ascii = False
-    else:
-        ensure_ascii = _NON_ASCII_ESCAPE.search(text) is not None
+    # no evidence either way (all ASCII, no escapes): nbformat's choice
+    ensure_ascii = text.isascii() and _NON_ASCII_ESCAPE.search(text) is not None
     return Style(
         indent=indent,
         item_separator=item_separator,
@@ -223,7 +221,9 @@ class _Splicer:
         inner = nl + base + self.style.indent
         return inner, self.style.item_separator[1:] + inner, nl + base, ""
 
-    def _join(self, brackets: str, parts: list[tuple[str | None, str, str]], defaults: tuple[str, ...]) -> str:
+    def _join(
+        self, brackets: str, parts: list[tuple[str | None, str, str]], defaults: tuple[str, ...]
+    ) -> str:
         """``parts``: (whitespace before it or None for the default, the item's text, whitespace after)."""
         opening, separator, closing, pre_comma = defaults
         out = [brackets[0]]
@@ -313,12 +313,12 @@ class _Splicer:
         defaults = self._defaults(start, items, closing)
         base = self._fresh_base(start, defaults)
         parts: list[tuple[str | None, str, str]] = []
-        for position, (j, i, equal) in enumerate(pairs):
-            if i is None:
+        for position, (j, origin, equal) in enumerate(pairs):
+            if origin is None:
                 parts.append((None, self.style.dumps(new[j], base), ""))
                 continue
-            element = items[i]
-            before = element.before if (i == 0) == (position == 0) else None
+            element = items[origin]
+            before = element.before if (origin == 0) == (position == 0) else None
             body = self.text[element.start : element.end] if equal else self.value(new[j], element)
             parts.append((before, body, element.after))
         return self._join("[]", parts, defaults)

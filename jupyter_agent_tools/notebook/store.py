@@ -102,7 +102,7 @@ def invalid_as_found(path: str, problems: list[str]) -> str:
     """The message for a write refused because the notebook was invalid before it."""
     return (
         f"Notebook {path} was already invalid before this change (nothing was changed): "
-        f"{'; '.join(problems)}. Send the edit with \"repair\": true to apply nbformat's repairs first "
+        f'{"; ".join(problems)}. Send the edit with "repair": true to apply nbformat\'s repairs first '
         "(the answer lists each repair)"
     )
 
@@ -167,7 +167,6 @@ class NotebookStore(Service):
     @validate("busy_timeout")
     def _valid_busy_timeout(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
-
 
     def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
         super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
@@ -365,7 +364,7 @@ class NotebookStore(Service):
         outcome, new_hash = await self.change(
             path, transform, expected_hash=request.expected_hash, upgrade=request.upgrade, notes=notes
         )
-        answer = {
+        answer: dict[str, Any] = {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,
             "hash": new_hash,

@@ -119,7 +119,7 @@ def schema_problems(nb: dict[str, Any], minor: int, limit: int = SHOWN_PROBLEMS)
 def notebook_problems(nb: dict[str, Any]) -> list[str]:
     """Everything that makes an nbformat 4 notebook invalid (nbformat's schema and its unique-id rule)."""
     minor = nb.get("nbformat_minor")
-    if not _int(minor):
+    if not isinstance(minor, int) or isinstance(minor, bool):
         return [
             "'nbformat_minor' is missing (an nbformat 4 notebook must name its minor version)"
             if minor is None
@@ -146,7 +146,7 @@ def repair_notebook(nb: dict[str, Any], seed: str) -> tuple[dict[str, Any], list
     cells = list(nb.get("cells", []))
     new["cells"] = cells
     minor = new.get("nbformat_minor")
-    if not _int(minor):
+    if not isinstance(minor, int) or isinstance(minor, bool):
         minor = 5 if cells and all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in cells) else 4
         repairs.append(f"set 'nbformat_minor' to {minor} (it was {short_repr(nb.get('nbformat_minor'))})")
         new["nbformat_minor"] = minor
@@ -154,7 +154,8 @@ def repair_notebook(nb: dict[str, Any], seed: str) -> tuple[dict[str, Any], list
         for index, cell in enumerate(cells):
             if isinstance(cell, dict) and "id" in cell:
                 cells[index] = {k: v for k, v in cell.items() if k != "id"}
-                repairs.append(f"cell {index}: removed 'id' {short_repr(cell['id'])} (not allowed in 4.{minor})")
+                removed = short_repr(cell["id"])
+                repairs.append(f"cell {index}: removed 'id' {removed} (not allowed in 4.{minor})")
     else:
         taken = {c["id"] for c in cells if isinstance(c, dict) and isinstance(c.get("id"), str)}
         seen: dict[str, int] = {}
