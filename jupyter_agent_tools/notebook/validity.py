@@ -10,7 +10,6 @@ give the same bytes.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Iterable
 from typing import Any
@@ -181,8 +180,7 @@ def repair_notebook(nb: dict[str, Any], seed: str) -> tuple[dict[str, Any], list
 
 def _normalize(nb: dict[str, Any], minor: int) -> list[str]:
     """nbformat's metadata normalization, in place on copies of what it changes; what it removed."""
-    work = copy.deepcopy(nb)
-    normalize(work, 4, minor, strip_invalid_metadata=True)
+    _, work = normalize(nb, 4, minor, strip_invalid_metadata=True)  # works on a copy
     repairs = []
     removed = sorted(set(nb.get("metadata") or {}) - set(work.get("metadata") or {}))
     if removed:
