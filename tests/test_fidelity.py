@@ -43,8 +43,9 @@ LAYOUTS = {
     "layout_ascii.ipynb": lambda v: json.dumps(v, indent=1, ensure_ascii=True, sort_keys=True) + "\n",
     "layout_inline.ipynb": lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True),
     "layout_unsorted.ipynb": None,  # keys in the writer's own order: no json.dumps reproduces it
-    "layout_string_source.ipynb": lambda v: json.dumps(v, indent=1, ensure_ascii=False, sort_keys=True)
-    + "\n",
+    "layout_string_source.ipynb": lambda v: (
+        json.dumps(v, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+    ),
 }
 OPS = {
     "edit": [CellOp("edit", cell_index=2, content="print('héllo')\nprint('monde')")],
@@ -128,7 +129,11 @@ def test_nbformat_layout_is_exactly_what_nbformat_writes() -> None:
             n = len(nb["cells"])
             for ops in [
                 *([CellOp("edit", cell_index=i, content=f"v{i}\nw")] for i in range(n)),
-                *([CellOp("insert", cell_index=i, content="new", cell_type=t)] for i in range(n + 1) for t in ("code", "raw")),
+                *(
+                    [CellOp("insert", cell_index=i, content="new", cell_type=t)]
+                    for i in range(n + 1)
+                    for t in ("code", "raw")
+                ),
                 *([CellOp("delete", cell_index=i)] for i in range(n)),
                 *([CellOp("move", cell_index=i, to_index=j)] for i in range(n) for j in range(n)),
                 [CellOp("clear_outputs", all=True)],
@@ -167,7 +172,7 @@ def test_new_cells_follow_the_file_style() -> None:
     )
     # sources stored as one string stay one string
     text = fixture_text("layout_string_source.ipynb")
-    new, out = edited(text, OPS["insert"])
+    _, out = edited(text, OPS["insert"])
     assert json.loads(out)["cells"][1]["source"] == "# nouveau\nx = 1"
     # keys of an unsorted file stay where they were; a new key goes last
     text = fixture_text("layout_unsorted.ipynb")
@@ -177,12 +182,18 @@ def test_new_cells_follow_the_file_style() -> None:
 
 
 def test_odd_whitespace_and_moved_cells_keep_their_bytes() -> None:
-    text = '{ "cells" : [ {"cell_type": "raw", "metadata": {}, "source": "a"} ,\n\t{"cell_type": "raw",\n "metadata": {}, "source": "b"}],\r\n "metadata":{},"nbformat":4, "nbformat_minor":4 }  \n'
+    text = (
+        '{ "cells" : [ {"cell_type": "raw", "metadata": {}, "source": "a"} ,\n\t{"cell_type": "raw",\n '
+        '"metadata": {}, "source": "b"}],\r\n "metadata":{},"nbformat":4, "nbformat_minor":4 }  \n'
+    )
     nb = json.loads(text)
     moved = {**nb, "cells": nb["cells"][::-1]}
     out = render_edit(text, moved)
     assert json.loads(out) == moved
-    for cell in ('{"cell_type": "raw", "metadata": {}, "source": "a"}', '{"cell_type": "raw",\n "metadata": {}, "source": "b"}'):
+    for cell in (
+        '{"cell_type": "raw", "metadata": {}, "source": "a"}',
+        '{"cell_type": "raw",\n "metadata": {}, "source": "b"}',
+    ):
         assert cell in out
     assert out.endswith("}  \n")
 
@@ -202,10 +213,18 @@ def large_notebook() -> str:
     """A 4-space, ASCII-escaped notebook of 300 cells with 60 PNG images of 48 kB (about 4 MB)."""
     cells = []
     for i in range(300):
-        outputs: list[dict[str, Any]] = [{"name": "stdout", "output_type": "stream", "text": [f"step {i} — ok\n"]}]
+        outputs: list[dict[str, Any]] = [
+            {"name": "stdout", "output_type": "stream", "text": [f"step {i} — ok\n"]}
+        ]
         if i % 5 == 0:
             png = base64.b64encode(hashlib.sha256(str(i).encode()).digest() * 1500).decode()
-            outputs.append({"data": {"image/png": png, "text/plain": ["<Figure>"]}, "metadata": {}, "output_type": "display_data"})
+            outputs.append(
+                {
+                    "data": {"image/png": png, "text/plain": ["<Figure>"]},
+                    "metadata": {},
+                    "output_type": "display_data",
+                }
+            )
         cells.append(
             {
                 "cell_type": "code",
@@ -224,7 +243,9 @@ def test_large_file_with_images(large_notebook: str) -> None:
     text = large_notebook
     assert len(text) > 3_000_000
     started = time.perf_counter()
-    new, out = edited(text, [CellOp("edit", cell_index=150, content="# étape 150\nx150 = compute(150)\nplot(x)")])
+    new, out = edited(
+        text, [CellOp("edit", cell_index=150, content="# étape 150\nx150 = compute(150)\nplot(x)")]
+    )
     took = time.perf_counter() - started
     assert strict_equal(json.loads(out), new)
     assert changed_lines(text, out) == 2
@@ -235,7 +256,14 @@ def test_large_file_with_images(large_notebook: str) -> None:
     spans = cell_spans(text)
     first = text[slice(*spans[0])]
     # the moved cell's bytes, unchanged, at the end; the others where they were
-    assert out == text[: spans[0][0]] + text[spans[1][0] : spans[-1][1]] + ",\n        " + first + text[spans[-1][1] :]
+    assert (
+        out
+        == text[: spans[0][0]]
+        + text[spans[1][0] : spans[-1][1]]
+        + ",\n        "
+        + first
+        + text[spans[-1][1] :]
+    )
 
 
 # -------------------------------------------------------------------------------- validity, repairs
@@ -276,7 +304,10 @@ def test_problems_name_the_cell_and_key() -> None:
     [
         (
             "stray_ids_44.ipynb",
-            ["cell 1: removed 'id' 'load-data' (not allowed in 4.4)", "cell 3: removed 'id' 'plot-it' (not allowed in 4.4)"],
+            [
+                "cell 1: removed 'id' 'load-data' (not allowed in 4.4)",
+                "cell 3: removed 'id' 'plot-it' (not allowed in 4.4)",
+            ],
         ),
         ("missing_minor.ipynb", ["set 'nbformat_minor' to 4 (it was None)"]),
         ("duplicate_ids.ipynb", None),
@@ -311,8 +342,8 @@ def test_ambiguous_id_is_refused() -> None:
     with pytest.raises(BadRequest) as e:
         apply_ops(nb, [CellOp("edit", cell_id="c1-load", content="x")], SEED)
     assert e.value.message == (
-        "Cell id 'c1-load' is ambiguous: cells 1, 2 and 4 share it. Address the cell by 'cell_index', or send "
-        'the edit with "repair": true to give cells 2 and 4 new ids (cell 1 keeps \'c1-load\')'
+        "Cell id 'c1-load' is ambiguous: cells 1, 2 and 4 share it. Address the cell by 'cell_index', or "
+        "send the edit with \"repair\": true to give cells 2 and 4 new ids (cell 1 keeps 'c1-load')"
     )
 
 
@@ -350,9 +381,9 @@ async def test_v3_file_reads_converted_and_writes_only_with_upgrade(api, jp_root
     status, answer = await api("POST", "notebooks", "v3_book.ipynb", body=edit)
     assert status == 400
     assert answer["message"] == (
-        "Notebook v3_book.ipynb is an nbformat 3.0 file: reads show it converted to nbformat 4.5, and writing "
-        "it means rewriting the whole file as nbformat 4.5 (nothing was changed). Send the edit again with "
-        '"upgrade": true to do that'
+        "Notebook v3_book.ipynb is an nbformat 3.0 file: reads show it converted to nbformat 4.5, and "
+        "writing it means rewriting the whole file as nbformat 4.5 (nothing was changed). Send the edit "
+        'again with "upgrade": true to do that'
     )
     assert path.read_bytes() == original
     status, answer = await api("POST", "notebooks", "v3_book.ipynb", "run", body={"all": True})
@@ -389,7 +420,7 @@ async def test_stray_ids_in_44_read_fine_and_edit_with_repair(api, jp_root_dir) 
     assert answer["message"] == (
         "Notebook stray_ids_44.ipynb was already invalid before this change (nothing was changed): cells 1 "
         "and 3 have an 'id', which nbformat 4.4 does not allow (cell ids exist from 4.5). Send the edit with "
-        "\"repair\": true to apply nbformat's repairs first (the answer lists each repair)"
+        '"repair": true to apply nbformat\'s repairs first (the answer lists each repair)'
     )
     assert path.read_text() == original
     status, answer = await api("POST", "notebooks", "stray_ids_44.ipynb", body={**edit, "repair": True})
@@ -418,7 +449,9 @@ async def test_missing_minor_reads_and_repairs(api, jp_root_dir) -> None:
     status, body = await api("GET", "notebooks", "missing_minor.ipynb")
     assert status == 200
     assert body["nbformat_minor"] is None
-    assert body["problems"] == ["'nbformat_minor' is missing (an nbformat 4 notebook must name its minor version)"]
+    assert body["problems"] == [
+        "'nbformat_minor' is missing (an nbformat 4 notebook must name its minor version)"
+    ]
     op = {"action": "insert", "content": "z"}
     status, answer = await api("POST", "notebooks", "missing_minor.ipynb", body=op)
     assert status == 400 and "'nbformat_minor' is missing" in answer["message"]
@@ -439,7 +472,9 @@ async def test_duplicate_ids_are_ambiguous_until_repaired(api, jp_root_dir) -> N
     status, answer = await api("POST", "notebooks", "duplicate_ids.ipynb", body=by_id)
     assert status == 400
     assert answer["message"].startswith("Cell id 'c1-load' is ambiguous: cells 1, 2 and 4 share it.")
-    status, answer = await api("POST", "notebooks", "duplicate_ids.ipynb", body={"ops": [{"action": "delete", "cell_index": 0}]})
+    status, answer = await api(
+        "POST", "notebooks", "duplicate_ids.ipynb", body={"ops": [{"action": "delete", "cell_index": 0}]}
+    )
     assert status == 400 and "cells 1, 2 and 4 share the id 'c1-load'" in answer["message"]
     assert path.read_bytes() == original
 
@@ -462,7 +497,12 @@ async def test_duplicate_ids_are_ambiguous_until_repaired(api, jp_root_dir) -> N
 async def test_route_edit_keeps_layout(api, jp_root_dir, name: str) -> None:
     path = put(jp_root_dir, name)
     text = path.read_text()
-    status, answer = await api("POST", "notebooks", name, body={"action": "edit", "cell_index": 2, "content": "print('héllo')\nprint('world!')"})
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        name,
+        body={"action": "edit", "cell_index": 2, "content": "print('héllo')\nprint('world!')"},
+    )
     assert status == 200, answer
     out = path.read_text()
     assert answer["hash"] == sha(path)
@@ -477,7 +517,9 @@ async def test_route_large_file_edit(api, jp_root_dir, large_notebook: str) -> N
     status, body = await api("GET", "notebooks", "large.ipynb")
     assert status == 200 and len(body["cells"]) == 300
     started = time.perf_counter()
-    status, answer = await api("POST", "notebooks", "large.ipynb", body={"action": "edit", "cell_id": "cell-7", "content": "changed"})
+    status, answer = await api(
+        "POST", "notebooks", "large.ipynb", body={"action": "edit", "cell_id": "cell-7", "content": "changed"}
+    )
     took = time.perf_counter() - started
     assert status == 200, answer
     assert changed_lines(large_notebook, path.read_text()) == 4  # 3 source lines became 1

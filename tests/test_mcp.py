@@ -865,3 +865,30 @@ def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+async def test_notebook_edit_takes_upgrade_and_repair(rpc: Rpc, jp_root_dir: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "notebooks"
+    (jp_root_dir / "old.ipynb").write_bytes((fixtures / "v3_book.ipynb").read_bytes())
+    (jp_root_dir / "stray.ipynb").write_bytes((fixtures / "stray_ids_44.ipynb").read_bytes())
+    session = await open_session(rpc)
+    edit = {"action": "edit", "cell_index": 2, "content": "x"}
+
+    async def call(rid: int, arguments: dict[str, Any]) -> dict[str, Any]:
+        status, answer, _ = await rpc(
+            request(rid, "tools/call", name="notebook_edit", arguments=arguments), session
+        )
+        assert status == 200
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    refused = await call(1, {"path": "old.ipynb", **edit})
+    assert refused["isError"] and '"upgrade": true' in refused["content"][0]["text"]
+    upgraded = await call(2, {"path": "old.ipynb", **edit, "upgrade": True})
+    assert not upgraded.get("isError"), upgraded
+    assert upgraded["structuredContent"]["upgraded_from"] == "3.0"
+    assert "Upgraded the file from nbformat 3.0 to 4.5." in upgraded["content"][0]["text"]
+    repaired = await call(3, {"path": "stray.ipynb", **edit, "repair": True})
+    assert not repaired.get("isError"), repaired
+    assert "repaired: cell 1: removed 'id' 'load-data' (not allowed in 4.4)" in repaired["content"][0]["text"]
+    assert len(repaired["structuredContent"]["repairs"]) == 2
