@@ -11,6 +11,7 @@ import base64
 import difflib
 import hashlib
 import json
+import random
 import shutil
 import time
 from pathlib import Path
@@ -174,6 +175,13 @@ def test_new_cells_follow_the_file_style() -> None:
     text = fixture_text("layout_string_source.ipynb")
     _, out = edited(text, OPS["insert"])
     assert json.loads(out)["cells"][1]["source"] == "# nouveau\nx = 1"
+    # ... and a one-line source the file stores as a list stays as it is
+    nb = json.loads(text)
+    nb["cells"][4]["source"] = ["raw → text"]
+    text = json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+    _, out = edited(text, OPS["edit"])
+    assert json.loads(out)["cells"][4]["source"] == ["raw → text"]
+    assert json.loads(out)["cells"][2]["source"] == "print('héllo')\nprint('monde')"
     # keys of an unsorted file stay where they were; a new key goes last
     text = fixture_text("layout_unsorted.ipynb")
     _, out = edited(text, OPS["edit"])
@@ -423,6 +431,8 @@ async def test_stray_ids_in_44_read_fine_and_edit_with_repair(api, jp_root_dir) 
         '"repair": true to apply nbformat\'s repairs first (the answer lists each repair)'
     )
     assert path.read_text() == original
+    status, answer = await api("POST", "notebooks", "stray_ids_44.ipynb", "run", body={"all": True})
+    assert status == 400 and answer["message"].startswith("Notebook stray_ids_44.ipynb was already invalid")
     status, answer = await api("POST", "notebooks", "stray_ids_44.ipynb", body={**edit, "repair": True})
     assert status == 200, answer
     assert answer["repairs"] == [
@@ -524,3 +534,71 @@ async def test_route_large_file_edit(api, jp_root_dir, large_notebook: str) -> N
     assert status == 200, answer
     assert changed_lines(large_notebook, path.read_text()) == 4  # 3 source lines became 1
     assert took < 15
+
+
+# ------------------------------------------------------------------------------- random layouts and ops
+
+
+def random_layout(rng: random.Random) -> dict[str, Any]:
+    indent = rng.choice([None, 1, 2, 4, "\t"])
+    separators = rng.choice(
+        [(",", ": "), (", ", ": "), (",", ":")] if indent is None else [(",", ": "), (", ", ": ")]
+    )
+    return {
+        "indent": indent,
+        "separators": separators,
+        "sort_keys": rng.random() < 0.5,
+        "ensure_ascii": rng.random() < 0.5,
+    }
+
+
+def random_ops(rng: random.Random, n: int) -> list[CellOp]:
+    ops: list[CellOp] = []
+    for _ in range(rng.randint(1, 4)):
+        action = rng.choice(["edit", "insert", "delete", "move", "clear_outputs"]) if n else "insert"
+        text = rng.choice(["", "x", "a\nb", "é → ü\n😀", "line\n" * 3])
+        if action == "insert":
+            ops.append(
+                CellOp(
+                    "insert",
+                    cell_index=rng.randint(0, n),
+                    content=text,
+                    cell_type=rng.choice(["code", "raw"]),
+                )
+            )
+            n += 1
+        elif action == "edit":
+            ops.append(CellOp("edit", cell_index=rng.randrange(n), content=text))
+        elif action == "delete":
+            ops.append(CellOp("delete", cell_index=rng.randrange(n)))
+            n -= 1
+        elif action == "move":
+            ops.append(CellOp("move", cell_index=rng.randrange(n), to_index=rng.randrange(n)))
+        else:
+            ops.append(CellOp("clear_outputs", all=True))
+    return ops
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_layouts_and_operations(seed: int) -> None:
+    """Any layout, any batch: the file parses to exactly the edited notebook, bytes are deterministic,
+    and a file in nbformat's layout gets exactly nbformat's bytes."""
+    rng = random.Random(seed)
+    nb = json.loads(json.dumps(sample_notebook(rng.choice([4, 5]), unicode=rng.random() < 0.7)))
+    layout = random_layout(rng)
+    end = rng.choice(["", "\n", "\n\n"])
+    text = json.dumps(nb, **layout) + end
+    for _ in range(3):  # edits of edits
+        ops = random_ops(rng, len(nb["cells"]))
+        new = apply_ops(nb, ops, SEED, batch=True).notebook
+        out = render_edit(text, new)
+        assert strict_equal(json.loads(out), new)
+        assert render_edit(text, new) == out
+        # Where the file's writer can be known (sorted keys; ASCII escapes seen in the file, or no
+        # escapes), the result is exactly what that writer would write. (With unsorted keys, a cell
+        # re-made in place of a deleted one keeps that cell's key order: in style, not json.dumps's.)
+        if layout["sort_keys"] and detect_style(text).ensure_ascii == layout["ensure_ascii"]:
+            assert out == json.dumps(new, **layout) + end
+        nb, text = new, out
+    nbformat_text = serialize_notebook(nb)
+    assert render_edit(nbformat_text, nb) == nbformat_text

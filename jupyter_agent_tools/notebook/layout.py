@@ -364,12 +364,18 @@ def string_sources(nb: dict[str, Any]) -> bool:
 
 
 def follow_source_style(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` with its changed cells' sources as one string when ``old`` stores sources that way."""
+    """``new`` with its new sources as one string when ``old`` stores sources that way.
+
+    A source is new when it is not one of ``old``'s source objects (the cell operations and runs keep
+    the sources they do not change): a one-line source the file stores as a list stays a list.
+    """
     if not string_sources(old):
         return new
+    kept = {id(cell.get("source")) for cell in old["cells"] if isinstance(cell, dict)}
     cells = []
     for cell in new["cells"]:
-        if isinstance(cell.get("source"), list):
-            cell = {**cell, "source": "".join(cell["source"])}
+        source = cell.get("source")
+        if isinstance(source, list) and id(source) not in kept:
+            cell = {**cell, "source": "".join(source)}
         cells.append(cell)
     return {**new, "cells": cells}

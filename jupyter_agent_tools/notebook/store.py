@@ -51,6 +51,8 @@ BUSY_RETRY_AFTER = 1
 # An edit without expected_hash is applied again to a file another writer changed between our read and our
 # write; a writer that changes it faster than we can edit it gets a 409 after this many attempts.
 EDIT_ATTEMPTS = 5
+# Notebooks larger than this are parsed (and, older than nbformat 4, converted) in a thread.
+PARSE_OFF_LOOP_CHARS = 1_000_000
 # Longest path shown in an error message (a refused path can be megabytes long).
 SHOWN_PATH_CHARS = 200
 
@@ -207,13 +209,13 @@ class NotebookStore(Service):
             return await self._load_from_disk(path, os_path)
         text = await self._read_text(path)
         try:
-            nb, version = parse_any_notebook(text, path, content_hash(text.encode("utf-8")))
+            nb, version = await _parse(text, path, content_hash(text.encode("utf-8")))
         except BadRequest:
             recovered = await self._recover_interrupted_save(path)
             if recovered is None:
                 raise
             text = recovered
-            nb, version = parse_any_notebook(text, path, content_hash(text.encode("utf-8")))
+            nb, version = await _parse(text, path, content_hash(text.encode("utf-8")))
         return LoadedNotebook(path, nb, text, content_hash(text.encode("utf-8")), converted_from=version)
 
     async def _load_from_disk(self, path: str, os_path: str) -> LoadedNotebook:
@@ -233,7 +235,7 @@ class NotebookStore(Service):
                 snapshot = await asyncio.to_thread(disk.read_snapshot, os_path)
             try:
                 text = _decode(snapshot.data, path)
-                nb, version = parse_any_notebook(text, path, snapshot.hash)
+                nb, version = await _parse(text, path, snapshot.hash)
             except BadRequest:
                 if disk.save_in_progress(os_path, snapshot):
                     if loop.time() >= deadline:
@@ -488,6 +490,13 @@ class NotebookStore(Service):
         if callable(emit):
             emit(data={"action": "save", "path": path})
         return content_hash(data), ""
+
+
+async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:
+    """:func:`parse_any_notebook`, in a thread for a large notebook."""
+    if len(text) > PARSE_OFF_LOOP_CHARS:
+        return await asyncio.to_thread(parse_any_notebook, text, path, seed)
+    return parse_any_notebook(text, path, seed)
 
 
 def _file_text(loaded: LoadedNotebook, notebook: dict[str, Any]) -> str:
