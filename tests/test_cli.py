@@ -508,6 +508,24 @@ def test_nb_commands(cli: Any, server: Server, tmp_path: Path) -> None:
     assert cli("nb", "edit", name, "--cell", "0").returncode == 2  # no source given
 
 
+def test_nb_upgrade_and_repair(cli: Any, server: Server) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "notebooks"
+    old, stray = unique("v3") + ".ipynb", unique("stray") + ".ipynb"
+    (server.root_dir / old).write_bytes((fixtures / "v3_book.ipynb").read_bytes())
+    (server.root_dir / stray).write_bytes((fixtures / "stray_ids_44.ipynb").read_bytes())
+    refused = cli("nb", "edit", old, "--cell", "2", "--content", "x")
+    assert refused.returncode == 2 and '"upgrade": true' in refused.stderr
+    upgraded = cli("nb", "edit", old, "--cell", "2", "--content", "x", "--upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "Upgraded the file from nbformat 3.0 to 4.5." in upgraded.stdout
+    assert json.loads((server.root_dir / old).read_text())["nbformat"] == 4
+    refused = cli("nb", "clear", stray, "--all")
+    assert refused.returncode == 2 and "was already invalid" in refused.stderr
+    repaired = cli("nb", "clear", stray, "--all", "--repair", "--json")
+    assert repaired.returncode == 0, repaired.stderr
+    assert len(json.loads(repaired.stdout)["repairs"]) == 2
+
+
 def test_nb_show_outputs(cli: Any, server: Server) -> None:
     name = unique("out") + ".ipynb"
     nb = nbformat.v4.new_notebook()
