@@ -882,6 +882,12 @@ async def test_notebook_edit_takes_upgrade_and_repair(rpc: Rpc, jp_root_dir: Pat
         result: dict[str, Any] = answer["result"]
         return result
 
+    status, answer, _ = await rpc(
+        request(9, "tools/call", name="notebook_read", arguments={"path": "stray.ipynb"}), session
+    )
+    assert status == 200
+    text = answer["result"]["content"][0]["text"]
+    assert "Invalid as found (an edit must pass repair: true): cells 1 and 3 have an 'id'" in text
     refused = await call(1, {"path": "old.ipynb", **edit})
     assert refused["isError"] and '"upgrade": true' in refused["content"][0]["text"]
     upgraded = await call(2, {"path": "old.ipynb", **edit, "upgrade": True})

@@ -203,6 +203,13 @@ async def _notebook_read(call: ToolCall) -> ToolResult:
         f"{answer['path']}: {len(answer['cells'])} cells, nbformat {answer['nbformat']}."
         f"{answer['nbformat_minor']}, hash {answer['hash']}"
     ]
+    if "converted_from" in answer:
+        lines.append(
+            f"This file is nbformat {answer['converted_from']}, shown converted: an edit must pass "
+            "upgrade: true (the whole file is then rewritten as nbformat 4.5)."
+        )
+    if answer.get("problems"):
+        lines.append("Invalid as found (an edit must pass repair: true): " + "; ".join(answer["problems"]))
     for cell in answer["cells"]:
         head = f"[{cell['index']}] {cell['cell_type']}"
         if cell.get("id"):
@@ -490,7 +497,8 @@ TOOLS: tuple[Tool, ...] = (
         title="Read a notebook",
         description="Read a notebook: every cell's index, id, type and source, and its outputs summarized "
         "(long text cut, images as placeholders unless include_images). Returns the notebook's 'hash': "
-        "pass it to notebook_edit as expected_hash.",
+        "pass it to notebook_edit as expected_hash. Also says when the file is nbformat 3 (edits need "
+        "upgrade: true) or invalid as found (its 'problems'; edits need repair: true).",
         permissions=(("read", "contents"),),
         input_schema=_object({"path": NOTEBOOK_PATH, "include_images": INCLUDE_IMAGES}, ["path"]),
         output_schema=component("NotebookRead"),
