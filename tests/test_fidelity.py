@@ -602,3 +602,45 @@ def test_random_layouts_and_operations(seed: int) -> None:
         nb, text = new, out
     nbformat_text = serialize_notebook(nb)
     assert render_edit(nbformat_text, nb) == nbformat_text
+
+
+@pytest.mark.parametrize("name", ["layout_2_space.ipynb", "layout_ascii.ipynb"])
+async def test_a_notebook_run_keeps_the_layout(api, jp_root_dir, name: str) -> None:
+    """Outputs a run writes (through the same write pipeline) follow the file's layout too."""
+    path = put(jp_root_dir, name)
+    text = path.read_text()
+    status, answer = await api("POST", "notebooks", name, "run", body={"cell_indices": [2]})
+    assert status == 200, answer
+    assert answer["cells"][0]["status"] == "complete"
+    out = path.read_text()
+    assert json.loads(out)["cells"][2]["outputs"] == json.loads(text)["cells"][2]["outputs"]
+    # the same outputs as before: only the execution count's line changed (2 -> 1)
+    assert changed_lines(text, out) == 2
+    assert '"execution_count": 1' in out[slice(*cell_spans(out)[2])]
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"indent": 1, "sort_keys": True, "ensure_ascii": False},
+        {"indent": 2, "sort_keys": True},
+        {"indent": 2, "sort_keys": False},
+        {"indent": "\t", "sort_keys": True},
+        {"indent": None, "sort_keys": True},
+        {"indent": None, "separators": (",", ":"), "sort_keys": False},
+    ],
+)
+def test_a_first_cell_in_an_empty_notebook_follows_the_layout(layout: dict[str, Any]) -> None:
+    nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    if not layout["sort_keys"]:  # the file's key order shows that it is not sorted
+        nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}
+    text = json.dumps(nb, **layout) + "\n"
+    new = apply_ops(nb, [CellOp("insert", content="a\nb")], SEED).notebook
+    assert render_edit(text, new) == json.dumps(new, **layout) + "\n"
+
+
+def test_windows_line_endings_are_kept() -> None:
+    text = fixture_text("layout_nbformat.ipynb").replace("\n", "\r\n")
+    _, out = edited(text, OPS["insert"])
+    assert "\n" not in out.replace("\r\n", "")
+    assert out == serialize_notebook(json.loads(out)).replace("\n", "\r\n")
