@@ -75,6 +75,11 @@ class _Item:
     after: str  # whitespace between the value and the ',' that follows it
 
 
+# An item of a container being written: (the whitespace before it, its text, the whitespace between it and
+# the next comma), the whitespace None where the item has none of its own (the container's default).
+_Part = tuple[str | None, str, str | None]
+
+
 def _ws(text: str, i: int) -> int:
     m = _WS.match(text, i)
     assert m is not None
@@ -221,10 +226,8 @@ class _Splicer:
         inner = nl + base + self.style.indent
         return inner, self.style.item_separator[1:] + inner, nl + base, ""
 
-    def _join(
-        self, brackets: str, parts: list[tuple[str | None, str, str]], defaults: tuple[str, ...]
-    ) -> str:
-        """``parts``: (whitespace before it or None for the default, the item's text, whitespace after)."""
+    def _join(self, brackets: str, parts: list[_Part], defaults: tuple[str, ...]) -> str:
+        """The container's text: its items' own whitespace where they have it, else the defaults."""
         opening, separator, closing, pre_comma = defaults
         out = [brackets[0]]
         for index, (before, body, after) in enumerate(parts):
@@ -253,7 +256,7 @@ class _Splicer:
         by_key = {m.key: (i, m) for i, m in enumerate(items)}
         order: list[str] = [k for k in keys if k is not None and k in new]
         added = [k for k in new if k not in by_key]
-        if added and order == sorted(order) and (self.style.sort_keys or len(order) < 2):
+        if added and self.style.sort_keys and order == sorted(order):
             for key in sorted(added):
                 bisect.insort(order, key)
         else:
@@ -261,12 +264,12 @@ class _Splicer:
         colon = items[0].colon if items else self.style.key_separator
         defaults = self._defaults(start, items, closing)
         base = self._fresh_base(start, defaults)
-        parts: list[tuple[str | None, str, str]] = []
+        parts: list[_Part] = []
         for position, key in enumerate(order):
             found = by_key.get(key)
             if found is None:
                 key_text = json.dumps(key, ensure_ascii=self.style.ensure_ascii)
-                parts.append((None, key_text + colon + self.style.dumps(new[key], base), ""))
+                parts.append((None, key_text + colon + self.style.dumps(new[key], base), None))
                 continue
             index, member = found
             before = member.before if (index == 0) == (position == 0) else None
@@ -312,10 +315,10 @@ class _Splicer:
         pairs += [(m - tail + k, n - tail + k, True) for k in range(tail)]
         defaults = self._defaults(start, items, closing)
         base = self._fresh_base(start, defaults)
-        parts: list[tuple[str | None, str, str]] = []
+        parts: list[_Part] = []
         for position, (j, origin, equal) in enumerate(pairs):
             if origin is None:
-                parts.append((None, self.style.dumps(new[j], base), ""))
+                parts.append((None, self.style.dumps(new[j], base), None))
                 continue
             element = items[origin]
             before = element.before if (origin == 0) == (position == 0) else None
