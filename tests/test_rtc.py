@@ -362,3 +362,19 @@ def test_nothing_from_rtc_is_imported_without_a_room():
         [sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=True
     ).stdout
     assert json.loads(out) == []
+
+
+async def test_live_notebook_repair_of_notebook_fields_is_refused(jp_root_dir, api, connect):
+    nb = sample()
+    nb.metadata["kernelspec"] = "python3"  # invalid: nbformat wants an object
+    write(jp_root_dir, "invalid.ipynb", nb)
+    await connect("invalid.ipynb")
+    status, read = await api("GET", "notebooks", "invalid.ipynb")
+    assert status == 200, read
+    assert read["problems"] == ["notebook 'metadata'/'kernelspec': 'python3' is not of type 'object'"]
+    edit = {"action": "edit", "cell_index": 3, "content": "last = False"}
+    status, answer = await api("POST", "notebooks", "invalid.ipynb", body=edit)
+    assert status == 400 and answer["message"].startswith("Notebook invalid.ipynb was already invalid")
+    status, answer = await api("POST", "notebooks", "invalid.ipynb", body={**edit, "repair": True})
+    assert status == 400, answer
+    assert answer["message"].startswith("Notebook invalid.ipynb is open in a collaborative room")

@@ -418,6 +418,12 @@ class NotebookStore(Service):
                     check_supported(loaded.notebook, path)
                     if isinstance(loaded, LiveNotebook):
                         notebook, result = transform(loaded.notebook, loaded.hash)
+                        if _outside_cells(notebook) != _outside_cells(loaded.notebook):
+                            raise BadRequest(
+                                f"Notebook {path} is open in a collaborative room, where only its cells can "
+                                "be changed (a repair of 'nbformat_minor' or of notebook metadata cannot be "
+                                "applied there); close it in JupyterLab and retry"
+                            )
                         validate_notebook(notebook, path, loaded.notebook)
                         return result, loaded.apply(notebook)
                     if loaded.converted_from is not None and not upgrade:
@@ -490,6 +496,10 @@ class NotebookStore(Service):
         if callable(emit):
             emit(data={"action": "save", "path": path})
         return content_hash(data), ""
+
+
+def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in nb.items() if k != "cells"}
 
 
 async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:
