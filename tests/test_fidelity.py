@@ -644,3 +644,15 @@ def test_windows_line_endings_are_kept() -> None:
     _, out = edited(text, OPS["insert"])
     assert "\n" not in out.replace("\r\n", "")
     assert out == serialize_notebook(json.loads(out)).replace("\n", "\r\n")
+
+
+def test_a_splice_that_cannot_be_made_falls_back_to_the_whole_file_in_style() -> None:
+    text = '{"cells": [], "metadata": {"a": 1}, "nbformat": 4, "nbformat_minor": 5'  # cut off
+    new = {"cells": [], "metadata": {"a": 2}, "nbformat": 4, "nbformat_minor": 5}
+    assert render_edit(text, new) == json.dumps(new, indent=" ", sort_keys=True, ensure_ascii=False) + "\n"
+    deep: Any = "x"
+    for _ in range(600):
+        deep = [deep]
+    text = json.dumps({"cells": [], "metadata": {"deep": deep}}, indent=2)
+    new = {"cells": [], "metadata": {"deep": deep, "b": 1}}
+    assert json.loads(render_edit(text, new)) == new

@@ -339,7 +339,7 @@ def render_edit(text: str, new: dict[str, Any], style: Style | None = None) -> s
         top = _Item(None, "", "", root, start, end, "", "")
         body = _Splicer(text, style).value(new, top)
         out = text[:start] + body + text[end:]
-    except (StopIteration, IndexError, ValueError):
+    except (StopIteration, IndexError, ValueError, RecursionError):
         out = ""
     if not _parses_to(out, new):
         out = style.dumps(new) + style.newline
@@ -348,10 +348,9 @@ def render_edit(text: str, new: dict[str, Any], style: Style | None = None) -> s
 
 def _parses_to(text: str, value: Any) -> bool:
     try:
-        parsed = json.loads(text)
-    except ValueError:
+        return strict_equal(json.loads(text), value)
+    except (ValueError, RecursionError):
         return False
-    return strict_equal(parsed, value)
 
 
 def string_sources(nb: dict[str, Any]) -> bool:
