@@ -36,7 +36,7 @@ from . import disk
 from .format import content_hash, parse_notebook, serialize_notebook
 from .live import LiveDocuments, LiveNotebook
 from .operations import EditOutcome, apply_ops, check_supported, parse_edit_request
-from .summary import summarize_notebook
+from .reading import ReadView, read_notebook, read_output
 
 T = TypeVar("T")
 # notebook, its hash -> the changed notebook (a new dict; the given one is not mutated) and a result
@@ -49,6 +49,8 @@ BUSY_RETRY_AFTER = 1
 # An edit without expected_hash is applied again to a file another writer changed between our read and our
 # write; a writer that changes it faster than we can edit it gets a 409 after this many attempts.
 EDIT_ATTEMPTS = 5
+# Notebooks of more characters than this are summarized in a thread (about 10 ms of work on the loop).
+OFF_LOOP_CHARS = 1024 * 1024
 # Longest path shown in an error message (a refused path can be megabytes long).
 SHOWN_PATH_CHARS = 200
 
@@ -133,7 +135,6 @@ class NotebookStore(Service):
     @validate("busy_timeout")
     def _valid_busy_timeout(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
-
 
     def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
         super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
@@ -274,15 +275,28 @@ class NotebookStore(Service):
                 return doc
         return await self._load(path)
 
-    async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
-        """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
+    async def _read(self, path: str) -> LoadedNotebook | LiveNotebook:
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
             async with self._lock(path):  # never read a file while this store is writing it
-                loaded = await self._open(path)
-        return summarize_notebook(
-            loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
-        )
+                return await self._open(path)
+
+    async def read(
+        self, path: str, *, include_binary: bool = False, view: ReadView | None = None
+    ) -> dict[str, Any]:
+        """The notebook as an agent reads it: the cells ``view`` selects (all by default), summarized (see
+        :func:`~.reading.read_notebook`). A large notebook is summarized in a thread."""
+        loaded = await self._read(path)
+        if view is None:
+            view = ReadView(include_binary=include_binary)
+        args = (loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, view)
+        return await _off_loop_if_large(loaded.text, read_notebook, *args)
+
+    async def read_output(self, path: str, cell: str, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(output ``n`` of cell ``cell`` as stored, the answer of the output route); see
+        :func:`~.reading.read_output`. ``cell`` is a cell id or ``@index``."""
+        loaded = await self._read(path)
+        return read_output(loaded.notebook, loaded.path, loaded.hash, cell, n)
 
     async def load(self, path: str) -> tuple[str, dict[str, Any], str, bool]:
         """(checked path, the notebook dict, its hash, whether it is a live document) for a caller that
@@ -401,6 +415,13 @@ class NotebookStore(Service):
         if callable(emit):
             emit(data={"action": "save", "path": path})
         return content_hash(data), ""
+
+
+async def _off_loop_if_large(text: str, func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)`` on the event loop for a small notebook, in a thread for one of megabytes."""
+    if len(text) < OFF_LOOP_CHARS:
+        return func(*args)
+    return await asyncio.to_thread(func, *args)
 
 
 def _decode(data: bytes, path: str) -> str:
