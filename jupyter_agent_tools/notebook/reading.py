@@ -233,9 +233,10 @@ def _size(mime: str, value: Any) -> int | None:
 def render_text(answer: dict[str, Any]) -> str:
     """The compact plain-text rendering of a read answer, for a model's context.
 
-    One header line for the notebook, then per cell a ``### [index] type id=... exec=N`` line, its source,
-    and one ``-> out[n] ...`` block per output (text as summarized; other MIME types as ``mime size``
-    with the route that returns them in full).
+    A header (path, version, hash, which cells of how many, the route of one output), then per cell a
+    ``### [index] type id=... exec=N`` line, its source, and one ``-> out[n] ...`` block per output (text
+    as summarized, other MIME types as ``[mime size]``; a cut text ends with ``[full: ?mime=...]``, the
+    query of the output route that returns all of it).
     """
     count, cells = answer["cell_count"], answer["cells"]
     version = f"{answer['nbformat']}.{answer['nbformat_minor']}"
@@ -246,7 +247,9 @@ def render_text(answer: dict[str, Any]) -> str:
         shown = f"cells {cells[0]['index']}-{cells[-1]['index']} of {count}"
     else:
         shown = f"no cells from {answer['start']} of {count}"
-    lines = [f"{head}\n# {shown}" + (f"; next: start={answer['next_start']}" if answer["next_start"] else "")]
+    more = f"; next page: start={answer['next_start']}" if answer["next_start"] is not None else ""
+    url = f"/api/agent/notebooks/{quote(answer['path'])}/cells/<id or @index>/outputs/<n>[?mime=<type>]"
+    lines = [f"{head}\n# {shown}{more}\n# one output in full: GET {url}"]
     for cell in cells:
         lines.append(_cell_text(cell))
     return "\n".join(lines) + "\n"
@@ -286,11 +289,9 @@ def _output_text(n: int, output: dict[str, Any]) -> str:
         if "text" in output:
             body.append(output["text"])
         for entry in output.get("data", []):
-            line = f"[{entry['mime']} {human_size(entry['bytes'])}"
-            line += f": {entry['url']}]" if "url" in entry else "]"
-            body.append(line)
+            body.append(f"[{entry['mime']} {human_size(entry['bytes'])}]")
     if "full" in output:
-        body.append(f"[full: {output['full']}]")
+        body.append(f"[full: ?{output['full'].partition('?')[2]}]")
     text = "\n".join(b.rstrip("\n") for b in body if b)
     return f"{head}\n{text}" if text else head
 
