@@ -48,8 +48,7 @@ class NotebookHandler(AgentAPIHandler):
         if not view.text:
             self.write_json(answer)
             return
-        self.set_header("Content-Type", "text/plain; charset=utf-8")
-        self.finish(render_text(answer))
+        self.finish(render_text(answer), set_content_type="text/plain; charset=utf-8")
 
 
 class NotebookOutputHandler(AgentAPIHandler):
@@ -85,11 +84,10 @@ class NotebookOutputHandler(AgentAPIHandler):
             return f"Output {index} of cell {answer['cell_id'] or '@' + str(answer['cell_index'])}"
 
         body = output_body(output, mime, describe)
-        self.set_header("Content-Type", body.content_type)
         self.set_header("X-Content-Type-Options", "nosniff")
         if not body.inline:
             self.set_header("Content-Disposition", f'attachment; filename="{body.filename}"')
-        self.finish(body.data)
+        self.finish(body.data, set_content_type=body.content_type)
 
     @web.authenticated
     @authorized
