@@ -468,6 +468,7 @@ async def test_images_only_when_asked(url, jp_auth_header, notebook) -> None:
         read = await session.call_tool("notebook_read", {"path": "nb.ipynb", "include_images": True})
         assert [(b.type, getattr(b, "data", None)) for b in read.content[1:]] == [("image", PNG)]
         entry = read.structured_content["cells"][1]["outputs"][1]["data"][0]
+        assert entry.pop("url").endswith("/outputs/1?mime=image/png")  # where notebook_output_read finds it
         assert entry == {"mime": "image/png", "bytes": 70}  # never base64 in the structured answer
 
 

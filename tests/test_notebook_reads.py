@@ -272,6 +272,7 @@ async def test_summaries_point_at_the_output_route_and_following_them_works(api,
     assert status == 200
     stream, display, result, error = body["cells"][1]["outputs"]
     base = "/api/agent/notebooks/work/rich%20nb.ipynb/cells/rich/outputs"
+    assert result["data"][0]["url"] == f"{base}/2?mime=application/json"
     assert stream["full"] == f"{base}/0?mime=text/plain"
     assert stream["text"].endswith("more characters]")
     assert display["data"] == [

@@ -50,6 +50,12 @@ class NotebookHandler(AgentAPIHandler):
             return
         self.finish(render_text(answer), set_content_type="text/plain; charset=utf-8")
 
+    @web.authenticated
+    @authorized
+    async def post(self, path: str) -> None:
+        body = await self.json_body()
+        self.write_json(await self.store.edit(path, body))
+
 
 class NotebookOutputHandler(AgentAPIHandler):
     """GET one output of a cell in full (``read`` on ``contents``), or one MIME type of it as its bytes.
@@ -88,12 +94,6 @@ class NotebookOutputHandler(AgentAPIHandler):
         if not body.inline:
             self.set_header("Content-Disposition", f'attachment; filename="{body.filename}"')
         self.finish(body.data, set_content_type=body.content_type)
-
-    @web.authenticated
-    @authorized
-    async def post(self, path: str) -> None:
-        body = await self.json_body()
-        self.write_json(await self.store.edit(path, body))
 
 
 class NotebookRunHandler(EvalHandler):
