@@ -368,7 +368,7 @@ def output_body(output: dict[str, Any], mime: str, describe: Callable[[], str]) 
     """One MIME type of ``output`` as bytes: base64 decoded for binary types, text as UTF-8 (ANSI escapes
     removed from text/plain), JSON serialized. 404 naming the types there are; 400 for a bad ``mime``."""
     if not MIME_PATTERN.fullmatch(mime):
-        raise BadRequest(f"'mime' must be a MIME type like image/png, got {mime[:60]!r}")
+        raise BadRequest(f"'mime' must be a MIME type like image/png (in a URL, + is %2B), got {mime[:60]!r}")
     kind = output.get("output_type")
     available = output_mimes(output)
     if mime not in available:
