@@ -879,9 +879,9 @@ async def test_notebook_read_pages_and_one_output_with_its_image(url, jp_auth_he
         assert not page.is_error, text_of(page)
         assert page.structured_content["cell_count"] == 2
         assert [c["index"] for c in page.structured_content["cells"]] == [1]
-        assert "# cells 1-1 of 2\n" in text_of(page) and "### [1] code id=c1 exec=1\nprint(1)" in text_of(
-            page
-        )
+        shown = text_of(page)
+        assert "# cells 1-1 of 2\n" in shown and "### [1] code id=c1 exec=1\nprint(1)" in shown
+        assert "notebook_output_read with 'cell'" in shown
         named = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": ["@1", "m0"]})
         assert [c["index"] for c in named.structured_content["cells"]] == [1, 0]
         bad = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": "m0"})

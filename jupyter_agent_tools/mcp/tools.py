@@ -223,6 +223,9 @@ async def _notebook_read(call: ToolCall) -> ToolResult:
     text = render_text(answer)
     if notes:
         text += "\n".join(notes) + "\n"
+    if any("full" in o or "data" in o for cell in answer["cells"] for o in cell.get("outputs", [])):
+        text += "(a cut text, an image or another MIME type in full: notebook_output_read with 'cell' = the "
+        "cell's id or @index and 'output' = n of out[n])\n"
     return ToolResult(text, answer, images)
 
 
