@@ -14,7 +14,16 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from samples import PNG, PNG_BYTES, sample_notebook, write_nb
 
+from jupyter_agent_tools.errors import BadRequest, NotFound
 from jupyter_agent_tools.notebook import store as store_module
+from jupyter_agent_tools.notebook.reading import (
+    cell_ref,
+    find_cell,
+    id_counts,
+    read_notebook,
+    read_view,
+    render_text,
+)
 from jupyter_agent_tools.testing.notebooks import large_notebook
 
 SVG = '<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
@@ -396,3 +405,35 @@ async def test_cells_without_ids_are_addressed_by_index(api, jp_root_dir):
     status, output = await api("GET", "notebooks", "old.ipynb", "cells", "@2", "outputs", "0")
     assert status == 200 and output["cell_id"] is None and output["output"]["data"]["image/png"] == PNG
     assert base64.b64decode(output["output"]["data"]["image/png"]) == PNG_BYTES
+
+
+# ------------------------------------------------------------------------------------------- pure core
+
+
+def test_text_rendering_is_deterministic_and_escapes_nothing():
+    nb = json.loads(json.dumps(large_notebook(60)))
+    first = render_text(read_notebook(nb, "d/a b.ipynb", "h", 100, read_view()))
+    again = render_text(read_notebook(json.loads(json.dumps(nb)), "d/a b.ipynb", "h", 100, read_view()))
+    assert first == again
+    assert "\\n" not in first and '"execution_count"' not in first and "null" not in first
+    assert "GET /api/agent/notebooks/d/a%20b.ipynb/cells/<id or @index>/outputs/<n>" in first
+
+
+def test_cells_are_addressed_by_unique_id_else_by_index():
+    cells = [{"id": "a"}, {"id": "b"}, {"id": "b"}, {}, {"id": "x,y"}]
+    counts = id_counts(cells)
+    assert [cell_ref(cells, i, counts) for i in range(5)] == ["a", "@1", "@2", "@3", "@4"]
+    assert find_cell(cells, "a") == 0 and find_cell(cells, "@3") == 3
+    with pytest.raises(BadRequest, match=r"shared by 2 cells \(@1, @2\)"):
+        find_cell(cells, "b")
+    with pytest.raises(NotFound, match="No cell @5"):
+        find_cell(cells, "@5")
+
+
+def test_read_view_takes_lists_too_and_checks_them():
+    view = read_view(cell_ids=["a", " @2 "], include=["tags"])
+    assert view.cell_refs == ("a", "@2") and view.include == frozenset({"tags"})
+    with pytest.raises(BadRequest, match="at most 1000"):
+        read_view(cell_ids=[f"c{i}" for i in range(1001)])
+    with pytest.raises(BadRequest, match="'start' must be an integer from 0"):
+        read_view(start=10**10)
