@@ -437,3 +437,16 @@ def test_read_view_takes_lists_too_and_checks_them():
         read_view(cell_ids=[f"c{i}" for i in range(1001)])
     with pytest.raises(BadRequest, match="'start' must be an integer from 0"):
         read_view(start=10**10)
+
+
+def test_text_header_says_what_a_read_knows_about_the_file():
+    answer = read_notebook({"nbformat": 4, "nbformat_minor": 5, "cells": []}, "a.ipynb", "h", 10, read_view())
+    plain = render_text(answer)
+    answer.update(converted_from="3.0", problems=["cell 1: duplicate id 'x'", "no nbformat_minor"])
+    text = render_text(answer)
+    assert text.startswith(plain.rstrip("\n"))
+    assert "# this file is nbformat 3.0, shown converted: an edit must send upgrade: true" in text
+    assert (
+        "# invalid as found (an edit must send repair: true): cell 1: duplicate id 'x'; no nbformat_minor"
+        in text
+    )

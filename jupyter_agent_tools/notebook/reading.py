@@ -250,6 +250,14 @@ def render_text(answer: dict[str, Any]) -> str:
     more = f"; next page: start={answer['next_start']}" if answer["next_start"] is not None else ""
     url = f"/api/agent/notebooks/{quote(answer['path'])}/cells/<id or @index>/outputs/<n>[?mime=<type>]"
     lines = [f"{head}\n# {shown}{more}\n# one output in full: GET {url}"]
+    # What a read may say about the file itself (a converted nbformat 3 file, a notebook invalid as found).
+    if answer.get("converted_from"):
+        lines.append(
+            f"# this file is nbformat {answer['converted_from']}, shown converted: an edit must send "
+            "upgrade: true (the whole file is then rewritten as nbformat 4.5)"
+        )
+    if answer.get("problems"):
+        lines.append("# invalid as found (an edit must send repair: true): " + "; ".join(answer["problems"]))
     for cell in cells:
         lines.append(_cell_text(cell))
     return "\n".join(lines) + "\n"
