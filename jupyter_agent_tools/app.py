@@ -19,7 +19,12 @@ from .eval.service import EvalService
 from .eval.sessions import SessionManager
 from .handlers.eval import EvalHandler
 from .handlers.mcp import McpHandler
-from .handlers.notebooks import NotebookHandler, NotebookRunHandler
+from .handlers.notebooks import (
+    NOTEBOOK_PATH_REGEX,
+    NotebookHandler,
+    NotebookOutputHandler,
+    NotebookRunHandler,
+)
 from .handlers.openapi import OpenAPIHandler, UnknownRouteHandler
 from .handlers.sessions import (
     ArtifactHandler,
@@ -272,6 +277,7 @@ class AgentToolsApp(ExtensionApp):
             name = proposal["trait"].name
             raise TraitError(f"AgentToolsApp.{name} must be at least 1, got {value}")
         return value
+
     @validate(
         "notebook_busy_timeout",
         "idle_timeout",
@@ -387,6 +393,10 @@ class AgentToolsApp(ExtensionApp):
         self.handlers.extend(
             [
                 (rf"/api/agent/notebooks{path_regex}/run", NotebookRunHandler),
+                (
+                    rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/cells/(?P<cell>[^/]+)/outputs/(?P<n>[^/]+)",
+                    NotebookOutputHandler,
+                ),
                 (rf"/api/agent/notebooks{path_regex}", NotebookHandler),
                 (r"/api/agent/eval", EvalHandler),
                 (r"/api/agent/sessions", SessionListHandler),

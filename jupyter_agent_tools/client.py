@@ -115,6 +115,9 @@ class _NotebookAnswer(TypedDict):
     nbformat: int
     nbformat_minor: int | None
     hash: str
+    cell_count: int
+    start: int | None
+    next_start: int | None
     cells: list[NotebookCell]
 
 
@@ -220,6 +223,40 @@ def _run_call(
         body,
         read_timeout=(timeout or 30.0) + START_ALLOWANCE,
     )
+
+
+def _read_call(
+    path: str,
+    *,
+    include_binary: bool = False,
+    start: int | None = None,
+    limit: int | None = None,
+    cell_ids: Sequence[str] | None = None,
+    include: Sequence[str] | None = None,
+    text: bool = False,
+) -> _Call:
+    call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}")
+    if include_binary:
+        call.params["include_binary"] = "true"
+    if start is not None:
+        call.params["start"] = str(start)
+    if limit is not None:
+        call.params["limit"] = str(limit)
+    if cell_ids is not None:
+        call.params["cell_ids"] = ",".join(cell_ids)
+    if include:
+        call.params["include"] = ",".join(include)
+    if text:
+        call.params["format"] = "text"
+    return call
+
+
+def _output_call(path: str, cell: str, n: int, mime: str | None) -> _Call:
+    cell_part = urllib.parse.quote(cell, safe="@")
+    call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}/cells/{cell_part}/outputs/{n}")
+    if mime is not None:
+        call.params["mime"] = mime
+    return call
 
 
 def _edit_call(
@@ -411,13 +448,53 @@ class AgentClient:
         )
         return self._events(call, raise_on_error)
 
-    def read_notebook(self, path: str, *, include_binary: bool = False) -> NotebookAnswer:
-        """``GET /api/agent/notebooks/{path}``: the notebook's cells and its ``hash``."""
-        call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}")
-        if include_binary:
-            call.params["include_binary"] = "true"
-        answer: NotebookAnswer = self._json(call)
+    def read_notebook(
+        self,
+        path: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        cell_ids: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+        include_binary: bool = False,
+    ) -> NotebookAnswer:
+        """``GET /api/agent/notebooks/{path}``: the notebook's cells (all, a page from ``start`` of at most
+        ``limit``, or the ``cell_ids``: ids or ``@index``), ``cell_count`` and its ``hash``; ``include``:
+        ``tags``, ``metadata``, ``attachments``."""
+        answer: NotebookAnswer = self._json(
+            _read_call(
+                path,
+                include_binary=include_binary,
+                start=start,
+                limit=limit,
+                cell_ids=cell_ids,
+                include=include,
+            )
+        )
         return answer
+
+    def read_notebook_text(
+        self,
+        path: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        cell_ids: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+    ) -> str:
+        """The same read as compact plain text for a model's context (``format=text``)."""
+        return self._send(
+            _read_call(path, text=True, start=start, limit=limit, cell_ids=cell_ids, include=include)
+        ).text
+
+    def read_output(self, path: str, cell: str, n: int) -> dict[str, Any]:
+        """``GET .../cells/{cell}/outputs/{n}``: output ``n`` of cell ``cell`` (id or ``@index``) in full."""
+        answer: dict[str, Any] = self._json(_output_call(path, cell, n, None))
+        return answer
+
+    def read_output_data(self, path: str, cell: str, n: int, mime: str) -> bytes:
+        """One MIME type of that output as bytes (``?mime=``): an image's decoded bytes, a text's UTF-8."""
+        return self._send(_output_call(path, cell, n, mime)).content
 
     def edit_notebook(
         self,
@@ -636,13 +713,53 @@ class AsyncAgentClient:
         )
         return self._events(call, raise_on_error)
 
-    async def read_notebook(self, path: str, *, include_binary: bool = False) -> NotebookAnswer:
+    async def read_notebook(
+        self,
+        path: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        cell_ids: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+        include_binary: bool = False,
+    ) -> NotebookAnswer:
         """See :meth:`AgentClient.read_notebook`."""
-        call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}")
-        if include_binary:
-            call.params["include_binary"] = "true"
-        answer: NotebookAnswer = await self._json(call)
+        answer: NotebookAnswer = await self._json(
+            _read_call(
+                path,
+                include_binary=include_binary,
+                start=start,
+                limit=limit,
+                cell_ids=cell_ids,
+                include=include,
+            )
+        )
         return answer
+
+    async def read_notebook_text(
+        self,
+        path: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        cell_ids: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+    ) -> str:
+        """See :meth:`AgentClient.read_notebook_text`."""
+        return (
+            await self._send(
+                _read_call(path, text=True, start=start, limit=limit, cell_ids=cell_ids, include=include)
+            )
+        ).text
+
+    async def read_output(self, path: str, cell: str, n: int) -> dict[str, Any]:
+        """See :meth:`AgentClient.read_output`."""
+        answer: dict[str, Any] = await self._json(_output_call(path, cell, n, None))
+        return answer
+
+    async def read_output_data(self, path: str, cell: str, n: int, mime: str) -> bytes:
+        """See :meth:`AgentClient.read_output_data`."""
+        return (await self._send(_output_call(path, cell, n, mime))).content
 
     async def edit_notebook(
         self,

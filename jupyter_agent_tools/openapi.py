@@ -12,11 +12,13 @@ import functools
 from typing import Any
 
 from . import __version__
+from .notebook.reading import FORMATS, INCLUDES, INLINE_MIMES, MAX_CELL_REFS, MAX_READ_LIMIT
 from .schemas import SCHEMAS, SESSION_NAME_PATTERN, ref
 
 OPENAPI_VERSION = "3.1.0"
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
+TEXT = "text/plain"
 
 DESCRIPTION = """\
 Routes of the `jupyter_agent_tools` Jupyter Server extension: AI coding agents read and edit notebooks
@@ -68,6 +70,10 @@ def _body(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"required": True, "description": description, "content": {JSON: {"schema": schema}}}
 
 
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+
 def _session_name() -> dict[str, Any]:
     return {
         "name": "name",
@@ -94,26 +100,65 @@ def _paths() -> dict[str, Any]:
                 "operationId": "readNotebook",
                 "summary": "Read a notebook for an agent",
                 "description": "Cells with their source as one string and outputs summarized for a "
-                "model's context (text truncated at summary_max_chars; binary outputs as {mime, bytes}).",
+                "model's context (text truncated at summary_max_chars; binary outputs as {mime, bytes}); "
+                "a cut text names the route with all of it ('full'), every other MIME type the route "
+                "with its data ('url'). All cells by default; a page with start/limit, or the cells "
+                "named by cell_ids. Every answer has the notebook's cell_count. format=text answers the "
+                "same as compact plain text for a model's context.",
                 "tags": ["notebooks"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [
-                    {
-                        "name": "include_binary",
-                        "in": "query",
-                        "required": False,
-                        "description": "1, true, yes or on: binary outputs carry their base64 'data'.",
-                        "schema": {"type": "string"},
-                    }
+                    _query(
+                        "include_binary",
+                        "1, true, yes or on: binary outputs (and attachments) carry their base64 'data'.",
+                        {"type": "string"},
+                    ),
+                    _query(
+                        "start",
+                        "First cell of the page (0-based). Past the last cell: no cells, with cell_count.",
+                        {"type": "integer", "minimum": 0},
+                    ),
+                    _query(
+                        "limit",
+                        f"Most cells in the page (default: all from start), 1 to {MAX_READ_LIMIT}.",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_READ_LIMIT},
+                    ),
+                    _query(
+                        "cell_ids",
+                        "Only these cells, in this order: cell ids or @index (e.g. 'a1b2,@7'), "
+                        f"comma-separated, at most {MAX_CELL_REFS}; not with start/limit.",
+                        {"type": "string"},
+                    ),
+                    _query(
+                        "include",
+                        f"Extra cell fields, comma-separated: {', '.join(INCLUDES)} (attachments: names, "
+                        "types and sizes; the data only with include_binary).",
+                        {"type": "string"},
+                    ),
+                    _query(
+                        "format",
+                        "json (default) or text: the same read as compact plain text (text/plain).",
+                        {"type": "string", "enum": list(FORMATS)},
+                    ),
                 ],
                 "responses": {
-                    "200": _json("The notebook.", ref("NotebookRead")),
+                    "200": {
+                        "description": "The notebook (or the page, or the named cells).",
+                        "content": {
+                            JSON: {"schema": ref("NotebookRead")},
+                            TEXT: {"schema": {"type": "string", "description": "format=text"}},
+                        },
+                    },
                     "400": _error(
                         "Not a .ipynb path, a path too long for the file system, or the file is not a "
-                        "notebook (invalid JSON, no cells)."
+                        "notebook (invalid JSON, no cells); a bad start, limit, cell_ids, include or "
+                        "format; a cell id shared by several cells (name one by @index)."
                     ),
                     "403": FORBIDDEN,
-                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                    "404": _error(
+                        "No such notebook (also hidden and outside-root paths), or a cell named in "
+                        "cell_ids does not exist."
+                    ),
                     "409": _error("The live (collaborative) document has duplicate cell ids."),
                     "503": NOTEBOOK_BUSY,
                 },
@@ -144,6 +189,73 @@ def _paths() -> dict[str, Any]:
                         "again. Nothing changed."
                     ),
                     "413": TOO_LARGE,
+                    "503": NOTEBOOK_BUSY,
+                },
+            },
+        },
+        "/api/agent/notebooks/{path}/cells/{cell}/outputs/{n}": {
+            "parameters": [
+                notebook_path,
+                {
+                    "name": "cell",
+                    "in": "path",
+                    "required": True,
+                    "description": "The cell: its id, or @index (e.g. @3) for a cell without an id or "
+                    "with an id other cells share.",
+                    "schema": {"type": "string"},
+                },
+                {
+                    "name": "n",
+                    "in": "path",
+                    "required": True,
+                    "description": "The output's index in the cell (0-based).",
+                    "schema": {"type": "integer", "minimum": 0},
+                },
+            ],
+            "get": {
+                "operationId": "readNotebookOutput",
+                "summary": "One output of a cell in full, or one MIME type of it as its bytes",
+                "description": "Without mime: the whole output as JSON. With mime: that type alone as "
+                "its own content type: binary types (image/png...) base64-decoded, text types as UTF-8 "
+                "(text/plain of a stream is its text, of an error its traceback; ANSI escapes removed), "
+                "JSON types as JSON. Types a browser could run (HTML, SVG, JavaScript, anything but "
+                f"{', '.join(INLINE_MIMES)}) come as an attachment; every answer is sandboxed by its "
+                "Content-Security-Policy and sent with X-Content-Type-Options: nosniff.",
+                "tags": ["notebooks"],
+                "x-authorization": {"resource": "contents", "action": "read"},
+                "parameters": [
+                    _query(
+                        "mime",
+                        "One MIME type of the output (see 'mimes' of the JSON answer), e.g. image/png.",
+                        {"type": "string"},
+                    )
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The output, or the data of one of its MIME types.",
+                        "content": {
+                            JSON: {
+                                "schema": {
+                                    "anyOf": [
+                                        ref("NotebookOutput"),
+                                        {"description": "With mime of a JSON type: that data as stored."},
+                                    ]
+                                }
+                            },
+                            "*/*": {"schema": {"description": "With mime: the data as that type."}},
+                        },
+                    },
+                    "400": _error(
+                        "Not a .ipynb path; n is not an integer from 0; mime is not a MIME type; the "
+                        "cell id is shared by several cells (name one by @index); the stored data is "
+                        "malformed (base64 that does not decode)."
+                    ),
+                    "403": FORBIDDEN,
+                    "404": _error(
+                        "No such notebook (also hidden and outside-root paths), cell or output, or the "
+                        "output has no such MIME type (the message lists the ones it has)."
+                    ),
+                    "409": _error("The live (collaborative) document has duplicate cell ids."),
                     "503": NOTEBOOK_BUSY,
                 },
             },

@@ -375,8 +375,23 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "description": "Other MIME types of a display/result, sorted: placeholders, and base64 "
                 "'data' of binary types when include_binary is set.",
                 "items": _obj(
-                    {"mime": _STR, "bytes": _INT_OR_NULL, "data": _STR}, required=["mime", "bytes"]
+                    {
+                        "mime": _STR,
+                        "bytes": _INT_OR_NULL,
+                        "data": _STR,
+                        "url": {
+                            "type": "string",
+                            "description": "GET this (under the server's base_url): the data as its own "
+                            "content type, e.g. the PNG bytes of an image",
+                        },
+                    },
+                    required=["mime", "bytes"],
                 ),
+            },
+            "full": {
+                "type": "string",
+                "description": "Only when 'text' or 'traceback' was cut: GET this (under the server's "
+                "base_url) for all of it",
             },
         },
         required=["output_type"],
@@ -390,6 +405,21 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "source": {"type": "string", "description": "The source as one string."},
             "execution_count": _INT_OR_NULL,
             "outputs": {"type": "array", "items": ref("OutputSummary"), "description": "code cells only"},
+            "tags": {
+                "type": "array",
+                "items": _STR,
+                "description": "include=tags: metadata.tags (strings only; [] when none)",
+            },
+            "metadata": {"type": "object", "description": "include=metadata: the cell's whole metadata"},
+            "attachments": {
+                "type": "array",
+                "description": "include=attachments, markdown and raw cells: one entry per attached file "
+                "and MIME type; base64 'data' only with include_binary",
+                "items": _obj(
+                    {"name": _STR, "mime": _STR, "bytes": _INT_OR_NULL, "data": _STR_OR_NULL},
+                    required=["name", "mime", "bytes"],
+                ),
+            },
         },
         required=["index", "id", "cell_type", "source", "execution_count"],
     ),
@@ -399,7 +429,20 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "nbformat": {**_INT, "description": "4 (also for a file converted from nbformat 3)"},
             "nbformat_minor": {**_INT_OR_NULL, "description": "null when the file has none (see problems)"},
             "hash": {"type": "string", "description": "sha256 hex of the file's bytes: the expected_hash"},
-            "cells": {"type": "array", "items": ref("NotebookCell")},
+            "cell_count": {"type": "integer", "description": "Cells in the whole notebook"},
+            "start": {
+                **_INT_OR_NULL,
+                "description": "The 'start' of this page (0 by default); null: cells named by cell_ids",
+            },
+            "next_start": {
+                **_INT_OR_NULL,
+                "description": "The 'start' of the next page; null when this page reaches the last cell",
+            },
+            "cells": {
+                "type": "array",
+                "items": ref("NotebookCell"),
+                "description": "The cells of the page (notebook order) or the named cells (order asked)",
+            },
             "converted_from": {
                 "type": "string",
                 "description": "Only for a file older than nbformat 4: its version (e.g. '3.0'). The cells "
@@ -413,9 +456,31 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "which key). Reads work; an edit must send repair: true.",
             },
         },
-        required=["path", "nbformat", "nbformat_minor", "hash", "cells"],
+        required=["path", "nbformat", "nbformat_minor", "hash", "cell_count", "start", "next_start", "cells"],
         description="A notebook as an agent reads it (values of a file that is not a valid notebook are "
         "copied as stored).",
+    ),
+    "NotebookOutput": _obj(
+        {
+            "path": _STR,
+            "hash": {"type": "string", "description": "sha256 hex of the file's bytes"},
+            "cell_index": _INT,
+            "cell_id": _STR_OR_NULL,
+            "output_index": _INT,
+            "mimes": {
+                "type": "array",
+                "items": _STR,
+                "description": "What ?mime= can ask for: text/plain for a stream or error, else the types "
+                "of the output's data",
+            },
+            "output": {
+                "type": "object",
+                "properties": {"output_type": _STR},
+                "required": ["output_type"],
+                "description": "The nbformat output as stored, in full, multi-line strings joined",
+            },
+        },
+        description="One output of a cell in full.",
     ),
     "OpDetails": _obj(
         {

@@ -25,6 +25,7 @@ QUICK_MODULES = {
     "test_session_state",
     "test_hostile",
     "test_messages",
+    "test_notebook_reads",
     "test_notebook_routes",
     "test_operations",
     "test_outputs",

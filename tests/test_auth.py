@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import nbformat
 import pytest
 from jupyter_server.auth.authorizer import Authorizer
-from nbformat.v4 import new_code_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from jupyter_agent_tools.openapi import openapi_document, operations
 
@@ -51,7 +51,9 @@ def reset_authorizer():
 @pytest.fixture
 def notebook(jp_root_dir: Path) -> Path:
     path = jp_root_dir / "nb.ipynb"
-    nbformat.write(new_notebook(cells=[new_code_cell("x = 1")]), str(path))
+    # print(1): a run writes the output back, so the output route finds it before and after one
+    outputs = [new_output("stream", name="stdout", text="1\n")]
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)", outputs=outputs)]), str(path))
     return path
 
 
@@ -91,6 +93,7 @@ EXECUTE_KERNELS, READ_KERNELS = ("execute", "kernels"), ("read", "kernels")
 ROUTES = [
     ("GET", "api/agent/notebooks/nb.ipynb", None, {READ_CONTENTS}),
     ("POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "z"}, {WRITE_CONTENTS}),
+    ("GET", "api/agent/notebooks/nb.ipynb/cells/@0/outputs/0", None, {READ_CONTENTS}),
     ("POST", "api/agent/notebooks/nb.ipynb/run", {"all": True}, {WRITE_CONTENTS, EXECUTE_KERNELS}),
     (
         "POST",
@@ -107,9 +110,8 @@ PAIRS = [("read", "contents"), ("write", "contents"), ("execute", "kernels"), ("
 
 
 def _doc_path(url: str) -> str:
-    return "/" + url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace(
-        "{artifact}", "{artifact_id}"
-    )
+    url = url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace("{artifact}", "{artifact_id}")
+    return "/" + url.replace("/cells/@0/outputs/0", "/cells/{cell}/outputs/{n}")
 
 
 def test_routes_are_every_documented_operation_with_its_permission() -> None:

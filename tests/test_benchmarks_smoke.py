@@ -19,7 +19,7 @@ if str(REPO) not in sys.path:
 from benchmarks import __main__ as cli  # noqa: E402
 from benchmarks import common  # noqa: E402
 
-EXPECTED = {"concurrency", "eval_overhead", "notebook_edit", "per_call", "stream"}
+EXPECTED = {"concurrency", "eval_overhead", "notebook_edit", "notebook_read", "per_call", "stream"}
 MODULES = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))
 
 
@@ -82,3 +82,26 @@ def test_stream_cell_prints_the_requested_size_in_lines():
         text = out.getvalue()
         assert len(text.encode()) == MB
         assert {len(line) + 1 for line in text.splitlines()} == {LINE_BYTES}
+
+
+def test_notebook_read_counts_every_page_and_approximates_tokens():
+    from benchmarks.bench_notebook_read import approx_tokens, read_all
+
+    assert (approx_tokens(""), approx_tokens("abcd"), approx_tokens("abcde")) == (0, 1, 2)
+    pages = {
+        "u?start=0&limit=200": b'{"next_start": 200}',
+        "u?start=200&limit=200": b'{"next_start": null}',
+        "u?start=0&limit=200&format=text": b"# x\n# cells 0-199 of 300; next page: start=200\nA",
+        "u?start=200&limit=200&format=text": b"# x\n# cells 200-299 of 300\nB",
+    }
+    asked: list[str] = []
+
+    def get(url: str) -> tuple[int, bytes]:
+        asked.append(url)
+        return 200, pages[url]
+
+    assert read_all(get, "u", False) == (pages["u?start=0&limit=200"] + pages["u?start=200&limit=200"], 2)
+    data, requests = read_all(get, "u", True)
+    assert requests == 2 and data.endswith(b"B") and len(asked) == 4
+    with pytest.raises(RuntimeError, match="HTTP 500"):
+        read_all(lambda url: (500, b"boom"), "u", False)

@@ -7,6 +7,7 @@ The command runs as a subprocess (``python -m jupyter_agent_tools.cli``, the che
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -833,3 +834,43 @@ def test_jupyter_agent_entry_point(tmp_path: Path) -> None:
     )
     assert helped.returncode == 0, helped.stderr
     assert helped.stdout.startswith("usage: jupyter agent")
+
+
+def test_nb_show_pages_text_and_one_output(cli: Any, server: Server, tmp_path: Path) -> None:
+    name = unique("read") + ".ipynb"
+    nb = nbformat.v4.new_notebook()
+    long = "".join(f"line {i}\n" for i in range(1000))
+    figure = nbformat.v4.new_code_cell("plot()", id="fig", execution_count=2)
+    figure.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=long),
+        nbformat.v4.new_output("display_data", data={"text/plain": "<Figure>", "image/png": PNG_1X1}),
+    ]
+    nb.cells = [nbformat.v4.new_markdown_cell("# T", id="m"), figure, nbformat.v4.new_code_cell("x", id="x")]
+    nbformat.write(nb, server.root_dir / name)
+
+    page = cli("nb", "show", name, "--start", "1", "--limit", "1")
+    assert page.returncode == 0, page.stderr
+    assert page.stdout.startswith(f"{name}: 3 cells, hash ") and "[1] code id=fig" in page.stdout
+    assert "[0] markdown" not in page.stdout and "[2] code" not in page.stdout
+    assert (
+        cli("nb", "show", name, "--start", "1", "--limit", "1", "--cell", "2").returncode == 2
+    )  # not in page
+    text = cli("nb", "show", name, "--text", "--limit", "2")
+    assert text.returncode == 0, text.stderr
+    assert "# cells 0-1 of 3; next page: start=2\n" in text.stdout
+    assert "### [1] code id=fig exec=2\nplot()\n-> out[0] stream stdout\nline 0\n" in text.stdout
+    assert "[full: ?mime=text/plain]" in text.stdout and "[image/png 70 bytes]" in text.stdout
+    one = cli("nb", "show", name, "--text", "--cell", "2")
+    assert "# 1 of 3 cells by id\n" in one.stdout and "### [2] code id=x\nx" in one.stdout
+
+    full = cli("nb", "output", name, "--cell", "fig", "0", "--mime", "text/plain")
+    assert full.returncode == 0 and full.stdout == long
+    as_json = json.loads(cli("nb", "output", name, "--cell", "1", "1").stdout)
+    assert as_json["mimes"] == ["image/png", "text/plain"] and as_json["cell_id"] == "fig"
+    binary = cli("nb", "output", name, "--cell", "fig", "1", "--mime", "image/png")
+    assert binary.returncode == 2 and "give --save FILE" in binary.stderr
+    target = tmp_path / "fig.png"
+    saved = cli("nb", "output", name, "--cell", "fig", "1", "--mime", "image/png", "--save", str(target))
+    assert saved.returncode == 0 and target.read_bytes() == base64.b64decode(PNG_1X1)
+    missing = cli("nb", "output", name, "--cell", "fig", "1", "--mime", "text/html")
+    assert missing.returncode == 2 and "MIME types: image/png, text/plain" in missing.stderr

@@ -25,9 +25,9 @@ class RecordingStore(NotebookStore):
         super().__init__(**kwargs)
         self.reads: list[str] = []
 
-    async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
+    async def read(self, path: str, **kwargs: Any) -> dict[str, Any]:
         self.reads.append(path)
-        return await super().read(path, include_binary=include_binary)
+        return await super().read(path, **kwargs)
 
 
 # Documented c.AgentToolsApp values, and where each one must arrive.

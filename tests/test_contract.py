@@ -90,7 +90,9 @@ async def test_served_document_equals_packaged(api, jp_serverapp) -> None:
 
 
 def _example_url(path: str) -> str:
-    return path.replace("{path}", "dir/nb.ipynb").replace("{name}", "s1").replace("{artifact_id}", "a.b")
+    for name, value in (("{path}", "dir/nb.ipynb"), ("{name}", "s1"), ("{artifact_id}", "a.b")):
+        path = path.replace(name, value)
+    return path.replace("{cell}", "c1").replace("{n}", "0")
 
 
 # The MCP endpoint speaks JSON-RPC (MCP's Streamable HTTP transport): its contract is MCP's own (the
@@ -366,9 +368,26 @@ async def test_notebook_answers_conform(api, jp_root_dir) -> None:
         return status, answer
 
     status, read = await call("GET")
-    assert status == 200 and read["cells"][1]["outputs"][1]["data"] == [{"mime": "image/png", "bytes": 70}]
+    url = "/api/agent/notebooks/c.ipynb/cells/c1/outputs/1?mime=image/png"
+    assert read["cells"][1]["outputs"][1]["data"] == [{"mime": "image/png", "bytes": 70, "url": url}]
+    assert status == 200 and read["cell_count"] == 2
     status, _ = await call("GET", params={"include_binary": "true"})
     assert status == 200
+    params = {"include": "tags,metadata,attachments", "start": "1", "limit": "1", "include_binary": "1"}
+    status, page = await call("GET", params=params)
+    assert status == 200 and page["next_start"] is None and page["cells"][0]["tags"] == []
+    status, named = await call("GET", params={"cell_ids": "c1"})
+    assert status == 200 and named["start"] is None
+    for params in ({"start": "-1"}, {"cell_ids": "nope"}, {"include": "x"}):
+        assert (await call("GET", params=params))[0] in (400, 404)
+    out = f"{NB}/cells/{{cell}}/outputs/{{n}}"
+    cases = (("c1", "1", 200), ("@1", "0", 200), ("c1", "9", 404), ("c1", "-1", 400), ("x", "0", 404))
+    for cell, n, want in cases:
+        status, answer = await api("GET", "notebooks", "c.ipynb", "cells", cell, "outputs", n)
+        assert status == want, answer
+        CONTRACT.assert_response("GET", out, status, answer)
+        if status == 200:
+            assert list(CONTRACT.component("NotebookOutput").iter_errors(answer)) == []
     for body in [
         {"action": "insert", "content": "a\nb", "cell_type": "markdown"},
         {"action": "edit", "cell_id": "c1", "content": "x", "cell_type": "raw"},

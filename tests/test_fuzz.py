@@ -21,7 +21,8 @@ import pytest
 import requests
 from contract import Contract
 from hypothesis import HealthCheck, given, settings
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from samples import PNG
 
 schemathesis = pytest.importorskip("schemathesis")
 from schemathesis import GenerationMode  # noqa: E402
@@ -54,7 +55,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     (root / "fuzz").mkdir()
     (root / "work").mkdir()
     for name in (TARGET, "work/other.ipynb"):
-        nb = new_notebook(cells=[new_markdown_cell("# t", id="m"), new_code_cell("x = 1", id="c")])
+        outputs = [
+            new_output("stream", name="stdout", text="1\n"),
+            new_output("display_data", data={"image/png": PNG, "text/html": "<b>x</b>", "text/plain": "x"}),
+        ]
+        code = new_code_cell("x = 1", id="c", execution_count=1, outputs=outputs)
+        nb = new_notebook(cells=[new_markdown_cell("# t", id="m"), code])
         nb.nbformat_minor = 5
         nbformat.write(nb, str(root / name))
     (root / "fuzz" / "notes.txt").write_text("not a notebook")
@@ -86,6 +92,7 @@ def _notebooks(root: Path) -> dict[str, bytes]:
 
 OPERATIONS = [
     ("GET", "/api/agent/notebooks/{path}"),
+    ("GET", "/api/agent/notebooks/{path}/cells/{cell}/outputs/{n}"),
     ("POST", "/api/agent/notebooks/{path}"),
     ("POST", "/api/agent/notebooks/{path}/run"),
     ("POST", "/api/agent/eval"),
@@ -116,7 +123,9 @@ def test_fuzz(server: Server, served: Any, method: str, path: str, mode: Generat
     schema, contract, auth = served
     operation = schema[path][method]
     # With a fixed path the generated requests hit a real notebook, so edits really apply (or are refused).
-    path_parameters = {"path": TARGET} if fixed else None
+    path_parameters: dict[str, str] | None = {"path": TARGET} if fixed else None
+    if fixed and "{cell}" in path:
+        path_parameters = {"path": TARGET, "cell": "c"}  # a cell with outputs: n and mime are generated
     seen: dict[int, int] = {}
 
     @given(case=operation.as_strategy(generation_mode=mode, path_parameters=path_parameters))

@@ -43,6 +43,7 @@ LATEST_LEGACY = LEGACY_VERSIONS[-1]
 ROUTES = {
     "eval": ("POST", "/api/agent/eval"),
     "notebook_read": ("GET", "/api/agent/notebooks/{path}"),
+    "notebook_output_read": ("GET", "/api/agent/notebooks/{path}/cells/{cell}/outputs/{n}"),
     "notebook_edit": ("POST", "/api/agent/notebooks/{path}"),
     "notebook_run": ("POST", "/api/agent/notebooks/{path}/run"),
     "session_list": ("GET", "/api/agent/sessions"),
@@ -468,6 +469,7 @@ async def test_images_only_when_asked(url, jp_auth_header, notebook) -> None:
         read = await session.call_tool("notebook_read", {"path": "nb.ipynb", "include_images": True})
         assert [(b.type, getattr(b, "data", None)) for b in read.content[1:]] == [("image", PNG)]
         entry = read.structured_content["cells"][1]["outputs"][1]["data"][0]
+        assert entry.pop("url").endswith("/outputs/1?mime=image/png")  # where notebook_output_read finds it
         assert entry == {"mime": "image/png", "bytes": 70}  # never base64 in the structured answer
 
 
@@ -506,6 +508,7 @@ async def test_artifact_read_pages_a_long_output(url, jp_auth_header, jp_fetch) 
 TOOL_CALLS: dict[str, dict[str, Any]] = {
     "eval": {"cells": [{"code": "open('made.txt', 'w').close()"}], "session": "new"},
     "notebook_read": {"path": "nb.ipynb"},
+    "notebook_output_read": {"path": "nb.ipynb", "cell": "c1", "output": 1},
     "notebook_edit": {"path": "nb.ipynb", "action": "insert", "content": "z"},
     "notebook_run": {"path": "nb.ipynb", "all": True},
     "session_list": {},
@@ -887,7 +890,7 @@ async def test_notebook_edit_takes_upgrade_and_repair(rpc: Rpc, jp_root_dir: Pat
     )
     assert status == 200
     text = answer["result"]["content"][0]["text"]
-    assert "Invalid as found (an edit must pass repair: true): cells 1 and 3 have an 'id'" in text
+    assert "# invalid as found (an edit must send repair: true): cells 1 and 3 have an 'id'" in text
     refused = await call(1, {"path": "old.ipynb", **edit})
     assert refused["isError"] and '"upgrade": true' in refused["content"][0]["text"]
     upgraded = await call(2, {"path": "old.ipynb", **edit, "upgrade": True})
@@ -898,3 +901,44 @@ async def test_notebook_edit_takes_upgrade_and_repair(rpc: Rpc, jp_root_dir: Pat
     assert not repaired.get("isError"), repaired
     assert "repaired: cell 1: removed 'id' 'load-data' (not allowed in 4.4)" in repaired["content"][0]["text"]
     assert len(repaired["structuredContent"]["repairs"]) == 2
+
+
+# ------------------------------------------------------------------------------ reading for a model
+
+
+async def test_notebook_read_pages_and_one_output_with_its_image(url, jp_auth_header, notebook, api) -> None:
+    async with legacy(url, jp_auth_header) as session:
+        page = await session.call_tool("notebook_read", {"path": "nb.ipynb", "start": 1, "limit": 1})
+        assert not page.is_error, text_of(page)
+        assert page.structured_content["cell_count"] == 2
+        assert [c["index"] for c in page.structured_content["cells"]] == [1]
+        shown = text_of(page)
+        assert "# cells 1-1 of 2\n" in shown and "### [1] code id=c1 exec=1\nprint(1)" in shown
+        assert "notebook_output_read with 'cell'" in shown
+        named = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": ["@1", "m0"]})
+        assert [c["index"] for c in named.structured_content["cells"]] == [1, 0]
+        bad = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": "m0"})
+        assert bad.is_error and "'cell_ids' must be an array" in text_of(bad)
+        missing = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": ["zz"]})
+        assert missing.is_error and "No cell with id 'zz'" in text_of(missing)
+
+        figure = await session.call_tool(
+            "notebook_output_read", {"path": "nb.ipynb", "cell": "c1", "output": 1}
+        )
+        assert not figure.is_error, text_of(figure)
+        assert [(b.type, getattr(b, "data", None)) for b in figure.content[1:]] == [("image", PNG)]
+        assert "attached as image 1" in text_of(figure) and "[text/plain, 5 bytes]\n<img>" in text_of(figure)
+        structured = figure.structured_content
+        assert structured["output"]["data"] == {
+            "text/plain": "<img>"
+        }  # never base64 in the structured answer
+        status, route = await api("GET", "notebooks", "nb.ipynb", "cells", "c1", "outputs", "1")
+        assert status == 200 and {**route, "output": structured["output"]} == structured
+        stream = await session.call_tool(
+            "notebook_output_read", {"path": "nb.ipynb", "cell": "@1", "output": 0}
+        )
+        assert text_of(stream).endswith("[text/plain, 2 bytes]\n1") and len(stream.content) == 1
+        gone = await session.call_tool(
+            "notebook_output_read", {"path": "nb.ipynb", "cell": "c1", "output": 5}
+        )
+        assert gone.is_error and "there is no output 5" in text_of(gone)

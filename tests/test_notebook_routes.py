@@ -40,10 +40,12 @@ async def test_get_summarizes_cells_and_outputs(api, nb_path):
     assert cells[1]["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "3.141592653589793\n"}]
     display, result = cells[2]["outputs"]
     assert display["text"] == "<Figure size 640x480>"
-    assert display["data"] == [{"mime": "image/png", "bytes": 8 + 1024}]
+    url = "/api/agent/notebooks/work/sample.ipynb/cells/cell-2/outputs/0?mime=image/png"
+    assert display["data"] == [{"mime": "image/png", "bytes": 8 + 1024, "url": url}]
     assert PNG not in json.dumps(body)
     assert result["execution_count"] == 2 and result["text"] == "Bold"
-    assert result["data"] == [{"mime": "text/html", "bytes": len("<b>bold</b>")}]
+    url = "/api/agent/notebooks/work/sample.ipynb/cells/cell-2/outputs/1?mime=text/html"
+    assert result["data"] == [{"mime": "text/html", "bytes": len("<b>bold</b>"), "url": url}]
     error = cells[3]["outputs"][0]
     assert error["ename"] == "ZeroDivisionError"
     assert error["traceback"] == "ZeroDivisionError: division by zero"

@@ -286,6 +286,10 @@ async def test_get_reads_unsaved_edits_and_stale_hash_is_409(jp_root_dir, api, c
 
     now = await until(person_visible, "GET to show the person's unsaved edit")
     assert now["hash"] != before["hash"]
+    # a page or named cells of the live document, with its hash and cell count
+    status, page = await api("GET", "notebooks", "stale.ipynb", params={"cell_ids": "@1"})
+    assert status == 200 and page["cells"][0]["source"] == now["cells"][1]["source"]
+    assert (page["hash"], page["cell_count"]) == (now["hash"], len(now["cells"]))
     assert path.read_bytes() == on_disk  # unsaved indeed
 
     status, error = await api(

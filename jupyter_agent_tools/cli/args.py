@@ -116,7 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--cell", help=CELL_HELP)
     show.add_argument("--outputs", action="store_true", help="show the cells' outputs too")
     show.add_argument("--expand", action="store_true", help="do not collapse long cells")
+    show.add_argument("--start", type=int, metavar="N", help="a page: the first cell (0-based)")
+    show.add_argument("--limit", type=int, metavar="N", help="a page: at most N cells")
+    show.add_argument(
+        "--text", action="store_true", help="print the server's compact text for a model (format=text)"
+    )
     _common(show)
+
+    output = nbc.add_parser("output", help="print one output of a cell in full, or save one MIME type of it")
+    output.add_argument("path", metavar="PATH", help=PATH_HELP)
+    output.add_argument("--cell", required=True, help=CELL_HELP)
+    output.add_argument("n", type=int, metavar="N", help="the output's index in the cell (0-based)")
+    output.add_argument("--mime", metavar="TYPE", help="one MIME type of it (e.g. text/plain, image/png)")
+    output.add_argument("--save", metavar="FILE", help="write the data to FILE (needed for binary types)")
+    _common(output)
 
     edit = nbc.add_parser("edit", help="replace a cell's source")
     edit.add_argument("path", metavar="PATH", help=PATH_HELP)

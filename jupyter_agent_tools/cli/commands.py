@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
@@ -127,6 +128,8 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         return nb_show(client, args, renderer)
     if args.nb_command == "run":
         return nb_run(client, args, renderer)
+    if args.nb_command == "output":
+        return nb_output(client, args, renderer)
     op, cell = notebook_op(args)
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
@@ -146,9 +149,11 @@ def select_cells(answer: dict[str, Any], value: str | None) -> list[dict[str, An
         return cells
     ref = parse_cell_ref(value)
     if ref.index is not None:
-        if ref.index >= len(cells):
-            raise UsageError(f"Cell index {ref.index} is out of range (the notebook has {len(cells)} cells)")
-        return [cells[ref.index]]
+        found = [c for c in cells if c.get("index") == ref.index]
+        if not found:
+            total = answer.get("cell_count", len(cells))
+            raise UsageError(f"Cell index {ref.index} is out of range (the notebook has {total} cells)")
+        return found
     found = [c for c in cells if c.get("id") == ref.id]
     if not found:
         raise UsageError(f"Cell id '{ref.id}' not found in notebook")
@@ -156,8 +161,41 @@ def select_cells(answer: dict[str, Any], value: str | None) -> list[dict[str, An
 
 
 def nb_show(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
-    answer = dict(client.read_notebook(args.path))
+    if args.text:
+        cell_ids = [_route_cell(args.cell)] if args.cell else None
+        text = client.read_notebook_text(args.path, start=args.start, limit=args.limit, cell_ids=cell_ids)
+        renderer.text([text])
+        return exits.OK
+    answer = dict(client.read_notebook(args.path, start=args.start, limit=args.limit))
     renderer.notebook(answer, select_cells(answer, args.cell), args.outputs, args.expand)
+    return exits.OK
+
+
+def _route_cell(value: str) -> str:
+    """A --cell value as the routes name a cell: its id, or @index."""
+    ref = parse_cell_ref(value)
+    return f"@{ref.index}" if ref.index is not None else str(ref.id)
+
+
+def nb_output(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    cell = _route_cell(args.cell)
+    if args.mime is None:
+        answer = client.read_output(args.path, cell, args.n)
+        data = (json.dumps(answer, indent=1, ensure_ascii=False) + "\n").encode()
+    else:
+        data = client.read_output_data(args.path, cell, args.n, args.mime)
+    if args.save:
+        try:
+            Path(args.save).write_bytes(data)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.save}: {e.strerror or e}") from None
+        renderer.note(f"wrote {len(data)} bytes to {args.save}")
+        return exits.OK
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{args.mime} is binary ({len(data)} bytes): give --save FILE") from None
+    renderer.text([text if text.endswith("\n") else text + "\n"])
     return exits.OK
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable
 from typing import Any
 
@@ -10,12 +11,16 @@ from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..errors import BadRequest
 from ..eval.notebook_run import NotebookRunner
+from ..notebook.reading import output_body, query_int, read_view, render_text
 from ..notebook.store import NotebookStore
 from .base import AgentAPIHandler
 from .eval import Emit, EvalHandler
 
 TRUE_VALUES = ("1", "true", "yes", "on")
+# The path of a notebook in a route that goes on after it (".../cells/..."): it must end in .ipynb.
+NOTEBOOK_PATH_REGEX = r"(?P<path>(?:/[^/]+)*?/[^/]+\.ipynb)"
 
 
 class NotebookHandler(AgentAPIHandler):
@@ -30,15 +35,65 @@ class NotebookHandler(AgentAPIHandler):
     @web.authenticated
     @authorized
     async def get(self, path: str) -> None:
-        flag = self.get_query_argument("include_binary", "false").lower()
-        include_binary = flag in TRUE_VALUES
-        self.write_json(await self.store.read(path, include_binary=include_binary))
+        arg = functools.partial(self.get_query_argument, default=None)
+        view = read_view(
+            start=query_int("start", arg("start")),
+            limit=query_int("limit", arg("limit")),
+            cell_ids=arg("cell_ids"),
+            include=arg("include"),
+            format=arg("format"),
+            include_binary=(arg("include_binary") or "").lower() in TRUE_VALUES,
+        )
+        answer = await self.store.read(path, view=view)
+        if not view.text:
+            self.write_json(answer)
+            return
+        self.finish(render_text(answer), set_content_type="text/plain; charset=utf-8")
 
     @web.authenticated
     @authorized
     async def post(self, path: str) -> None:
         body = await self.json_body()
         self.write_json(await self.store.edit(path, body))
+
+
+class NotebookOutputHandler(AgentAPIHandler):
+    """GET one output of a cell in full (``read`` on ``contents``), or one MIME type of it as its bytes.
+
+    A type a browser could run (HTML, SVG, JavaScript...) is served as an attachment, sandboxed by the
+    Content-Security-Policy and never sniffed: the server's origin must not run a notebook's content.
+    """
+
+    auth_resource = "contents"
+
+    @property
+    def store(self) -> NotebookStore:
+        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
+
+    @property
+    def content_security_policy(self) -> str:
+        return super().content_security_policy + "; sandbox"
+
+    @web.authenticated
+    @authorized
+    async def get(self, path: str, cell: str, n: str) -> None:
+        index = query_int("output index", n)
+        if index is None or index < 0:
+            raise BadRequest(f"The output index must be an integer from 0, got {n[:40]!r}")
+        output, answer = await self.store.read_output(path, cell, index)
+        mime = self.get_query_argument("mime", None)
+        if mime is None:
+            self.write_json(answer)
+            return
+
+        def describe() -> str:
+            return f"Output {index} of cell {answer['cell_id'] or '@' + str(answer['cell_index'])}"
+
+        body = output_body(output, mime, describe)
+        self.set_header("X-Content-Type-Options", "nosniff")
+        if not body.inline:
+            self.set_header("Content-Disposition", f'attachment; filename="{body.filename}"')
+        self.finish(body.data, set_content_type=body.content_type)
 
 
 class NotebookRunHandler(EvalHandler):

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import BadRequest
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
+from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
+from ..notebook.summary import base64_size, human_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
 from ..validation import json_type, short_repr
 from .schemas import component, without_image_data, without_null
@@ -83,8 +85,8 @@ class Tool:
 
 # ------------------------------------------------------------------------------------------ arguments
 
-_KINDS = {"string": (str,), "boolean": (bool,), "integer": (int,)}
-_WORDS = {"string": "a string", "boolean": "a boolean", "integer": "an integer"}
+_KINDS = {"string": (str,), "boolean": (bool,), "integer": (int,), "array": (list,)}
+_WORDS = {"string": "a string", "boolean": "a boolean", "integer": "an integer", "array": "an array"}
 
 
 def _is(value: Any, kind: str) -> bool:
@@ -124,23 +126,15 @@ def _decoded_size(mime: str, data: str) -> int:
     return max(0, len(compact) * 3 // 4 - (len(compact) - len(compact.rstrip("="))))
 
 
-def _human(size: int) -> str:
-    if size < 1024:
-        return f"{size} bytes"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.1f} KB"
-    return f"{size / 1024 / 1024:.1f} MB"
-
-
 def _take_image(mime: str, data: str, size: int, include: bool, images: list[Image]) -> str:
     """Attach an image when asked and possible; the placeholder text that says what happened."""
-    what = f"{mime} image, {_human(size)}"
+    what = f"{mime} image, {human_size(size)}"
     if not include:
         return f"[{what}: not attached; images are sent only with include_images: true]"
     if mime not in RASTER_IMAGES:
         return f"[{what}: not attached (image content is {', '.join(RASTER_IMAGES)} only)]"
     if size > MAX_IMAGE_BYTES:
-        return f"[{what}: not attached (larger than {_human(MAX_IMAGE_BYTES)})]"
+        return f"[{what}: not attached (larger than {human_size(MAX_IMAGE_BYTES)})]"
     images.append(Image(mime, "".join(data.split())))
     return f"[{what}: attached as image {len(images)}]"
 
@@ -195,53 +189,115 @@ NOTEBOOK_PATH = {
 }
 
 
+NOTEBOOK_READ_ARGUMENTS: dict[str, tuple[str, Any]] = {
+    "path": ("string", REQUIRED),
+    "include_images": ("boolean", False),
+    "start": ("integer", None),
+    "limit": ("integer", None),
+    "cell_ids": ("array", None),
+    "include": ("array", None),
+}
+
+
 async def _notebook_read(call: ToolCall) -> ToolResult:
-    own, _ = options(call.arguments, {"path": ("string", REQUIRED), "include_images": ("boolean", False)})
-    answer = await call.services.notebook_store.read(own["path"], include_binary=own["include_images"])
+    own, _ = options(call.arguments, NOTEBOOK_READ_ARGUMENTS)
+    view = read_view(
+        start=own["start"],
+        limit=own["limit"],
+        cell_ids=_strings(own["cell_ids"], "cell_ids"),
+        include=_strings(own["include"], "include"),
+        include_binary=own["include_images"],
+    )
+    answer = await call.services.notebook_store.read(own["path"], view=view)
     images: list[Image] = []
-    lines = [
-        f"{answer['path']}: {len(answer['cells'])} cells, nbformat {answer['nbformat']}."
-        f"{answer['nbformat_minor']}, hash {answer['hash']}"
-    ]
-    if "converted_from" in answer:
-        lines.append(
-            f"This file is nbformat {answer['converted_from']}, shown converted: an edit must pass "
-            "upgrade: true (the whole file is then rewritten as nbformat 4.5)."
-        )
-    if answer.get("problems"):
-        lines.append("Invalid as found (an edit must pass repair: true): " + "; ".join(answer["problems"]))
+    notes: list[str] = []
     for cell in answer["cells"]:
-        head = f"[{cell['index']}] {cell['cell_type']}"
-        if cell.get("id"):
-            head += f" id={cell['id']}"
-        if cell.get("execution_count") is not None:
-            head += f" execution_count={cell['execution_count']}"
-        lines += ["", head, cell["source"] if cell["source"] else "(empty)"]
-        for output in cell.get("outputs", []):
-            lines += _render_output(output, own["include_images"], images)
-    return ToolResult("\n".join(lines), answer, images)
+        for n, output in enumerate(cell.get("outputs", [])):
+            for entry in output.get("data", []):
+                mime, size = str(entry.get("mime")), entry.get("bytes") or 0
+                if mime.startswith("image/"):  # its base64 never stays in the structured answer
+                    placeholder = _take_image(
+                        mime, str(entry.pop("data", "")), size, own["include_images"], images
+                    )
+                    notes.append(f"[{cell['index']}] out[{n}]: {placeholder}")
+    text = render_text(answer)
+    if notes:
+        text += "\n".join(notes) + "\n"
+    if any("full" in o or "data" in o for cell in answer["cells"] for o in cell.get("outputs", [])):
+        text += "(a cut text, an image or another MIME type in full: notebook_output_read with 'cell' = the "
+        "cell's id or @index and 'output' = n of out[n])\n"
+    return ToolResult(text, answer, images)
 
 
-def _render_output(output: dict[str, Any], include: bool, images: list[Image]) -> list[str]:
-    kind = output.get("output_type")
-    lines: list[str] = []
-    if kind == "stream":
-        lines += [f"[{output.get('name') or 'stream'}]", str(output.get("text", "")).rstrip("\n")]
-    elif kind == "error":
-        lines += [f"[error] {output.get('ename')}: {output.get('evalue')}"]
-        if output.get("traceback"):
-            lines.append(str(output["traceback"]).rstrip("\n"))
-    else:
-        label = "result" if kind == "execute_result" else "display"
-        if "text" in output:
-            lines += [f"[{label}]", str(output["text"]).rstrip("\n")]
-        for entry in output.get("data", []):
-            mime, size = str(entry.get("mime")), entry.get("bytes") or 0
-            if mime.startswith("image/"):  # its base64 never stays in the structured answer
-                lines.append(_take_image(mime, str(entry.pop("data", "")), size, include, images))
-            else:
-                lines.append(f"[{mime}, {_human(size)}]")
-    return lines
+def _notebook_read_input() -> dict[str, Any]:
+    return _object(
+        {
+            "path": NOTEBOOK_PATH,
+            "include_images": INCLUDE_IMAGES,
+            "start": {"type": "integer", "minimum": 0, "description": "First cell of a page (0-based)."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_READ_LIMIT,
+                "description": "Most cells in the page (default: all).",
+            },
+            "cell_ids": {
+                "type": "array",
+                "items": {"type": "string"},
+                "maxItems": MAX_CELL_REFS,
+                "description": "Only these cells, in this order: ids, or @index for a cell without one.",
+            },
+            "include": {
+                "type": "array",
+                "items": {"type": "string", "enum": list(INCLUDES)},
+                "description": "Extra cell fields: tags, metadata, attachments (names and sizes).",
+            },
+        },
+        ["path"],
+    )
+
+
+def _strings(value: list[Any] | None, name: str) -> list[str] | None:
+    if value is not None and not all(isinstance(v, str) for v in value):
+        raise BadRequest(f"'{name}' must be an array of strings")
+    return value
+
+
+async def _notebook_output_read(call: ToolCall) -> ToolResult:
+    own, _ = options(
+        call.arguments,
+        {"path": ("string", REQUIRED), "cell": ("string", REQUIRED), "output": ("integer", REQUIRED)},
+    )
+    if own["output"] < 0:
+        raise BadRequest("'output' must be at least 0")
+    output, answer = await call.services.notebook_store.read_output(own["path"], own["cell"], own["output"])
+    where = f"cell {answer['cell_id'] or '@' + str(answer['cell_index'])} output {answer['output_index']}"
+    images: list[Image] = []
+    lines = [f"[{where}: {output.get('output_type')}; MIME types: {', '.join(answer['mimes']) or 'none'}]"]
+    data: dict[str, Any] = output["data"] if isinstance(output.get("data"), dict) else {}
+    for mime in answer["mimes"]:
+        if mime.startswith("image/") and mime != "image/svg+xml":
+            raw = joined_text(data.get(mime)) or ""
+            lines.append(_take_image(mime, raw, base64_size(raw), True, images))
+            continue
+        if not (is_textual(mime) or output.get("output_type") in ("stream", "error")):
+            raw = joined_text(data.get(mime)) or ""
+            lines.append(f"[{mime}, {human_size(base64_size(raw))}: binary, not shown]")
+            continue
+        try:
+            body = output_body(output, mime, lambda: where[:1].upper() + where[1:])
+        except BadRequest as e:  # malformed data in the file: say so, show the rest
+            lines.append(f"[{mime}: {e.message}]")
+            continue
+        text = body.data.decode("utf-8", errors="replace")
+        lines += [f"[{mime}, {human_size(len(body.data))}]", text.rstrip("\n")]
+    structured = dict(answer)
+    if isinstance(answer["output"].get("data"), dict):  # image base64 goes as image content only
+        structured["output"] = {
+            **answer["output"],
+            "data": {k: v for k, v in answer["output"].get("data", {}).items() if k not in RASTER_IMAGES},
+        }
+    return ToolResult("\n".join(lines), structured, images)
 
 
 async def _notebook_edit(call: ToolCall) -> ToolResult:
@@ -401,7 +457,7 @@ async def _file_list(call: ToolCall) -> ToolResult:
         if entry["type"] == "directory":
             lines.append(f"{entry['path']}/")
         else:
-            size = f", {_human(entry['size'])}" if entry["size"] is not None else ""
+            size = f", {human_size(entry['size'])}" if entry["size"] is not None else ""
             lines.append(f"{entry['path']} ({entry['type']}{size})")
     if answer["truncated"]:
         lines.append("(more entries exist: raise 'limit' or list a subdirectory)")
@@ -496,13 +552,34 @@ TOOLS: tuple[Tool, ...] = (
         name="notebook_read",
         title="Read a notebook",
         description="Read a notebook: every cell's index, id, type and source, and its outputs summarized "
-        "(long text cut, images as placeholders unless include_images). Returns the notebook's 'hash': "
-        "pass it to notebook_edit as expected_hash. Also says when the file is nbformat 3 (edits need "
-        "upgrade: true) or invalid as found (its 'problems'; edits need repair: true).",
+        "(long text cut, images as placeholders unless include_images; notebook_output_read gives one "
+        "output in full). A big notebook a page at a time (start, limit; the answer says cell_count and "
+        "next_start), or some cells (cell_ids). Returns the notebook's 'hash': pass it to notebook_edit "
+        "as expected_hash. Also says when the file is nbformat 3 (edits need upgrade: true) or invalid "
+        "as found (its 'problems'; edits need repair: true).",
         permissions=(("read", "contents"),),
-        input_schema=_object({"path": NOTEBOOK_PATH, "include_images": INCLUDE_IMAGES}, ["path"]),
+        input_schema=_notebook_read_input(),
         output_schema=component("NotebookRead"),
         run=_notebook_read,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="notebook_output_read",
+        title="Read one output in full",
+        description="Read one output of a notebook cell in full: the whole text of an output notebook_read "
+        "cut ('[full: ...]'), every MIME type of a result (HTML, JSON...), or an image as image content "
+        "(PNG, JPEG, GIF, WebP). 'cell' is the cell's id or @index, 'output' the output's index (out[n]).",
+        permissions=(("read", "contents"),),
+        input_schema=_object(
+            {
+                "path": NOTEBOOK_PATH,
+                "cell": {"type": "string", "description": "The cell's id, or @index (e.g. '@3')."},
+                "output": {"type": "integer", "minimum": 0, "description": "The output's index in the cell."},
+            },
+            ["path", "cell", "output"],
+        ),
+        output_schema=component("NotebookOutput"),
+        run=_notebook_output_read,
         annotations=READ_ONLY,
     ),
     Tool(

@@ -37,7 +37,7 @@ from .format import content_hash, parse_any_notebook, serialize_notebook
 from .layout import follow_source_style, render_edit
 from .live import LiveDocuments, LiveNotebook
 from .operations import EditOutcome, apply_ops, check_supported, parse_edit_request
-from .summary import summarize_notebook
+from .reading import ReadView, read_notebook, read_output
 from .validity import duplicate_ids, indexes, notebook_problems, repair_notebook
 
 T = TypeVar("T")
@@ -51,8 +51,9 @@ BUSY_RETRY_AFTER = 1
 # An edit without expected_hash is applied again to a file another writer changed between our read and our
 # write; a writer that changes it faster than we can edit it gets a 409 after this many attempts.
 EDIT_ATTEMPTS = 5
-# Notebooks larger than this are parsed (and, older than nbformat 4, converted) in a thread.
-PARSE_OFF_LOOP_CHARS = 1_000_000
+# Notebooks of more characters than this are parsed (older than nbformat 4: converted) and summarized
+# in a thread (about 10 ms of work on the loop).
+OFF_LOOP_CHARS = 1024 * 1024
 # Longest path shown in an error message (a refused path can be megabytes long).
 SHOWN_PATH_CHARS = 200
 
@@ -310,17 +311,30 @@ class NotebookStore(Service):
                 return doc
         return await self._load(path)
 
-    async def read(self, path: str, *, include_binary: bool = False) -> dict[str, Any]:
-        """The notebook as an agent reads it (see :func:`summarize_notebook`)."""
+    async def _read(self, path: str) -> LoadedNotebook | LiveNotebook:
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
             async with self._lock(path):  # never read a file while this store is writing it
-                loaded = await self._open(path)
-        answer = summarize_notebook(
-            loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, include_binary
-        )
+                return await self._open(path)
+
+    async def read(
+        self, path: str, *, include_binary: bool = False, view: ReadView | None = None
+    ) -> dict[str, Any]:
+        """The notebook as an agent reads it: the cells ``view`` selects (all by default), summarized (see
+        :func:`~.reading.read_notebook`). A large notebook is summarized in a thread."""
+        loaded = await self._read(path)
+        if view is None:
+            view = ReadView(include_binary=include_binary)
+        args = (loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, view)
+        answer = await _off_loop_if_large(loaded.text, read_notebook, *args)
         answer.update(await self._fidelity(loaded))
         return answer
+
+    async def read_output(self, path: str, cell: str, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(output ``n`` of cell ``cell`` as stored, the answer of the output route); see
+        :func:`~.reading.read_output`. ``cell`` is a cell id or ``@index``."""
+        loaded = await self._read(path)
+        return read_output(loaded.notebook, loaded.path, loaded.hash, cell, n)
 
     @staticmethod
     async def _fidelity(loaded: LoadedNotebook | LiveNotebook) -> dict[str, Any]:
@@ -504,9 +518,7 @@ def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
 
 async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:
     """:func:`parse_any_notebook`, in a thread for a large notebook."""
-    if len(text) > PARSE_OFF_LOOP_CHARS:
-        return await asyncio.to_thread(parse_any_notebook, text, path, seed)
-    return parse_any_notebook(text, path, seed)
+    return await _off_loop_if_large(text, parse_any_notebook, text, path, seed)
 
 
 def _file_text(loaded: LoadedNotebook, notebook: dict[str, Any]) -> str:
@@ -518,6 +530,13 @@ def _file_text(loaded: LoadedNotebook, notebook: dict[str, Any]) -> str:
     notebook = follow_source_style(loaded.notebook, notebook)
     validate_notebook(notebook, loaded.path, loaded.notebook)
     return render_edit(loaded.text, notebook)
+
+
+async def _off_loop_if_large(text: str, func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)`` on the event loop for a small notebook, in a thread for one of megabytes."""
+    if len(text) < OFF_LOOP_CHARS:
+        return func(*args)
+    return await asyncio.to_thread(func, *args)
 
 
 def _decode(data: bytes, path: str) -> str:

@@ -6,8 +6,7 @@ binary outputs become ``{mime, bytes}`` placeholders unless the caller asks for 
 
 from __future__ import annotations
 
-import base64
-import binascii
+from collections.abc import Callable
 from typing import Any
 
 from ..text import strip_ansi
@@ -23,7 +22,13 @@ def truncate_text(text: str, limit: int) -> str:
     return f"{text[:limit]}\n[... truncated {len(text) - limit} more characters]"
 
 
-def _is_textual(mime: str) -> bool:
+# MIME type (None: the whole output) -> the route that returns it in full
+OutputLink = Callable[["str | None"], str]
+# output index, MIME type -> the same, for a cell
+Link = Callable[[int, "str | None"], str]
+
+
+def is_textual(mime: str) -> bool:
     return (
         mime.startswith("text/")
         or mime == "application/json"
@@ -32,7 +37,7 @@ def _is_textual(mime: str) -> bool:
     )
 
 
-def _text(value: Any) -> str | None:
+def joined_text(value: Any) -> str | None:
     """A string or list of strings as one string; None for anything else (a malformed output)."""
     if isinstance(value, str):
         return value
@@ -41,66 +46,97 @@ def _text(value: Any) -> str | None:
     return None
 
 
+def base64_size(data: str) -> int:
+    """Bytes that base64 ``data`` decodes to, counted without decoding it (a notebook can hold megabytes)."""
+    compact = len(data) - sum(data.count(c) for c in "\n\r \t")
+    stripped = data.rstrip()
+    return max(0, compact * 3 // 4 - (len(stripped) - len(stripped.rstrip("="))))
+
+
 def _binary_size(data: Any) -> int:
-    raw = _text(data)
-    if raw is None:
-        return 0
-    try:
-        return len(base64.b64decode(raw, validate=False))
-    except (binascii.Error, ValueError):
-        return len(raw)
+    raw = joined_text(data)
+    return 0 if raw is None else base64_size(raw)
+
+
+def human_size(size: int | None) -> str:
+    """``size`` bytes for a person or a model: 512 bytes, 1.5 KB, 2.0 MB."""
+    if size is None:
+        return "size unknown"
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / 1024 / 1024:.1f} MB"
 
 
 def _plain(value: Any) -> Any:
     return strip_ansi(value) if isinstance(value, str) else value
 
 
-def summarize_output(output: dict[str, Any], max_chars: int, include_binary: bool) -> dict[str, Any]:
-    """One output as an agent sees it."""
+def _truncated(
+    text: str, max_chars: int, summary: dict[str, Any], key: str, link: OutputLink | None, mime: str
+) -> None:
+    """``summary[key]``: ``text`` cut at ``max_chars``; when cut, ``summary["full"]``: where all of it is."""
+    summary[key] = truncate_text(text, max_chars)
+    if link is not None and len(summary[key]) != len(text):
+        summary["full"] = link(mime)
+
+
+def summarize_output(
+    output: dict[str, Any], max_chars: int, include_binary: bool, link: OutputLink | None = None
+) -> dict[str, Any]:
+    """One output as an agent sees it. With ``link`` (MIME type or None -> the route of this output), a cut
+    text says where the whole output is (``full``) and every other MIME type where its data is (``url``)."""
     kind = output.get("output_type")
     summary: dict[str, Any] = {"output_type": kind}
     if kind == "stream":
         summary["name"] = output.get("name")
-        summary["text"] = truncate_text(strip_ansi(_text(output.get("text", "")) or ""), max_chars)
+        text = strip_ansi(joined_text(output.get("text", "")) or "")
+        _truncated(text, max_chars, summary, "text", link, "text/plain")
     elif kind == "error":
         summary["ename"] = _plain(output.get("ename"))
         summary["evalue"] = _plain(output.get("evalue"))
         traceback = output.get("traceback") or []
         text = "\n".join(strip_ansi(line) for line in traceback if isinstance(line, str))
-        summary["traceback"] = truncate_text(text, max_chars)
+        _truncated(text, max_chars, summary, "traceback", link, "text/plain")
     elif kind in ("execute_result", "display_data", "update_display_data"):
         if "execution_count" in output:
             summary["execution_count"] = output.get("execution_count")
         data = output.get("data")
         if not isinstance(data, dict):
             data = {}
-        text = None
-        for mime in TEXT_MIME_PREFERENCE:
-            if mime in data:
-                text = _text(data[mime])
+        text, text_mime = None, ""
+        for text_mime in TEXT_MIME_PREFERENCE:
+            if text_mime in data:
+                text = joined_text(data[text_mime])
                 break
         if text is not None:
-            summary["text"] = truncate_text(strip_ansi(text), max_chars)
+            _truncated(strip_ansi(text), max_chars, summary, "text", link, text_mime)
         attachments = []
         for mime, value in sorted(data.items()):
             if mime in TEXT_MIME_PREFERENCE:
                 continue
-            if _is_textual(mime):
-                raw = _text(value)
+            if is_textual(mime):
+                raw = joined_text(value)
                 size = len(raw.encode()) if raw is not None else None
                 entry: dict[str, Any] = {"mime": mime, "bytes": size}
             else:
                 entry = {"mime": mime, "bytes": _binary_size(value)}
                 if include_binary:
-                    entry["data"] = _text(value) if isinstance(value, list) else value
+                    entry["data"] = joined_text(value) if isinstance(value, list) else value
+            if link is not None:
+                entry["url"] = link(mime)
             attachments.append(entry)
         if attachments:
             summary["data"] = attachments
     return summary
 
 
-def summarize_cell(cell: dict[str, Any], index: int, max_chars: int, include_binary: bool) -> dict[str, Any]:
-    """One cell as an agent sees it: index, id, type, source as one string, count, outputs."""
+def summarize_cell(
+    cell: dict[str, Any], index: int, max_chars: int, include_binary: bool, link: Link | None = None
+) -> dict[str, Any]:
+    """One cell as an agent sees it: index, id, type, source as one string, count, outputs (see
+    :func:`summarize_output` for ``link``)."""
     summary: dict[str, Any] = {
         "index": index,
         "id": cell.get("id"),
@@ -111,9 +147,17 @@ def summarize_cell(cell: dict[str, Any], index: int, max_chars: int, include_bin
     if cell.get("cell_type") == "code":
         outputs = cell.get("outputs") or []
         summary["outputs"] = [
-            summarize_output(o, max_chars, include_binary) for o in outputs if isinstance(o, dict)
+            summarize_output(o, max_chars, include_binary, _output_link(link, n))
+            for n, o in enumerate(outputs)
+            if isinstance(o, dict)
         ]
     return summary
+
+
+def _output_link(link: Link | None, n: int) -> OutputLink | None:
+    if link is None:
+        return None
+    return lambda mime: link(n, mime)
 
 
 def summarize_notebook(

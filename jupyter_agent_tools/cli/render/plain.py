@@ -56,7 +56,7 @@ def output_lines(output: dict[str, Any]) -> list[str]:
 
 def notebook_text(answer: dict[str, Any], cells: list[dict[str, Any]], outputs: bool) -> str:
     """A notebook read as text: a header with the hash, then each cell's header line and source."""
-    total = len(answer.get("cells") or [])
+    total = answer.get("cell_count", len(answer.get("cells") or []))
     parts = [f"{answer.get('path')}: {total} cell{'' if total == 1 else 's'}, hash {answer.get('hash')}"]
     for cell in cells:
         block = [cell_header(cell)]
