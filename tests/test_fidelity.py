@@ -380,7 +380,9 @@ async def test_v3_file_reads_converted_and_writes_only_with_upgrade(api, jp_root
     cells = body["cells"]
     assert cells[2]["source"] == "import numpy as np\na = np.arange(6)\na"
     assert cells[2]["execution_count"] == 1
-    assert cells[4]["outputs"][1]["data"] == [{"mime": "image/png", "bytes": 70}]
+    image = cells[4]["outputs"][1]["data"]
+    assert [(d["mime"], d["bytes"]) for d in image] == [("image/png", 70)]
+    assert image[0]["url"].endswith("/outputs/1?mime=image/png")
     assert cells[5]["outputs"][0]["ename"] == "IndexError"
     _, again = await api("GET", "notebooks", "v3_book.ipynb")
     assert [c["id"] for c in again["cells"]] == [c["id"] for c in cells]
