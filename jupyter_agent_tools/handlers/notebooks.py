@@ -21,6 +21,8 @@ TRUE_VALUES = ("1", "true", "yes", "on")
 class NotebookHandler(AgentAPIHandler):
     """GET reads (``read`` on ``contents``); POST applies operations (``write`` on ``contents``)."""
 
+    route_name = "notebook"
+
     auth_resource = "contents"
 
     @property
@@ -47,6 +49,8 @@ class NotebookRunHandler(EvalHandler):
     Authorized as ``write`` on ``contents`` (the decorator) and ``execute`` on ``kernels`` (checked
     before anything runs); JSON or an NDJSON stream like eval, and closing the stream interrupts.
     """
+
+    route_name = "notebook_run"
 
     auth_resource = "contents"
     _path = ""

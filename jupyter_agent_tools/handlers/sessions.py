@@ -20,6 +20,8 @@ class _EvalRoute(AgentAPIHandler):
 class SessionListHandler(_EvalRoute):
     """GET lists the sessions (``execute`` on ``kernels``)."""
 
+    route_name = "sessions"
+
     @web.authenticated
     @authorized("execute")
     async def get(self) -> None:
@@ -34,6 +36,8 @@ class SessionListHandler(_EvalRoute):
 class SessionHandler(_EvalRoute):
     """DELETE shuts a session and its kernel down."""
 
+    route_name = "session"
+
     @web.authenticated
     @authorized("execute")
     async def delete(self, name: str) -> None:
@@ -45,6 +49,8 @@ class SessionHandler(_EvalRoute):
 class SessionInterruptHandler(_EvalRoute):
     """POST interrupts what the session is running (the running call answers ``cancelled``)."""
 
+    route_name = "session_interrupt"
+
     @web.authenticated
     @authorized("execute")
     async def post(self, name: str) -> None:
@@ -53,6 +59,8 @@ class SessionInterruptHandler(_EvalRoute):
 
 class ArtifactHandler(_EvalRoute):
     """GET returns an artifact's full text (``read`` on ``kernels``)."""
+
+    route_name = "artifact"
 
     @web.authenticated
     @authorized("read")

@@ -18,7 +18,7 @@ import asyncio
 import errno
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,8 +27,9 @@ from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
 from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
-from traitlets import Float, Instance, Int, validate
+from traitlets import Float, Instance, Int, default, validate
 
+from ..audit import NO_AUDIT, Audit
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..traits import Service, at_least, given
@@ -125,6 +126,11 @@ class NotebookStore(Service):
     busy_timeout = Float(
         3.0, help="Seconds to wait for a file that another writer is in the middle of writing."
     )
+    audit = Instance(Audit, help="Records every change (audit event and metrics).")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return NO_AUDIT
 
     @validate("max_ops")
     def _valid_max_ops(self, proposal: Any) -> int:
@@ -133,7 +139,6 @@ class NotebookStore(Service):
     @validate("busy_timeout")
     def _valid_busy_timeout(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
-
 
     def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
         super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
@@ -301,7 +306,9 @@ class NotebookStore(Service):
             outcome = apply_ops(nb, request.ops, id_seed=hash_, batch=request.batch)
             return outcome.notebook, outcome
 
-        outcome, new_hash = await self.change(path, transform, expected_hash=request.expected_hash)
+        outcome, new_hash = await self.change(
+            path, transform, expected_hash=request.expected_hash, actions=[op.action for op in request.ops]
+        )
         return {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,
@@ -310,7 +317,13 @@ class NotebookStore(Service):
         }
 
     async def change(
-        self, path: str, transform: Transform[T], *, expected_hash: str | None = None
+        self,
+        path: str,
+        transform: Transform[T],
+        *,
+        expected_hash: str | None = None,
+        actions: Sequence[str] = ("change",),
+        audited: bool = True,
     ) -> tuple[T, str]:
         """Change a notebook atomically: ``transform(notebook, hash)`` gives the new notebook and a result;
         the new notebook is validated and saved once (or applied to the live document). Returns the
@@ -319,6 +332,9 @@ class NotebookStore(Service):
         The file is checked again just before it is replaced. If another writer changed it since it was
         read: with ``expected_hash``, 409; without, the transform is applied again to the new content
         (at most :data:`EDIT_ATTEMPTS` times, then 409), as if the request had come a moment later.
+
+        Each change is recorded (:meth:`Audit.notebook_changed`) as ``actions``, unless ``audited`` is
+        False (a notebook run's intermediate output pushes: its final write of the cell is recorded).
         """
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
@@ -336,9 +352,14 @@ class NotebookStore(Service):
                     notebook, result = transform(loaded.notebook, loaded.hash)
                     validate_notebook(notebook, path)
                     if isinstance(loaded, LiveNotebook):
-                        return result, loaded.apply(notebook)
+                        new_hash = loaded.apply(notebook)
+                        if audited:
+                            self._audit(path, actions, loaded, notebook, new_hash, live=True)
+                        return result, new_hash
                     saved, current = await self._save(loaded, serialize_notebook(notebook))
                     if saved is not None:
+                        if audited:
+                            self._audit(path, actions, loaded, notebook, saved, live=False)
                         return result, saved
                     if expected_hash is not None:
                         raise _changed(path, expected_hash, current)
@@ -347,6 +368,28 @@ class NotebookStore(Service):
                     f"Notebook kept changing while this edit was being saved: {path} (another writer "
                     f"changed it {EDIT_ATTEMPTS} times in a row); read it again and retry"
                 )
+
+    def _audit(
+        self,
+        path: str,
+        actions: Sequence[str],
+        loaded: LoadedNotebook | LiveNotebook,
+        notebook: dict[str, Any],
+        new_hash: str,
+        *,
+        live: bool,
+    ) -> None:
+        if notebook is loaded.notebook:
+            return  # the transform changed nothing (a run's cell that was deleted meanwhile)
+        self.audit.notebook_changed(
+            path=path,
+            actions=actions,
+            before=loaded.notebook,
+            after=notebook,
+            hash_before=loaded.hash,
+            hash_after=new_hash,
+            live=live,
+        )
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
         """Save ``text`` over ``loaded`` unless the file changed since it was read.
