@@ -190,8 +190,8 @@ class Audit(Service):
             if result.get("error"):
                 data["message"] = str(result["error"])
         if error is not None:
-            status = getattr(error, "status", None) or getattr(error, "status_code", None)
-            data["http_status"] = status if isinstance(status, int) else 500
+            http_code = getattr(error, "status", None) or getattr(error, "status_code", None)
+            data["http_status"] = http_code if isinstance(http_code, int) else 500
             data["message"] = str(
                 getattr(error, "message", None) or getattr(error, "log_message", None) or error
             )
