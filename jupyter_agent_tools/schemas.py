@@ -615,7 +615,14 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "additionalProperties": _INT,
                 "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
             },
-        }
+            "pool": {
+                "type": "object",
+                "additionalProperties": _INT,
+                "description": "Kernels of the pool of ready per-call kernels, by state; absent when the "
+                "server keeps no pool.",
+            },
+        },
+        required=["sessions", "totals"],
     ),
     "InterruptResult": _obj(
         {

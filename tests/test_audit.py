@@ -35,6 +35,7 @@ from jupyter_agent_tools.audit.events import (
     changed_cells,
     schema_files,
 )
+from jupyter_agent_tools.eval.sessions import SessionManager
 from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 pytestmark = pytest.mark.timeout(240)
@@ -408,3 +409,32 @@ def test_schemas_ship_in_the_package_and_document_every_field() -> None:
         assert schema_id.startswith("https://events.jupyter.org/jupyter_agent_tools/")
         assert schema["personal-data"] is True and "user" in schema["required"]
         assert schema["description"].strip()
+
+
+# -- the hook for a pool of per-call kernels (another component keeps the pool) ---------------------
+
+
+class PooledSessions(SessionManager):
+    def pool_summary(self) -> dict[str, int] | None:
+        return {"idle": 2, "busy": 1}
+
+
+class TestPoolHook:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"session_manager_class": PooledSessions},
+        }
+
+    async def test_listing_and_gauge_show_the_pool(self, api, jp_fetch) -> None:
+        status, listing = await api("GET", "sessions")
+        assert status == 200 and listing["pool"] == {"idle": 2, "busy": 1}
+        text = (await jp_fetch("metrics")).body.decode()
+        assert 'jupyter_agent_pool_kernels{state="idle"} 2.0' in text
+        assert 'jupyter_agent_pool_kernels{state="busy"} 1.0' in text
+
+
+async def test_listing_without_a_pool_has_no_pool_field(api) -> None:
+    status, listing = await api("GET", "sessions")
+    assert status == 200 and "pool" not in listing

@@ -152,7 +152,15 @@ class _Gauges(Collector):
         )
         counts = {"session": 0, "per-call": 0, "notebook": 0}
         queued = busy = 0
+        pool = GaugeMetricFamily(
+            PREFIX + "pool_kernels",
+            "Kernels of the pool of ready per-call kernels, by state.",
+            labels=["state"],
+        )
+        pooled: dict[str, int] = {}
         for manager in list(_SESSION_MANAGERS):
+            for state, count in (manager.pool_summary() or {}).items():
+                pooled[state] = pooled.get(state, 0) + count
             counts["session"] += len(manager.sessions)
             counts["per-call"] += len(manager.per_call)
             counts["notebook"] += sum(1 for s in manager.notebooks.values() if not s.closed)
@@ -166,6 +174,10 @@ class _Gauges(Collector):
         for mode, count in counts.items():
             active.add_metric([mode], count)
         yield active
+        for state, count in sorted(pooled.items()):
+            pool.add_metric([state], count)
+        if pooled:
+            yield pool
         yield GaugeMetricFamily(
             PREFIX + "queued_requests", "Calls waiting for their session's turn.", value=queued
         )

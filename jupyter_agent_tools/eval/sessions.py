@@ -95,6 +95,12 @@ class SessionManager(Service):
         every = (*self.sessions.values(), *self.per_call.values(), *self.notebooks.values())
         return [s.describe() for s in every]
 
+    def pool_summary(self) -> dict[str, int] | None:
+        """Kernels of a pool of ready per-call kernels, by state (e.g. ``{"idle": 2, "busy": 1}``); None
+        when there is no pool. The sessions listing shows it as ``pool`` and ``/metrics`` as
+        ``jupyter_agent_pool_kernels{state}``; a manager with a pool overrides this."""
+        return None
+
     def record(
         self, session: KernelSession, kind: str, message: str, *args: Any, audit: dict[str, Any] | None = None
     ) -> None:

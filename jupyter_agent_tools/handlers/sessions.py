@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
@@ -25,12 +27,12 @@ class SessionListHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def get(self) -> None:
-        self.write_json(
-            {
-                "sessions": self.service.list_sessions(),
-                "totals": dict(self.service.sessions.totals),
-            }
-        )
+        sessions = self.service.sessions
+        listing: dict[str, Any] = {"sessions": self.service.list_sessions(), "totals": dict(sessions.totals)}
+        pool = sessions.pool_summary()
+        if pool is not None:
+            listing["pool"] = pool
+        self.write_json(listing)
 
 
 class SessionHandler(_EvalRoute):
