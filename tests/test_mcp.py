@@ -530,7 +530,7 @@ def _arguments(name: str, artifact: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"deny-{p[0]}-{p[1]}")
 async def test_denied_permission_is_a_tool_error_and_does_nothing(
-    url, jp_auth_header, notebook, jp_serverapp, jp_root_dir, api, pair
+    url, jp_auth_header, notebook, jp_serverapp, jp_root_dir, api, pair, agent_audit_events
 ) -> None:
     artifact = await _keep_session(api)
     kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
@@ -548,6 +548,10 @@ async def test_denied_permission_is_a_tool_error_and_does_nothing(
             assert DenyOne.asked[-1] == pair  # asked in order; nothing after the refusal
         assert notebook.read_bytes() == before
         assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels
+        refusals = agent_audit_events("refusal")
+        assert len(refusals) == sum(pair in tool.permissions for tool in TOOLS)
+        assert {(r["route"], r["action"], r["resource"]) for r in refusals} == {("mcp", *pair)}
+        assert all(r["user"] and r["user"] not in str(jp_auth_header) for r in refusals)
         assert not (jp_root_dir / "made.txt").exists()
         DenyOne.denied = set()
         assert [s["name"] for s in (await api("GET", "sessions"))[1]["sessions"]] == ["keep"]
@@ -865,3 +869,21 @@ def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+async def test_tool_calls_are_audited_with_the_requests_user(rpc, agent_audit_events, notebook) -> None:
+    """The user a tool call's audit events name is the one jupyter_server resolved for that request."""
+    session = await open_session(rpc)
+    body = request(1, "tools/call", name="eval", arguments={"cells": [{"code": "1 + 1"}], "session": "m"})
+    status, answer, _ = await rpc(body, session)
+    assert status == 200, answer
+    edit = {"path": "nb.ipynb", "ops": [{"action": "insert", "cell_index": 0, "content": "y = 2"}]}
+    status, answer, _ = await rpc(request(2, "tools/call", name="notebook_edit", arguments=edit), session)
+    assert status == 200, answer
+    (run,) = agent_audit_events("execution")
+    (change,) = agent_audit_events("notebook_change")
+    (created,) = agent_audit_events("session")
+    assert run["status"] == "ok" and run["session"] == "m" and created["action"] == "created"
+    assert change["actions"] == ["insert"] and change["path"] == "nb.ipynb"
+    for event in (run, change, created):
+        assert isinstance(event["user"], str) and event["user"]
