@@ -72,7 +72,9 @@ def agent_evaluate(agent_api: ApiCall) -> Callable[..., Awaitable[dict[str, Any]
     return call
 
 
-class _Collect(logging.Handler):
+class EventLines(logging.Handler):
+    """A logging handler that keeps what it is given (formatted: jupyter_events' JSON lines) in ``lines``."""
+
     def __init__(self) -> None:
         super().__init__()
         self.lines: list[str] = []
@@ -87,7 +89,7 @@ def agent_audit_events(jp_serverapp: Any) -> Iterator[Callable[[str | None], lis
     ``notebook_change``, ``execution``, ``session``, ``recovery``, ``refusal``), oldest first."""
     from .audit.events import SCHEMA_BASE
 
-    handler = _Collect()
+    handler = EventLines()
     event_logger = jp_serverapp.event_logger
     event_logger.register_handler(handler)
 

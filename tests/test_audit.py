@@ -36,6 +36,7 @@ from jupyter_agent_tools.audit.events import (
     schema_files,
 )
 from jupyter_agent_tools.eval.sessions import SessionManager
+from jupyter_agent_tools.pytest_plugin import EventLines
 from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 pytestmark = pytest.mark.timeout(240)
@@ -333,18 +334,9 @@ def test_sessions_listing_shows_owner_cwd_and_last_output(audited: Audited) -> N
 # -- the facade without a server ---------------------------------------------------------------------
 
 
-class Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
 def test_every_schema_registers_and_an_invalid_event_is_not_written_but_logged(caplog) -> None:
     logger = EventLogger()
-    collect = Collect()
+    collect = EventLines()
     logger.register_handler(collect)
     audit = Audit(event_logger=logger)
     audit.register_schemas()
@@ -359,7 +351,7 @@ def test_every_schema_registers_and_an_invalid_event_is_not_written_but_logged(c
 
 def test_the_acting_user_reaches_events_without_an_argument() -> None:
     logger = EventLogger()
-    collect = Collect()
+    collect = EventLines()
     logger.register_handler(collect)
     audit = Audit(event_logger=logger)
     audit.register_schemas()

@@ -14,7 +14,9 @@ which moves metrics and emits nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,6 +73,18 @@ def changed_cells(before: Sequence[Any], after: Sequence[Any]) -> tuple[list[str
     if len(old) == len(before) and len(new) == len(after):
         return ids, len(ids)
     return ids, sum(1 for a, b in zip_longest(before, after) if a != b)
+
+
+@dataclass
+class ExecutionRecord:
+    """What an eval call or notebook run got to know, for its execution event (:meth:`Audit.executing`)."""
+
+    mode: str
+    code: list[str] = field(default_factory=list)
+    session: str | None = None
+    path: str | None = None
+    result: dict[str, Any] | None = None
+    started: float = field(default_factory=time.monotonic)
 
 
 class Audit(Service):
@@ -143,20 +157,23 @@ class Audit(Service):
 
     # -- executions -------------------------------------------------------------------------------
 
-    def execution(
-        self,
-        *,
-        mode: str,
-        started: float,
-        code: Sequence[str],
-        result: dict[str, Any] | None = None,
-        error: BaseException | None = None,
-        session: str | None = None,
-        path: str | None = None,
-    ) -> None:
-        """An eval call or notebook run ended (``started``: its ``time.monotonic()`` start) with
-        ``result`` (its answer) or ``error``."""
-        elapsed = max(0.0, time.monotonic() - started)
+    @contextmanager
+    def executing(self, mode: str) -> Iterator[ExecutionRecord]:
+        """Record the eval call or notebook run inside the block when it ends (:meth:`execution`): with
+        the block's ``record.result``, or the exception that left the block (then re-raised). The block
+        fills in the record's fields as it learns them (mode, code, session, path)."""
+        record = ExecutionRecord(mode)
+        try:
+            yield record
+        except Exception as e:
+            self.execution(record, error=e)
+            raise
+        self.execution(record)
+
+    def execution(self, record: ExecutionRecord, error: BaseException | None = None) -> None:
+        """An eval call or notebook run ended with ``record.result`` (its answer) or ``error``."""
+        elapsed = max(0.0, time.monotonic() - record.started)
+        mode, result = record.mode, record.result if error is None else None
         status = execution_status(result, error)
         metrics.EVALS.labels(mode=mode, status=status).inc()
         metrics.EVAL_DURATION.labels(mode=mode).observe(elapsed)
@@ -170,13 +187,13 @@ class Audit(Service):
         data: dict[str, Any] = {
             "user": current_user(),
             "mode": mode,
-            "session": session,
+            "session": record.session,
             "status": status,
             "duration_ms": int(elapsed * 1000),
-            "cell_count": len(code),
+            "cell_count": len(record.code),
         }
-        if path is not None:
-            data["path"] = path
+        if record.path is not None:
+            data["path"] = record.path
         if result is not None:
             data.update(
                 kernel_id=result.get("kernel_id"),
@@ -196,7 +213,7 @@ class Audit(Service):
                 getattr(error, "message", None) or getattr(error, "log_message", None) or error
             )
         if self.include_code:
-            data["code"] = list(code)
+            data["code"] = list(record.code)
         self.emit(EXECUTION, data)
 
     # -- sessions ---------------------------------------------------------------------------------

@@ -19,13 +19,14 @@ import asyncio
 import posixpath
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Instance, Int, validate
 
+from ..audit.events import ExecutionRecord
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
@@ -56,15 +57,6 @@ class _Target:
     cell_id: str | None
     cell_type: str
     source: str
-
-
-@dataclass
-class _Seen:
-    """What a run got to know before it ended (or failed), for its audit record."""
-
-    path: str | None = None
-    session: str | None = None
-    code: list[str] = field(default_factory=list)
 
 
 def _noop(_: dict[str, Any]) -> None:
@@ -109,32 +101,12 @@ class NotebookRunner(Service):
 
         The run is recorded when it ends (:meth:`Audit.execution`, mode ``notebook``), failed or not.
         """
-        started = time.monotonic()
-        seen = _Seen()
-        try:
-            result = await self._run(path, body, emit, cancel, seen)
-        except Exception as e:
-            self.eval.audit.execution(
-                mode="notebook",
-                started=started,
-                code=seen.code,
-                error=e,
-                path=seen.path,
-                session=seen.session,
-            )
-            raise
-        self.eval.audit.execution(
-            mode="notebook",
-            started=started,
-            code=seen.code,
-            result=result,
-            path=seen.path,
-            session=seen.session,
-        )
-        return result
+        with self.eval.audit.executing("notebook") as record:
+            record.result = await self._run(path, body, emit, cancel, record)
+        return record.result
 
     async def _run(
-        self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, seen: _Seen
+        self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, record: ExecutionRecord
     ) -> dict[str, Any]:
         request = parse_run_request(body)
         emit = emit or _noop
@@ -145,12 +117,12 @@ class NotebookRunner(Service):
                 f"Notebook changed since it was read: {path} (expected_hash {request.expected_hash}, "
                 f"current hash {hash_}); read it again and retry"
             )
-        seen.path = path
+        record.path = path
         targets = _select(notebook, request, path)
-        seen.code = [t.source for t in targets if t.cell_type == "code"]
+        record.code = [t.source for t in targets if t.cell_type == "code"]
         kernel_id, kernel_name = await self._notebook_kernel(path, notebook)
         session = self.eval.sessions.for_notebook(path)
-        seen.session = session.name
+        record.session = session.name
         if not await session.take_turn(cancel):
             return self._answer(path, None, session, [], [], cancelled=True)
         try:

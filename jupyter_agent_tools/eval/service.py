@@ -185,24 +185,14 @@ class EvalService(Service):
 
         The call is recorded when it ends (:meth:`Audit.execution`), failed or not.
         """
-        started = time.monotonic()
-        try:
+        with self.audit.executing("session") as record:
+            if isinstance(body, dict) and body.get("mode") in ("session", "per-call"):
+                record.mode = body["mode"]
             request = parse_eval_request(body, self.max_cells)
-        except Exception as e:
-            mode = body.get("mode") if isinstance(body, dict) else None
-            self.audit.execution(
-                mode=mode if mode in ("session", "per-call") else "session", started=started, code=[], error=e
-            )
-            raise
-        code = [cell.code for cell in request.cells]
-        session = request.session if request.mode == "session" else None
-        try:
-            result = await self._run(request, emit, cancel)
-        except Exception as e:
-            self.audit.execution(mode=request.mode, started=started, code=code, error=e, session=session)
-            raise
-        self.audit.execution(mode=request.mode, started=started, code=code, result=result, session=session)
-        return result
+            record.code = [cell.code for cell in request.cells]
+            record.session = request.session if request.mode == "session" else None
+            record.result = await self._run(request, emit, cancel)
+        return record.result
 
     async def _run(
         self, request: EvalRequest, emit: Emit | None, cancel: asyncio.Event | None
