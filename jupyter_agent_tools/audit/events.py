@@ -105,10 +105,24 @@ class Audit(Service):
         for path in schema_files():
             logger.register_event_schema(path)
 
+    def listening(self, schema_id: str) -> bool:
+        """Whether an event of ``schema_id`` would reach anyone (a handler or a listener of the logger):
+        events nobody receives are not even built."""
+        logger = self.event_logger
+        if logger is None:
+            return False
+        if logger.handlers:
+            return True
+        listeners = (
+            getattr(logger, "_modified_listeners", None),
+            getattr(logger, "_unmodified_listeners", None),
+        )
+        return any(found is None or found.get(schema_id) for found in listeners)
+
     def emit(self, schema_id: str, data: dict[str, Any]) -> None:
         """Emit one event; a failure (an invalid event, a broken handler) is logged, never raised."""
         logger = self.event_logger
-        if logger is None:
+        if logger is None or not self.listening(schema_id):
             return
         try:
             logger.emit(schema_id=schema_id, data=data)
@@ -132,7 +146,7 @@ class Audit(Service):
         target = "live" if live else "file"
         for action in actions:
             metrics.NOTEBOOK_EDITS.labels(action=action, target=target).inc()
-        if self.event_logger is None:
+        if not self.listening(NOTEBOOK_CHANGE):
             return
         after_cells = after.get("cells") or []
         ids, count = changed_cells(before.get("cells") or [], after_cells)
@@ -182,7 +196,7 @@ class Audit(Service):
         cells = list((result or {}).get("cells") or [])
         for cell in cells:
             metrics.CELLS.labels(mode=mode, status=str(cell.get("status"))).inc()
-        if self.event_logger is None:
+        if not self.listening(EXECUTION):
             return
         data: dict[str, Any] = {
             "user": current_user(),
@@ -221,7 +235,7 @@ class Audit(Service):
     def session(self, session: KernelSession, action: str, **extra: Any) -> None:
         """A lifecycle step of ``session`` (created, evicted, idle_culled, ...)."""
         metrics.SESSION_EVENTS.labels(action=action).inc()
-        if self.event_logger is None:
+        if not self.listening(SESSION):
             return
         self.emit(
             SESSION,
@@ -242,7 +256,7 @@ class Audit(Service):
         if outcome == "retrying" and kind in ("create_retries", "emfile_recoveries"):
             cause = "http_5xx" if kind == "create_retries" else "emfile"
             metrics.KERNEL_CREATE_RETRIES.labels(cause=cause).inc()
-        if self.event_logger is None:
+        if not self.listening(RECOVERY):
             return
         self.emit(
             RECOVERY,
