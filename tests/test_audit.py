@@ -8,6 +8,7 @@ against the schema the package ships.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -430,3 +431,31 @@ class TestPoolHook:
 async def test_listing_without_a_pool_has_no_pool_field(api) -> None:
     status, listing = await api("GET", "sessions")
     assert status == 200 and "pool" not in listing
+
+
+class TestLifecycle:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"idle_timeout": 0.5, "cleanup_interval": 0.2, "heartbeat_interval": 0},
+        }
+
+    async def test_idle_cull_interrupt_and_delete_are_recorded(
+        self, evaluate, api, agent_audit_events
+    ) -> None:
+        await evaluate("1", session="idle")
+        for _ in range(100):
+            if any(e["action"] == "idle_culled" for e in agent_audit_events("session")):
+                break
+            await asyncio.sleep(0.05)
+        culled = [e for e in agent_audit_events("session") if e["action"] == "idle_culled"]
+        assert [(e["session"], e["user"]) for e in culled] == [("idle", None)]  # the server's own sweep
+        assert culled[0]["idle_seconds"] >= 0.5 and culled[0]["owner"]
+        await evaluate("1", session="kept")
+        assert (await api("POST", "sessions/kept/interrupt", body={}))[0] == 200
+        assert (await api("DELETE", "sessions/kept"))[0] == 204
+        steps = [(e["session"], e["action"]) for e in agent_audit_events("session")][-3:]
+        assert steps == [("kept", "created"), ("kept", "interrupted"), ("kept", "deleted")]
+        interrupted = agent_audit_events("session")[-2]
+        assert interrupted["interrupted_call"] is False and isinstance(interrupted["user"], str)

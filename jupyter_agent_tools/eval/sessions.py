@@ -20,7 +20,7 @@ from uuid import uuid4
 from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
-from ..audit import NO_AUDIT, Audit, current_user
+from ..audit import NO_AUDIT, Audit, current_user, set_user
 from ..audit import metrics as audit_metrics
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, Unavailable
 from ..traits import Service, at_least, given
@@ -255,6 +255,7 @@ class SessionManager(Service):
         return [v.name for v in victims]
 
     async def _heartbeat_forever(self) -> None:
+        set_user(None)  # the server's own work, whichever request started the task
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             try:
@@ -263,6 +264,7 @@ class SessionManager(Service):
                 self.log.exception("agent session heartbeat failed")
 
     async def _sweep_forever(self) -> None:
+        set_user(None)  # the server's own work, whichever request started the task
         while True:
             await asyncio.sleep(self.cleanup_interval)
             try:
