@@ -287,6 +287,7 @@ class _Editor:
         )
         return OpOutcome(message, self._details(op, op.to_index, cell, fromIndex=index))
 
+
     def _clear_outputs(self, op: CellOp, position: int) -> OpOutcome:
         if op.all:
             cleared = 0
