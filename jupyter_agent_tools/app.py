@@ -7,10 +7,11 @@ from typing import Any, cast
 
 from jupyter_server.base.handlers import path_regex
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import CaselessStrEnum, Float, Int, TraitError, Type, Unicode, validate
+from traitlets import Bool, CaselessStrEnum, Float, Int, TraitError, Type, Unicode, validate
 
 from . import __version__
 from .artifacts import ArtifactStore
+from .audit import Audit
 from .eval.kernels import KernelService
 from .eval.messages import OutputLimits
 from .eval.notebook_run import NotebookRunner
@@ -219,12 +220,20 @@ class AgentToolsApp(ExtensionApp):
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
 
+    # -- audit --
+    audit_include_code = Bool(
+        False,
+        help="Put the source of the cells an agent ran or changed into the audit events (execution: "
+        "'code'; notebook_change: 'sources'). Off by default: code can hold secrets. Outputs are never "
+        "in events.",
+    ).tag(config=True)
+
     # -- service classes --
     notebook_store_class = Type(
         default_value="jupyter_agent_tools.notebook.store.NotebookStore",
         klass=NotebookStore,
         help="The class that reads and edits notebooks (a subclass of NotebookStore). Built with "
-        "parent=the app and contents_manager, live, summary_max_chars, max_ops, busy_timeout.",
+        "parent=the app and contents_manager, live, summary_max_chars, max_ops, busy_timeout, audit.",
     ).tag(config=True)
 
     artifact_store_class = Type(
@@ -246,7 +255,7 @@ class AgentToolsApp(ExtensionApp):
         klass=SessionManager,
         help="The class that keeps, evicts and sweeps the eval sessions (a subclass of SessionManager). "
         "Built with parent=the app and kernels, artifacts, max_sessions, idle_timeout, cleanup_interval, "
-        "heartbeat_interval.",
+        "heartbeat_interval, audit.",
     ).tag(config=True)
 
     eval_service_class = Type(
@@ -318,6 +327,7 @@ class AgentToolsApp(ExtensionApp):
     def _valid_hwm(self, proposal: Any) -> int:
         return _in_range(proposal, 1, 100_000, "messages")
 
+    audit: Audit
     notebook_store: NotebookStore
     eval_service: EvalService
     notebook_runner: NotebookRunner
@@ -327,12 +337,19 @@ class AgentToolsApp(ExtensionApp):
     def initialize_settings(self) -> None:
         assert self.serverapp is not None
         serverapp = self.serverapp
+        self.audit = audit = Audit(
+            parent=self,
+            event_logger=getattr(serverapp, "event_logger", None),
+            include_code=self.audit_include_code,
+        )
+        audit.register_schemas()
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
             busy_timeout=self.notebook_busy_timeout,
+            audit=audit,
             live=LiveDocuments(
                 lambda: serverapp.web_app.settings,
                 mode=self.rtc_mode,
@@ -362,6 +379,7 @@ class AgentToolsApp(ExtensionApp):
             idle_timeout=self.idle_timeout,
             cleanup_interval=self.cleanup_interval,
             heartbeat_interval=self.heartbeat_interval,
+            audit=audit,
         )
         self.eval_service = cast("type[EvalService]", self.eval_service_class)(
             parent=self,

@@ -8,6 +8,9 @@ Use it the way jupyter_server's own plugin is used::
   get ``(status, parsed JSON)``, never raising on HTTP errors; enable the extension in
   ``jp_server_config`` (``{"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}``).
 - ``agent_evaluate``: POST an eval of code cells and return the answer, asserting its status.
+- ``agent_audit_events``: the audit events (:mod:`jupyter_agent_tools.audit`) the in-process test server
+  emitted since the fixture was set up, read through a handler on the server's own event logger:
+  ``agent_audit_events("recovery")`` lists the data of the ``recovery`` events.
 - ``agent_server``: a factory of real server subprocesses (:func:`jupyter_agent_tools.testing.server.
   jupyter_server`), for tests that kill, limit or measure the server process itself.
 """
@@ -15,7 +18,8 @@ Use it the way jupyter_server's own plugin is used::
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -66,6 +70,40 @@ def agent_evaluate(agent_api: ApiCall) -> Callable[..., Awaitable[dict[str, Any]
         return dict(answer)
 
     return call
+
+
+class EventLines(logging.Handler):
+    """A logging handler that keeps what it is given (formatted: jupyter_events' JSON lines) in ``lines``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def agent_audit_events(jp_serverapp: Any) -> Iterator[Callable[[str | None], list[dict[str, Any]]]]:
+    """``events(name=None)``: the data of the extension's audit events emitted so far (of one schema:
+    ``notebook_change``, ``execution``, ``session``, ``recovery``, ``refusal``), oldest first."""
+    from .audit.events import SCHEMA_BASE
+
+    handler = EventLines()
+    event_logger = jp_serverapp.event_logger
+    event_logger.register_handler(handler)
+
+    def events(name: str | None = None) -> list[dict[str, Any]]:
+        found = []
+        for line in handler.lines:
+            record = json.loads(line)
+            schema = record["__schema__"]
+            if schema.startswith(SCHEMA_BASE + "/") and (name is None or schema.split("/")[-2] == name):
+                found.append({k: v for k, v in record.items() if not k.startswith("__")})
+        return found
+
+    yield events
+    event_logger.remove_handler(handler)
 
 
 @pytest.fixture

@@ -695,6 +695,21 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "restarts": _INT,
             "executions": _INT,
             "recoveries": {"type": "object", "additionalProperties": _INT},
+            "owner": {
+                **_STR_OR_NULL,
+                "description": "The username (as jupyter_server resolved it) of the request that created "
+                "the session; null if unknown",
+            },
+            "cwd": {
+                **_STR_OR_NULL,
+                "description": "Working directory of the session's last call, relative to the server root "
+                "('' is the root); null before its first call",
+            },
+            "last_output_at": {
+                "anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}],
+                "description": "When a call of the session last produced output (stream text or a "
+                "display); null if never",
+            },
         },
         required=["name", "kernel_id", "mode", "created", "last_used", "busy", "queue_depth", "restarts"],
     ),
@@ -706,7 +721,14 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "additionalProperties": _INT,
                 "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
             },
-        }
+            "pool": {
+                "type": "object",
+                "additionalProperties": _INT,
+                "description": "Kernels of the pool of ready per-call kernels, by state; absent when the "
+                "server keeps no pool.",
+            },
+        },
+        required=["sessions", "totals"],
     ),
     "InterruptResult": _obj(
         {

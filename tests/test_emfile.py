@@ -56,13 +56,27 @@ def eval_call(server, session: str, code: str = "print('ok')") -> tuple[int, Any
 
 
 @pytest.fixture
-def server():
-    args = ["--AgentToolsApp.max_sessions=20", "--AgentToolsApp.heartbeat_interval=0"]
+def events_file(tmp_path: Path) -> Path:
+    return tmp_path / "events.jsonl"
+
+
+@pytest.fixture
+def server(tmp_path: Path, events_file: Path):
+    config = tmp_path / "jupyter_server_config.py"
+    config.write_text(
+        f"import logging\nc.EventLogger.handlers = [logging.FileHandler({str(events_file)!r})]\n"
+    )
+    args = ["--AgentToolsApp.max_sessions=20", "--AgentToolsApp.heartbeat_interval=0", f"--config={config}"]
     with jupyter_server(extra_args=args) as running:
         yield running
 
 
-def test_emfile_recovery_frees_idle_sessions_and_the_next_eval_succeeds(server):
+def recovery_events(events_file: Path) -> list[tuple[str, str]]:
+    records = [json.loads(line) for line in events_file.read_text().splitlines()]
+    return [(r["kind"], r["outcome"]) for r in records if r["__schema__"].endswith("/recovery/v1")]
+
+
+def test_emfile_recovery_frees_idle_sessions_and_the_next_eval_succeeds(server, events_file):
     pid = server.process.pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     assert eval_call(server, "warmup")[0] == 200
@@ -84,6 +98,10 @@ def test_emfile_recovery_frees_idle_sessions_and_the_next_eval_succeeds(server):
         assert listing["totals"]["emfile_recoveries"] == 1
         (entry,) = listing["sessions"]
         assert entry["recoveries"] == {"emfile_recoveries": 1}
+        assert recovery_events(events_file) == [
+            ("emfile_recoveries", "retrying"),
+            ("emfile_recoveries", "recovered"),
+        ]
         # the server stays healthy: other routes answer
         (server.root_dir / "nb.ipynb").write_text(
             '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
@@ -97,7 +115,7 @@ def test_emfile_recovery_frees_idle_sessions_and_the_next_eval_succeeds(server):
     assert eval_call(server, "after")[0] == 200
 
 
-def test_emfile_without_recovery_room_answers_503_with_retry_after(server):
+def test_emfile_without_recovery_room_answers_503_with_retry_after(server, events_file):
     pid = server.process.pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     assert eval_call(server, "a")[0] == 200
@@ -111,6 +129,10 @@ def test_emfile_without_recovery_room_answers_503_with_retry_after(server):
         assert "out of file descriptors" in body["message"]
         assert f"of {baseline + 8} file descriptors open" in body["message"]
         assert int(headers["retry-after"]) > 0
+        assert recovery_events(events_file) == [
+            ("emfile_recoveries", "retrying"),
+            ("emfile_recoveries", "failed"),
+        ]
         assert call(server, "GET", "api/agent/sessions")[0] == 200
     finally:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))

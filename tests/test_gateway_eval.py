@@ -44,16 +44,20 @@ async def test_per_call_mode_on_gateway(evaluate, gateway_target):
 
 
 @pytest.mark.parametrize("status", [500, 503])
-async def test_one_5xx_on_kernel_creation_is_retried(evaluate, api, fault_proxy, status):
+async def test_one_5xx_on_kernel_creation_is_retried(evaluate, api, fault_proxy, status, agent_audit_events):
     fault_proxy.fail_kernel_posts(count=1, status=status)
     result = await evaluate("print('ok')", session=f"retry{status}")
     assert result["output"] == "ok\n"
     assert fault_proxy.kernel_posts == 2
     assert (await totals(api))["create_retries"] == 1
+    recoveries = [(e["kind"], e["outcome"]) for e in agent_audit_events("recovery")]
+    assert recoveries == [("create_retries", "retrying"), ("create_retries", "recovered")]
 
 
 @pytest.mark.parametrize(("status", "answer"), [(500, 502), (503, 503)])
-async def test_two_5xx_fail_after_exactly_one_retry(api, fault_proxy, status, answer, jp_fetch):
+async def test_two_5xx_fail_after_exactly_one_retry(
+    api, fault_proxy, status, answer, jp_fetch, agent_audit_events
+):
     fault_proxy.fail_kernel_posts(count=2, status=status)
     response = await jp_fetch(
         "api",
@@ -69,6 +73,10 @@ async def test_two_5xx_fail_after_exactly_one_retry(api, fault_proxy, status, an
     if answer == 503:
         assert response.headers.get("Retry-After")
     assert fault_proxy.kernel_posts == 2
+    recoveries = [(e["kind"], e["outcome"]) for e in agent_audit_events("recovery")]
+    assert recoveries == [("create_retries", "retrying"), ("create_retries", "failed")]
+    (failed,) = agent_audit_events("execution")
+    assert failed["status"] == "failed" and failed["http_status"] == answer
     fault_proxy.clear_faults()
     status_, again = await api("POST", "eval", body={"cells": [{"code": "print(3)"}], "session": "broken"})
     assert status_ == 200 and again["output"] == "3\n"  # the failed start left nothing stuck

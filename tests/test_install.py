@@ -98,6 +98,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def test_wheel_ships_the_audit_event_schemas(wheel: Path) -> None:
+    schemas = sorted(
+        p.relative_to(REPO).as_posix() for p in REPO.glob("jupyter_agent_tools/audit/event_schemas/*/*.yaml")
+    )
+    assert len(schemas) == 5
+    with zipfile.ZipFile(wheel) as zf:
+        for name in schemas:
+            assert zf.read(name) == (REPO / name).read_bytes()
+
+
 def test_repo_enable_file() -> None:
     data = json.loads((REPO / "jupyter-config" / ENABLE_FILE).read_text())
     assert data == EXPECTED

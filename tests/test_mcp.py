@@ -533,7 +533,7 @@ def _arguments(name: str, artifact: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"deny-{p[0]}-{p[1]}")
 async def test_denied_permission_is_a_tool_error_and_does_nothing(
-    url, jp_auth_header, notebook, jp_serverapp, jp_root_dir, api, pair
+    url, jp_auth_header, notebook, jp_serverapp, jp_root_dir, api, pair, agent_audit_events
 ) -> None:
     artifact = await _keep_session(api)
     kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
@@ -551,6 +551,10 @@ async def test_denied_permission_is_a_tool_error_and_does_nothing(
             assert DenyOne.asked[-1] == pair  # asked in order; nothing after the refusal
         assert notebook.read_bytes() == before
         assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == kernels
+        refusals = agent_audit_events("refusal")
+        assert len(refusals) == sum(pair in tool.permissions for tool in TOOLS)
+        assert {(r["route"], r["action"], r["resource"]) for r in refusals} == {("mcp", *pair)}
+        assert all(r["user"] and r["user"] not in str(jp_auth_header) for r in refusals)
         assert not (jp_root_dir / "made.txt").exists()
         DenyOne.denied = set()
         assert [s["name"] for s in (await api("GET", "sessions"))[1]["sessions"]] == ["keep"]
@@ -942,3 +946,19 @@ async def test_notebook_read_pages_and_one_output_with_its_image(url, jp_auth_he
             "notebook_output_read", {"path": "nb.ipynb", "cell": "c1", "output": 5}
         )
         assert gone.is_error and "there is no output 5" in text_of(gone)
+async def test_tool_calls_are_audited_with_the_requests_user(rpc, agent_audit_events, notebook) -> None:
+    """The user a tool call's audit events name is the one jupyter_server resolved for that request."""
+    session = await open_session(rpc)
+    body = request(1, "tools/call", name="eval", arguments={"cells": [{"code": "1 + 1"}], "session": "m"})
+    status, answer, _ = await rpc(body, session)
+    assert status == 200, answer
+    edit = {"path": "nb.ipynb", "ops": [{"action": "insert", "cell_index": 0, "content": "y = 2"}]}
+    status, answer, _ = await rpc(request(2, "tools/call", name="notebook_edit", arguments=edit), session)
+    assert status == 200, answer
+    (run,) = agent_audit_events("execution")
+    (change,) = agent_audit_events("notebook_change")
+    (created,) = agent_audit_events("session")
+    assert run["status"] == "ok" and run["session"] == "m" and created["action"] == "created"
+    assert change["actions"] == ["insert"] and change["path"] == "nb.ipynb"
+    for event in (run, change, created):
+        assert isinstance(event["user"], str) and event["user"]

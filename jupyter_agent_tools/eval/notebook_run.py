@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Instance, Int, validate
 
+from ..audit.events import ExecutionRecord
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
@@ -76,7 +78,6 @@ class NotebookRunner(Service):
     def _valid_stored(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-
     def __init__(
         self,
         eval_service: EvalService | None = None,
@@ -96,7 +97,17 @@ class NotebookRunner(Service):
     async def run(
         self, path: str, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
     ) -> dict[str, Any]:
-        """Run the cells a request names; return the answer (also emitted last as a ``result`` event)."""
+        """Run the cells a request names; return the answer (also emitted last as a ``result`` event).
+
+        The run is recorded when it ends (:meth:`Audit.execution`, mode ``notebook``), failed or not.
+        """
+        with self.eval.audit.executing("notebook") as record:
+            record.result = await self._run(path, body, emit, cancel, record)
+        return record.result
+
+    async def _run(
+        self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, record: ExecutionRecord
+    ) -> dict[str, Any]:
         request = parse_run_request(body)
         emit = emit or _noop
         cancel = cancel or asyncio.Event()
@@ -106,9 +117,12 @@ class NotebookRunner(Service):
                 f"Notebook changed since it was read: {path} (expected_hash {request.expected_hash}, "
                 f"current hash {hash_}); read it again and retry"
             )
+        record.path = path
         targets = _select(notebook, request, path)
+        record.code = [t.source for t in targets if t.cell_type == "code"]
         kernel_id, kernel_name = await self._notebook_kernel(path, notebook)
         session = self.eval.sessions.for_notebook(path)
+        record.session = session.name
         if not await session.take_turn(cancel):
             return self._answer(path, None, session, [], [], cancelled=True)
         try:
@@ -261,7 +275,7 @@ class NotebookRunner(Service):
                 if finished.is_set():
                     return  # the final write follows
                 changed.clear()
-                await self._write(path, target, outputs)
+                await self._write(path, target, outputs, audited=False)
                 try:
                     await asyncio.wait_for(finished.wait(), LIVE_OUTPUT_INTERVAL)
                     return
@@ -271,7 +285,10 @@ class NotebookRunner(Service):
         pushing = asyncio.ensure_future(push_live()) if live else None
 
         def observe(msg_type: str, content: dict[str, Any]) -> None:
-            if outputs.add(msg_type, content) and live:
+            added = outputs.add(msg_type, content)
+            if added:
+                session.last_output_at = time.time()
+            if added and live:
                 changed.set()
 
         conn, kernel_id = session.connection, session.kernel_id
@@ -307,9 +324,18 @@ class NotebookRunner(Service):
         return execution, outputs, written, hash_
 
     async def _write(
-        self, path: str, target: _Target, outputs: CellOutputs, *, clear: bool = False
+        self,
+        path: str,
+        target: _Target,
+        outputs: CellOutputs,
+        *,
+        clear: bool = False,
+        audited: bool = True,
     ) -> tuple[bool, str | None]:
         """Put the cell's outputs (or none, when it starts) into the notebook; (written, new hash).
+
+        Recorded as a ``run_clear`` or ``run_outputs`` change (outputs pushed to a live document while
+        the cell runs are not: ``audited=False``; the cell's final write is).
 
         The cell is found by id (or, before nbformat 4.5, at its index with its source unchanged); a
         cell a person deleted meanwhile gets nothing.
@@ -329,7 +355,9 @@ class NotebookRunner(Service):
             return {**nb, "cells": cells}, True
 
         try:
-            written, hash_ = await self.store.change(path, transform)
+            written, hash_ = await self.store.change(
+                path, transform, actions=["run_clear" if clear else "run_outputs"], audited=audited
+            )
         except AgentToolsError as e:  # the notebook went away or cannot be saved: the run goes on
             self.eval.sessions.log.warning("notebook run %s: outputs not written: %s", path, e.message)
             return False, None

@@ -73,9 +73,13 @@ class KernelRecovery:
                 released,
             )
             gc.collect()
+        audit = self.sessions.audit
         try:
-            return await self._launch_retrying_5xx(session, kernel_name, cwd)
+            launched = await self._launch_retrying_5xx(session, kernel_name, cwd)
         except Exception as second:
+            audit.recovery(
+                session, "emfile_recoveries", "failed", f"the retried kernel start failed: {second}"
+            )
             if not is_fd_exhaustion(second):
                 raise
             usage = fd_usage()
@@ -91,6 +95,8 @@ class KernelRecovery:
                 "systemd LimitNOFILE) or stop unused kernels and terminals, then retry.",
                 retry_after=EMFILE_RETRY_AFTER,
             ) from second
+        audit.recovery(session, "emfile_recoveries", "recovered", "the retried kernel start succeeded")
+        return launched
 
     async def _launch_retrying_5xx(
         self, session: KernelSession, kernel_name: str, cwd: str
@@ -109,10 +115,14 @@ class KernelRecovery:
                 http_message(e),
             )
         await asyncio.sleep(self.retry_backoff)
+        audit = self.sessions.audit
         try:
-            return await self.kernels.launch(kernel_name, cwd)
+            launched = await self.kernels.launch(kernel_name, cwd)
         except Exception as e:
+            audit.recovery(session, "create_retries", "failed", f"the retried kernel creation failed: {e}")
             raise self.kernels.translate(e, retried=True) from e
+        audit.recovery(session, "create_retries", "recovered", "the retried kernel creation succeeded")
+        return launched
 
     async def revive(self, session: KernelSession) -> str | None:
         """Before a call: recover a kernel that was restarted under the session or died; return the

@@ -9,6 +9,7 @@ start its kernel, run the cells (:func:`~.executor.run_cell`), answer.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
+from ..audit import Audit
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, given
 from .executor import CellExecution, ExecutionLimits, run_cell
@@ -55,6 +57,17 @@ def _noop(_: dict[str, Any]) -> None:
     return None
 
 
+def _noting_output(session: KernelSession, emit: Emit) -> Emit:
+    """``emit`` that also notes on the session when it last produced output (the sessions listing)."""
+
+    def noting(event: dict[str, Any]) -> None:
+        if event.get("type") in ("chunk", "display"):
+            session.last_output_at = time.time()
+        emit(event)
+
+    return noting
+
+
 class EvalService(Service):
     """Runs eval requests on the server's kernel manager.
 
@@ -78,6 +91,11 @@ class EvalService(Service):
     )
     init_timeout = Float(60.0, help="Seconds the silent init step may take on a new kernel.")
     output_limits = Instance(OutputLimits, args=(), help="Bounds of display data and HTML conversion.")
+    audit = Instance(Audit, help="Records every call (default: the session manager's).")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return self.sessions.audit
 
     @validate("max_output_bytes", "max_cells")
     def _valid_counts(self, proposal: Any) -> int:
@@ -94,7 +112,6 @@ class EvalService(Service):
     @default("recovery")
     def _default_recovery(self) -> KernelRecovery:
         return KernelRecovery(self.kernels, self.sessions)
-
 
     def __init__(
         self,
@@ -121,12 +138,12 @@ class EvalService(Service):
 
     async def delete_session(self, name: str) -> None:
         """Shut a session (named or a running per-call one) and its kernel down."""
-        if await self.sessions.remove(name) is not None:
-            return
-        session = self.sessions.per_call.get(name)
+        session = self.sessions.find(name)
         if session is None:
             raise NotFound(f"Session not found: {name}")
-        await self.sessions.close_per_call(session)  # its running call is cancelled
+        self.audit.session(session, "deleted")
+        if await self.sessions.remove(name) is None:
+            await self.sessions.close_per_call(session)  # its running call is cancelled
 
     async def interrupt_session(self, name: str) -> dict[str, Any]:
         """Interrupt what a session runs: its running call answers ``cancelled``; an idle session's
@@ -139,6 +156,7 @@ class EvalService(Service):
             session.cancel.set()
         elif session.kernel_id:
             await self.kernels.interrupt(session.kernel_id)
+        self.audit.session(session, "interrupted", interrupted_call=running)
         return {"session": name, "kernel_id": session.kernel_id, "interrupted": running}
 
     async def _resolve_cwd(self, cwd: str) -> str:
@@ -163,8 +181,22 @@ class EvalService(Service):
     async def run(
         self, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
     ) -> dict[str, Any]:
-        """Run an eval request body; return the answer (also emitted last as a ``result`` event)."""
-        request = parse_eval_request(body, self.max_cells)
+        """Run an eval request body; return the answer (also emitted last as a ``result`` event).
+
+        The call is recorded when it ends (:meth:`Audit.execution`), failed or not.
+        """
+        with self.audit.executing("session") as record:
+            if isinstance(body, dict) and body.get("mode") in ("session", "per-call"):
+                record.mode = body["mode"]
+            request = parse_eval_request(body, self.max_cells)
+            record.code = [cell.code for cell in request.cells]
+            record.session = request.session if request.mode == "session" else None
+            record.result = await self._run(request, emit, cancel)
+        return record.result
+
+    async def _run(
+        self, request: EvalRequest, emit: Emit | None, cancel: asyncio.Event | None
+    ) -> dict[str, Any]:
         cwd = await self._resolve_cwd(request.cwd)
         if request.kernel_name:  # before any session is created, evicted or reset
             await self.kernels.check_kernel_name(request.kernel_name)
@@ -277,6 +309,7 @@ class EvalService(Service):
         cancel: asyncio.Event,
     ) -> dict[str, Any]:
         notices: list[str] = []
+        session.cwd = request.cwd
         restarted = await self._prepare(session, request, cwd, notices)
         # The timeout budget covers running the cells, not waiting for a kernel to start.
         deadline = asyncio.get_running_loop().time() + request.timeout
@@ -320,6 +353,7 @@ class EvalService(Service):
         conn, kernel_id = session.connection, session.kernel_id
         assert conn is not None and kernel_id is not None
         results: list[tuple[int, CellExecution]] = []
+        emit = _noting_output(session, emit)
         for index, cell in enumerate(request.cells):
             if cancel.is_set():
                 break
@@ -378,6 +412,7 @@ class EvalService(Service):
         if not await session.take_turn(cancel):
             await self.sessions.close_per_call(session)
             return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
+        session.cwd = request.cwd
         try:
             await self._start_kernel(session, request, cwd)
             deadline = asyncio.get_running_loop().time() + request.timeout

@@ -83,6 +83,9 @@ class KernelSession:
         self.kernel_id: str | None = None
         self.owns_kernel = True  # False for a notebook's own kernel: closing only disconnects
         self.notebook: str | None = None  # the notebook path a "notebook" session runs
+        self.owner: str | None = None  # the username that created the session (None: unknown)
+        self.cwd: str | None = None  # the working directory of its last call, relative to the server root
+        self.last_output_at: float | None = None  # when a call last produced output
         # A notice of a call whose caller had gone (cancelled): the next call hears it too.
         self.undelivered_notice: str | None = None
         self.connection: KernelConnection | None = None
@@ -246,6 +249,9 @@ class KernelSession:
             "restarts": self.restarts,
             "executions": self.executions,
             "recoveries": dict(self.recoveries),
+            "owner": self.owner,
+            "cwd": self.cwd,
+            "last_output_at": None if self.last_output_at is None else _iso(self.last_output_at),
         }
 
 

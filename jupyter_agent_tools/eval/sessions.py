@@ -17,9 +17,11 @@ from collections import Counter, OrderedDict
 from typing import Any
 from uuid import uuid4
 
-from traitlets import Float, Instance, Int, validate
+from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
+from ..audit import NO_AUDIT, Audit, current_user, set_user
+from ..audit import metrics as audit_metrics
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, Unavailable
 from ..traits import Service, at_least, given
 from .kernels import KernelService
@@ -42,6 +44,11 @@ class SessionManager(Service):
     )
     cleanup_interval = Float(30.0, help="Seconds between sweeps (0: no sweep).")
     heartbeat_interval = Float(5.0, help="Seconds between liveness checks of idle kernels (0: no heartbeat).")
+    audit = Instance(Audit, help="Records lifecycle steps and recoveries (audit events and metrics).")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return NO_AUDIT
 
     @validate("max_sessions")
     def _valid_max_sessions(self, proposal: Any) -> int:
@@ -50,7 +57,6 @@ class SessionManager(Service):
     @validate("idle_timeout", "cleanup_interval", "heartbeat_interval")
     def _valid_seconds(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
-
 
     def __init__(
         self,
@@ -69,6 +75,7 @@ class SessionManager(Service):
         self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        audit_metrics.track(sessions=self, artifacts=self.artifacts)
 
     def start(self) -> None:
         """Start the periodic sweep and heartbeat (needs a running event loop)."""
@@ -88,11 +95,21 @@ class SessionManager(Service):
         every = (*self.sessions.values(), *self.per_call.values(), *self.notebooks.values())
         return [s.describe() for s in every]
 
-    def record(self, session: KernelSession, kind: str, message: str, *args: Any) -> None:
-        """Count a recovery or cleanup on the session and log it once at warning level."""
+    def pool_summary(self) -> dict[str, int] | None:
+        """Kernels of a pool of ready per-call kernels, by state (e.g. ``{"idle": 2, "busy": 1}``); None
+        when there is no pool. The sessions listing shows it as ``pool`` and ``/metrics`` as
+        ``jupyter_agent_pool_kernels{state}``; a manager with a pool overrides this."""
+        return None
+
+    def record(
+        self, session: KernelSession, kind: str, message: str, *args: Any, audit: dict[str, Any] | None = None
+    ) -> None:
+        """Count a recovery or cleanup on the session, log it once at warning level and record it
+        (:meth:`Audit.recorded`, with the ``audit`` fields)."""
         session.recoveries[kind] += 1
         self.totals[kind] += 1
         self.log.warning("agent session %r (kernel %s): " + message, session.name, session.kernel_id, *args)
+        self.audit.recorded(session, kind, message % args if args else message, **(audit or {}))
 
     # -- named sessions ----------------------------------------------------------------------------
 
@@ -110,12 +127,18 @@ class SessionManager(Service):
                 return session
             if len(self.sessions) + self._closing < self.max_sessions:
                 session = KernelSession(name, self.kernels)
+                session.owner = current_user()
                 self.sessions[name] = session
+                self.audit.session(session, "created")
                 return session
             victim = next((s for s in self.sessions.values() if s.idle), None)
             if victim is not None:
                 self.record(
-                    victim, "evictions", "evicted (least recently used, max_sessions=%d)", self.max_sessions
+                    victim,
+                    "evictions",
+                    "evicted (least recently used, max_sessions=%d)",
+                    self.max_sessions,
+                    audit={"idle_seconds": round(time.time() - victim.last_used, 3)},
                 )
                 await self._close(victim)
             elif self._closing:
@@ -159,6 +182,7 @@ class SessionManager(Service):
     def open_per_call(self) -> KernelSession:
         """A new per-call session, listed (and deletable) while its call runs."""
         session = KernelSession(f"per-call-{uuid4().hex[:12]}", self.kernels, mode="per-call")
+        session.owner = current_user()
         self.per_call[session.name] = session
         return session
 
@@ -180,6 +204,7 @@ class SessionManager(Service):
             name = "nb-" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
             session = KernelSession(name, self.kernels, mode="notebook")
             session.notebook = path
+            session.owner = current_user()
             self.notebooks[path] = session
         return session
 
@@ -201,7 +226,8 @@ class SessionManager(Service):
             else:
                 continue
             if session.idle and self.sessions.get(session.name) is session:
-                self.record(session, kind, message, *args)
+                idle = {"idle_seconds": round(now - session.last_used, 3)} if args else {}
+                self.record(session, kind, message, *args, audit=idle)
                 await self._close(session)
         self.artifacts.sweep(
             keep={*self.sessions, *self.per_call, *(s.name for s in self.notebooks.values())}
@@ -229,6 +255,7 @@ class SessionManager(Service):
         return [v.name for v in victims]
 
     async def _heartbeat_forever(self) -> None:
+        set_user(None)  # the server's own work, whichever request started the task
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             try:
@@ -237,6 +264,7 @@ class SessionManager(Service):
                 self.log.exception("agent session heartbeat failed")
 
     async def _sweep_forever(self) -> None:
+        set_user(None)  # the server's own work, whichever request started the task
         while True:
             await asyncio.sleep(self.cleanup_interval)
             try:
@@ -252,6 +280,8 @@ class SessionManager(Service):
                 with contextlib.suppress(BaseException):
                     await task
         self._sweeper = self._heartbeat = None
+        for session in self.sessions.values():
+            self.audit.session(session, "shutdown")
         notebooks = list(self.notebooks.values())
         self.notebooks.clear()
         await asyncio.gather(

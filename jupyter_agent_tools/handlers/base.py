@@ -7,11 +7,14 @@ import functools
 import json
 from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
-from typing import Any
+from typing import Any, cast
 
+from jupyter_core.utils import ensure_async
+from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 
+from ..audit import NO_AUDIT, Audit, set_user
 from ..body import decode_json_body
 from ..errors import AgentToolsError
 
@@ -22,8 +25,63 @@ PARSE_IN_THREAD_BYTES = 64 * 1024
 _PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-json")
 
 
+def username(user: Any) -> str | None:
+    """The username jupyter_server resolved for a request (``User.username``), or None."""
+    name = getattr(user, "username", None)
+    return name if isinstance(name, str) else None
+
+
+class _AuditedAuthorizer:
+    """The server's authorizer, asked as it is, recording each refusal (:meth:`Audit.refused`)."""
+
+    def __init__(self, inner: Authorizer, handler: AgentAPIHandler):
+        self._inner = inner
+        self._handler = handler
+
+    async def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        allowed = bool(await ensure_async(self._inner.is_authorized(handler, user, action, resource)))
+        if not allowed:
+            me = self._handler
+            me.audit.refused(
+                route=me.route_name,
+                method=me.request.method or "",
+                action=action,
+                resource=resource,
+                user=username(user),
+            )
+        return allowed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
-    """JSON API handler of the jupyter_agent_tools extension."""
+    """JSON API handler of the jupyter_agent_tools extension.
+
+    ``route_name`` names the route in metrics labels and audit events (never the request path).
+    """
+
+    route_name = "unknown"
+
+    @property
+    def audit(self) -> Audit:
+        return getattr(self.extensionapp, "audit", None) or NO_AUDIT
+
+    @property
+    def authorizer(self) -> Authorizer:
+        return cast("Authorizer", _AuditedAuthorizer(super().authorizer, self))
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        """The server's own preparation (authentication), then the request's user becomes the acting
+        user of the services (:mod:`jupyter_agent_tools.audit.context`)."""
+        await super().prepare()
+        set_user(username(self.current_user))
+
+    def on_finish(self) -> None:
+        status = self.get_status()
+        if 400 <= status < 500:
+            self.audit.request_error(self.route_name, status)
+        super().on_finish()
 
     @property
     def max_body_bytes(self) -> int:
@@ -71,5 +129,3 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
             self.log.warning("%d %s %s: %s", value.status, request.method, request.uri, value.message)
             return
         super().log_exception(typ, value, tb)
-
-

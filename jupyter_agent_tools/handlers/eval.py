@@ -33,6 +33,8 @@ WRITE_CHARS = 1 << 20
 class EvalHandler(AgentAPIHandler):
     """POST runs cells (``execute`` on ``kernels``). A client that disconnects cancels the run."""
 
+    route_name = "eval"
+
     auth_resource = "kernels"
     _cancel: asyncio.Event | None = None
     _backlog: StreamBacklog | None = None

@@ -26,6 +26,8 @@ SSE = "text/event-stream"
 class McpHandler(AgentAPIHandler):
     """POST takes JSON-RPC messages; GET is 405 (no server-initiated stream); DELETE ends a session."""
 
+    route_name = "mcp"
+
     _cancel: asyncio.Event | None = None
 
     @property

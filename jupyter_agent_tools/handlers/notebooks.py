@@ -26,6 +26,8 @@ NOTEBOOK_PATH_REGEX = r"(?P<path>(?:/[^/]+)*?/[^/]+\.ipynb)"
 class NotebookHandler(AgentAPIHandler):
     """GET reads (``read`` on ``contents``); POST applies operations (``write`` on ``contents``)."""
 
+    route_name = "notebook"
+
     auth_resource = "contents"
 
     @property
@@ -102,6 +104,8 @@ class NotebookRunHandler(EvalHandler):
     Authorized as ``write`` on ``contents`` (the decorator) and ``execute`` on ``kernels`` (checked
     before anything runs); JSON or an NDJSON stream like eval, and closing the stream interrupts.
     """
+
+    route_name = "notebook_run"
 
     auth_resource = "contents"
     _path = ""

@@ -18,6 +18,8 @@ MAX_ECHOED_PATH = 200
 class OpenAPIHandler(AgentAPIHandler):
     """GET returns the document (any authenticated user may read the contract)."""
 
+    route_name = "openapi"
+
     @web.authenticated
     async def get(self) -> None:
         self.write_json(openapi_document(self.base_url))
@@ -26,6 +28,8 @@ class OpenAPIHandler(AgentAPIHandler):
 class UnknownRouteHandler(AgentAPIHandler):
     """Any method on a path under ``/api/agent`` that no route takes: a JSON 404, not the server's HTML
     page (authentication first, as on every route)."""
+
+    route_name = "unknown"
 
     def _not_found(self, *args: Any) -> None:
         path = self.request.path

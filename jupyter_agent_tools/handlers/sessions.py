@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
@@ -20,19 +22,23 @@ class _EvalRoute(AgentAPIHandler):
 class SessionListHandler(_EvalRoute):
     """GET lists the sessions (``execute`` on ``kernels``)."""
 
+    route_name = "sessions"
+
     @web.authenticated
     @authorized("execute")
     async def get(self) -> None:
-        self.write_json(
-            {
-                "sessions": self.service.list_sessions(),
-                "totals": dict(self.service.sessions.totals),
-            }
-        )
+        sessions = self.service.sessions
+        listing: dict[str, Any] = {"sessions": self.service.list_sessions(), "totals": dict(sessions.totals)}
+        pool = sessions.pool_summary()
+        if pool is not None:
+            listing["pool"] = pool
+        self.write_json(listing)
 
 
 class SessionHandler(_EvalRoute):
     """DELETE shuts a session and its kernel down."""
+
+    route_name = "session"
 
     @web.authenticated
     @authorized("execute")
@@ -45,6 +51,8 @@ class SessionHandler(_EvalRoute):
 class SessionInterruptHandler(_EvalRoute):
     """POST interrupts what the session is running (the running call answers ``cancelled``)."""
 
+    route_name = "session_interrupt"
+
     @web.authenticated
     @authorized("execute")
     async def post(self, name: str) -> None:
@@ -53,6 +61,8 @@ class SessionInterruptHandler(_EvalRoute):
 
 class ArtifactHandler(_EvalRoute):
     """GET returns an artifact's full text (``read`` on ``kernels``)."""
+
+    route_name = "artifact"
 
     @web.authenticated
     @authorized("read")

@@ -18,7 +18,7 @@ import asyncio
 import errno
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,8 +27,9 @@ from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
 from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
-from traitlets import Float, Instance, Int, validate
+from traitlets import Float, Instance, Int, default, validate
 
+from ..audit import NO_AUDIT, Audit
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..traits import Service, at_least, given
@@ -162,6 +163,11 @@ class NotebookStore(Service):
     busy_timeout = Float(
         3.0, help="Seconds to wait for a file that another writer is in the middle of writing."
     )
+    audit = Instance(Audit, help="Records every change (audit event and metrics).")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return NO_AUDIT
 
     @validate("max_ops")
     def _valid_max_ops(self, proposal: Any) -> int:
@@ -378,7 +384,12 @@ class NotebookStore(Service):
 
         notes: dict[str, Any] = {}
         outcome, new_hash = await self.change(
-            path, transform, expected_hash=request.expected_hash, upgrade=request.upgrade, notes=notes
+            path,
+            transform,
+            expected_hash=request.expected_hash,
+            upgrade=request.upgrade,
+            notes=notes,
+            actions=(["repair"] if request.repair else []) + [op.action for op in request.ops],
         )
         answer: dict[str, Any] = {
             "message": outcome.message,
@@ -403,6 +414,8 @@ class NotebookStore(Service):
         expected_hash: str | None = None,
         upgrade: bool = False,
         notes: dict[str, Any] | None = None,
+        actions: Sequence[str] = ("change",),
+        audited: bool = True,
     ) -> tuple[T, str]:
         """Change a notebook atomically: ``transform(notebook, hash)`` gives the new notebook and a result;
         the new notebook is validated and saved once (or applied to the live document). Returns the
@@ -416,6 +429,9 @@ class NotebookStore(Service):
         are kept). A file older than nbformat 4 is written only with ``upgrade`` (converted, in nbformat's
         layout; ``notes["upgraded_from"]`` then says from which version). A notebook invalid as found
         is refused with a message naming its problems.
+
+        Each change is recorded (:meth:`Audit.notebook_changed`) as ``actions``, unless ``audited`` is
+        False (a notebook run's intermediate output pushes: its final write of the cell is recorded).
         """
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
@@ -439,7 +455,10 @@ class NotebookStore(Service):
                                 "applied there); close it in JupyterLab and retry"
                             )
                         validate_notebook(notebook, path, loaded.notebook)
-                        return result, loaded.apply(notebook)
+                        new_hash = loaded.apply(notebook)
+                        if audited:
+                            self._audit(path, actions, loaded, notebook, new_hash, live=True)
+                        return result, new_hash
                     if loaded.converted_from is not None and not upgrade:
                         raise BadRequest(needs_upgrade(path, loaded.converted_from))
                     notebook, result = transform(loaded.notebook, loaded.hash)
@@ -448,6 +467,9 @@ class NotebookStore(Service):
                     if saved is not None:
                         if notes is not None and loaded.converted_from is not None:
                             notes["upgraded_from"] = loaded.converted_from
+                        if audited:
+                            done = (["upgrade"] if loaded.converted_from is not None else []) + list(actions)
+                            self._audit(path, done, loaded, notebook, saved, live=False)
                         return result, saved
                     if expected_hash is not None:
                         raise _changed(path, expected_hash, current)
@@ -456,6 +478,28 @@ class NotebookStore(Service):
                     f"Notebook kept changing while this edit was being saved: {path} (another writer "
                     f"changed it {EDIT_ATTEMPTS} times in a row); read it again and retry"
                 )
+
+    def _audit(
+        self,
+        path: str,
+        actions: Sequence[str],
+        loaded: LoadedNotebook | LiveNotebook,
+        notebook: dict[str, Any],
+        new_hash: str,
+        *,
+        live: bool,
+    ) -> None:
+        if notebook is loaded.notebook:
+            return  # the transform changed nothing (a run's cell that was deleted meanwhile)
+        self.audit.notebook_changed(
+            path=path,
+            actions=actions,
+            before=loaded.notebook,
+            after=notebook,
+            hash_before=loaded.hash,
+            hash_after=new_hash,
+            live=live,
+        )
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
         """Save ``text`` over ``loaded`` unless the file changed since it was read.

@@ -1,0 +1,24 @@
+"""Who is acting: the username jupyter_server resolved for the request being served.
+
+The agent handlers set it when a request starts (:meth:`AgentAPIHandler.prepare`); the services read it
+when they record an audit event or a session's owner, without Tornado and without an extra argument on
+every service method. Each request runs in its own asyncio task, so each sees its own user, and tasks a
+request starts inherit it; work the server does on its own (the idle sweep, the heartbeat, shutdown)
+sees None.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar, Token
+
+_USER: ContextVar[str | None] = ContextVar("jupyter_agent_tools_user", default=None)
+
+
+def current_user() -> str | None:
+    """The username of the request being served, or None for the server's own work."""
+    return _USER.get()
+
+
+def set_user(username: str | None) -> Token[str | None]:
+    """Make ``username`` the acting user of this task (and of the tasks it starts)."""
+    return _USER.set(username)
