@@ -322,3 +322,45 @@ async def test_a_replacement_after_the_caller_left_is_told_to_the_next_call(
     assert after["cells"][0]["output"] == "False\n"
     again = await evaluate("1", session="gone")
     assert again["restarted"] is False  # told once
+
+
+@pytest.mark.parametrize("phase", ["launch", "init"])
+@pytest.mark.parametrize("mode", ["per-call", "session"])
+async def test_a_delete_while_the_kernel_starts_cancels_the_call(
+    api, evaluate, jp_serverapp, monkeypatch, phase, mode
+):
+    """A DELETE that lands while the session's kernel is being launched or initialized cancels the call
+    (200, cancelled) and leaves no kernel: the kernel's shutdown is not a death, and nothing runs on a
+    connection the DELETE closed. The pause is injected at the phase, so the DELETE always lands in it."""
+    svc = service(jp_serverapp)
+    reached, release = asyncio.Event(), asyncio.Event()
+    target = svc.recovery if phase == "launch" else svc
+    method = "launch" if phase == "launch" else "_ensure_init"
+    original = getattr(target, method)
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        if phase == "init":  # init: the kernel is up; the DELETE shuts it down under the init step
+            reached.set()
+            await release.wait()
+            return await original(*args, **kwargs)
+        result = await original(*args, **kwargs)  # launch: the kernel is up but not handed over yet
+        reached.set()
+        await release.wait()
+        return result
+
+    monkeypatch.setattr(target, method, paused)
+    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    fields = {"mode": "per-call"} if mode == "per-call" else {"session": "starting"}
+    call = asyncio.ensure_future(evaluate("print('never')", timeout=30, **fields))
+    await asyncio.wait_for(reached.wait(), 30)
+    _, listing = await api("GET", "sessions")
+    (name,) = [s["name"] for s in listing["sessions"] if s["mode"] == mode]
+    status, answer = await api("DELETE", f"sessions/{name}")
+    assert status == 204, answer
+    release.set()
+    result = await asyncio.wait_for(call, 30)
+    assert result["cancelled"] is True and result["error"] is None
+    assert "never" not in result["output"]
+    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) <= before
+    monkeypatch.undo()
+    assert (await evaluate("1 + 1", session="after"))["cells"][0]["output"].strip() == "2"

@@ -239,7 +239,7 @@ class EvalService(Service):
 
     async def _ensure_init(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
         spec = self._init_spec(session, request, cwd)
-        if session.init == spec:
+        if session.init == spec or session.closed:
             return
         self.artifacts.session_dir(session.name)  # the kernel is told ARTIFACTS exists
         assert session.connection is not None and session.kernel_id is not None
@@ -264,6 +264,8 @@ class EvalService(Service):
             )
         finally:
             sink.close()
+        if result.kernel_died and session.closed:
+            return  # shut down by a DELETE during the init step, not dead
         if result.kernel_died:
             await session.mark_dead()
             raise AgentToolsError(
@@ -311,6 +313,8 @@ class EvalService(Service):
         notices: list[str] = []
         session.cwd = request.cwd
         restarted = await self._prepare(session, request, cwd, notices)
+        if session.closed:  # deleted while its kernel started: the call was cancelled, nothing failed
+            return self._answer(session, request, [], notices, restarted=restarted, cancelled=True)
         # The timeout budget covers running the cells, not waiting for a kernel to start.
         deadline = asyncio.get_running_loop().time() + request.timeout
         reruns = 0
@@ -415,6 +419,8 @@ class EvalService(Service):
         session.cwd = request.cwd
         try:
             await self._start_kernel(session, request, cwd)
+            if session.closed:  # deleted while its kernel started
+                return self._answer(session, request, [], [], restarted=False, cancelled=True)
             deadline = asyncio.get_running_loop().time() + request.timeout
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             return self._answer(session, request, cells, [], restarted=False)
