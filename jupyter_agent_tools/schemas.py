@@ -600,7 +600,19 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "additionalProperties": _INT,
                 "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
             },
+            "pool": ref("PoolInfo"),
         }
+    ),
+    "PoolInfo": _obj(
+        {
+            "size": {"type": "integer", "description": "per_call_pool_size: kernels kept ready (0: none)"},
+            "ready": {"type": "integer", "description": "started kernels waiting to be taken"},
+            "starting": {"type": "integer", "description": "kernels being started into the pool"},
+            "kernel_name": {**_STR_OR_NULL, "description": "the kernel spec pooled (the default one)"},
+            "taken": {"type": "integer", "description": "pooled kernels handed out since server start"},
+        },
+        required=["size", "ready", "starting", "kernel_name", "taken"],
+        description="Warm kernels for per-call evals and new sessions (not sessions themselves).",
     ),
     "InterruptResult": _obj(
         {

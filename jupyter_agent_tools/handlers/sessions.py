@@ -23,12 +23,7 @@ class SessionListHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def get(self) -> None:
-        self.write_json(
-            {
-                "sessions": self.service.list_sessions(),
-                "totals": dict(self.service.sessions.totals),
-            }
-        )
+        self.write_json(self.service.listing())
 
 
 class SessionHandler(_EvalRoute):
