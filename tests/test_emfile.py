@@ -57,7 +57,13 @@ def eval_call(server, session: str, code: str = "print('ok')") -> tuple[int, Any
 
 @pytest.fixture
 def server():
-    args = ["--AgentToolsApp.max_sessions=20", "--AgentToolsApp.heartbeat_interval=0"]
+    # No warm pool: these tests measure what a session's own kernel start costs and frees (the pool's
+    # part in the recovery is tests/test_pool.py's).
+    args = [
+        "--AgentToolsApp.max_sessions=20",
+        "--AgentToolsApp.heartbeat_interval=0",
+        "--AgentToolsApp.per_call_pool_size=0",
+    ]
     with jupyter_server(extra_args=args) as running:
         yield running
 
@@ -129,6 +135,7 @@ def test_real_exhaustion_without_headroom_check_is_still_recognised():
         "--AgentToolsApp.max_sessions=20",
         "--AgentToolsApp.heartbeat_interval=0",
         "--AgentToolsApp.fd_headroom=0",
+        "--AgentToolsApp.per_call_pool_size=0",
         "--AgentToolsApp.kernel_ready_timeout=5",
     ]
     with jupyter_server(extra_args=args) as server:

@@ -43,9 +43,7 @@ async def wait_for_pool(api: Any, ready: int, timeout: float = 60) -> dict[str, 
         await asyncio.sleep(0.1)
 
 
-async def test_per_call_takes_a_pooled_kernel_which_is_replaced_and_never_reused(
-    evaluate, api, jp_serverapp
-):
+async def test_per_call_takes_a_pooled_kernel_which_is_replaced_and_never_reused(evaluate, api, jp_serverapp):
     pool = service_of(jp_serverapp).pool
     assert (await pool_listing(api))["size"] == 1
     await evaluate("1", session="starter")  # the first eval starts the filling
