@@ -125,6 +125,11 @@ class TestHeartbeat:
             await asyncio.sleep(0.1)
         assert entry["recoveries"]["deaths"] == 1
         assert entry["kernel_id"] is None
+        # The session lets go of the kernel id before the (awaited) shutdown of what is left of it ends.
+        for _ in range(100):
+            if first["kernel_id"] not in jp_serverapp.kernel_manager.list_kernel_ids():
+                break
+            await asyncio.sleep(0.1)
         assert first["kernel_id"] not in jp_serverapp.kernel_manager.list_kernel_ids()
         result = await evaluate("print('back')", session="hb")
         assert result["restarted"] is True and DEAD_BEFORE in result["output"]
