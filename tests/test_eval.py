@@ -168,10 +168,13 @@ async def test_reset_replaces_kernel(evaluate):
 
 
 async def agent_kernels(jp_serverapp) -> set[str]:
-    """The server's kernels but the warm pool's, once the pool has settled (full, nothing starting)."""
-    pool = jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service.pool
+    """The server's kernels but the warm pool's, once the pool has settled (full, nothing starting) and
+    per-call kernels have been shut down (in the background, after the answer)."""
+    service = jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service
+    pool = service.pool
     for _ in range(600):
-        if pool.starting_count == 0 and (pool.ready_count == pool.size or pool.taken == 0):
+        settled = pool.starting_count == 0 and (pool.ready_count == pool.size or pool.taken == 0)
+        if settled and service.sessions.per_call_ending == 0:
             break
         await asyncio.sleep(0.1)
     return set(jp_serverapp.kernel_manager.list_kernel_ids()) - set(pool.kernel_ids)

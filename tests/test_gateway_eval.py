@@ -24,6 +24,15 @@ def jp_server_config(gateway_server_config):
     return config
 
 
+async def gateway_settled(gateway_target, expected: set[str]) -> None:
+    """Wait (bounded) until the gateway runs exactly ``expected`` (per-call kernels end after the answer)."""
+    for _ in range(300):
+        if {k["id"] for k in gateway_target.list_kernels()} == expected:
+            return
+        await asyncio.sleep(0.1)
+    assert {k["id"] for k in gateway_target.list_kernels()} == expected
+
+
 async def totals(api) -> dict[str, int]:
     _, listing = await api("GET", "sessions")
     return listing["totals"]
@@ -45,7 +54,7 @@ async def test_per_call_mode_on_gateway(evaluate, gateway_target):
     before = {k["id"] for k in gateway_target.list_kernels()}
     result = await evaluate("print(1 + 1)", mode="per-call")
     assert result["output"] == "2\n"
-    assert {k["id"] for k in gateway_target.list_kernels()} == before
+    await gateway_settled(gateway_target, before)
 
 
 class TestGatewayPool:
@@ -77,8 +86,7 @@ class TestGatewayPool:
         assert result["kernel_id"] == pooled and result["kernel_id"] != first["kernel_id"]
         assert result["output"] == "False pool\n"
         refill = await pooled_kernel()
-        gateway_ids = {k["id"] for k in gateway_target.list_kernels()}
-        assert refill in gateway_ids and not {pooled, first["kernel_id"]} & gateway_ids
+        await gateway_settled(gateway_target, {refill})
         _, listing = await api("GET", "sessions")
         assert listing["pool"]["taken"] == 1 and listing["sessions"] == []
         await pool.shutdown()

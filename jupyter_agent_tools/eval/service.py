@@ -403,7 +403,9 @@ class EvalService(Service):
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             return self._answer(session, request, cells, [], restarted=False)
         finally:
-            await self.sessions.close_per_call(session)
+            # The answer does not wait for the kernel process to exit (a pooled kernel makes the call
+            # itself take milliseconds); server stop waits for it.
+            await self.sessions.close_per_call(session, wait=False)
             await session.end_turn()
 
     # -- the answer ---------------------------------------------------------------------------------

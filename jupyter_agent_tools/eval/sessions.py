@@ -51,7 +51,6 @@ class SessionManager(Service):
     def _valid_seconds(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-
     def __init__(
         self,
         kernels: KernelService | None = None,
@@ -69,6 +68,7 @@ class SessionManager(Service):
         self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
 
     def start(self) -> None:
         """Start the periodic sweep and heartbeat (needs a running event loop)."""
@@ -162,10 +162,30 @@ class SessionManager(Service):
         self.per_call[session.name] = session
         return session
 
-    async def close_per_call(self, session: KernelSession) -> None:
-        """End a per-call session: its kernel goes; artifacts it spilled stay until their retention."""
+    async def close_per_call(self, session: KernelSession, *, wait: bool = True) -> None:
+        """End a per-call session: its kernel goes; artifacts it spilled stay until their retention.
+
+        ``wait=False``: the kernel is shut down in the background (the call's answer does not wait for
+        the process to exit); server shutdown waits for it.
+        """
         self.per_call.pop(session.name, None)
-        await session.close()
+        if wait:
+            await self._end_per_call(session)
+            return
+        task = asyncio.ensure_future(self._end_per_call(session))
+        self._ending.add(task)
+        task.add_done_callback(self._ending.discard)
+
+    @property
+    def per_call_ending(self) -> int:
+        """Per-call kernels being shut down in the background."""
+        return len(self._ending)
+
+    async def _end_per_call(self, session: KernelSession) -> None:
+        try:
+            await session.close()
+        except Exception:
+            self.log.warning("shutting down per-call kernel %s failed", session.kernel_id, exc_info=True)
         self.artifacts.discard_if_empty(session.name)
 
     # -- notebook sessions --------------------------------------------------------------------------
@@ -258,5 +278,6 @@ class SessionManager(Service):
             *(self._close(s) for s in list(self.sessions.values())),
             *(self.close_per_call(s) for s in list(self.per_call.values())),
             *(s.close() for s in notebooks),  # disconnects; the notebooks' kernels are the server's
+            *list(self._ending),
             return_exceptions=True,
         )
