@@ -326,7 +326,7 @@ class BenchResult:
             "op": op,
         }
         if target is not None:
-            ratio["met"] = _compare(ratio["median_ratio"], op, target)
+            ratio["met"] = _compare(float(ratio["median_ratio"]), op, target)
         self.ratios.append(ratio)
         return ratio
 
