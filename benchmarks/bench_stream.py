@@ -428,9 +428,11 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         "deserialization of each message (HMAC, JSON); jupyter_server's activity watcher HMAC-checks and "
         "decodes every iopub message once more on the same thread. The raw client only deserializes, in "
         "its own process, in parallel with the server's watcher.",
-        "Memory: when the server falls behind the kernel, unread messages pile up in the eval connection's "
-        "queue (unbounded); an unflushed print arrives as one message of up to 100 MB, which the server "
-        "holds whole (jupyter_server alone: the raw rows) and copies while sanitizing it and encoding it as "
-        "one NDJSON line.",
+        "Memory: the eval connection lets ZMQ queue at most iopub_hwm (2) kernel messages ahead of the "
+        "server, the stream holds at most stream_backlog_bytes (16 MB) for a client that reads slower "
+        "(past it: gap events, the artifact keeps everything), and a big message is sent as chunk events "
+        "of at most 1 MB. An unflushed print still arrives as one message of up to 100 MB, which the "
+        "server holds whole while it decodes it (jupyter_server alone does: the raw rows) and the eval "
+        "holds while sanitizing it and writing it to the artifact.",
     ]
     return result
