@@ -163,7 +163,9 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                 if i >= 0:
                     samples[variant].append(elapsed)
             print(f"  repetition {i + 1}/{repeat}", flush=True)
-        leftover = client.json("GET", "api/kernels")
+        deadline = time.monotonic() + 30  # the last per-call kernel is shut down after its answer
+        while (leftover := client.json("GET", "api/kernels")) and time.monotonic() < deadline:
+            time.sleep(0.1)
         rss = server.rss_bytes()
     if leftover:
         raise RuntimeError(f"kernels left running after per-call runs: {leftover}")

@@ -77,8 +77,14 @@ def cell_code(megabytes: int, flush: bool) -> str:
     )
 
 
-def agent_stream(client: Client, body: dict[str, Any]) -> tuple[int, int, int, dict[str, Any]]:
-    """POST the eval as an NDJSON stream; return (chunk text bytes, events, largest chunk, the result)."""
+def agent_stream(
+    client: Client, body: dict[str, Any], gaps: list[int] | None = None
+) -> tuple[int, int, int, dict[str, Any]]:
+    """POST the eval as an NDJSON stream; return (chunk text bytes, events, largest chunk, the result).
+
+    ``gaps`` (if given) gets the bytes of each ``gap`` event: output the server did not send because the
+    client fell behind by more than ``stream_backlog_bytes`` (or one message was larger than that).
+    """
     conn = client._conn
     if conn is None:
         raise RuntimeError("the stream benchmark needs httpx (pip install httpx)")
@@ -95,6 +101,8 @@ def agent_stream(client: Client, body: dict[str, Any]) -> tuple[int, int, int, d
             size = len(event["text"].encode())
             text_bytes += size
             largest = max(largest, size)
+        elif kind == "gap" and gaps is not None:
+            gaps.append(int(event["bytes"]))
         elif kind == "result":
             result = event["result"]
         elif kind == "error":
@@ -263,6 +271,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
     cases: dict[str, dict[str, Any]] = {}
     failures: list[dict[str, Any]] = []  # agent runs that did not complete (left out of the timings)
     lost: list[dict[str, Any]] = []  # runs that completed with less output than printed
+    skipped: dict[str, list[int]] = {}  # per case: bytes the agent stream reported as gaps, per run
     peak_reset = True
     with jupyter_server(profile_to=profile_path(options, NAME)) as server, server.client() as client:
         warm = client.json("POST", "api/agent/eval", {"cells": [{"code": "1+1"}], "session": "stream"})
@@ -281,6 +290,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                 samples: dict[str, list[float]] = {RAW: [], AGENT: []}
                 memory: dict[str, list[dict[str, float]]] = {RAW: [], AGENT: []}
                 messages: dict[str, list[tuple[int, int]]] = {RAW: [], AGENT: []}
+                skipped[case] = []
                 for i in range(repeat):
                     for variant in (RAW, AGENT) if i % 2 == 0 else (AGENT, RAW):
                         reset, before = _memory_window(server)
@@ -293,9 +303,12 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                                 raise RuntimeError(f"raw execute failed: {reply}")
                             messages[RAW].append((stats["stream_messages"], stats["largest_stream_message"]))
                         else:
-                            got, events, largest, result = agent_stream(client, body)
+                            gap_sizes: list[int] = []
+                            got, events, largest, result = agent_stream(client, body, gap_sizes)
                             cell = result["cells"][0]
                             messages[AGENT].append((events, largest))
+                            skipped[case].append(sum(gap_sizes))
+                            got += sum(gap_sizes)  # told, not lost: the artifact has it
                         elapsed = time.perf_counter() - start
                         mem = server.memory()
                         if variant == AGENT and (cell["status"] != "complete" or result["timed_out"]):
@@ -333,6 +346,11 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                                 ),
                                 "server peak RSS growth MB (max)": round(peak_growth, 1),
                                 "retained MB (max)": round(retained, 1),
+                                **(
+                                    {"gap MB (max)": round(max(skipped[case], default=0) / MB, 1)}
+                                    if variant == AGENT
+                                    else {}
+                                ),
                             },
                         )
                     )
@@ -353,6 +371,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         rss_growth_target_mb_over_raw=RSS_TARGET / 1e6,
         failed_runs=failures,
         runs_with_lost_output=lost,
+        gap_bytes_per_run=skipped,
     )
     raw_growth: dict[bool, float] = {}
     for case, figures in cases.items():
