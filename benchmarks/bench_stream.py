@@ -319,7 +319,15 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                             print(f"  {case}: {variant}: FAILED: {json.dumps(result)[:300]}", flush=True)
                             continue
                         if got != expected:  # iopub is PUB/SUB: a subscriber that falls behind loses messages
-                            lost.append({"case": case, "variant": variant, "bytes_lost": expected - got})
+                            lost.append(
+                                {
+                                    "case": case,
+                                    "variant": variant,
+                                    "bytes_lost": expected - got,
+                                    # what reached the server from the kernel (the eval's own count)
+                                    "server_received_bytes": cell["total_bytes"] if variant == AGENT else None,
+                                }
+                            )
                             print(f"  {case}: {variant}: {expected - got} bytes of output lost", flush=True)
                         samples[variant].append(elapsed)
                         memory[variant].append(
