@@ -325,7 +325,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                                     "variant": variant,
                                     "bytes_lost": expected - got,
                                     # what reached the server from the kernel (the eval's own count)
-                                    "server_received_bytes": cell["total_bytes"] if variant == AGENT else None,
+                                    "server_received_bytes": cell["total_bytes"] if variant == AGENT else 0,
                                 }
                             )
                             print(f"  {case}: {variant}: {expected - got} bytes of output lost", flush=True)
