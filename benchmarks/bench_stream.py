@@ -363,6 +363,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
                         )
                     )
             extra_runs = _json_and_slow_runs(server, client, size_mb)
+            recoveries = dict(client.json("GET", "api/agent/sessions")["totals"])
         finally:
             kc.stop_channels()
             client.request("DELETE", f"api/kernels/{kernel_id}")
@@ -380,6 +381,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         failed_runs=failures,
         runs_with_lost_output=lost,
         gap_bytes_per_run=skipped,
+        session_recoveries=recoveries,
     )
     raw_growth: dict[bool, float] = {}
     for case, figures in cases.items():
@@ -429,6 +431,13 @@ async def _run(options: argparse.Namespace) -> BenchResult:
             unit=" MB",
         )
         result.notes.append(run["note"])
+    if recoveries.get("lost_idle"):
+        result.notes.append(
+            f"**Idle status assumed lost** in {recoveries['lost_idle']} agent run(s) (session totals "
+            f"{recoveries}): the execute_reply came and iopub then stayed silent for the executor's idle "
+            "grace (2 s) while the server was busy, so the run ended without its last output messages; "
+            "the eval logs it (lost_idle) but its answer does not say the output may be incomplete."
+        )
     if failures or lost:
         result.notes.append(
             f"**Incomplete runs**: {len(failures)} agent run(s) did not complete (left out of the timings): "
@@ -449,12 +458,19 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         "in memory); the raw client keeps nothing.",
         f"{repeat} runs of each variant per case, alternating which goes first, after a warm-up of both "
         "kernels.",
-        "Where the time goes (`--profile`: results/stream.profile.txt): one server thread does, for every "
-        "byte, the sanitizer's two regex passes (strip_ansi, strip_controls), newline counting and the "
-        "artifact write, json.dumps of the NDJSON line and the socket write, and jupyter_client's "
-        "deserialization of each message (HMAC, JSON); jupyter_server's activity watcher HMAC-checks and "
-        "decodes every iopub message once more on the same thread. The raw client only deserializes, in "
-        "its own process, in parallel with the server's watcher.",
+        "Where the time goes (`--profile`: results/stream.profile.txt, pyinstrument on the server; the "
+        "profile spans the whole benchmark, raw runs and the slow reader included, so the event loop is "
+        "idle about half of it): per kernel message the server deserializes it twice on its one thread, "
+        "once for the eval (our iopub pump: HMAC, JSON, header date parsing with dateutil, about 40% of "
+        "the eval's server time) and once in jupyter_server's activity watcher (record_activity: HMAC, "
+        "header dates, a debug log record; paid in the raw rows too); the eval then writes the text to "
+        "the artifact and counts its lines (sink, about 20%) and encodes and sends each NDJSON event "
+        "(json.dumps and socket.send, about 25%). The sanitizer is no longer visible (ASCII fast paths). "
+        "The raw client decodes in its own process, in parallel; the agent stream's client decodes the "
+        "same text once more as JSON lines. All of it shares 2 CPUs with the kernel, the client and "
+        "other work on the machine (see the load average): the ratio is far from the 0.9x target, and "
+        "closing the gap needs the server to decode each iopub message once (share the activity "
+        "watcher's stream, skip date parsing) rather than small tweaks.",
         "Memory: the eval connection lets ZMQ queue at most iopub_hwm (2) kernel messages ahead of the "
         "server, the stream holds at most stream_backlog_bytes (16 MB) for a client that reads slower "
         "(past it: gap events, the artifact keeps everything), and a big message is sent as chunk events "
