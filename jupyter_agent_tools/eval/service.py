@@ -33,6 +33,13 @@ from .sink import OutputSink
 
 Emit = Callable[[dict[str, Any]], None]
 
+# The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
+# server that fell behind): what the answer and the artifact hold may lack the end of the output.
+OUTPUT_MAY_BE_INCOMPLETE = (
+    "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
+    "fell behind): the end of the output may be missing from this answer and its artifact.]"
+)
+
 
 def build_init_code(spec: InitSpec) -> str:
     """The silent init step: cwd, environment, and cwd on ``sys.path``."""
@@ -438,6 +445,8 @@ class EvalService(Service):
                     has_displays=bool(execution.displays),
                 )
             )
+        if any(e.idle_missing for _, e in cells):
+            notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
         output = format_combined_output(outcomes, len(request.cells)) if outcomes else ""
         if error:
             output = f"{output}\n{error}".strip("\n")
