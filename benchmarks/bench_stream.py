@@ -436,7 +436,8 @@ async def _run(options: argparse.Namespace) -> BenchResult:
             f"**Idle status assumed lost** in {recoveries['lost_idle']} agent run(s) (session totals "
             f"{recoveries}): the execute_reply came and iopub then stayed silent for the executor's idle "
             "grace (2 s) while the server was busy, so the run ended without its last output messages; "
-            "the eval logs it (lost_idle) and its answer starts with a notice that the end of the output may be "
+            "the eval logs it (lost_idle) and its answer starts with a notice that the end of the output "
+            "may be "
             "missing (OUTPUT_MAY_BE_INCOMPLETE). In these runs the server received less than the kernel "
             "printed (see the incomplete runs): the kernel dropped messages."
         )
