@@ -505,6 +505,12 @@ def write_results(result: BenchResult) -> list[Path]:
     md_path = RESULTS / f"{result.name}.md"
     json_path.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True) + "\n")
     md_path.write_text(result.markdown())
+    return [json_path, md_path, rebuild_readme()]
+
+
+def rebuild_readme() -> Path:
+    """Rebuild ``results/README.md``: the targets of every saved result, then every ``*.md`` beside it
+    (the benchmarks' tables and hand-written analyses such as ``stream_notes.md``)."""
     readme = RESULTS / "README.md"
     documents = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
     parts = [
@@ -525,4 +531,4 @@ def write_results(result: BenchResult) -> list[Path]:
         if path.name != "README.md":
             parts.append(path.read_text())
     readme.write_text("\n".join(parts))
-    return [json_path, md_path, readme]
+    return readme
