@@ -53,13 +53,15 @@ def service(jp_serverapp: Any) -> Any:
 
 def kernel_processes(runtime_dir: Path) -> list[str]:
     """Kernel processes of this (in-process) server that still exist, exiting ones included: those
-    whose connection file is in its runtime directory."""
-    found = []
+    whose connection file is in its runtime directory; one entry per kernel (a kernel's forked child has
+    the same command line)."""
+    found: list[str] = []
     for child in psutil.Process().children(recursive=True):
         try:
             cmdline = child.cmdline()
-            if any(str(runtime_dir) in part for part in cmdline) and child.status() != "zombie":
-                found.append(" ".join(cmdline))
+            line = " ".join(cmdline)
+            if str(runtime_dir) in line and child.status() != "zombie" and line not in found:
+                found.append(line)
         except psutil.Error:
             continue
     return found
@@ -241,7 +243,8 @@ async def test_evictions_never_exceed_max_sessions_kernels(api, evaluate, jp_run
     assert {status for status, _ in answers} <= {200, 503}
     assert any(status == 200 for status, _ in answers)
     assert peak, "the sampler saw no kernel process"
-    assert len(peak) <= 2, f"{len(peak)} kernel processes with max_sessions=2: {peak}"
+    # Warm pool kernels (per_call_pool_size=1) are not sessions: one may be ready or starting besides.
+    assert len(peak) <= 2 + 1, f"{len(peak)} kernel processes with max_sessions=2 and a pool of 1: {peak}"
 
 
 # -- per-call sessions ----------------------------------------------------------------------------

@@ -170,23 +170,23 @@ class SessionManager(Service):
         """
         self.per_call.pop(session.name, None)
         if wait:
-            await self._end_per_call(session)
-            return
-        task = asyncio.ensure_future(self._end_per_call(session))
-        self._ending.add(task)
-        task.add_done_callback(self._ending.discard)
+            await self._shut_per_call(session)
+        else:
+            task = asyncio.ensure_future(self._shut_per_call(session))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+        self.artifacts.discard_if_empty(session.name)  # the call is over: nothing writes there any more
 
     @property
     def per_call_ending(self) -> int:
         """Per-call kernels being shut down in the background."""
         return len(self._ending)
 
-    async def _end_per_call(self, session: KernelSession) -> None:
+    async def _shut_per_call(self, session: KernelSession) -> None:
         try:
             await session.close()
         except Exception:
             self.log.warning("shutting down per-call kernel %s failed", session.kernel_id, exc_info=True)
-        self.artifacts.discard_if_empty(session.name)
 
     # -- notebook sessions --------------------------------------------------------------------------
 
