@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)} (available: {', '.join(sorted(benches))})")
     failed = 0
+    targets: list[dict[str, object]] = []
     for name in names:
         module = importlib.import_module(benches[name])
         print(f"== {name}: {module.TITLE}", flush=True)
@@ -64,9 +65,13 @@ def main(argv: list[str] | None = None) -> int:
         result.meta["profiled"] = bool(options.profile)
         result.meta["quick"] = bool(options.quick)
         print(result.markdown(), flush=True)
+        targets += result.targets()
         if not options.no_write and not options.quick and not options.profile:
             for path in common.write_results(result):
                 print(f"wrote {path}")
+    if targets:
+        print("== targets of this run", flush=True)
+        print(common.targets_table(targets), flush=True)
     return 1 if failed else 0
 
 

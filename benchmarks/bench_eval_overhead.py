@@ -111,7 +111,12 @@ async def _run(options: argparse.Namespace) -> BenchResult:
     agent_ms = result.row(CASE, AGENT).stats["median"] * 1e3
     raw_ms = result.row(CASE, RAW).stats["median"] * 1e3
     http_ms = result.row(CASE, HTTP).stats["median"] * 1e3
+    floor = result.add_check(
+        CASE, f"{AGENT} / (raw client + HTTP no-op) (time)", agent_ms / (raw_ms + http_ms), 1.1
+    )
     result.notes += [
+        f"Against the floor of issue 16 (raw round trip + one authenticated HTTP no-op, "
+        f"{raw_ms + http_ms:.2f} ms at the median): {floor['measured']:.2f}x (target <= 1.1x).",
         f"Median overhead of the eval route over the raw client: {agent_ms - raw_ms:.2f} ms "
         f"({ratio['median_ratio']:.2f}x); of that, a plain authenticated HTTP request costs "
         f"{http_ms:.2f} ms.",

@@ -247,6 +247,53 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     ratios: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_check(
+        self, case: str, what: str, measured: float, target: float, op: str = "<=", unit: str = ""
+    ) -> dict[str, Any]:
+        """Record a target that is not a ratio of two rows' medians (a memory bound, a computed ratio)."""
+        check = {
+            "case": case,
+            "what": what,
+            "measured": measured,
+            "target": target,
+            "op": op,
+            "unit": unit,
+            "met": _compare(measured, op, target),
+        }
+        self.checks.append(check)
+        return check
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Every target of this result, ratio or check: benchmark, case, what, measured, target, met."""
+        found = []
+        for q in self.ratios:
+            if q.get("target") is None:
+                continue
+            what = "throughput" if q.get("kind") == "throughput" else "time"
+            found.append(
+                {
+                    "benchmark": self.name,
+                    "case": q["case"],
+                    "what": f"{q['variant']} / {q['baseline']} ({what})",
+                    "measured": q["median_ratio"],
+                    "target": f"{q['op']} {q['target']:g}",
+                    "met": q["met"],
+                }
+            )
+        for c in self.checks:
+            found.append(
+                {
+                    "benchmark": self.name,
+                    "case": c["case"],
+                    "what": c["what"],
+                    "measured": c["measured"],
+                    "target": f"{c['op']} {c['target']:g}{c['unit']}",
+                    "met": c["met"],
+                }
+            )
+        return found
 
     def row(self, case: str, variant: str) -> Row:
         return next(r for r in self.rows if r.case == case and r.variant == variant)
@@ -279,8 +326,7 @@ class BenchResult:
             "op": op,
         }
         if target is not None:
-            value = ratio["median_ratio"]
-            ratio["met"] = value <= target if op == "<=" else value < target if op == "<" else value >= target
+            ratio["met"] = _compare(float(ratio["median_ratio"]), op, target)
         self.ratios.append(ratio)
         return ratio
 
@@ -301,6 +347,7 @@ class BenchResult:
                 for r in self.rows
             ],
             "ratios": self.ratios,
+            "checks": self.checks,
             "notes": self.notes,
         }
 
@@ -343,9 +390,52 @@ class BenchResult:
                     f"| {q['case']} | {q['variant']} / {q['baseline']} ({what}) | {q['median_ratio']:.2f} | "
                     f"{q['p90_ratio']:.2f} | {target} | {met} |"
                 )
+        if self.checks:
+            lines += ["", "| case | check | measured | target | met |", "|---|---|---|---|---|"]
+            for c in self.checks:
+                lines.append(
+                    f"| {c['case']} | {c['what']} | {c['measured']:.2f}{c['unit']} | "
+                    f"{c['op']} {c['target']:g}{c['unit']} | {'yes' if c['met'] else '**no**'} |"
+                )
         if self.notes:
             lines += [""] + [f"- {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
+
+
+def _compare(value: float, op: str, target: float) -> bool:
+    if op == "<=":
+        return value <= target
+    if op == "<":
+        return value < target
+    if op == ">=":
+        return value >= target
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+def targets_from_json(documents: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The targets of saved results (``results/*.json``), in the shape of :meth:`BenchResult.targets`."""
+    found: list[dict[str, Any]] = []
+    for doc in documents:
+        result = BenchResult(doc["name"], doc["title"], [], ratios=doc.get("ratios", []))
+        result.checks = doc.get("checks", [])
+        for target in result.targets():
+            target["date"] = doc.get("meta", {}).get("date", "")
+            found.append(target)
+    return found
+
+
+def targets_table(targets: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of targets: benchmark, case, what, measured, target, met."""
+    lines = [
+        "| benchmark | case | target of | measured | target | met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in targets:
+        met = "yes" if t["met"] else "**no**"
+        lines.append(
+            f"| {t['benchmark']} | {t['case']} | {t['what']} | {t['measured']:.2f} | {t['target']} | {met} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _fmt(value: Any) -> str:
@@ -415,16 +505,30 @@ def write_results(result: BenchResult) -> list[Path]:
     md_path = RESULTS / f"{result.name}.md"
     json_path.write_text(json.dumps(result.to_json(), indent=1, sort_keys=True) + "\n")
     md_path.write_text(result.markdown())
+    return [json_path, md_path, rebuild_readme()]
+
+
+def rebuild_readme() -> Path:
+    """Rebuild ``results/README.md``: the targets of every saved result, then every ``*.md`` beside it
+    (the benchmarks' tables and hand-written analyses such as ``stream_notes.md``)."""
     readme = RESULTS / "README.md"
+    documents = [json.loads(p.read_text()) for p in sorted(RESULTS.glob("*.json"))]
     parts = [
         "# Benchmark results (latest run of each)",
         "",
         "Written by `python -m benchmarks` (`python3 dev.py bench`); each table also exists as JSON beside "
         "this file. Ratios compare variants measured side by side in the same run.",
         "",
+        "## Targets",
+        "",
+        "Every target of the latest run of each benchmark: the measured value (a median ratio, or a bound "
+        "in MB), the target and whether it was met. Details and the reasons for a miss are in the sections "
+        "below and in the profiles (`*.profile.txt`).",
+        "",
+        targets_table(targets_from_json(documents)),
     ]
     for path in sorted(RESULTS.glob("*.md")):
         if path.name != "README.md":
             parts.append(path.read_text())
     readme.write_text("\n".join(parts))
-    return [json_path, md_path, readme]
+    return readme

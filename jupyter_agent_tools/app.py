@@ -15,6 +15,7 @@ from .audit import Audit
 from .eval.kernels import KernelService
 from .eval.messages import OutputLimits
 from .eval.notebook_run import NotebookRunner
+from .eval.pool import KernelPool
 from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
@@ -190,6 +191,15 @@ class AgentToolsApp(ExtensionApp):
         "and restarted on the session's next call (0: no heartbeat).",
     ).tag(config=True)
 
+    per_call_pool_size = Int(
+        1,
+        help="Warm kernels of the default kernel spec kept started for per-call evals and new sessions "
+        "(0 disables). Filling starts at the first eval; each pooled kernel runs one call (or one "
+        "session) and is shut down, then the pool starts another. Pooled kernels are not sessions, hold "
+        "file descriptors like any kernel (a refill waits while fewer than 2 x fd_headroom are free) and "
+        "are shut down first when a kernel start runs out of descriptors.",
+    ).tag(config=True)
+
     kernel_create_retry_delay = Float(
         1.0,
         help="Seconds to wait before the single retry of a kernel creation that failed with HTTP >= 500 "
@@ -262,8 +272,8 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.eval.service.EvalService",
         klass=EvalService,
         help="The class that runs eval requests (a subclass of EvalService). Built with parent=the app "
-        "and sessions, kernels, artifacts, contents_manager, recovery, max_output_bytes, interrupt_grace, "
-        "max_cells, liveness_interval, init_timeout, output_limits.",
+        "and sessions, kernels, artifacts, contents_manager, pool, recovery, max_output_bytes, "
+        "interrupt_grace, max_cells, liveness_interval, init_timeout, output_limits.",
     ).tag(config=True)
 
     notebook_runner_class = Type(
@@ -297,6 +307,7 @@ class AgentToolsApp(ExtensionApp):
         "artifact_retention",
         "max_body_bytes",
         "fd_headroom",
+        "per_call_pool_size",
     )
     def _not_negative(self, proposal: Any) -> Any:
         return at_least(proposal, 0)
@@ -381,13 +392,17 @@ class AgentToolsApp(ExtensionApp):
             heartbeat_interval=self.heartbeat_interval,
             audit=audit,
         )
+        pool = KernelPool(kernels, size=self.per_call_pool_size, parent=self)
         self.eval_service = cast("type[EvalService]", self.eval_service_class)(
             parent=self,
             sessions=sessions,
             kernels=kernels,
             artifacts=artifacts,
             contents_manager=serverapp.contents_manager,
-            recovery=KernelRecovery(kernels, sessions, retry_backoff=self.kernel_create_retry_delay),
+            pool=pool,
+            recovery=KernelRecovery(
+                kernels, sessions, retry_backoff=self.kernel_create_retry_delay, pool=pool
+            ),
             max_output_bytes=self.max_output_bytes,
             interrupt_grace=self.interrupt_timeout,
             max_cells=self.max_cells_per_request,

@@ -560,7 +560,7 @@ class AgentClient:
         return self._events(call, raise_on_error)
 
     def sessions(self) -> dict[str, Any]:
-        """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}}``."""
+        """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}, "pool": {...}}``."""
         return dict(self._json(_Call("GET", "api/agent/sessions")))
 
     def interrupt(self, name: str) -> dict[str, Any]:

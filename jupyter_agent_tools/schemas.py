@@ -721,14 +721,20 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "additionalProperties": _INT,
                 "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
             },
-            "pool": {
-                "type": "object",
-                "additionalProperties": _INT,
-                "description": "Kernels of the pool of ready per-call kernels, by state; absent when the "
-                "server keeps no pool.",
-            },
+            "pool": ref("PoolInfo"),
         },
-        required=["sessions", "totals"],
+        required=["sessions", "totals", "pool"],
+    ),
+    "PoolInfo": _obj(
+        {
+            "size": {"type": "integer", "description": "per_call_pool_size: kernels kept ready (0: none)"},
+            "ready": {"type": "integer", "description": "started kernels waiting to be taken"},
+            "starting": {"type": "integer", "description": "kernels being started into the pool"},
+            "kernel_name": {**_STR_OR_NULL, "description": "the kernel spec pooled (the default one)"},
+            "taken": {"type": "integer", "description": "pooled kernels handed out since server start"},
+        },
+        required=["size", "ready", "starting", "kernel_name", "taken"],
+        description="Warm kernels for per-call evals and new sessions (not sessions themselves).",
     ),
     "InterruptResult": _obj(
         {

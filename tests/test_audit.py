@@ -36,7 +36,6 @@ from jupyter_agent_tools.audit.events import (
     changed_cells,
     schema_files,
 )
-from jupyter_agent_tools.eval.sessions import SessionManager
 from jupyter_agent_tools.pytest_plugin import EventLines
 from jupyter_agent_tools.testing.server import Server, jupyter_server
 
@@ -404,33 +403,21 @@ def test_schemas_ship_in_the_package_and_document_every_field() -> None:
         assert schema["description"].strip()
 
 
-# -- the hook for a pool of per-call kernels (another component keeps the pool) ---------------------
+# -- the warm kernel pool -----------------------------------------------------------------------------
 
 
-class PooledSessions(SessionManager):
-    def pool_summary(self) -> dict[str, int] | None:
-        return {"idle": 2, "busy": 1}
-
-
-class TestPoolHook:
-    @pytest.fixture
-    def jp_server_config(self) -> dict[str, Any]:
-        return {
-            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"session_manager_class": PooledSessions},
-        }
-
-    async def test_listing_and_gauge_show_the_pool(self, api, jp_fetch) -> None:
-        status, listing = await api("GET", "sessions")
-        assert status == 200 and listing["pool"] == {"idle": 2, "busy": 1}
-        text = (await jp_fetch("metrics")).body.decode()
-        assert 'jupyter_agent_pool_kernels{state="idle"} 2.0' in text
-        assert 'jupyter_agent_pool_kernels{state="busy"} 1.0' in text
-
-
-async def test_listing_without_a_pool_has_no_pool_field(api) -> None:
+async def test_listing_and_gauge_show_the_warm_pool(api, evaluate, jp_fetch) -> None:
     status, listing = await api("GET", "sessions")
-    assert status == 200 and "pool" not in listing
+    assert status == 200 and listing["pool"]["size"] == 1 and listing["pool"]["ready"] == 0
+    assert 'jupyter_agent_pool_kernels{state="ready"} 0.0' in (await jp_fetch("metrics")).body.decode()
+    await evaluate("1", mode="per-call")  # the first eval starts filling the pool
+    for _ in range(600):
+        _, listing = await api("GET", "sessions")
+        if listing["pool"]["ready"] == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert listing["pool"]["ready"] == 1, listing["pool"]
+    assert 'jupyter_agent_pool_kernels{state="ready"} 1.0' in (await jp_fetch("metrics")).body.decode()
 
 
 class TestLifecycle:

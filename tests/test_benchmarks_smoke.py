@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,23 @@ def test_notebook_read_counts_every_page_and_approximates_tokens():
     assert requests == 2 and data.endswith(b"B") and len(asked) == 4
     with pytest.raises(RuntimeError, match="HTTP 500"):
         read_all(lambda url: (500, b"boom"), "u", False)
+
+
+def test_targets_of_ratios_and_checks_in_one_table(tmp_path):
+    result = common.BenchResult(
+        "x",
+        "X",
+        [common.Row("c", "base", [1.0, 1.0]), common.Row("c", "fast", [0.5, 0.5], baseline="base")],
+    )
+    result.add_ratio("c", "fast", "base")  # no target: not listed
+    result.add_ratio("c", "fast", "base", target=0.9, op=">=", throughput=True)
+    bound = result.add_check("c", "peak RSS growth over the raw row", 40.0, 32.0, unit=" MB")
+    assert bound["met"] is False
+    assert [(t["measured"], t["met"]) for t in result.targets()] == [(2.0, True), (40.0, False)]
+    assert "| c | peak RSS growth over the raw row | 40.00 MB | <= 32 MB | **no** |" in result.markdown()
+    saved = json.loads(json.dumps(result.to_json()))
+    table = common.targets_table(common.targets_from_json([saved]))
+    assert "| x | c | fast / base (throughput) | 2.00 | >= 0.9 | yes |" in table
+    assert "| x | c | peak RSS growth over the raw row | 40.00 | <= 32 MB | **no** |" in table
+    with pytest.raises(ValueError):
+        result.add_check("c", "bad", 1.0, 1.0, op="~")

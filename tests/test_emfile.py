@@ -66,7 +66,14 @@ def server(tmp_path: Path, events_file: Path):
     config.write_text(
         f"import logging\nc.EventLogger.handlers = [logging.FileHandler({str(events_file)!r})]\n"
     )
-    args = ["--AgentToolsApp.max_sessions=20", "--AgentToolsApp.heartbeat_interval=0", f"--config={config}"]
+    # No warm pool: these tests measure what a session's own kernel start costs and frees (the pool's
+    # part in the recovery is tests/test_pool.py's).
+    args = [
+        "--AgentToolsApp.max_sessions=20",
+        "--AgentToolsApp.heartbeat_interval=0",
+        "--AgentToolsApp.per_call_pool_size=0",
+        f"--config={config}",
+    ]
     with jupyter_server(extra_args=args) as running:
         yield running
 
@@ -151,6 +158,7 @@ def test_real_exhaustion_without_headroom_check_is_still_recognised():
         "--AgentToolsApp.max_sessions=20",
         "--AgentToolsApp.heartbeat_interval=0",
         "--AgentToolsApp.fd_headroom=0",
+        "--AgentToolsApp.per_call_pool_size=0",
         "--AgentToolsApp.kernel_ready_timeout=5",
     ]
     with jupyter_server(extra_args=args) as server:

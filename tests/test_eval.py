@@ -167,15 +167,28 @@ async def test_reset_replaces_kernel(evaluate):
     assert second["kernel_id"] != first["kernel_id"]
 
 
+async def agent_kernels(jp_serverapp) -> set[str]:
+    """The server's kernels but the warm pool's, once the pool has settled (full, nothing starting) and
+    per-call kernels have been shut down (in the background, after the answer)."""
+    service = jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service
+    pool = service.pool
+    for _ in range(600):
+        settled = pool.starting_count == 0 and (pool.ready_count == pool.size or pool.taken == 0)
+        if settled and service.sessions.per_call_ending == 0:
+            break
+        await asyncio.sleep(0.1)
+    return set(jp_serverapp.kernel_manager.list_kernel_ids()) - set(pool.kernel_ids)
+
+
 async def test_per_call_mode_shuts_kernel_down(evaluate, api, jp_serverapp):
-    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    before = await agent_kernels(jp_serverapp)
     result = await evaluate("import os\nprint(os.getpid())", mode="per-call")
     assert result["cells"][0]["status"] == "complete"
     assert result["mode"] == "per-call" and result["session"] is None
-    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+    assert await agent_kernels(jp_serverapp) == before
     failing = await evaluate("raise SystemExit(3)", mode="per-call")
     assert failing["cells"][0]["status"] == "error"
-    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+    assert await agent_kernels(jp_serverapp) == before
 
 
 async def test_init_step_cwd_env_sys_path(evaluate, jp_root_dir):
@@ -252,10 +265,10 @@ async def test_queue_order_on_one_session(evaluate, api):
 
 
 async def test_two_first_calls_create_one_kernel(evaluate, jp_serverapp):
-    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    before = await agent_kernels(jp_serverapp)
     a, b = await asyncio.gather(evaluate("1", session="twin"), evaluate("2", session="twin"))
     assert a["kernel_id"] == b["kernel_id"]
-    assert len(set(jp_serverapp.kernel_manager.list_kernel_ids()) - before) == 1
+    assert len(await agent_kernels(jp_serverapp) - before) == 1
 
 
 async def test_concurrent_sessions_and_lru_eviction(evaluate, api, jp_serverapp):
@@ -437,7 +450,7 @@ async def test_descriptors_do_not_grow_over_200_evals(evaluate):
 
 
 async def test_delete_during_run_leaves_no_kernel(evaluate, api, jp_serverapp):
-    before = set(jp_serverapp.kernel_manager.list_kernel_ids())
+    before = await agent_kernels(jp_serverapp)
     await evaluate("1", session="gone")
     running = asyncio.ensure_future(evaluate("import time; time.sleep(30)", session="gone", timeout=60))
     waiting = asyncio.ensure_future(evaluate("print('queued')", session="gone", timeout=60))
@@ -454,4 +467,4 @@ async def test_delete_during_run_leaves_no_kernel(evaluate, api, jp_serverapp):
     assert queued["output"] == "queued\n"
     status, _ = await api("DELETE", "sessions", "gone")
     assert status == 204
-    assert set(jp_serverapp.kernel_manager.list_kernel_ids()) == before
+    assert await agent_kernels(jp_serverapp) == before

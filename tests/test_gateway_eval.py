@@ -15,8 +15,22 @@ pytestmark = [pytest.mark.gateway, pytest.mark.timeout(180)]
 @pytest.fixture
 def jp_server_config(gateway_server_config):
     config = dict(gateway_server_config)
-    config["AgentToolsApp"] = {"kernel_create_retry_delay": 0.2, "heartbeat_interval": 0}
+    # No warm pool here: these tests count the kernel creations a call makes (TestGatewayPool has one).
+    config["AgentToolsApp"] = {
+        "kernel_create_retry_delay": 0.2,
+        "heartbeat_interval": 0,
+        "per_call_pool_size": 0,
+    }
     return config
+
+
+async def gateway_settled(gateway_target, expected: set[str]) -> None:
+    """Wait (bounded) until the gateway runs exactly ``expected`` (per-call kernels end after the answer)."""
+    for _ in range(300):
+        if {k["id"] for k in gateway_target.list_kernels()} == expected:
+            return
+        await asyncio.sleep(0.1)
+    assert {k["id"] for k in gateway_target.list_kernels()} == expected
 
 
 async def totals(api) -> dict[str, int]:
@@ -40,7 +54,43 @@ async def test_per_call_mode_on_gateway(evaluate, gateway_target):
     before = {k["id"] for k in gateway_target.list_kernels()}
     result = await evaluate("print(1 + 1)", mode="per-call")
     assert result["output"] == "2\n"
-    assert {k["id"] for k in gateway_target.list_kernels()} == before
+    await gateway_settled(gateway_target, before)
+
+
+class TestGatewayPool:
+    @pytest.fixture
+    def jp_server_config(self, gateway_server_config):
+        config = dict(gateway_server_config)
+        config["AgentToolsApp"] = {"heartbeat_interval": 0, "per_call_pool_size": 1}
+        return config
+
+    async def test_per_call_takes_a_pooled_gateway_kernel_and_the_pool_refills(
+        self, evaluate, api, gateway_target, jp_serverapp
+    ):
+        pool = jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service.pool
+
+        async def pooled_kernel() -> str:
+            for _ in range(600):
+                if pool.ready_count == 1:
+                    break
+                await asyncio.sleep(0.1)
+            (kernel_id,) = pool.kernel_ids
+            return str(kernel_id)
+
+        first = await evaluate("x = 1", mode="per-call")  # starts the filling
+        pooled = await pooled_kernel()
+        assert pooled in {k["id"] for k in gateway_target.list_kernels()}
+        result = await evaluate(
+            "import os\nprint('x' in globals(), os.environ['G'])", mode="per-call", env={"G": "pool"}
+        )
+        assert result["kernel_id"] == pooled and result["kernel_id"] != first["kernel_id"]
+        assert result["output"] == "False pool\n"
+        refill = await pooled_kernel()
+        await gateway_settled(gateway_target, {refill})
+        _, listing = await api("GET", "sessions")
+        assert listing["pool"]["taken"] == 1 and listing["sessions"] == []
+        await pool.shutdown()
+        assert refill not in {k["id"] for k in gateway_target.list_kernels()}
 
 
 @pytest.mark.parametrize("status", [500, 503])

@@ -43,6 +43,8 @@ def jp_server_config(private: Path) -> dict[str, Any]:
             "max_output_bytes": 1024,
             "interrupt_timeout": 1.0,
             "heartbeat_interval": 0,
+            # No warm pool here: these tests count a server's kernels and pause its kernel launches.
+            "per_call_pool_size": 0,
         },
     }
 
@@ -53,13 +55,15 @@ def service(jp_serverapp: Any) -> Any:
 
 def kernel_processes(runtime_dir: Path) -> list[str]:
     """Kernel processes of this (in-process) server that still exist, exiting ones included: those
-    whose connection file is in its runtime directory."""
-    found = []
+    whose connection file is in its runtime directory; one entry per kernel (a kernel's forked child has
+    the same command line)."""
+    found: list[str] = []
     for child in psutil.Process().children(recursive=True):
         try:
             cmdline = child.cmdline()
-            if any(str(runtime_dir) in part for part in cmdline) and child.status() != "zombie":
-                found.append(" ".join(cmdline))
+            line = " ".join(cmdline)
+            if str(runtime_dir) in line and child.status() != "zombie" and line not in found:
+                found.append(line)
         except psutil.Error:
             continue
     return found

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
+    from ..eval.pool import KernelPool
     from ..eval.sessions import SessionManager
 
 PREFIX = "jupyter_agent_"
@@ -105,14 +106,21 @@ REFUSALS = _metric(
 
 _SESSION_MANAGERS: weakref.WeakSet[SessionManager] = weakref.WeakSet()
 _ARTIFACT_STORES: weakref.WeakSet[ArtifactStore] = weakref.WeakSet()
+_POOLS: weakref.WeakSet[KernelPool] = weakref.WeakSet()
 
 
-def track(sessions: SessionManager | None = None, artifacts: ArtifactStore | None = None) -> None:
-    """Count this server's sessions and artifacts in the gauges (until they are garbage)."""
+def track(
+    sessions: SessionManager | None = None,
+    artifacts: ArtifactStore | None = None,
+    pool: KernelPool | None = None,
+) -> None:
+    """Count this server's sessions, artifacts and warm kernels in the gauges (until they are garbage)."""
     if sessions is not None:
         _SESSION_MANAGERS.add(sessions)
     if artifacts is not None:
         _ARTIFACT_STORES.add(artifacts)
+    if pool is not None:
+        _POOLS.add(pool)
 
 
 def artifact_bytes(root: str | os.PathLike[str], limit: int = MAX_ARTIFACT_FILES) -> int:
@@ -154,13 +162,14 @@ class _Gauges(Collector):
         queued = busy = 0
         pool = GaugeMetricFamily(
             PREFIX + "pool_kernels",
-            "Kernels of the pool of ready per-call kernels, by state.",
+            "Kernels of the warm pool (per_call_pool_size), by state: ready or starting.",
             labels=["state"],
         )
-        pooled: dict[str, int] = {}
+        pooled = {"ready": 0, "starting": 0}
+        for kernel_pool in list(_POOLS):
+            pooled["ready"] += kernel_pool.ready_count
+            pooled["starting"] += kernel_pool.starting_count
         for manager in list(_SESSION_MANAGERS):
-            for state, count in (manager.pool_summary() or {}).items():
-                pooled[state] = pooled.get(state, 0) + count
             counts["session"] += len(manager.sessions)
             counts["per-call"] += len(manager.per_call)
             counts["notebook"] += sum(1 for s in manager.notebooks.values() if not s.closed)
@@ -174,10 +183,9 @@ class _Gauges(Collector):
         for mode, count in counts.items():
             active.add_metric([mode], count)
         yield active
-        for state, count in sorted(pooled.items()):
+        for state, count in pooled.items():
             pool.add_metric([state], count)
-        if pooled:
-            yield pool
+        yield pool
         yield GaugeMetricFamily(
             PREFIX + "queued_requests", "Calls waiting for their session's turn.", value=queued
         )

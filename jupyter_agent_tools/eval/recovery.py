@@ -2,8 +2,9 @@
 
 - A kernel creation that fails with HTTP >= 500 (a gateway's error, 503 unreachable, 599 timeout) is
   retried once after ``retry_backoff`` seconds.
-- Running out of file descriptors (EMFILE/ENFILE) shuts down this extension's idle sessions and retries
-  once; failing again answers 503 with Retry-After.
+- Running out of file descriptors (EMFILE/ENFILE) shuts down the warm pooled kernels first, then (unless
+  that freed enough) this extension's idle sessions, and retries once; failing again answers 503 with
+  Retry-After.
 - Before a call: a kernel its manager restarted is reconnected (init re-runs); a kernel found dead is
   replaced. Either is reported to the caller with a notice.
 - During a call: a kernel that dies is replaced and the call re-run from its first cell, at most
@@ -21,6 +22,7 @@ from ..errors import Unavailable
 from .connection import KernelConnection
 from .faults import fd_usage, http_message, http_status, is_fd_exhaustion
 from .kernels import KernelService
+from .pool import KernelPool
 from .session import KernelSession, SessionState
 from .sessions import SessionManager
 
@@ -46,10 +48,18 @@ EMFILE_RETRY_AFTER = 30
 class KernelRecovery:
     """Starts and revives session kernels according to the policy above."""
 
-    def __init__(self, kernels: KernelService, sessions: SessionManager, *, retry_backoff: float = 1.0):
+    def __init__(
+        self,
+        kernels: KernelService,
+        sessions: SessionManager,
+        *,
+        retry_backoff: float = 1.0,
+        pool: KernelPool | None = None,
+    ):
         self.kernels = kernels
         self.sessions = sessions
         self.retry_backoff = retry_backoff
+        self.pool = pool
 
     async def launch(
         self, session: KernelSession, kernel_name: str, cwd: str
@@ -61,14 +71,18 @@ class KernelRecovery:
             if not is_fd_exhaustion(first):
                 raise
             usage = fd_usage()
-            released = await self.sessions.release_idle(exclude=session)
+            pooled = await self.pool.release() if self.pool is not None else []
+            released: list[str] = []
+            if not pooled or not self._headroom_restored():
+                released = await self.sessions.release_idle(exclude=session)
             self.sessions.record(
                 session,
                 "emfile_recoveries",
-                "out of file descriptors starting a kernel (%s: %s); shut down %d idle agent session(s) "
-                "%s and retrying once",
+                "out of file descriptors starting a kernel (%s: %s); shut down %d pooled kernel(s) and %d "
+                "idle agent session(s) %s and retrying once",
                 usage.describe() if usage else "descriptor count unknown",
                 first,
+                len(pooled),
                 len(released),
                 released,
             )
@@ -90,13 +104,19 @@ class KernelRecovery:
             )
             raise Unavailable(
                 "The server is out of file descriptors and could not start a kernel, even after "
-                f"shutting down {len(released)} idle agent session(s): "
+                f"shutting down {len(pooled)} pooled kernel(s) and {len(released)} idle agent session(s): "
                 f"{usage.describe() if usage else second}. Raise the server's limit (ulimit -n, "
                 "systemd LimitNOFILE) or stop unused kernels and terminals, then retry.",
                 retry_after=EMFILE_RETRY_AFTER,
             ) from second
         audit.recovery(session, "emfile_recoveries", "recovered", "the retried kernel start succeeded")
         return launched
+
+    def _headroom_restored(self) -> bool:
+        """Whether enough descriptors are free again for a kernel start (after the pool was released)."""
+        gc.collect()
+        usage = fd_usage()
+        return usage is not None and usage.headroom >= max(self.kernels.fd_headroom, 16)
 
     async def _launch_retrying_5xx(
         self, session: KernelSession, kernel_name: str, cwd: str

@@ -22,9 +22,11 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, given
+from .connection import KernelConnection
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
 from .messages import CellOutcome, OutputLimits, format_combined_output
+from .pool import KernelPool
 from .recovery import RESTART_LIMIT_MESSAGE, STATE_LOST_NOTICE, WEDGED_NOTICE, KernelRecovery
 from .request import EvalRequest, parse_eval_request
 from .session import InitSpec, KernelSession, SessionState
@@ -32,6 +34,13 @@ from .sessions import SessionManager
 from .sink import OutputSink
 
 Emit = Callable[[dict[str, Any]], None]
+
+# The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
+# server that fell behind): what the answer and the artifact hold may lack the end of the output.
+OUTPUT_MAY_BE_INCOMPLETE = (
+    "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
+    "fell behind): the end of the output may be missing from this answer and its artifact.]"
+)
 
 
 def build_init_code(spec: InitSpec) -> str:
@@ -97,6 +106,8 @@ class EvalService(Service):
     def _default_audit(self) -> Audit:
         return self.sessions.audit
 
+    pool = Instance(KernelPool, help="Warm kernels new per-call and session kernels are taken from.")
+
     @validate("max_output_bytes", "max_cells")
     def _valid_counts(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
@@ -111,7 +122,11 @@ class EvalService(Service):
 
     @default("recovery")
     def _default_recovery(self) -> KernelRecovery:
-        return KernelRecovery(self.kernels, self.sessions)
+        return KernelRecovery(self.kernels, self.sessions, pool=self.pool)
+
+    @default("pool")
+    def _default_pool(self) -> KernelPool:
+        return KernelPool(self.kernels, size=0, parent=self)
 
     def __init__(
         self,
@@ -132,9 +147,17 @@ class EvalService(Service):
     def list_sessions(self) -> list[dict[str, Any]]:
         return self.sessions.describe_all()
 
+    def listing(self) -> dict[str, Any]:
+        """The sessions, the recovery counters and the warm pool (``GET /api/agent/sessions``)."""
+        return {
+            "sessions": self.list_sessions(),
+            "totals": dict(self.sessions.totals),
+            "pool": self.pool.describe(),
+        }
+
     async def shutdown(self) -> None:
-        """Shut down every kernel this service started: sessions' and per-call ones still running."""
-        await self.sessions.shutdown()
+        """Shut down every kernel this service started: sessions', per-call ones still running, pooled."""
+        await asyncio.gather(self.sessions.shutdown(), self.pool.shutdown())
 
     async def delete_session(self, name: str) -> None:
         """Shut a session (named or a running per-call one) and its kernel down."""
@@ -202,6 +225,7 @@ class EvalService(Service):
             await self.kernels.check_kernel_name(request.kernel_name)
         emit = emit or _noop
         cancel = cancel or asyncio.Event()
+        self.pool.start()  # the first eval starts filling the pool (none before: no idle kernel)
         if request.mode == "per-call":
             result = await self._run_per_call(request, cwd, emit, cancel)
         else:
@@ -232,9 +256,13 @@ class EvalService(Service):
     async def _start_kernel(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
         """A fresh, initialized kernel for the session (in place of its current one, if any)."""
         kernel_name = request.kernel_name or session.kernel_name or self.kernels.default_kernel_name
-        await session.start_kernel(
-            kernel_name, lambda: self.recovery.launch(session, kernel_name, request.cwd)
-        )
+
+        async def launch() -> tuple[str, KernelConnection]:
+            # A warm pooled kernel when one of this spec is ready; its init step runs just below.
+            pooled = await self.pool.take(kernel_name)
+            return pooled or await self.recovery.launch(session, kernel_name, request.cwd)
+
+        await session.start_kernel(kernel_name, launch)
         await self._ensure_init(session, request, cwd)
 
     async def _ensure_init(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
@@ -425,7 +453,9 @@ class EvalService(Service):
             cells = await self._run_cells(session, request, emit, cancel, deadline)
             return self._answer(session, request, cells, [], restarted=False)
         finally:
-            await self.sessions.close_per_call(session)
+            # The answer does not wait for the kernel process to exit (a pooled kernel makes the call
+            # itself take milliseconds); server stop waits for it.
+            await self.sessions.close_per_call(session, wait=False)
             await session.end_turn()
 
     # -- the answer ---------------------------------------------------------------------------------
@@ -458,6 +488,8 @@ class EvalService(Service):
                     has_displays=bool(execution.displays),
                 )
             )
+        if any(e.idle_missing for _, e in cells):
+            notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
         output = format_combined_output(outcomes, len(request.cells)) if outcomes else ""
         if error:
             output = f"{output}\n{error}".strip("\n")

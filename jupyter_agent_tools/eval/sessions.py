@@ -76,6 +76,7 @@ class SessionManager(Service):
         self._sweeper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         audit_metrics.track(sessions=self, artifacts=self.artifacts)
+        self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
 
     def start(self) -> None:
         """Start the periodic sweep and heartbeat (needs a running event loop)."""
@@ -94,12 +95,6 @@ class SessionManager(Service):
     def describe_all(self) -> list[dict[str, Any]]:
         every = (*self.sessions.values(), *self.per_call.values(), *self.notebooks.values())
         return [s.describe() for s in every]
-
-    def pool_summary(self) -> dict[str, int] | None:
-        """Kernels of a pool of ready per-call kernels, by state (e.g. ``{"idle": 2, "busy": 1}``); None
-        when there is no pool. The sessions listing shows it as ``pool`` and ``/metrics`` as
-        ``jupyter_agent_pool_kernels{state}``; a manager with a pool overrides this."""
-        return None
 
     def record(
         self, session: KernelSession, kind: str, message: str, *args: Any, audit: dict[str, Any] | None = None
@@ -186,11 +181,31 @@ class SessionManager(Service):
         self.per_call[session.name] = session
         return session
 
-    async def close_per_call(self, session: KernelSession) -> None:
-        """End a per-call session: its kernel goes; artifacts it spilled stay until their retention."""
+    async def close_per_call(self, session: KernelSession, *, wait: bool = True) -> None:
+        """End a per-call session: its kernel goes; artifacts it spilled stay until their retention.
+
+        ``wait=False``: the kernel is shut down in the background (the call's answer does not wait for
+        the process to exit); server shutdown waits for it.
+        """
         self.per_call.pop(session.name, None)
-        await session.close()
-        self.artifacts.discard_if_empty(session.name)
+        if wait:
+            await self._shut_per_call(session)
+        else:
+            task = asyncio.ensure_future(self._shut_per_call(session))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+        self.artifacts.discard_if_empty(session.name)  # the call is over: nothing writes there any more
+
+    @property
+    def per_call_ending(self) -> int:
+        """Per-call kernels being shut down in the background."""
+        return len(self._ending)
+
+    async def _shut_per_call(self, session: KernelSession) -> None:
+        try:
+            await session.close()
+        except Exception:
+            self.log.warning("shutting down per-call kernel %s failed", session.kernel_id, exc_info=True)
 
     # -- notebook sessions --------------------------------------------------------------------------
 
@@ -288,5 +303,6 @@ class SessionManager(Service):
             *(self._close(s) for s in list(self.sessions.values())),
             *(self.close_per_call(s) for s in list(self.per_call.values())),
             *(s.close() for s in notebooks),  # disconnects; the notebooks' kernels are the server's
+            *list(self._ending),
             return_exceptions=True,
         )

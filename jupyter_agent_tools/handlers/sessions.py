@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
@@ -27,12 +25,7 @@ class SessionListHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def get(self) -> None:
-        sessions = self.service.sessions
-        listing: dict[str, Any] = {"sessions": self.service.list_sessions(), "totals": dict(sessions.totals)}
-        pool = sessions.pool_summary()
-        if pool is not None:
-            listing["pool"] = pool
-        self.write_json(listing)
+        self.write_json(self.service.listing())
 
 
 class SessionHandler(_EvalRoute):

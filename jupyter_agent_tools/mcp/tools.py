@@ -363,8 +363,8 @@ SESSION_NAME = {"type": "string", "description": "The session's name (as given t
 async def _session_list(call: ToolCall) -> ToolResult:
     options(call.arguments, {})
     service = call.services.eval_service
-    sessions = service.list_sessions()
-    answer = {"sessions": sessions, "totals": dict(service.sessions.totals)}
+    answer = service.listing()
+    sessions = answer["sessions"]
     lines = [
         f"- {s['name']}: {'busy' if s['busy'] else 'idle'}, kernel {s.get('kernel_name') or '-'} "
         f"({s['kernel_id'] or 'not started'}), {s['queue_depth']} queued, {s['restarts']} restarts, "

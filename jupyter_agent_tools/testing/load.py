@@ -67,6 +67,17 @@ class LoadReport:
     kernels_after: int = 0
 
 
+def _agent_kernels(client: Any, timeout: float = 30.0) -> int:
+    """The server's kernels but the warm pool's, once the pool is full again (nothing being started)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pool = client.json("GET", "api/agent/sessions")["pool"]
+        settled = pool["starting"] == 0 and pool["ready"] == pool["size"]
+        if settled or time.monotonic() > deadline:
+            return len(client.json("GET", "api/kernels")) - int(pool["ready"])
+        time.sleep(0.1)
+
+
 def _fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -210,7 +221,7 @@ def run_load(duration: float = 60.0, agents: int = 6, sessions: int = 3, seed: i
         with server.client() as client:
             for name in names:  # warm-up: the sessions' kernels exist before the baseline
                 client.json("POST", "api/agent/eval", {"cells": [{"code": "1"}], "session": name})
-            report.kernels_before = len(client.json("GET", "api/kernels"))
+            report.kernels_before = _agent_kernels(client)
         time.sleep(0.5)
         report.fds_before = _fd_count(server.process.pid)
 
@@ -257,7 +268,7 @@ def run_load(duration: float = 60.0, agents: int = 6, sessions: int = 3, seed: i
                     report.problems.append(f"session {name} lost: {alive.get(name)}")
             report.counts["session restarts/evictions"] = sum(listing["totals"].values())
             for _ in range(50):  # per-call kernels finish shutting down after their answer
-                report.kernels_after = len(client.json("GET", "api/kernels"))
+                report.kernels_after = _agent_kernels(client)
                 if report.kernels_after <= report.kernels_before:
                     break
                 time.sleep(0.1)
