@@ -270,6 +270,7 @@ def test_events_of_an_edit_an_eval_a_recovery_an_eviction_and_a_refusal(audited:
         "route",
         "status_code",
         "resource",
+        "state",
         "le",
     }
     for name, labels in after:
