@@ -151,6 +151,7 @@ def run(options: argparse.Namespace) -> BenchResult:
         "targets": {"text_vs_json": "<= 0.8"},
         "met": text_vs_json <= 0.8,
     }
+    result.add_check("whole corpus", "format=text bytes / JSON answer bytes", round(text_vs_json, 3), 0.8)
     notes.append(
         f"Whole corpus: raw {totals[RAW] / 1e6:.1f} MB (~{totals[RAW] // CHARS_PER_TOKEN:,} tokens), JSON "
         f"answer {totals[JSON_ANSWER] / 1e6:.2f} MB (~{totals[JSON_ANSWER] // CHARS_PER_TOKEN:,} tokens), "
