@@ -18,6 +18,7 @@ import asyncio
 import errno
 import os
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ EDIT_ATTEMPTS = 5
 # Notebooks of more characters than this are parsed (older than nbformat 4: converted) and summarized
 # in a thread (about 10 ms of work on the loop).
 OFF_LOOP_CHARS = 1024 * 1024
+# How many texts in nbformat's layout the store remembers having written (see NotebookStore.change).
+NBFORMAT_LAYOUT_MEMORY = 256
 # Longest path shown in an error message (a refused path can be megabytes long).
 SHOWN_PATH_CHARS = 200
 
@@ -181,6 +184,9 @@ class NotebookStore(Service):
         super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._swept: set[str] = set()  # files whose leftovers of killed saves were looked for
+        # Hashes of texts this store wrote in nbformat's own layout (bounded): editing such a text again
+        # needs no check of its layout.
+        self._nbformat_layout: OrderedDict[str, None] = OrderedDict()
 
     def _lock(self, path: str) -> asyncio.Lock:
         lock = self._locks.get(path)
@@ -462,9 +468,14 @@ class NotebookStore(Service):
                     if loaded.converted_from is not None and not upgrade:
                         raise BadRequest(needs_upgrade(path, loaded.converted_from))
                     notebook, result = transform(loaded.notebook, loaded.hash)
-                    text = await asyncio.to_thread(_file_text, loaded, notebook)
+                    known = True if loaded.hash in self._nbformat_layout else None
+                    text, nbformat_layout = await asyncio.to_thread(_file_text, loaded, notebook, known)
                     saved, current = await self._save(loaded, text)
                     if saved is not None:
+                        if nbformat_layout:
+                            self._nbformat_layout[saved] = None
+                            while len(self._nbformat_layout) > NBFORMAT_LAYOUT_MEMORY:
+                                self._nbformat_layout.popitem(last=False)
                         if notes is not None and loaded.converted_from is not None:
                             notes["upgraded_from"] = loaded.converted_from
                         if audited:
@@ -565,19 +576,25 @@ async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str |
     return await _off_loop_if_large(text, parse_any_notebook, text, path, seed)
 
 
-def _file_text(loaded: LoadedNotebook, notebook: dict[str, Any]) -> str:
-    """The text to save for ``notebook``, validated: in the file's own layout, or nbformat's for a
-    converted file (runs in a thread: validation and layout take a while on big notebooks)."""
+def _file_text(
+    loaded: LoadedNotebook, notebook: dict[str, Any], nbformat_layout: bool | None = None
+) -> tuple[str, bool]:
+    """The text to save for ``notebook``, validated, and whether it is in nbformat's layout: the file's own
+    layout, or nbformat's for a converted file (runs in a thread: validation and layout take a while on
+    big notebooks). ``nbformat_layout``: whether ``loaded.text`` is known to be in nbformat's layout
+    (``None``: look)."""
     if loaded.converted_from is not None:
         validate_notebook(notebook, loaded.path)
-        return serialize_notebook(notebook)
+        return serialize_notebook(notebook), True
     notebook = follow_source_style(loaded.notebook, notebook)
     validate_notebook(notebook, loaded.path, loaded.notebook)
-    if serialize_notebook(loaded.notebook) == loaded.text:
-        # Already in nbformat's layout (every file JupyterLab saved): writing it whole gives the bytes the
-        # splice would, in a fifth of the time.
-        return serialize_notebook(notebook)
-    return render_edit(loaded.text, notebook)
+    if nbformat_layout is None:
+        nbformat_layout = serialize_notebook(loaded.notebook) == loaded.text
+    if nbformat_layout:
+        # Every file JupyterLab saved: writing it whole gives the bytes the splice would, several times
+        # faster.
+        return serialize_notebook(notebook), True
+    return render_edit(loaded.text, notebook), False
 
 
 async def _off_loop_if_large(text: str, func: Callable[..., T], *args: Any) -> T:
