@@ -596,6 +596,8 @@ def test_sessions_commands(cli: Any) -> None:
     header, *rows = listed.stdout.splitlines()
     assert header.split()[:3] == ["NAME", "MODE", "KERNEL"]
     assert any(row.split()[:2] == [session, "session"] for row in rows)
+    assert header.split()[-3:] == ["OUTPUT", "OWNER", "CWD"]  # "LAST OUTPUT", "OWNER", "CWD"
+    assert rows[-1].startswith("Warm kernels for per-call evals: ")  # the server keeps a pool of 1
     assert session in [s["name"] for s in json.loads(cli("sessions", "list", "--json").stdout)["sessions"]]
     idle = cli("sessions", "interrupt", session)
     assert idle.stdout == f"Session {session} was running nothing; its kernel was sent an interrupt.\n"

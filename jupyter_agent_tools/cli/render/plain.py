@@ -86,7 +86,29 @@ SESSION_COLUMNS = (
     ("EXECUTIONS", "executions"),
     ("RESTARTS", "restarts"),
     ("LAST USED", "last_used"),
+    ("LAST OUTPUT", "last_output_at"),
+    ("OWNER", "owner"),
+    ("CWD", "cwd"),
 )
+
+
+def session_cell(session: dict[str, Any], key: str) -> str:
+    """One column of a session row as text (``-`` for nothing, ``.`` for the root as cwd)."""
+    value = session.get(key)
+    if key == "cwd" and value == "":
+        return "."
+    return _cell(value)
+
+
+def pool_line(answer: dict[str, Any]) -> str:
+    """The warm kernel pool in one line, or "" when the server keeps none."""
+    pool = answer.get("pool") or {}
+    if not pool.get("size"):
+        return ""
+    return (
+        f"Warm kernels for per-call evals: {pool.get('ready', 0)} ready, {pool.get('starting', 0)} starting "
+        f"(pool of {pool['size']}, {pool.get('taken', 0)} taken)\n"
+    )
 
 
 def _cell(value: Any) -> str:
@@ -99,13 +121,12 @@ def sessions_text(answer: dict[str, Any]) -> str:
     """The session list as aligned columns."""
     sessions = answer.get("sessions") or []
     if not sessions:
-        return "No sessions.\n"
+        return "No sessions.\n" + pool_line(answer)
     rows = [[title for title, _ in SESSION_COLUMNS]]
-    rows += [[_cell(s.get(key)) for _, key in SESSION_COLUMNS] for s in sessions]
+    rows += [[session_cell(s, key) for _, key in SESSION_COLUMNS] for s in sessions]
     widths = [max(len(row[i]) for row in rows) for i in range(len(SESSION_COLUMNS))]
-    return "".join(
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
-    )
+    lines = ("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return "".join(line + "\n" for line in lines) + pool_line(answer)
 
 
 class PlainRenderer:

@@ -22,7 +22,7 @@ from rich.tree import Tree
 from ...client import AgentAPIError, EvalEvent
 from . import NotebookCall, RunPlan, stream_failure
 from .images import Saver, describe, human_size
-from .plain import PlainRenderer, output_lines
+from .plain import SESSION_COLUMNS, PlainRenderer, output_lines, pool_line, session_cell
 
 COLLAPSED_LINES = 10  # source lines shown before "… n more lines" (--expand shows all)
 TEXT_CAP = 200_000  # characters of a cell's text kept for its final block (the earliest are dropped)
@@ -439,24 +439,25 @@ class TerminalRenderer:
 
     def sessions(self, answer: dict[str, Any]) -> None:
         sessions = answer.get("sessions") or []
+        pool = pool_line(answer).rstrip("\n")
         if not sessions:
             self.console.print(Text("No sessions.", style="dim"))
-            return
-        table = Table(box=None, header_style="bold")
-        for title in ("name", "mode", "kernel", "busy", "queue", "executions", "restarts", "last used"):
-            table.add_column(title)
-        for s in sessions:
-            table.add_row(
-                str(s.get("name")),
-                str(s.get("mode")),
-                str(s.get("kernel_id") or "-"),
-                Text("busy", "yellow") if s.get("busy") else Text("idle", "green"),
-                str(s.get("queue_depth")),
-                str(s.get("executions")),
-                str(s.get("restarts")),
-                str(s.get("last_used")),
-            )
-        self.console.print(table)
+        else:
+            table = Table(box=None, header_style="bold")
+            for title, _ in SESSION_COLUMNS:
+                table.add_column(title.lower())
+            for s in sessions:
+                table.add_row(
+                    *(
+                        (Text("busy", "yellow") if s.get("busy") else Text("idle", "green"))
+                        if key == "busy"
+                        else session_cell(s, key)
+                        for _, key in SESSION_COLUMNS
+                    )
+                )
+            self.console.print(table)
+        if pool:
+            self.console.print(Text(pool, style="dim"))
 
     def done(self, message: str, answer: dict[str, Any]) -> None:
         self.console.print(Text.assemble(("✓ ", "green"), message))
