@@ -58,6 +58,8 @@ EDIT_ATTEMPTS = 5
 OFF_LOOP_CHARS = 1024 * 1024
 # How many texts in nbformat's layout the store remembers having written (see NotebookStore.change).
 NBFORMAT_LAYOUT_MEMORY = 256
+# How many texts' validation results (``problems`` of a read) the store keeps.
+PROBLEMS_MEMORY = 64
 # Longest path shown in an error message (a refused path can be megabytes long).
 SHOWN_PATH_CHARS = 200
 
@@ -187,6 +189,9 @@ class NotebookStore(Service):
         # Hashes of texts this store wrote in nbformat's own layout (bounded): editing such a text again
         # needs no check of its layout.
         self._nbformat_layout: OrderedDict[str, None] = OrderedDict()
+        # What nbformat finds wrong with a text, by its hash (bounded): the pages of one big notebook are
+        # validated once.
+        self._problems: OrderedDict[str, list[str]] = OrderedDict()
 
     def _lock(self, path: str) -> asyncio.Lock:
         lock = self._locks.get(path)
@@ -348,16 +353,24 @@ class NotebookStore(Service):
         loaded = await self._read(path)
         return read_output(loaded.notebook, loaded.path, loaded.hash, cell, n)
 
-    @staticmethod
-    async def _fidelity(loaded: LoadedNotebook | LiveNotebook) -> dict[str, Any]:
+    async def _fidelity(self, loaded: LoadedNotebook | LiveNotebook) -> dict[str, Any]:
         """What a read adds about the file itself: the version it was converted from, its problems."""
         fields: dict[str, Any] = {}
         if isinstance(loaded, LoadedNotebook) and loaded.converted_from is not None:
             fields["converted_from"] = loaded.converted_from
-        problems = await asyncio.to_thread(notebook_problems, loaded.notebook)
+        problems = self._problems.get(loaded.hash)
+        if problems is None:  # a new text: validate it once (a notebook of 5,000 cells takes ~0.25 s)
+            problems = await asyncio.to_thread(notebook_problems, loaded.notebook)
+            self._remember_problems(loaded.hash, problems)
         if problems:
-            fields["problems"] = problems
+            fields["problems"] = list(problems)
         return fields
+
+    def _remember_problems(self, hash_: str, problems: list[str]) -> None:
+        self._problems[hash_] = problems
+        self._problems.move_to_end(hash_)
+        while len(self._problems) > PROBLEMS_MEMORY:
+            self._problems.popitem(last=False)
 
     async def load(self, path: str, *, writable: bool = False) -> tuple[str, dict[str, Any], str, bool]:
         """(checked path, the notebook dict, its hash, whether it is a live document) for a caller that
