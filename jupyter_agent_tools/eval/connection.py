@@ -36,7 +36,9 @@ class KernelConnection(Protocol):
     """What the executor needs from a kernel."""
 
     kernel_id: str
-    messages: Messages
+
+    @property
+    def messages(self) -> Messages: ...
     lost_state: bool  # the kernel was restarted under this connection (by its manager or gateway)
 
     async def start(self, ready_timeout: float) -> None: ...
@@ -128,7 +130,8 @@ class LocalKernelConnection:
         """Subscribe the reader's own socket, wait until it receives (a SUB socket misses what is sent
         before its subscription reaches the kernel), then stop the client's iopub channel."""
         loop = asyncio.get_running_loop()
-        context = zmq.Context.shadow(client.context.underlying)  # a sync view: the socket is the thread's
+        # a sync view of the client's context: the socket belongs to the reader thread
+        context: Any = zmq.Context.shadow(client.context.underlying)
         socket = context.socket(zmq.SUB)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.RCVHWM, 0)  # unlimited: the reader bounds memory by bytes, never drops

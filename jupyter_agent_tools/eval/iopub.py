@@ -258,7 +258,8 @@ class MessageQueue:
                 return msg
             if reader.error is not None and not self._failed:
                 self._failed = True
-                return {"channel": "event", "event": "disconnected", "reason": f"iopub reader: {reader.error}"}
+                reason = f"iopub reader: {reader.error}"
+                return {"channel": "event", "event": "disconnected", "reason": reason}
         raise asyncio.QueueEmpty
 
     async def get(self) -> dict[str, Any]:

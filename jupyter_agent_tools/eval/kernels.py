@@ -72,7 +72,6 @@ class KernelService(Service):
     def _valid_iopub_buffer_bytes(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-
     def __init__(self, kernel_manager: Any = None, **kwargs: Any):
         super().__init__(**given(kwargs, kernel_manager=kernel_manager))
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
