@@ -39,6 +39,7 @@ class KernelConnection(Protocol):
 
     @property
     def messages(self) -> Messages: ...
+
     lost_state: bool  # the kernel was restarted under this connection (by its manager or gateway)
 
     async def start(self, ready_timeout: float) -> None: ...
