@@ -15,7 +15,10 @@ from typing import Any
 
 import psutil
 import pytest
+import zmq
 
+from jupyter_agent_tools.eval.connection import drain
+from jupyter_agent_tools.eval.iopub import IopubReader, MessageQueue
 from jupyter_agent_tools.eval.service import OUTPUT_MAY_BE_INCOMPLETE
 
 pytestmark = pytest.mark.timeout(240)
@@ -110,3 +113,49 @@ async def test_flood_while_the_server_is_blocked_loses_nothing(evaluate, api, jp
     # 80 MB arrived while nothing was processed: all but the budget waited in the spool file
     assert rss.growth < WATCHER + BUDGET + MARGIN, f"grew by {rss.growth / MIB:.1f} MiB"
     assert (await evaluate("print('next')", session="flood"))["output"] == "next\n"
+
+
+async def test_reader_keeps_order_through_its_spool_within_its_budget():
+    """Real ZMQ sockets: 3000 messages (one of them bigger than the budget) arrive while nobody takes
+    them; they come out in order and whole, memory never held more than the budget plus one message, and
+    closing joins the thread and removes the spool file."""
+    loop = asyncio.get_running_loop()
+    context = zmq.Context()
+    pub = context.socket(zmq.PUB)
+    pub.setsockopt(zmq.SNDHWM, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    queue = MessageQueue(lambda frames: {"frames": frames})
+    budget = 64 * 1024
+    reader = IopubReader(sub, budget, lambda: loop.call_soon_threadsafe(queue.wake))
+    queue.reader = reader
+    reader.start()
+    try:
+        while not reader.received:  # the subscription reaches the publisher
+            pub.send_multipart([b"probe"])
+            await asyncio.sleep(0.01)
+        assert drain(queue) >= 1
+        sent = [[b"id", f"{i}".encode(), b"x" * (i % 97) * 50] for i in range(3000)]
+        sent[1500][2] = b"y" * (3 * budget)  # one message larger than the whole budget: held whole
+        for frames in sent:
+            pub.send_multipart(frames)
+        deadline = time.monotonic() + 30
+        while reader.received < 3000 + 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # nobody takes anything meanwhile
+        assert reader.spooled_total > 0
+        spool_file = reader._spool._file
+        assert spool_file is not None and os.fstat(spool_file.fileno()).st_size > budget
+        got = [(await asyncio.wait_for(queue.get(), 10))["frames"] for _ in sent]
+        assert got == sent
+        assert reader.peak_memory_bytes <= budget + 3 * budget + 100
+        with pytest.raises(asyncio.QueueEmpty):
+            queue.get_nowait()
+    finally:
+        reader.close()
+        pub.close(linger=0)
+        context.term()  # would block if the reader's socket were still open
+    assert not reader._thread.is_alive()
+    assert spool_file.closed
