@@ -219,7 +219,7 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     iopub_buffer_bytes = Int(
-        32 * 1024 * 1024,
+        8 * 1024 * 1024,
         help="Bytes of a kernel's output (iopub messages) the server holds in memory ahead of the code that "
         "processes them, per kernel connection. The output is read as fast as the kernel sends it (so none "
         "is lost); past this budget it waits in a private temporary file, read back in order. One larger "

@@ -89,7 +89,7 @@ class LocalKernelConnection:
         kernel_id: str,
         *,
         iopub_hwm: int = 2,
-        iopub_buffer_bytes: int = 32 * 1024 * 1024,
+        iopub_buffer_bytes: int = 8 * 1024 * 1024,
     ):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id

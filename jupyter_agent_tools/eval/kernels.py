@@ -53,7 +53,7 @@ class KernelService(Service):
     fd_headroom = Int(64, help="Free file descriptors required before a local kernel start (0: no check).")
     iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's shell/stdin channels.")
     iopub_buffer_bytes = Int(
-        32 * 1024 * 1024, help="Bytes of a kernel connection's unread output held in memory (then spooled)."
+        8 * 1024 * 1024, help="Bytes of a kernel connection's unread output held in memory (then spooled)."
     )
 
     @validate("ready_timeout")
