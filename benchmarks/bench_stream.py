@@ -474,9 +474,8 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         "other work on the machine (see the load average): the ratio is far from the 0.9x target, and "
         "closing the gap needs the server to decode each iopub message once (share the activity "
         "watcher's stream, skip date parsing) rather than small tweaks.",
-        "Memory: the eval connection reads the kernel's output on a thread as fast as it comes (none is "
-        "dropped) and holds at most iopub_buffer_bytes (8 MB) of it in memory, the rest in a spool "
-        "file. The stream holds at most stream_backlog_bytes (16 MB) for a client that reads slower "
+        "Memory: the eval connection lets ZMQ queue at most iopub_hwm (2) kernel messages ahead of the "
+        "server, the stream holds at most stream_backlog_bytes (16 MB) for a client that reads slower "
         "(past it: gap events, the artifact keeps everything), and a big message is sent as chunk events "
         "of at most 1 MB. An unflushed print still arrives as one message of up to 100 MB, which the "
         "server holds whole while it decodes it (jupyter_server alone does: the raw rows) and the eval "

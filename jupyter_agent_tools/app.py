@@ -214,16 +214,10 @@ class AgentToolsApp(ExtensionApp):
 
     iopub_hwm = Int(
         2,
-        help="Most shell and stdin messages of a kernel ZMQ receives into the server ahead of the code that "
-        "processes them (per kernel connection). Output (iopub) is bounded by iopub_buffer_bytes instead.",
-    ).tag(config=True)
-
-    iopub_buffer_bytes = Int(
-        8 * 1024 * 1024,
-        help="Bytes of a kernel's output (iopub messages) the server holds in memory ahead of the code that "
-        "processes them, per kernel connection. The output is read as fast as the kernel sends it (so none "
-        "is lost); past this budget it waits in a private temporary file, read back in order. One larger "
-        "message (a single huge print) is held whole.",
+        help="Most kernel output messages ZMQ receives into the server ahead of the code that processes "
+        "them (per kernel connection). Lower bounds the server's memory when a kernel prints faster than "
+        "the server reads (each message may be megabytes); higher absorbs longer floods of small "
+        "messages before the kernel drops some (its own buffer holds 1000).",
     ).tag(config=True)
 
     artifacts_dir = Unicode(
@@ -263,8 +257,7 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.eval.kernels.KernelService",
         klass=KernelService,
         help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
-        "Built with parent=the app and kernel_manager, ready_timeout, fd_headroom, iopub_hwm, "
-        "iopub_buffer_bytes.",
+        "Built with parent=the app and kernel_manager, ready_timeout, fd_headroom, iopub_hwm.",
     ).tag(config=True)
 
     session_manager_class = Type(
@@ -345,10 +338,6 @@ class AgentToolsApp(ExtensionApp):
     def _valid_hwm(self, proposal: Any) -> int:
         return _in_range(proposal, 1, 100_000, "messages")
 
-    @validate("iopub_buffer_bytes")
-    def _valid_iopub_buffer(self, proposal: Any) -> int:
-        return _in_range(proposal, 64 * 1024, 16 * GIB)
-
     audit: Audit
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -392,7 +381,6 @@ class AgentToolsApp(ExtensionApp):
             ready_timeout=self.kernel_ready_timeout,
             fd_headroom=self.fd_headroom,
             iopub_hwm=self.iopub_hwm,
-            iopub_buffer_bytes=self.iopub_buffer_bytes,
         )
         sessions = cast("type[SessionManager]", self.session_manager_class)(
             parent=self,

@@ -17,29 +17,14 @@ from uuid import uuid4
 import zmq
 from jupyter_core.utils import ensure_async
 
-from .iopub import IopubReader, MessageQueue
-
 log = logging.getLogger(__name__)
-
-
-class Messages(Protocol):
-    """A connection's queue of messages (an ``asyncio.Queue`` or :class:`.iopub.MessageQueue`)."""
-
-    def get_nowait(self) -> dict[str, Any]: ...
-
-    async def get(self) -> dict[str, Any]: ...
-
-    def put_nowait(self, item: dict[str, Any]) -> None: ...
 
 
 class KernelConnection(Protocol):
     """What the executor needs from a kernel."""
 
     kernel_id: str
-
-    @property
-    def messages(self) -> Messages: ...
-
+    messages: asyncio.Queue[dict[str, Any]]
     lost_state: bool  # the kernel was restarted under this connection (by its manager or gateway)
 
     async def start(self, ready_timeout: float) -> None: ...
@@ -58,10 +43,8 @@ def event(name: str, **data: Any) -> dict[str, Any]:
     return {"channel": "event", "event": name, **data}
 
 
-def drain(queue: Messages) -> int:
+def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
     """Drop every queued message (left over from earlier executions); return how many."""
-    if isinstance(queue, MessageQueue):
-        return queue.discard()  # without decoding what waits raw
     dropped = 0
     while True:
         try:
@@ -77,26 +60,16 @@ class LocalKernelConnection:
     Each connection has its own session id (the ZMQ identity), so several clients of one kernel do not
     steal each other's replies, and its channels are always stopped on :meth:`close`.
 
-    Its iopub messages are received by an :class:`.iopub.IopubReader` thread as fast as the kernel sends
-    them (ZMQ PUB/SUB has no back-pressure: a slower subscriber loses messages) and held raw, at most
-    ``iopub_buffer_bytes`` in memory and the rest in a private spool file, until the executor takes them.
-    The shell and stdin channels receive at most ``iopub_hwm`` messages ahead of the executor.
+    ZMQ receives messages ahead of the executor, up to ``iopub_hwm`` messages per socket. A kernel that
+    prints faster than the server processes its output (10 MB flushes) would otherwise fill the server
+    with up to ZMQ's default of 1000 messages; past the bound the messages wait in the kernel instead.
     """
 
-    def __init__(
-        self,
-        kernel_manager: Any,
-        kernel_id: str,
-        *,
-        iopub_hwm: int = 2,
-        iopub_buffer_bytes: int = 8 * 1024 * 1024,
-    ):
+    def __init__(self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 2):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
         self.iopub_hwm = iopub_hwm
-        self.iopub_buffer_bytes = iopub_buffer_bytes
-        self.messages = MessageQueue(self._decode)
-        self.reader: IopubReader | None = None
+        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lost_state = False
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -110,13 +83,11 @@ class LocalKernelConnection:
         self._client = client
         client.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
         try:
-            deadline = asyncio.get_running_loop().time() + ready_timeout
             await client.wait_for_ready(timeout=ready_timeout)
-            await self._start_reader(client, deadline)
         except BaseException:
             await self.close()
             raise
-        for name in ("shell", "stdin"):
+        for name in ("shell", "iopub", "stdin"):
             channel = getattr(client, f"{name}_channel")
             self._tasks.append(asyncio.create_task(self._pump(name, channel)))
         for kind in ("restart", "dead"):
@@ -126,45 +97,6 @@ class LocalKernelConnection:
             except Exception:  # the manager may not support restart callbacks
                 continue
             self._callbacks.append((callback, kind))
-
-    async def _start_reader(self, client: Any, deadline: float) -> None:
-        """Subscribe the reader's own socket, wait until it receives (a SUB socket misses what is sent
-        before its subscription reaches the kernel), then stop the client's iopub channel."""
-        loop = asyncio.get_running_loop()
-        # a sync view of the client's context: the socket belongs to the reader thread
-        context: Any = zmq.Context.shadow(client.context.underlying)
-        socket = context.socket(zmq.SUB)
-        socket.setsockopt(zmq.LINGER, 0)
-        socket.setsockopt(zmq.RCVHWM, 0)  # unlimited: the reader bounds memory by bytes, never drops
-        socket.setsockopt(zmq.SUBSCRIBE, b"")
-        try:
-            socket.connect(client._make_url("iopub"))
-        except BaseException:
-            socket.close(linger=0)
-            raise
-        queue = self.messages
-
-        def notify() -> None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(queue.wake)
-
-        self.reader = reader = IopubReader(socket, self.iopub_buffer_bytes, notify)
-        queue.reader = reader
-        reader.start()
-        while not reader.received:
-            if loop.time() >= deadline:
-                raise TimeoutError("the kernel's output channel did not connect")
-            client.kernel_info()  # its busy/idle status reaches every subscriber
-            waited = loop.time() + 0.2
-            while not reader.received and loop.time() < waited:
-                await asyncio.sleep(0.01)
-        client.iopub_channel.stop()
-        queue.discard()
-
-    def _decode(self, frames: list[bytes]) -> dict[str, Any]:
-        session = self._client.session
-        _, msg_list = session.feed_identities(frames)
-        return dict(session.deserialize(msg_list))
 
     def _notice(self, kind: str) -> Any:
         def callback() -> None:
@@ -221,13 +153,6 @@ class LocalKernelConnection:
             with contextlib.suppress(Exception):
                 self.kernel_manager.remove_restart_callback(self.kernel_id, callback, kind)
         self._callbacks.clear()
-        if self.reader is not None:
-            reader, self.reader = self.reader, None
-            self.messages.reader = None
-            try:  # joins its thread: at most one poll interval, or a spool write, off the event loop
-                await asyncio.get_running_loop().run_in_executor(None, reader.close)
-            except RuntimeError:  # the executor is shut down (the server is stopping)
-                reader.close()
         if self._client is not None:
             client, self._client = self._client, None
             try:

@@ -208,14 +208,10 @@ async def run_cell(
     try:
         while not run.done and not run.result.kernel_died:
             try:
-                msg = conn.messages.get_nowait()
+                await run.handle(conn.messages.get_nowait())
+                continue
             except asyncio.QueueEmpty:
                 pass
-            else:
-                await run.handle(msg)
-                # a backlog (the iopub intake holds up to its byte budget) must not hold the event loop
-                await asyncio.sleep(0)
-                continue
             now = loop.time()
             if interrupted_at is None and (cancel.is_set() or now >= limits.deadline):
                 if cancel.is_set():

@@ -51,10 +51,7 @@ class KernelService(Service):
     kernel_manager = AnyTrait(help="The server's kernel manager (local, or a gateway's).")
     ready_timeout = Float(60.0, help="Seconds a new kernel may take to answer before its start fails.")
     fd_headroom = Int(64, help="Free file descriptors required before a local kernel start (0: no check).")
-    iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's shell/stdin channels.")
-    iopub_buffer_bytes = Int(
-        8 * 1024 * 1024, help="Bytes of a kernel connection's unread output held in memory (then spooled)."
-    )
+    iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's iopub channel.")
 
     @validate("ready_timeout")
     def _valid_ready_timeout(self, proposal: Any) -> float:
@@ -68,9 +65,6 @@ class KernelService(Service):
     def _valid_iopub_hwm(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-    @validate("iopub_buffer_bytes")
-    def _valid_iopub_buffer_bytes(self, proposal: Any) -> int:
-        return int(at_least(proposal, 1))
 
     def __init__(self, kernel_manager: Any = None, **kwargs: Any):
         super().__init__(**given(kwargs, kernel_manager=kernel_manager))
@@ -209,12 +203,7 @@ class KernelService(Service):
 
             conn: KernelConnection = GatewayKernelConnection(self.kernel_manager, kernel_id)
         else:
-            conn = LocalKernelConnection(
-                self.kernel_manager,
-                kernel_id,
-                iopub_hwm=self.iopub_hwm,
-                iopub_buffer_bytes=self.iopub_buffer_bytes,
-            )
+            conn = LocalKernelConnection(self.kernel_manager, kernel_id, iopub_hwm=self.iopub_hwm)
         await conn.start(self.ready_timeout)
         return conn
 
