@@ -158,6 +158,23 @@ class EvalService(Service):
     async def shutdown(self) -> None:
         """Shut down every kernel this service started: sessions', per-call ones still running, pooled."""
         await asyncio.gather(self.sessions.shutdown(), self.pool.shutdown())
+        await self._let_starts_finish()
+
+    async def _let_starts_finish(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) for kernels of the manager whose start is still pending (a launch abandoned by a
+        cancelled request): the server's own cleanup shuts every kernel down next, and jupyter_client
+        raises InvalidStateError when asked to shut down a kernel whose ``ready`` future is not done."""
+        manager = self.kernels.kernel_manager
+        pending = []
+        for kernel_id in list(manager.list_kernel_ids()):
+            try:
+                ready = getattr(manager.get_kernel(kernel_id), "ready", None)
+            except Exception:
+                continue
+            if isinstance(ready, asyncio.Future) and not ready.done():
+                pending.append(asyncio.shield(ready))
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
 
     async def delete_session(self, name: str) -> None:
         """Shut a session (named or a running per-call one) and its kernel down."""
