@@ -23,6 +23,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from .format import content_hash
@@ -54,8 +55,8 @@ class Snapshot:
     data: bytes
     mtime_ns: int
 
-    @property
-    def hash(self) -> str:
+    @cached_property
+    def hash(self) -> str:  # read twice per load: hashing megabytes once is enough
         return content_hash(self.data)
 
 
