@@ -214,10 +214,17 @@ class AgentToolsApp(ExtensionApp):
 
     iopub_hwm = Int(
         2,
-        help="Most kernel output messages ZMQ receives into the server ahead of the code that processes "
-        "them (per kernel connection). Lower bounds the server's memory when a kernel prints faster than "
-        "the server reads (each message may be megabytes); higher absorbs longer floods of small "
-        "messages before the kernel drops some (its own buffer holds 1000).",
+        help="Most kernel output messages ZMQ receives into the server (per kernel connection) beyond those "
+        "the connection already holds (iopub_buffer_bytes). Counted in messages of any size: a kernel "
+        "message may be 100 MB.",
+    ).tag(config=True)
+
+    iopub_buffer_bytes = Int(
+        16 * 1024 * 1024,
+        help="Bytes of kernel output messages a kernel connection takes in ahead of the code that processes "
+        "them (a message that arrives with room left is taken whole); past it the connection stops reading "
+        "and the kernel holds the rest. Too little makes a kernel that prints fast drop messages (it keeps "
+        "1000 at most); 0: no byte limit (iopub_hwm alone).",
     ).tag(config=True)
 
     artifacts_dir = Unicode(
@@ -257,7 +264,8 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.eval.kernels.KernelService",
         klass=KernelService,
         help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
-        "Built with parent=the app and kernel_manager, ready_timeout, fd_headroom, iopub_hwm.",
+        "Built with parent=the app and kernel_manager, ready_timeout, fd_headroom, iopub_hwm, "
+        "iopub_buffer_bytes.",
     ).tag(config=True)
 
     session_manager_class = Type(
@@ -338,6 +346,10 @@ class AgentToolsApp(ExtensionApp):
     def _valid_hwm(self, proposal: Any) -> int:
         return _in_range(proposal, 1, 100_000, "messages")
 
+    @validate("iopub_buffer_bytes")
+    def _valid_iopub_buffer(self, proposal: Any) -> int:
+        return _in_range(proposal, 0, GIB)
+
     audit: Audit
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -381,6 +393,7 @@ class AgentToolsApp(ExtensionApp):
             ready_timeout=self.kernel_ready_timeout,
             fd_headroom=self.fd_headroom,
             iopub_hwm=self.iopub_hwm,
+            iopub_buffer_bytes=self.iopub_buffer_bytes,
         )
         sessions = cast("type[SessionManager]", self.session_manager_class)(
             parent=self,

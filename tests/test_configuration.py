@@ -42,6 +42,7 @@ DOCUMENTED = {
     "kernel_ready_timeout": (20.0, "kernels", "ready_timeout"),
     "fd_headroom": (0, "kernels", "fd_headroom"),
     "iopub_hwm": (7, "kernels", "iopub_hwm"),
+    "iopub_buffer_bytes": (3_000_000, "kernels", "iopub_buffer_bytes"),
     "max_output_bytes": (4096, "eval", "max_output_bytes"),
     "interrupt_timeout": (2.5, "eval", "interrupt_grace"),
     "max_cells_per_request": (5, "eval", "max_cells"),
@@ -144,6 +145,7 @@ INVALID = [
     ("stream_heartbeat_interval", 0.0, "greater than 0"),
     ("kernel_ready_timeout", float("nan"), "greater than 0"),
     ("iopub_hwm", 0, "between 1 and 100000"),
+    ("iopub_buffer_bytes", -1, "between 0 and"),
 ]
 
 

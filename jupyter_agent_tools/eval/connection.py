@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from typing import Any, Protocol
 from uuid import uuid4
 
@@ -54,22 +55,80 @@ def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
         dropped += 1
 
 
+class MessageQueue(asyncio.Queue[dict[str, Any]]):
+    """A connection's queue of messages that counts the bytes of the messages it holds.
+
+    ``room`` is set while they are at most ``budget`` bytes (always, with budget 0).
+    """
+
+    def __init__(self, budget: int = 0) -> None:
+        super().__init__()
+        self.budget = budget
+        self.bytes = 0
+        self.room = asyncio.Event()
+        self.room.set()
+        self._sizes: deque[int] = deque()
+        self._next_size = 0
+
+    def put_sized(self, item: dict[str, Any], size: int) -> None:
+        """Queue a message of ``size`` bytes (its frames, as received)."""
+        self._next_size = size
+        self.put_nowait(item)
+
+    # asyncio.Queue's hooks for subclasses, under every put and get
+    def _put(self, item: dict[str, Any]) -> None:
+        super()._put(item)
+        size, self._next_size = self._next_size, 0
+        self._sizes.append(size)
+        self.bytes += size
+        if self.budget and self.bytes > self.budget:
+            self.room.clear()
+
+    def _get(self) -> dict[str, Any]:
+        item: dict[str, Any] = super()._get()
+        self.bytes -= self._sizes.popleft()
+        if self.bytes <= self.budget or not self.budget:
+            self.room.set()
+        return item
+
+
+def _recv_now(socket: zmq.Socket[Any]) -> list[Any] | None:
+    """The next message ZMQ has already received, or None (without waiting)."""
+    try:
+        return socket.recv_multipart(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        return None
+
+
+def _decode(session: Any, frames: list[Any], channel: str) -> Any:
+    """A Jupyter message from its frames (signature checked by the session), tagged with its channel."""
+    _, parts = session.feed_identities(frames, copy=False)
+    msg = session.deserialize(parts, content=True, copy=False)
+    msg["channel"] = channel
+    return msg
+
+
 class LocalKernelConnection:
     """A ZMQ client of a kernel started by the server's (non-gateway) kernel manager.
 
     Each connection has its own session id (the ZMQ identity), so several clients of one kernel do not
     steal each other's replies, and its channels are always stopped on :meth:`close`.
 
-    ZMQ receives messages ahead of the executor, up to ``iopub_hwm`` messages per socket. A kernel that
-    prints faster than the server processes its output (10 MB flushes) would otherwise fill the server
-    with up to ZMQ's default of 1000 messages; past the bound the messages wait in the kernel instead.
+    Output is taken from the kernel as fast as the server can: the iopub pump moves every message ZMQ
+    has received to :attr:`messages` until they hold ``iopub_buffer_bytes`` (the executor takes them from
+    there), and only then waits. ZMQ itself holds at most ``iopub_hwm`` messages more: its limit counts
+    messages of any size (a kernel message may be 100 MB), the budget counts bytes. Past both, messages
+    wait in the kernel (which drops them past its own 1000).
     """
 
-    def __init__(self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 2):
+    def __init__(
+        self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 2, iopub_buffer_bytes: int = 0
+    ):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
         self.iopub_hwm = iopub_hwm
-        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.queue = MessageQueue(iopub_buffer_bytes)
+        self.messages: asyncio.Queue[dict[str, Any]] = self.queue
         self.lost_state = False
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -106,16 +165,26 @@ class LocalKernelConnection:
         return callback
 
     async def _pump(self, name: str, channel: Any) -> None:
+        """Move the channel's messages to the queue as they come; iopub waits while it is full."""
+        socket, session, queue = channel.socket, self._client.session, self.queue
+        # the same socket, for receives that never wait
+        now: zmq.Socket[Any] = zmq.Socket.shadow(socket.underlying)
+        iopub = name == "iopub"
         while True:
             try:
-                msg = await channel.get_msg(timeout=None)
+                frames = await socket.recv_multipart(copy=False)
+                while frames is not None:
+                    msg = _decode(session, frames, name)
+                    queue.put_sized(msg, sum(len(f) for f in frames) if iopub else 0)
+                    if iopub and not queue.room.is_set():
+                        del frames, msg  # the queue holds the decoded message; ZMQ's frames can go
+                        await queue.room.wait()
+                    frames = _recv_now(now)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                self.messages.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
+                queue.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
                 return
-            msg["channel"] = name
-            self.messages.put_nowait(msg)
 
     def execute(self, code: str, *, silent: bool = False, store_history: bool = True) -> str:
         return str(

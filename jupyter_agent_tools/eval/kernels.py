@@ -52,6 +52,7 @@ class KernelService(Service):
     ready_timeout = Float(60.0, help="Seconds a new kernel may take to answer before its start fails.")
     fd_headroom = Int(64, help="Free file descriptors required before a local kernel start (0: no check).")
     iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's iopub channel.")
+    iopub_buffer_bytes = Int(0, help="Bytes of iopub messages a connection takes in ahead (0: no limit).")
 
     @validate("ready_timeout")
     def _valid_ready_timeout(self, proposal: Any) -> float:
@@ -65,6 +66,9 @@ class KernelService(Service):
     def _valid_iopub_hwm(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
+    @validate("iopub_buffer_bytes")
+    def _valid_iopub_buffer(self, proposal: Any) -> int:
+        return int(at_least(proposal, 0))
 
     def __init__(self, kernel_manager: Any = None, **kwargs: Any):
         super().__init__(**given(kwargs, kernel_manager=kernel_manager))
@@ -203,7 +207,12 @@ class KernelService(Service):
 
             conn: KernelConnection = GatewayKernelConnection(self.kernel_manager, kernel_id)
         else:
-            conn = LocalKernelConnection(self.kernel_manager, kernel_id, iopub_hwm=self.iopub_hwm)
+            conn = LocalKernelConnection(
+                self.kernel_manager,
+                kernel_id,
+                iopub_hwm=self.iopub_hwm,
+                iopub_buffer_bytes=self.iopub_buffer_bytes,
+            )
         await conn.start(self.ready_timeout)
         return conn
 

@@ -30,6 +30,16 @@ def _ignore(_: dict[str, Any]) -> None:
 WRITE_CHARS = 1 << 20
 
 
+def ndjson_line(event: dict[str, Any]) -> str:
+    """One event as a line of NDJSON (UTF-8 text, not \\u escapes).
+
+    An all-ASCII chunk takes json's ASCII encoder: the same bytes, about 1.5 times as fast.
+    """
+    text = event.get("text")
+    ascii_chunk = event.get("type") == "chunk" and isinstance(text, str) and text.isascii()
+    return json.dumps(event, ensure_ascii=ascii_chunk) + "\n"
+
+
 class EvalHandler(AgentAPIHandler):
     """POST runs cells (``execute`` on ``kernels``). A client that disconnects cancels the run."""
 
@@ -106,7 +116,7 @@ class EvalHandler(AgentAPIHandler):
                     self.set_header("Content-Type", NDJSON)
                     self.set_header("Cache-Control", "no-cache")
                     self.set_header("X-Accel-Buffering", "no")
-                self.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in batch))
+                self.write("".join(map(ndjson_line, batch)))
                 del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
                 await self.flush()
                 backlog.sent()

@@ -1,0 +1,98 @@
+"""How a kernel connection takes in iopub: bounded in bytes, in order, nothing lost.
+
+The pure part tests :class:`MessageQueue`'s byte accounting; the rest runs a real ipykernel started by
+jupyter_client's ``AsyncKernelManager`` (the connection only needs ``get_kernel`` and restart callbacks
+from the server's kernel manager, so a one-kernel adapter stands in for it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+
+from jupyter_agent_tools.eval.connection import LocalKernelConnection, MessageQueue, event
+
+pytestmark = pytest.mark.timeout(120)
+
+KB = 1000
+LINE = "y" * 99 + "\n"
+
+
+def test_queue_counts_bytes_and_has_room_until_the_budget_is_passed():
+    queue = MessageQueue(budget=250)
+    queue.put_sized({"n": 1}, 100)
+    queue.put_sized({"n": 2}, 100)
+    assert queue.bytes == 200 and queue.room.is_set()
+    queue.put_nowait(event("dead"))  # a notice counts nothing
+    queue.put_sized({"n": 3}, 100)
+    assert queue.bytes == 300 and not queue.room.is_set()
+    assert queue.get_nowait() == {"n": 1}
+    assert queue.bytes == 200 and queue.room.is_set()
+    assert [queue.get_nowait() for _ in range(3)][1:] == [event("dead"), {"n": 3}]
+    assert queue.bytes == 0 and queue.room.is_set()
+
+
+def test_queue_without_budget_always_has_room():
+    queue = MessageQueue()
+    queue.put_sized({}, 10**9)
+    assert queue.room.is_set() and queue.bytes == 10**9
+
+
+class _OneKernel:
+    """The part of the server's kernel manager a connection uses, for one jupyter_client kernel."""
+
+    def __init__(self, km: AsyncKernelManager):
+        self.km = km
+
+    def get_kernel(self, kernel_id: str) -> AsyncKernelManager:
+        return self.km
+
+    def add_restart_callback(self, *args: Any) -> None:
+        pass
+
+    def remove_restart_callback(self, *args: Any) -> None:
+        pass
+
+
+async def _collect(conn: LocalKernelConnection, msg_id: str) -> tuple[str, list[str]]:
+    """Every stream text of ``msg_id`` until its idle status, and the message types in order."""
+    text: list[str] = []
+    types: list[str] = []
+    while True:
+        msg = await asyncio.wait_for(conn.messages.get(), 60)
+        if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
+            continue
+        types.append(msg["msg_type"])
+        if msg["msg_type"] == "stream":
+            text.append(msg["content"]["text"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(text), types
+
+
+async def test_a_connection_holds_about_its_budget_while_nobody_reads_and_loses_nothing():
+    km = AsyncKernelManager()
+    await km.start_kernel()
+    budget = 2_000 * KB
+    conn = LocalKernelConnection(_OneKernel(km), "k", iopub_hwm=2, iopub_buffer_bytes=budget)
+    try:
+        await conn.start(60)
+        flushes = 300  # of 100 KB: 30 MB, 15 times the budget; the kernel keeps up to 1000 messages
+        msg_id = conn.execute(
+            f"block = {LINE!r} * 1000\nfor _ in range({flushes}):\n    print(block, end='', flush=True)\n"
+        )
+        held: list[int] = []
+        for _ in range(30):  # nobody takes messages for 3 s: the kernel has printed everything by then
+            held.append(conn.queue.bytes)
+            await asyncio.sleep(0.1)
+        assert max(held) >= budget // 2, f"the connection took in little: {max(held)} bytes"
+        # one message past the budget at most: each 100 KB print is one message (plus its frames' headers)
+        assert max(held) <= budget + 110 * KB, f"the connection took in {max(held)} bytes"
+        text, types = await _collect(conn, msg_id)
+        assert text == LINE * 1000 * flushes  # every byte, in order
+        assert types[0] == "status" and types.count("stream") == flushes
+    finally:
+        await conn.close()
+        await km.shutdown_kernel(now=True)
