@@ -224,7 +224,7 @@ class AgentToolsApp(ExtensionApp):
         help="Bytes of kernel output messages a kernel connection takes in ahead of the code that processes "
         "them (a message that arrives with room left is taken whole); past it the connection stops reading "
         "and the kernel holds the rest. Too little makes a kernel that prints fast drop messages (it keeps "
-        "1000 at most); 0: no byte limit (iopub_hwm alone).",
+        "1000 at most); 0: no limit (memory grows with a flood).",
     ).tag(config=True)
 
     artifacts_dir = Unicode(
