@@ -58,20 +58,23 @@ def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
 class MessageQueue(asyncio.Queue[dict[str, Any]]):
     """A connection's queue of messages that counts the bytes of the messages it holds.
 
-    ``room`` is set while they are at most ``budget`` bytes (always, with budget 0).
+    A message of ``size`` bytes :meth:`fits` while the queue is empty or holds at most ``budget`` bytes
+    with it (budget 0: always). ``taken`` is set by every get.
     """
 
     def __init__(self, budget: int = 0) -> None:
         super().__init__()
         self.budget = budget
         self.bytes = 0
-        self.room = asyncio.Event()
-        self.room.set()
+        self.taken = asyncio.Event()
         self._sizes: deque[int] = deque()
         self._next_size = 0
 
+    def fits(self, size: int) -> bool:
+        return not self.budget or not self.qsize() or self.bytes + size <= self.budget
+
     def put_sized(self, item: dict[str, Any], size: int) -> None:
-        """Queue a message of ``size`` bytes (its frames, as received)."""
+        """Queue a message of ``size`` bytes (its frames, as received), whether it fits or not."""
         self._next_size = size
         self.put_nowait(item)
 
@@ -81,29 +84,26 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         size, self._next_size = self._next_size, 0
         self._sizes.append(size)
         self.bytes += size
-        if self.budget and self.bytes > self.budget:
-            self.room.clear()
 
     def _get(self) -> dict[str, Any]:
         item: dict[str, Any] = super()._get()
         self.bytes -= self._sizes.popleft()
-        if self.bytes <= self.budget or not self.budget:
-            self.room.set()
+        self.taken.set()
         return item
 
 
-def _recv_now(socket: zmq.Socket[Any]) -> list[Any] | None:
+def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
     """The next message ZMQ has already received, or None (without waiting)."""
     try:
-        return socket.recv_multipart(zmq.NOBLOCK, copy=False)
+        return socket.recv_multipart(zmq.NOBLOCK)
     except zmq.Again:
         return None
 
 
-def _decode(session: Any, frames: list[Any], channel: str) -> Any:
+def _decode(session: Any, frames: list[bytes], channel: str) -> Any:
     """A Jupyter message from its frames (signature checked by the session), tagged with its channel."""
-    _, parts = session.feed_identities(frames, copy=False)
-    msg = session.deserialize(parts, content=True, copy=False)
+    _, parts = session.feed_identities(frames)
+    msg = session.deserialize(parts)
     msg["channel"] = channel
     return msg
 
@@ -115,10 +115,11 @@ class LocalKernelConnection:
     steal each other's replies, and its channels are always stopped on :meth:`close`.
 
     Output is taken from the kernel as fast as the server can: the iopub pump moves every message ZMQ
-    has received to :attr:`messages` until they hold ``iopub_buffer_bytes`` (the executor takes them from
-    there), and only then waits. ZMQ itself holds at most ``iopub_hwm`` messages more: its limit counts
-    messages of any size (a kernel message may be 100 MB), the budget counts bytes. Past both, messages
-    wait in the kernel (which drops them past its own 1000).
+    has received to :attr:`messages` while it fits in ``iopub_buffer_bytes`` (the executor takes them
+    from there; one message always fits an empty queue), and otherwise holds it until it fits. ZMQ
+    itself holds at most ``iopub_hwm`` messages more: its limit counts messages of any size (a kernel
+    message may be 100 MB), the budget counts bytes. Past both, messages wait in the kernel (which drops
+    them past its own 1000).
     """
 
     def __init__(
@@ -165,20 +166,21 @@ class LocalKernelConnection:
         return callback
 
     async def _pump(self, name: str, channel: Any) -> None:
-        """Move the channel's messages to the queue as they come; iopub waits while it is full."""
+        """Move the channel's messages to the queue as they come; iopub's wait while they do not fit."""
         socket, session, queue = channel.socket, self._client.session, self.queue
         # the same socket, for receives that never wait
         now: zmq.Socket[Any] = zmq.Socket.shadow(socket.underlying)
         iopub = name == "iopub"
         while True:
             try:
-                frames = await socket.recv_multipart(copy=False)
+                # copied into bytes as received: ZMQ's buffer goes at once (frames would keep it alive)
+                frames = await socket.recv_multipart()
                 while frames is not None:
-                    msg = _decode(session, frames, name)
-                    queue.put_sized(msg, sum(len(f) for f in frames) if iopub else 0)
-                    if iopub and not queue.room.is_set():
-                        del frames, msg  # the queue holds the decoded message; ZMQ's frames can go
-                        await queue.room.wait()
+                    size = sum(len(f) for f in frames) if iopub else 0
+                    while not queue.fits(size):  # the message waits here, undecoded, ZMQ's stop behind it
+                        queue.taken.clear()
+                        await queue.taken.wait()
+                    queue.put_sized(_decode(session, frames, name), size)
                     frames = _recv_now(now)
             except asyncio.CancelledError:
                 raise
