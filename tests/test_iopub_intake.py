@@ -95,3 +95,38 @@ async def test_a_connection_holds_about_its_budget_while_nobody_reads_and_loses_
     finally:
         await conn.close()
         await km.shutdown_kernel(now=True)
+
+
+async def test_big_messages_decode_to_the_same_content_as_small_ones():
+    """Contents from 1 MB on take the decoder that drops the raw bytes first: same messages."""
+    km = AsyncKernelManager()
+    await km.start_kernel()
+    conn = LocalKernelConnection(_OneKernel(km), "k", iopub_buffer_bytes=16_000_000)
+    try:
+        await conn.start(60)
+        code = (
+            "from IPython.display import display\n"
+            "print('é' * 1_500_000, end='', flush=True)\n"  # 3 MB of UTF-8 in one message
+            "display({'text/plain': 'p' * 2_000_000, 'application/json': {'k': [1, 'ü']}}, raw=True)\n"
+            "print('small', flush=True)\n"
+        )
+        msg_id = conn.execute(code)
+        messages = []
+        while True:
+            msg = await asyncio.wait_for(conn.messages.get(), 60)
+            if (msg.get("parent_header") or {}).get("msg_id") != msg_id:
+                continue
+            messages.append(msg)
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        # ipykernel may split a print into several stream messages; a display is one message
+        shown = [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+        assert shown == [{"text/plain": "p" * 2_000_000, "application/json": {"k": [1, "ü"]}}]
+        position = next(i for i, m in enumerate(messages) if m["msg_type"] == "display_data")
+        before = "".join(m["content"]["text"] for m in messages[:position] if m["msg_type"] == "stream")
+        after = "".join(m["content"]["text"] for m in messages[position:] if m["msg_type"] == "stream")
+        assert (before, after) == ("é" * 1_500_000, "small\n")
+        assert all(m["channel"] == "iopub" and isinstance(m["header"]["msg_id"], str) for m in messages)
+    finally:
+        await conn.close()
+        await km.shutdown_kernel(now=True)

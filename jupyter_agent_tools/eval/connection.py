@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import deque
 from typing import Any, Protocol
 from uuid import uuid4
 
 import zmq
+from jupyter_client.session import json_unpacker
 from jupyter_core.utils import ensure_async
 
 log = logging.getLogger(__name__)
@@ -100,10 +102,28 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return None
 
 
+BIG_CONTENT = 1 << 20  # bytes of a message's content from which it is decoded with one copy fewer
+
+
 def _decode(session: Any, frames: list[bytes], channel: str) -> Any:
-    """A Jupyter message from its frames (signature checked by the session), tagged with its channel."""
+    """A Jupyter message from its frames (signature checked by the session), tagged with its channel.
+
+    ``frames`` is emptied: a big content (a 100 MB print arrives as one message) is decoded from text
+    once its bytes are gone, so at most two full-size copies exist at a time, not three.
+    """
     _, parts = session.feed_identities(frames)
-    msg = session.deserialize(parts)
+    frames.clear()
+    if len(parts) < 5 or len(parts[4]) < BIG_CONTENT or session.unpack is not json_unpacker:
+        msg = session.deserialize(parts)
+    elif not str(json.loads(parts[1]).get("version", "")).startswith("5."):
+        msg = session.deserialize(parts)  # older protocols are adapted from the decoded content
+    else:
+        msg = session.deserialize(parts, content=False)  # checks the signature
+        if session.auth is not None:
+            session._add_digest(parts[0])  # what content=True records against replays
+        parts.clear()
+        text = msg.pop("content").decode("utf8", "replace")
+        msg["content"] = json.loads(text)
     msg["channel"] = channel
     return msg
 
@@ -176,7 +196,7 @@ class LocalKernelConnection:
                 # copied into bytes as received: ZMQ's buffer goes at once (frames would keep it alive)
                 frames = await socket.recv_multipart()
                 while frames is not None:
-                    size = sum(len(f) for f in frames) if iopub else 0
+                    size = sum(map(len, frames)) if iopub else 0
                     while not queue.fits(size):  # the message waits here, undecoded, ZMQ's stop behind it
                         queue.taken.clear()
                         await queue.taken.wait()
