@@ -186,6 +186,25 @@ def test_chunked_equals_whole(seed: int) -> None:
     assert streamed == summary.output == sanitize(text)
 
 
+@pytest.mark.parametrize("seed", range(200))
+def test_truncated_summary_and_artifact_do_not_depend_on_chunk_sizes(seed: int) -> None:
+    """Plain text in chunks smaller and larger than the tail buffer (2 x max_bytes) gives the same tail,
+    line numbers and artifact as the whole text pushed at once."""
+    rng = random.Random(seed)
+    pool = ["a", "bc", "\n", "\n\n", "é", "日本", "🎉", "x" * 40, "line\n" * 9, "\t"]
+    text = "".join(rng.choice(pool) for _ in range(rng.randrange(0, 400)))
+    max_bytes = rng.choice([1, 3, 16, 100])
+    cuts = sorted(rng.sample(range(len(text) + 1), min(len(text) + 1, rng.randrange(0, 30))))
+    chunks = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    whole_opener, chunked_opener = Artifacts(), Artifacts()
+    _, whole = run([text], max_bytes=max_bytes, opener=whole_opener)
+    streamed, chunked = run(chunks, max_bytes=max_bytes, opener=chunked_opener)
+    assert chunked == whole
+    assert streamed == sanitize(text)
+    if whole.truncated:
+        assert chunked_opener.text("art1") == whole_opener.text("art1") == sanitize(text)
+
+
 # --- counting ---
 
 

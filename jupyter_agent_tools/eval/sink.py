@@ -200,15 +200,29 @@ class OutputSink:
             self._write_artifact(data)
         elif self._artifact_id is not None:  # closed early: the artifact misses this text
             self._artifact_id = None
-        self._buf += data
-        if not self._truncated and self._total_bytes > self.max_bytes:
+        elif not self._truncated and self._total_bytes > self.max_bytes:
             self._truncated = True
-            self._start_artifact()
-        if len(self._buf) > 2 * self.max_bytes:
-            cut = len(self._buf) - self.max_bytes
-            self._buf_first_line += self._buf.count(b"\n", 0, cut)
+            self._start_artifact()  # the whole stream so far: the buffer, then this data
+            if self._artifact is not None:
+                self._write_artifact(data)
+        if len(self._buf) + len(data) <= 2 * self.max_bytes:
+            self._buf += data
+            return
+        # keep the last max_bytes; the newlines before them are all those counted but the kept ones
+        kept = self.max_bytes
+        if len(data) >= kept:
+            self._buf_at_line_start = (
+                data[-kept - 1] == _NEWLINE
+                if len(data) > kept
+                else (self._buf[-1] == _NEWLINE if self._buf else self._buf_at_line_start)
+            )
+            self._buf = bytearray(data[-kept:])
+        else:
+            self._buf += data
+            cut = len(self._buf) - kept
             self._buf_at_line_start = self._buf[cut - 1] == _NEWLINE
             del self._buf[:cut]
+        self._buf_first_line = self._newlines - self._buf.count(b"\n")
 
     def _start_artifact(self) -> None:
         """Open the artifact and write the whole stream so far (the buffer still holds all of it)."""
