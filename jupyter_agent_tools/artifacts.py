@@ -45,7 +45,6 @@ class ArtifactStore(Service):
     def _valid_retention(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-
     def __init__(
         self, root: str | os.PathLike[str] | None = None, retention: float | None = None, **kwargs: Any
     ):

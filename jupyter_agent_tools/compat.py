@@ -8,6 +8,7 @@ loudly if an upstream shape changes.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -43,6 +44,26 @@ def forget_kernel(kernel_manager: Any, kernel_id: str) -> None:
         table = getattr(kernel_manager, attr, None)
         if isinstance(table, dict):
             table.pop(kernel_id, None)
+
+
+def settle_abandoned_start(kernel_manager: Any, kernel_id: str) -> bool:
+    """Cancel the ``ready`` future of a kernel whose start was cancelled; return whether it did.
+
+    jupyter_client resolves ``ready`` when ``start_kernel`` returns or raises an Exception, not when the
+    start is cancelled: the future then stays pending, and shutting that kernel down (ours, or the
+    server's ``shutdown_all`` at stop) raises InvalidStateError. A start still running is left alone.
+    """
+    try:
+        ready = getattr(kernel_manager.get_kernel(kernel_id), "ready", None)
+    except Exception:
+        return False
+    if not isinstance(ready, asyncio.Future) or ready.done():
+        return False
+    task = (getattr(kernel_manager, "_pending_kernels", None) or {}).get(kernel_id)
+    if isinstance(task, asyncio.Future) and not task.done():
+        return False
+    ready.cancel()
+    return True
 
 
 def room_is_settled(room: Any) -> bool:

@@ -99,3 +99,34 @@ def test_live_notebooks_can_build_outputs_in_place() -> None:
     nb.ycells[0]["outputs"].extend(factory([{"output_type": "stream", "name": "stdout", "text": "hi\n"}]))
     (output,) = nb.get()["cells"][0]["outputs"]
     assert output["output_type"] == "stream" and "".join(output["text"]) == "hi\n"
+
+
+async def test_a_kernel_whose_start_was_cancelled_can_be_shut_down_after_settling(tmp_path: Path) -> None:
+    """jupyter_client leaves ``ready`` pending when a start is cancelled, and ``shutdown_all`` then raises
+    InvalidStateError (seen at server stop in CI). Cancelling a start at exactly that point is a race, so
+    a real kernel is started and its ``ready`` put back into that state (a fresh pending future, as
+    ``in_pending_state`` leaves it); a start still running is never touched."""
+    import asyncio
+
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    from jupyter_agent_tools.compat import settle_abandoned_start
+
+    km = AsyncMappingKernelManager(root_dir=str(tmp_path))
+    kernel_id = await km.start_kernel()
+    kernel = km.get_kernel(kernel_id)
+    try:
+        assert not settle_abandoned_start(km, kernel_id)  # started: nothing to settle
+        kernel._ready = asyncio.get_running_loop().create_future()
+        running = asyncio.get_running_loop().create_future()
+        km._pending_kernels[kernel_id] = running  # a start still running: left alone
+        assert not settle_abandoned_start(km, kernel_id) and not kernel.ready.done()
+        running.cancel()
+        assert settle_abandoned_start(km, kernel_id) and kernel.ready.cancelled()
+        km._pending_kernels.pop(kernel_id, None)
+        await km.shutdown_all()  # raised InvalidStateError before the ready future was settled
+        assert kernel_id not in km
+    finally:
+        if kernel_id in km:
+            kernel._ready = None
+            await km.shutdown_kernel(kernel_id, now=True)

@@ -22,7 +22,7 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Float, Int, validate
 
-from ..compat import forget_kernel
+from ..compat import forget_kernel, settle_abandoned_start
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
 from ..traits import Service, at_least, given
 from .connection import KernelConnection, LocalKernelConnection
@@ -196,6 +196,7 @@ class KernelService(Service):
         """Remove what a failed local start left in the kernel manager (pending entry, half-made kernel)."""
         km = self.kernel_manager
         if kernel_id in km:
+            settle_abandoned_start(km, kernel_id)
             with contextlib.suppress(Exception):
                 await ensure_async(km.shutdown_kernel(kernel_id, now=True))
         forget_kernel(km, kernel_id)

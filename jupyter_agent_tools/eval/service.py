@@ -20,6 +20,7 @@ from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
 from ..audit import Audit
+from ..compat import settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, given
 from .connection import KernelConnection
@@ -161,9 +162,9 @@ class EvalService(Service):
         await self._let_starts_finish()
 
     async def _let_starts_finish(self, timeout: float = 10.0) -> None:
-        """Wait (bounded) for kernels of the manager whose start is still pending (a launch abandoned by a
-        cancelled request): the server's own cleanup shuts every kernel down next, and jupyter_client
-        raises InvalidStateError when asked to shut down a kernel whose ``ready`` future is not done."""
+        """Wait (bounded) for kernels of the manager whose start is still running, and settle those
+        whose start was cancelled: the server's own cleanup shuts every kernel down next, and
+        jupyter_client raises InvalidStateError for a kernel whose ``ready`` future is not done."""
         manager = self.kernels.kernel_manager
         pending = []
         for kernel_id in list(manager.list_kernel_ids()):
@@ -171,10 +172,14 @@ class EvalService(Service):
                 ready = getattr(manager.get_kernel(kernel_id), "ready", None)
             except Exception:
                 continue
-            if isinstance(ready, asyncio.Future) and not ready.done():
-                pending.append(asyncio.shield(ready))
+            if not isinstance(ready, asyncio.Future) or ready.done():
+                continue
+            if not settle_abandoned_start(manager, kernel_id):  # its start is still running
+                pending.append((kernel_id, asyncio.shield(ready)))
         if pending:
-            await asyncio.wait(pending, timeout=timeout)
+            await asyncio.wait([waiter for _, waiter in pending], timeout=timeout)
+            for kernel_id, _ in pending:
+                settle_abandoned_start(manager, kernel_id)
 
     async def delete_session(self, name: str) -> None:
         """Shut a session (named or a running per-call one) and its kernel down."""
