@@ -112,7 +112,7 @@ async def test_a_kernel_whose_start_was_cancelled_can_be_shut_down_after_settlin
 
     from jupyter_agent_tools.compat import settle_abandoned_start
 
-    km = AsyncMappingKernelManager(root_dir=str(tmp_path))
+    km = AsyncMappingKernelManager(root_dir=str(tmp_path), connection_dir=str(tmp_path))
     kernel_id = await km.start_kernel()
     kernel = km.get_kernel(kernel_id)
     try:
