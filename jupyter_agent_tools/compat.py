@@ -46,6 +46,15 @@ def forget_kernel(kernel_manager: Any, kernel_id: str) -> None:
             table.pop(kernel_id, None)
 
 
+def pending_ready(kernel_manager: Any, kernel_id: str) -> asyncio.Future[Any] | None:
+    """The kernel's ``ready`` future while it is not done (its start runs, or was cancelled), else None."""
+    try:
+        ready = getattr(kernel_manager.get_kernel(kernel_id), "ready", None)
+    except Exception:
+        return None
+    return ready if isinstance(ready, asyncio.Future) and not ready.done() else None
+
+
 def settle_abandoned_start(kernel_manager: Any, kernel_id: str) -> bool:
     """Cancel the ``ready`` future of a kernel whose start was cancelled; return whether it did.
 
@@ -53,11 +62,8 @@ def settle_abandoned_start(kernel_manager: Any, kernel_id: str) -> bool:
     start is cancelled: the future then stays pending, and shutting that kernel down (ours, or the
     server's ``shutdown_all`` at stop) raises InvalidStateError. A start still running is left alone.
     """
-    try:
-        ready = getattr(kernel_manager.get_kernel(kernel_id), "ready", None)
-    except Exception:
-        return False
-    if not isinstance(ready, asyncio.Future) or ready.done():
+    ready = pending_ready(kernel_manager, kernel_id)
+    if ready is None:
         return False
     task = (getattr(kernel_manager, "_pending_kernels", None) or {}).get(kernel_id)
     if isinstance(task, asyncio.Future) and not task.done():

@@ -20,7 +20,7 @@ from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
 from ..audit import Audit
-from ..compat import settle_abandoned_start
+from ..compat import pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, given
 from .connection import KernelConnection
@@ -166,19 +166,14 @@ class EvalService(Service):
         whose start was cancelled: the server's own cleanup shuts every kernel down next, and
         jupyter_client raises InvalidStateError for a kernel whose ``ready`` future is not done."""
         manager = self.kernels.kernel_manager
-        pending = []
+        running = {}  # kernel id -> its ready future, for starts still running
         for kernel_id in list(manager.list_kernel_ids()):
-            try:
-                ready = getattr(manager.get_kernel(kernel_id), "ready", None)
-            except Exception:
-                continue
-            if not isinstance(ready, asyncio.Future) or ready.done():
-                continue
-            if not settle_abandoned_start(manager, kernel_id):  # its start is still running
-                pending.append((kernel_id, asyncio.shield(ready)))
-        if pending:
-            await asyncio.wait([waiter for _, waiter in pending], timeout=timeout)
-            for kernel_id, _ in pending:
+            ready = pending_ready(manager, kernel_id)
+            if ready is not None and not settle_abandoned_start(manager, kernel_id):
+                running[kernel_id] = asyncio.shield(ready)
+        if running:
+            await asyncio.wait(running.values(), timeout=timeout)
+            for kernel_id in running:
                 settle_abandoned_start(manager, kernel_id)
 
     async def delete_session(self, name: str) -> None:
