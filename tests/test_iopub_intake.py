@@ -85,7 +85,7 @@ async def test_a_connection_holds_about_its_budget_while_nobody_reads_and_loses_
         )
         held: list[int] = []
         for _ in range(30):  # nobody takes messages for 3 s: the kernel has printed everything by then
-            held.append(conn.queue.bytes)
+            held.append(conn.messages.bytes)
             await asyncio.sleep(0.1)
         assert max(held) >= budget // 2, f"the connection took in little: {max(held)} bytes"
         assert max(held) <= budget, f"the connection took in {max(held)} bytes"

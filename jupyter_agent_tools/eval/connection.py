@@ -27,8 +27,10 @@ class KernelConnection(Protocol):
     """What the executor needs from a kernel."""
 
     kernel_id: str
-    messages: asyncio.Queue[dict[str, Any]]
     lost_state: bool  # the kernel was restarted under this connection (by its manager or gateway)
+
+    @property
+    def messages(self) -> asyncio.Queue[dict[str, Any]]: ...
 
     async def start(self, ready_timeout: float) -> None: ...
 
@@ -148,8 +150,7 @@ class LocalKernelConnection:
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
         self.iopub_hwm = iopub_hwm
-        self.queue = MessageQueue(iopub_buffer_bytes)
-        self.messages: asyncio.Queue[dict[str, Any]] = self.queue
+        self.messages = MessageQueue(iopub_buffer_bytes)
         self.lost_state = False
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -187,7 +188,7 @@ class LocalKernelConnection:
 
     async def _pump(self, name: str, channel: Any) -> None:
         """Move the channel's messages to the queue as they come; iopub's wait while they do not fit."""
-        socket, session, queue = channel.socket, self._client.session, self.queue
+        socket, session, queue = channel.socket, self._client.session, self.messages
         # the same socket, for receives that never wait
         now: zmq.Socket[Any] = zmq.Socket.shadow(socket.underlying)
         iopub = name == "iopub"
@@ -197,7 +198,7 @@ class LocalKernelConnection:
                 frames = await socket.recv_multipart()
                 while frames is not None:
                     size = sum(map(len, frames)) if iopub else 0
-                    while not queue.fits(size):  # the message waits here, undecoded, ZMQ's stop behind it
+                    while iopub and not queue.fits(size):  # it waits here, undecoded; ZMQ stops behind it
                         queue.taken.clear()
                         await queue.taken.wait()
                     queue.put_sized(_decode(session, frames, name), size)
