@@ -210,18 +210,13 @@ class OutputSink:
             return
         # keep the last max_bytes; the newlines before them are all those counted but the kept ones
         kept = self.max_bytes
-        if len(data) >= kept:
-            self._buf_at_line_start = (
-                data[-kept - 1] == _NEWLINE
-                if len(data) > kept
-                else (self._buf[-1] == _NEWLINE if self._buf else self._buf_at_line_start)
-            )
-            self._buf = bytearray(data[-kept:])
+        if len(data) >= kept:  # the buffer is replaced: a big chunk is not copied in whole
+            self._buf = self._buf[-1:] + data[-kept - 1 :]  # with the byte before what is kept
         else:
             self._buf += data
-            cut = len(self._buf) - kept
-            self._buf_at_line_start = self._buf[cut - 1] == _NEWLINE
-            del self._buf[:cut]
+        cut = len(self._buf) - kept
+        self._buf_at_line_start = self._buf[cut - 1] == _NEWLINE
+        del self._buf[:cut]
         self._buf_first_line = self._newlines - self._buf.count(b"\n")
 
     def _start_artifact(self) -> None:
