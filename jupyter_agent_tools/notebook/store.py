@@ -43,6 +43,7 @@ from .reading import ReadView, read_notebook, read_output
 from .validity import duplicate_ids, indexes, notebook_problems, repair_notebook
 
 T = TypeVar("T")
+V = TypeVar("V")
 # notebook, its hash -> the changed notebook (a new dict; the given one is not mutated) and a result
 Transform = Callable[[dict[str, Any], str], tuple[dict[str, Any], T]]
 
@@ -361,16 +362,10 @@ class NotebookStore(Service):
         problems = self._problems.get(loaded.hash)
         if problems is None:  # a new text: validate it once (a notebook of 5,000 cells takes ~0.25 s)
             problems = await asyncio.to_thread(notebook_problems, loaded.notebook)
-            self._remember_problems(loaded.hash, problems)
+            _remember(self._problems, loaded.hash, problems, PROBLEMS_MEMORY)
         if problems:
             fields["problems"] = list(problems)
         return fields
-
-    def _remember_problems(self, hash_: str, problems: list[str]) -> None:
-        self._problems[hash_] = problems
-        self._problems.move_to_end(hash_)
-        while len(self._problems) > PROBLEMS_MEMORY:
-            self._problems.popitem(last=False)
 
     async def load(self, path: str, *, writable: bool = False) -> tuple[str, dict[str, Any], str, bool]:
         """(checked path, the notebook dict, its hash, whether it is a live document) for a caller that
@@ -486,9 +481,7 @@ class NotebookStore(Service):
                     saved, current = await self._save(loaded, text)
                     if saved is not None:
                         if nbformat_layout:
-                            self._nbformat_layout[saved] = None
-                            while len(self._nbformat_layout) > NBFORMAT_LAYOUT_MEMORY:
-                                self._nbformat_layout.popitem(last=False)
+                            _remember(self._nbformat_layout, saved, None, NBFORMAT_LAYOUT_MEMORY)
                         if notes is not None and loaded.converted_from is not None:
                             notes["upgraded_from"] = loaded.converted_from
                         if audited:
@@ -587,6 +580,14 @@ def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
 async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:
     """:func:`parse_any_notebook`, in a thread for a large notebook."""
     return await _off_loop_if_large(text, parse_any_notebook, text, path, seed)
+
+
+def _remember(memory: OrderedDict[str, V], key: str, value: V, limit: int) -> None:
+    """Put ``key`` in a bounded memory as its newest entry, forgetting the oldest past ``limit``."""
+    memory[key] = value
+    memory.move_to_end(key)
+    while len(memory) > limit:
+        memory.popitem(last=False)
 
 
 def _file_text(
