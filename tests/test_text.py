@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import random
+
 import pytest
 
+from jupyter_agent_tools.handlers.eval import ndjson_line
 from jupyter_agent_tools.text import (
+    json_string_body,
     resolve_carriage_returns,
     sanitize,
     split_incomplete_escape,
@@ -109,3 +114,39 @@ def test_sanitize_keeps_unicode() -> None:
 )
 def test_split_incomplete_escape(raw: str, head: str, tail: str) -> None:
     assert split_incomplete_escape(raw) == (head, tail)
+
+
+_ALPHABET = 'a "\\/\n\té€😀\u2028\x7f\r\x00\x1b\x85'  # what JSON escapes, and what it need not
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_json_string_body_is_json_dumps_or_declines(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(500):
+        text = "".join(rng.choice(_ALPHABET) for _ in range(rng.randrange(0, 40)))
+        body = json_string_body(text)
+        if body is None:  # only text with controls other than tab and newline is left to json
+            assert any(c in text for c in "\r\x00\x1b"), text
+        else:
+            assert b'"' + body + b'"' == json.dumps(text, ensure_ascii=False).encode("utf-8")
+
+
+def test_json_string_body_declines_lone_surrogates() -> None:
+    assert json_string_body("a\ud800b") is None
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "chunk", "index": 0, "name": "stdout", "text": 'line "1"\t\\ é 😀\n' * 3},
+        {"type": "chunk", "index": 2, "name": "stderr", "text": "bell\x07 and \r"},  # json escapes these
+        {"type": "chunk", "index": 0, "name": "stdout", "text": ""},
+        {"type": "chunk", "text": "x", "index": 1},  # text not last: json as a whole
+        {"type": "cell_end", "index": 0, "status": "ok", "text": None},
+        {"type": "error", "status": 400, "message": "größe"},
+    ],
+)
+def test_ndjson_line_is_one_json_document_per_line(event: dict) -> None:
+    line = ndjson_line(event)
+    assert line == (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8")
+    assert line.count(b"\n") == 1 and json.loads(line) == event

@@ -15,6 +15,7 @@ from tornado.iostream import StreamClosedError
 from ..errors import AgentToolsError
 from ..eval.backlog import StreamBacklog
 from ..eval.service import EvalService
+from ..text import json_string_body
 from .base import AgentAPIHandler
 
 NDJSON = "application/x-ndjson"
@@ -30,14 +31,24 @@ def _ignore(_: dict[str, Any]) -> None:
 WRITE_CHARS = 1 << 20
 
 
-def ndjson_line(event: dict[str, Any]) -> str:
+def ndjson_line(event: dict[str, Any]) -> bytes:
     """One event as a line of NDJSON (UTF-8 text, not \\u escapes).
 
-    An all-ASCII chunk takes json's ASCII encoder: the same bytes, about 1.5 times as fast.
+    A chunk's text, the bulk of a flood, is escaped by ``json_string_body`` and spliced in after the other
+    fields: the same bytes as ``json.dumps``, without its slower escaping of the str and its re-encoding.
     """
     text = event.get("text")
-    ascii_chunk = event.get("type") == "chunk" and isinstance(text, str) and text.isascii()
-    return json.dumps(event, ensure_ascii=ascii_chunk) + "\n"
+    if (
+        event.get("type") == "chunk"
+        and isinstance(text, str)
+        and len(event) > 1
+        and next(reversed(event)) == "text"
+    ):
+        body = json_string_body(text)
+        if body is not None:
+            head = json.dumps({k: v for k, v in event.items() if k != "text"}, ensure_ascii=False)
+            return b"".join((head[:-1].encode(), b', "text": "', body, b'"}\n'))
+    return (json.dumps(event, ensure_ascii=False) + "\n").encode()
 
 
 class EvalHandler(AgentAPIHandler):
@@ -116,7 +127,7 @@ class EvalHandler(AgentAPIHandler):
                     self.set_header("Content-Type", NDJSON)
                     self.set_header("Cache-Control", "no-cache")
                     self.set_header("X-Accel-Buffering", "no")
-                self.write("".join(map(ndjson_line, batch)))
+                self.write(b"".join(map(ndjson_line, batch)))
                 del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
                 await self.flush()
                 backlog.sent()
@@ -135,7 +146,7 @@ class EvalHandler(AgentAPIHandler):
             else:
                 self.log.exception("eval stream failed")
                 status, message = 500, "Unhandled error"
-            self.write(json.dumps({"type": "error", "status": status, "message": message}) + "\n")
+            self.write(ndjson_line({"type": "error", "status": status, "message": message}))
         finally:
             if not run.done():
                 self._client_gone()
