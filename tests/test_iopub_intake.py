@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.session import Session
 
-from jupyter_agent_tools.eval.connection import LocalKernelConnection, MessageQueue, event
+from jupyter_agent_tools.eval.connection import LocalKernelConnection, MessageQueue, _decode, event
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,6 +96,42 @@ async def test_a_connection_holds_about_its_budget_while_nobody_reads_and_loses_
     finally:
         await conn.close()
         await km.shutdown_kernel(now=True)
+
+
+def _frames(session: Session, msg: dict[str, Any]) -> list[bytes]:
+    return [bytes(f) for f in session.serialize(msg, ident=[b"topic"])]
+
+
+@pytest.mark.parametrize("content_bytes", [100, 2_000_000])
+def test_decode_is_deserialize_with_the_same_checks_and_dates_left_as_sent(content_bytes: int):
+    sender = Session(key=b"k" * 32)
+    parent = sender.msg_header("execute_request")
+    msg = sender.msg("stream", {"name": "stdout", "text": "é" * (content_bytes // 2)}, parent=parent)
+    msg["buffers"] = [b"\x00\x01"]
+    frames = [*_frames(sender, msg), b"\x00\x01"]
+    expected = Session(key=b"k" * 32).deserialize(Session().feed_identities(list(frames))[1])
+
+    receiver = Session(key=b"k" * 32)
+    got = _decode(receiver, list(frames), "iopub")
+    assert got["channel"] == "iopub"
+    buffers = [bytes(b) for b in got.pop("buffers")]
+    assert buffers == [bytes(b) for b in expected.pop("buffers")] == [b"\x00\x01"]
+    for part in ("header", "parent_header"):  # dates as the kernel wrote them, not datetime objects
+        assert got[part].pop("date") == expected[part].pop("date").isoformat().replace("+00:00", "Z")
+    del got["channel"]
+    assert got == expected
+    with pytest.raises(ValueError, match="Duplicate Signature"):  # a replay is refused, as by deserialize
+        _decode(receiver, list(frames), "iopub")
+    with pytest.raises(ValueError, match="Invalid Signature"):
+        _decode(Session(key=b"other"), list(frames), "iopub")
+
+
+def test_decode_leaves_older_protocols_to_deserialize_which_adapts_them():
+    sender = Session(key=b"k")
+    msg = sender.msg("pyout", {"data": {"text/plain": "1"}, "prompt_number": 3, "metadata": {}})
+    msg["header"]["version"] = "4.1"
+    got = _decode(Session(key=b"k"), _frames(sender, msg), "iopub")
+    assert got["msg_type"] == "execute_result" and got["header"]["version"].startswith("5.")
 
 
 async def test_big_messages_decode_to_the_same_content_as_small_ones():
