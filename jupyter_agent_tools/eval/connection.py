@@ -21,6 +21,8 @@ import zmq
 from jupyter_client.session import json_unpacker
 from jupyter_core.utils import ensure_async
 
+from .activity import KernelActivity
+
 log = logging.getLogger(__name__)
 
 
@@ -105,6 +107,9 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return None
 
 
+# How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
+# activity again (an eval drains the queue in far less; an idle connection may wait for its next call).
+ACTIVITY_HANDBACK_AFTER = 1.0
 BIG_CONTENT = 1 << 20  # bytes of a message's content from which it is decoded with one copy fewer
 
 
@@ -172,6 +177,9 @@ class LocalKernelConnection:
     itself holds at most ``iopub_hwm`` messages more: its limit counts messages of any size (a kernel
     message may be 100 MB), the budget counts bytes. Past both, messages wait in the kernel (which drops
     them past its own 1000).
+
+    While it is open, the connection also keeps the kernel's activity for jupyter_server (see
+    :mod:`.activity`): the server then reads each iopub message once, not twice.
     """
 
     def __init__(
@@ -185,6 +193,7 @@ class LocalKernelConnection:
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._callbacks: list[tuple[Any, str]] = []
+        self._activity: KernelActivity | None = None
 
     async def start(self, ready_timeout: float) -> None:
         kernel = self.kernel_manager.get_kernel(self.kernel_id)
@@ -198,6 +207,9 @@ class LocalKernelConnection:
         except BaseException:
             await self.close()
             raise
+        self._activity = KernelActivity.of(self.kernel_manager, self.kernel_id)
+        if self._activity is not None:
+            self._activity.hold()
         for name in ("shell", "iopub", "stdin"):
             channel = getattr(client, f"{name}_channel")
             self._tasks.append(asyncio.create_task(self._pump(name, channel)))
@@ -222,22 +234,42 @@ class LocalKernelConnection:
         # the same socket, for receives that never wait
         now: zmq.Socket[Any] = zmq.Socket.shadow(socket.underlying)
         iopub = name == "iopub"
+        activity = self._activity if iopub else None
         while True:
             try:
                 # copied into bytes as received: ZMQ's buffer goes at once (frames would keep it alive)
                 frames = await socket.recv_multipart()
                 while frames is not None:
                     size = sum(map(len, frames)) if iopub else 0
-                    while iopub and not queue.fits(size):  # it waits here, undecoded; ZMQ stops behind it
-                        queue.taken.clear()
-                        await queue.taken.wait()
-                    queue.put_sized(_decode(session, frames, name), size)
+                    if iopub and not queue.fits(size):  # it waits here, undecoded; ZMQ stops behind it
+                        await self._wait_for_room(size)
+                    msg = _decode(session, frames, name)
+                    if activity is not None:
+                        activity.record(msg)
+                    queue.put_sized(msg, size)
                     frames = _recv_now(now)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 queue.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
                 return
+
+    async def _wait_for_room(self, size: int) -> None:
+        """Wait until the queue has room for ``size`` bytes; jupyter_server watches the kernel's activity
+        again if that takes longer than ``ACTIVITY_HANDBACK_AFTER``, and this connection holds it after."""
+        queue, activity = self.messages, self._activity
+        handback = None
+        if activity is not None:
+            handback = asyncio.get_running_loop().call_later(ACTIVITY_HANDBACK_AFTER, activity.release)
+        try:
+            while not queue.fits(size):
+                queue.taken.clear()
+                await queue.taken.wait()
+        finally:
+            if handback is not None:
+                handback.cancel()
+        if activity is not None:
+            activity.hold()
 
     def execute(self, code: str, *, silent: bool = False, store_history: bool = True) -> str:
         return str(
@@ -271,6 +303,8 @@ class LocalKernelConnection:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
+        if self._activity is not None:
+            self._activity.release()
         for callback, kind in self._callbacks:
             with contextlib.suppress(Exception):
                 self.kernel_manager.remove_restart_callback(self.kernel_id, callback, kind)
