@@ -3,7 +3,7 @@
 Tested with jupyter_server 2.21 (``FileContentsManager``, ``AsyncFileContentsManager``, the large-file
 managers, ``MappingKernelManager``), jupyter_client 8.10 (``MultiKernelManager``) and
 jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``). ``tests/test_compat.py`` fails
-loudly if an upstream shape changes.
+loudly if an upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity watching).
 """
 
 from __future__ import annotations
@@ -44,6 +44,13 @@ def forget_kernel(kernel_manager: Any, kernel_id: str) -> None:
         table = getattr(kernel_manager, attr, None)
         if isinstance(table, dict):
             table.pop(kernel_id, None)
+
+
+def activity_watched(kernel: Any) -> bool:
+    """Whether jupyter_server's activity watcher reads this kernel's iopub: ``MappingKernelManager``'s
+    ``start_watching_activity`` keeps its stream as the kernel's private ``_activity_stream`` and
+    ``stop_watching_activity`` sets it to None (jupyter_server 2.x)."""
+    return getattr(kernel, "_activity_stream", None) is not None
 
 
 def pending_ready(kernel_manager: Any, kernel_id: str) -> asyncio.Future[Any] | None:

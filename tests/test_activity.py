@@ -7,18 +7,20 @@ Real in-process jupyter_server (pytest-jupyter) and its ipykernel kernels.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from jupyter_client.session import Session
 
-from jupyter_agent_tools.eval.connection import ACTIVITY_HANDBACK_AFTER, LocalKernelConnection
+from jupyter_agent_tools.compat import activity_watched
+from jupyter_agent_tools.eval.activity import KernelActivity
+from jupyter_agent_tools.eval.connection import ACTIVITY_HANDBACK_AFTER, LocalKernelConnection, _decode
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _watched(kernel: Any) -> bool:
-    """Whether jupyter_server's own activity watcher reads the kernel's iopub."""
-    return kernel._activity_stream is not None
+_watched = activity_watched  # whether jupyter_server's own activity watcher reads the kernel's iopub
 
 
 async def _until_idle(conn: LocalKernelConnection, msg_id: str, kernel: Any) -> tuple[str, list[str]]:
@@ -121,4 +123,53 @@ async def test_a_connection_that_waits_for_room_hands_activity_back_meanwhile(jp
         assert not _watched(kernel) and kernel.execution_state == "idle"
     finally:
         await conn.close()
+        await km.shutdown_kernel(kernel_id, now=True)
+
+
+def _message(session: Session, msg_type: str, content: dict[str, Any], parent_type: str | None) -> Any:
+    parent = session.msg_header(parent_type) if parent_type else {}
+    return session.msg(msg_type, content, parent=parent)
+
+
+_CASES = [  # (message type, content, parent's type)
+    ("status", {"execution_state": "busy"}, "execute_request"),
+    ("status", {"execution_state": "idle"}, "execute_request"),
+    ("status", {"execution_state": "starting"}, None),
+    ("status", {"execution_state": "idle"}, None),
+    ("status", {"execution_state": "busy"}, "kernel_info_request"),  # untracked by default
+    ("status", {"execution_state": "idle"}, "comm_info_request"),
+    ("stream", {"name": "stdout", "text": "x"}, "execute_request"),
+    ("stream", {"name": "stdout", "text": "x"}, "kernel_info_request"),
+    ("kernel_info_reply", {}, "kernel_info_request"),
+    ("comm_msg", {"comm_id": "c", "data": {}}, None),
+]
+
+
+async def test_recording_does_what_jupyter_servers_record_activity_does(jp_serverapp):
+    """The same message, the same kernel state before: jupyter_server's own ``record_activity`` (the
+    watcher's receive callback) and ``KernelActivity.record`` leave the same state and activity."""
+    km = jp_serverapp.kernel_manager
+    kernel_id = await km.start_kernel()
+    kernel = km.get_kernel(kernel_id)
+    try:
+        record_activity = kernel._activity_stream._recv_callback  # jupyter_server's, as it watches
+        sender = Session(key=kernel.session.key)
+        activity = KernelActivity(km, kernel_id, kernel)
+        activity.held = True  # recording only: jupyter_server's watcher keeps running in this test
+        for before in ("starting", "idle", "busy"):
+            for msg_type, content, parent_type in _CASES:
+                outcomes = []
+                for record in (record_activity, activity.record):
+                    kernel.execution_state = before
+                    kernel.last_activity = km.last_kernel_activity = datetime(2000, 1, 1, tzinfo=timezone.utc)
+                    msg = _message(sender, msg_type, content, parent_type)
+                    frames = [bytes(f) for f in sender.serialize(msg)]
+                    if record is record_activity:
+                        record(frames)
+                    else:
+                        record(_decode(Session(key=kernel.session.key), frames, "iopub"))
+                    recent = (kernel.last_activity.year > 2000, km.last_kernel_activity.year > 2000)
+                    outcomes.append((kernel.execution_state, recent))
+                assert outcomes[0] == outcomes[1], (before, msg_type, parent_type, outcomes)
+    finally:
         await km.shutdown_kernel(kernel_id, now=True)

@@ -20,6 +20,8 @@ import weakref
 from datetime import datetime, timezone
 from typing import Any
 
+from ..compat import activity_watched
+
 log = logging.getLogger(__name__)
 
 # per kernel (jupyter_client's KernelManager of the kernel): how many connections hold its activity
@@ -76,14 +78,15 @@ class KernelActivity:
         _holders.pop(self.kernel, None)
         km = self.kernel_manager
         try:
-            watched = getattr(self.kernel, "_activity_stream", None) is not None  # jupyter_server's own
-            if not watched and self.kernel_id in km and km.get_kernel(self.kernel_id) is self.kernel:
+            ours = self.kernel_id in km and km.get_kernel(self.kernel_id) is self.kernel
+            if ours and not activity_watched(self.kernel):
                 km.start_watching_activity(self.kernel_id)
         except Exception:
             log.debug("could not watch kernel %s again", self.kernel_id, exc_info=True)
 
     def record(self, msg: dict[str, Any]) -> None:
-        """What jupyter_server's ``record_activity`` does with an iopub message (while held)."""
+        """What jupyter_server's ``record_activity`` does with an iopub message (while held); compared with
+        it message by message in ``tests/test_activity.py``."""
         if not self.held:
             return
         km, kernel = self.kernel_manager, self.kernel
