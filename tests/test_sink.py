@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import random
+import re
 import tracemalloc
 from pathlib import Path
 from typing import BinaryIO
@@ -203,6 +204,10 @@ def test_truncated_summary_and_artifact_do_not_depend_on_chunk_sizes(seed: int) 
     assert streamed == sanitize(text)
     if whole.truncated:
         assert chunked_opener.text("art1") == whole_opener.text("art1") == sanitize(text)
+        notice, _, visible = whole.output.partition("\n")
+        first = int(re.search(r"lines (\d+)-", notice).group(1))  # type: ignore[union-attr]
+        clean = sanitize(text)
+        assert first == clean[: len(clean) - len(visible)].count("\n") + 1  # the tail's own line number
 
 
 # --- counting ---

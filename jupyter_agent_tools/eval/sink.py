@@ -63,7 +63,6 @@ class OutputSink:
         self._escape = ""  # raw escape sequence cut by the chunk boundary
         self._line = ""  # cleaned unfinished line that holds a \r, compacted
         self._buf = bytearray()  # the whole stream until truncation, then a tail of it
-        self._buf_first_line = 0  # newlines dropped from the front of _buf
         self._buf_at_line_start = True  # whether _buf begins at a line start
         self._total_bytes = 0
         self._newlines = 0
@@ -117,7 +116,8 @@ class OutputSink:
             return self._summary
         start = self._tail_start()
         visible = self._buf[start:].decode("utf-8")
-        first_line = self._buf_first_line + self._buf.count(b"\n", 0, start) + 1
+        # the newlines counted but those still in the buffer came before it
+        first_line = self._newlines - self._buf.count(b"\n", start) + 1
         shown = f"lines {first_line}-{total_lines} of {total_lines}"
         limit = f"{self.max_bytes / 1024:.1f}KB limit"
         if self._artifact_id is not None:
@@ -208,7 +208,7 @@ class OutputSink:
         if len(self._buf) + len(data) <= 2 * self.max_bytes:
             self._buf += data
             return
-        # keep the last max_bytes; the newlines before them are all those counted but the kept ones
+        # keep the last max_bytes
         kept = self.max_bytes
         if len(data) >= kept:  # the buffer is replaced: a big chunk is not copied in whole
             self._buf = self._buf[-1:] + data[-kept - 1 :]  # with the byte before what is kept
@@ -217,7 +217,6 @@ class OutputSink:
         cut = len(self._buf) - kept
         self._buf_at_line_start = self._buf[cut - 1] == _NEWLINE
         del self._buf[:cut]
-        self._buf_first_line = self._newlines - self._buf.count(b"\n")
 
     def _start_artifact(self) -> None:
         """Open the artifact and write the whole stream so far (the buffer still holds all of it)."""
