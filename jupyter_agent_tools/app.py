@@ -227,6 +227,14 @@ class AgentToolsApp(ExtensionApp):
         "1000 at most); 0: no limit (memory grows with a flood).",
     ).tag(config=True)
 
+    hold_kernel_activity = Bool(
+        True,
+        help="While an eval connection to a local kernel is open, it keeps the kernel's activity "
+        "(last_activity, execution_state) for jupyter_server in place of jupyter_server's own iopub "
+        "watcher, so the server reads each output message once instead of twice. False: jupyter_server's "
+        "watcher always runs.",
+    ).tag(config=True)
+
     artifacts_dir = Unicode(
         "",
         help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
@@ -265,7 +273,7 @@ class AgentToolsApp(ExtensionApp):
         klass=KernelService,
         help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
         "Built with parent=the app and kernel_manager, ready_timeout, fd_headroom, iopub_hwm, "
-        "iopub_buffer_bytes.",
+        "iopub_buffer_bytes, hold_activity.",
     ).tag(config=True)
 
     session_manager_class = Type(
@@ -394,6 +402,7 @@ class AgentToolsApp(ExtensionApp):
             fd_headroom=self.fd_headroom,
             iopub_hwm=self.iopub_hwm,
             iopub_buffer_bytes=self.iopub_buffer_bytes,
+            hold_activity=self.hold_kernel_activity,
         )
         sessions = cast("type[SessionManager]", self.session_manager_class)(
             parent=self,

@@ -83,6 +83,29 @@ async def test_a_connection_records_activity_as_jupyter_servers_watcher_and_hand
         await km.shutdown_kernel(kernel_id, now=True)
 
 
+class TestHoldKernelActivityOff:
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"hold_kernel_activity": False},
+        }
+
+    async def test_jupyter_servers_watcher_keeps_running(self, jp_serverapp):
+        (app,) = jp_serverapp.extension_manager.extension_apps["jupyter_agent_tools"]
+        km = jp_serverapp.kernel_manager
+        kernel_id = await km.start_kernel()
+        kernel = km.get_kernel(kernel_id)
+        conn = await app.eval_service.kernels.connect(kernel_id)
+        try:
+            assert _watched(kernel)
+            msg_id = conn.execute("print('ok')")
+            assert (await _until_idle(conn, msg_id, kernel))[0] == "ok\n"
+        finally:
+            await conn.close()
+            await km.shutdown_kernel(kernel_id, now=True)
+
+
 async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_serverapp):
     km = jp_serverapp.kernel_manager
     kernel_id = await km.start_kernel()

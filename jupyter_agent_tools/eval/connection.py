@@ -183,7 +183,13 @@ class LocalKernelConnection:
     """
 
     def __init__(
-        self, kernel_manager: Any, kernel_id: str, *, iopub_hwm: int = 2, iopub_buffer_bytes: int = 0
+        self,
+        kernel_manager: Any,
+        kernel_id: str,
+        *,
+        iopub_hwm: int = 2,
+        iopub_buffer_bytes: int = 0,
+        hold_activity: bool = True,
     ):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
@@ -193,6 +199,7 @@ class LocalKernelConnection:
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._callbacks: list[tuple[Any, str]] = []
+        self.hold_activity = hold_activity
         self._activity: KernelActivity | None = None
 
     async def start(self, ready_timeout: float) -> None:
@@ -207,7 +214,8 @@ class LocalKernelConnection:
         except BaseException:
             await self.close()
             raise
-        self._activity = KernelActivity.of(self.kernel_manager, self.kernel_id)
+        if self.hold_activity:
+            self._activity = KernelActivity.of(self.kernel_manager, self.kernel_id)
         if self._activity is not None:
             self._activity.hold()
         for name in ("shell", "iopub", "stdin"):

@@ -20,7 +20,7 @@ from uuid import uuid4
 from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
-from traitlets import Float, Int, validate
+from traitlets import Bool, Float, Int, validate
 
 from ..compat import forget_kernel, settle_abandoned_start
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
@@ -53,6 +53,7 @@ class KernelService(Service):
     fd_headroom = Int(64, help="Free file descriptors required before a local kernel start (0: no check).")
     iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's iopub channel.")
     iopub_buffer_bytes = Int(0, help="Bytes of iopub messages a connection takes in ahead (0: no limit).")
+    hold_activity = Bool(True, help="Whether connections keep jupyter_server's kernel activity (.activity).")
 
     @validate("ready_timeout")
     def _valid_ready_timeout(self, proposal: Any) -> float:
@@ -213,6 +214,7 @@ class KernelService(Service):
                 kernel_id,
                 iopub_hwm=self.iopub_hwm,
                 iopub_buffer_bytes=self.iopub_buffer_bytes,
+                hold_activity=self.hold_activity,
             )
         await conn.start(self.ready_timeout)
         return conn
