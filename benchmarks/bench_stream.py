@@ -485,14 +485,15 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         f"{repeat} runs of each variant per case, alternating which goes first, after a warm-up of both "
         "kernels.",
         "Where the time goes (`--profile`: results/stream.profile.txt, pyinstrument on the server; the "
-        "profile spans the whole benchmark, raw runs and the slow reader included): per kernel message "
-        "the server deserializes it twice on its one thread, once for the eval (the connection's iopub "
-        "pump: HMAC, JSON, header dates) and once in jupyter_server's activity watcher (record_activity: "
-        "HMAC, header dates parsed with dateutil, a debug log record; paid in the raw rows too); the eval "
-        "then writes the text to the artifact and counts its lines (sink) and encodes and sends the NDJSON "
-        "events (json.dumps, the largest single cost; all-ASCII chunks take json's ASCII encoder). The raw "
-        "client decodes in its own process, in parallel; the agent stream's client decodes the same text "
-        "once more as JSON lines. Kernel, server and client share 2 CPUs.",
+        "profile spans the whole benchmark, raw runs and the slow reader included, and slows the server "
+        "down): the eval's connection receives each kernel message, checks its HMAC and decodes its JSON "
+        "(header dates left as strings), records the kernel's activity for jupyter_server (whose own "
+        "watcher is stopped while the connection is open: hold_kernel_activity), writes the text to the "
+        "artifact and counts its lines (sink), and sends NDJSON lines whose text is escaped on bytes. In "
+        "the raw rows the server's only work is jupyter_server's activity watcher (record_activity: HMAC, "
+        "header dates parsed with dateutil, a debug log record). The raw client decodes in its own "
+        "process, in parallel; the agent stream's client decodes the same text once more as JSON lines. "
+        "Kernel, server and client share 2 CPUs.",
         "Memory: the eval connection takes kernel messages in as fast as it can, up to iopub_buffer_bytes "
         "(16 MB) waiting for the executor, and ZMQ holds at most iopub_hwm (2) messages more; past that "
         "the kernel holds them (it drops messages past 1000, so the intake must keep up: with ZMQ's "
@@ -500,8 +501,8 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         "holds at most stream_backlog_bytes (16 MB) for a client that reads slower (past it: gap events, "
         "the artifact keeps everything), and a big message is sent as chunk events of at most 1 MB. An "
         "unflushed print still arrives as one message of up to 100 MB, which the server holds whole while "
-        "it decodes it (jupyter_server alone does: the raw rows) and the eval holds while sanitizing it "
-        "and writing it to the artifact.",
+        "it decodes it: jupyter_server's watcher in the raw rows, the eval's connection alone in the "
+        "agent rows (it holds the kernel's activity, so the watcher does not receive a second copy).",
         f"The first agent stream after the server started is an untimed warm-up (then one raw run): peak "
         f"RSS growth {cold['peak_growth_mb']} MB, {cold['retained_mb']} MB still resident after it. The "
         "timed runs reuse that memory; it is not counted against the target above.",
