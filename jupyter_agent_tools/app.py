@@ -169,6 +169,14 @@ class AgentToolsApp(ExtensionApp):
         "sends what a cell prints unflushed in 0.2 s as one message, often megabytes).",
     ).tag(config=True)
 
+    stream_lag_grace = Float(
+        1.0,
+        help="Seconds an eval may wait, each time, for an NDJSON client that fell behind (past three "
+        "quarters of stream_backlog_bytes) before the client's text is skipped with a 'gap' event; the "
+        "kernel's output waits meanwhile in the connection's buffer (only while it is less than three "
+        "quarters full and takes every message, so the kernel is never held up). 0: skip at once.",
+    ).tag(config=True)
+
     kernel_ready_timeout = Float(
         60.0, help="Seconds to wait for a newly started kernel to answer before giving up."
     ).tag(config=True)
@@ -324,6 +332,7 @@ class AgentToolsApp(ExtensionApp):
         "max_body_bytes",
         "fd_headroom",
         "per_call_pool_size",
+        "stream_lag_grace",
     )
     def _not_negative(self, proposal: Any) -> Any:
         return at_least(proposal, 0)

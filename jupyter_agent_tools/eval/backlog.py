@@ -136,6 +136,10 @@ class StreamBacklog:
                 self._items.popleft()
         return events
 
+    def lagging(self) -> bool:
+        """Whether the client is behind: less than a quarter of the bound is left for new text."""
+        return not self._closed and (self.max_bytes - self._queued - self._in_flight) * 4 < self.max_bytes
+
     def sent(self) -> None:
         """The events taken so far have been sent: their text no longer counts."""
         self._in_flight = 0

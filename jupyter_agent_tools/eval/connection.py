@@ -66,7 +66,8 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
     """A connection's queue of messages that counts the bytes of the messages it holds.
 
     A message of ``size`` bytes :meth:`fits` while the queue is empty or holds at most ``budget`` bytes
-    with it (budget 0: always). ``taken`` is set by every get.
+    with it (budget 0: always). ``taken`` is set by every get; ``waiting`` counts pumps holding a message
+    that does not fit yet (ZMQ, then the kernel, hold the rest meanwhile).
     """
 
     def __init__(self, budget: int = 0) -> None:
@@ -74,6 +75,7 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         self.budget = budget
         self.bytes = 0
         self.taken = asyncio.Event()
+        self.waiting = 0
         self._sizes: deque[int] = deque()
         self._next_size = 0
 
@@ -269,11 +271,13 @@ class LocalKernelConnection:
         handback = None
         if activity is not None:
             handback = asyncio.get_running_loop().call_later(ACTIVITY_HANDBACK_AFTER, activity.release)
+        queue.waiting += 1
         try:
             while not queue.fits(size):
                 queue.taken.clear()
                 await queue.taken.wait()
         finally:
+            queue.waiting -= 1
             if handback is not None:
                 handback.cancel()
         if activity is not None:

@@ -26,8 +26,10 @@ from .messages import (
     interpret_iopub,
     needs_worker,
 )
+from .pace import STREAM_PACE
 from .sink import OutputSink, SinkSummary
 
+PACE_POLL = 0.02  # seconds between looks at a lagging stream client's progress (and at cancellation)
 STDIN_NOTICE = "Kernel requested stdin; interactive input is not supported.\n"
 Emit = Callable[[dict[str, Any]], None]
 Observe = Callable[[str, dict[str, Any]], None]
@@ -205,8 +207,12 @@ async def run_cell(
     interrupted_at: float | None = None
     last_alive_check = loop.time()
     cancel_wait = asyncio.ensure_future(cancel.wait())
+    pace = STREAM_PACE.get()
     try:
         while not run.done and not run.result.kernel_died:
+            if pace is not None and not cancel.is_set() and pace.should_wait(conn.messages):
+                await pace.wait(PACE_POLL)  # the stream client lags: let the kernel's messages wait
+                continue
             try:
                 await run.handle(conn.messages.get_nowait())
                 continue

@@ -14,6 +14,7 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..eval.backlog import StreamBacklog
+from ..eval.pace import STREAM_PACE, StreamPace
 from ..eval.service import EvalService
 from ..text import json_string_body
 from .base import AgentAPIHandler
@@ -95,13 +96,18 @@ class EvalHandler(AgentAPIHandler):
     async def _stream(self, body: Any) -> None:
         app: Any = self.extensionapp
         backlog = self._backlog = StreamBacklog(int(app.stream_backlog_bytes))
+        pace = StreamPace(backlog.lagging, float(app.stream_lag_grace))
         ready = asyncio.Event()
 
         def emit(event: dict[str, Any]) -> None:
             backlog.put(event)
             ready.set()
 
-        run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event()))
+        token = STREAM_PACE.set(pace)  # the run's task (and what it starts) sees this client's pace
+        try:
+            run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event()))
+        finally:
+            STREAM_PACE.reset(token)
         interval = float(app.stream_heartbeat_interval)
         started_at = last_sent = time.monotonic()
         streaming = False
@@ -131,6 +137,7 @@ class EvalHandler(AgentAPIHandler):
                 del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
                 await self.flush()
                 backlog.sent()
+                pace.progressed()
                 last_sent = time.monotonic()
             run.result()  # raise the service's error, if any
         except StreamClosedError:
