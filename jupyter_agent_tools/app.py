@@ -173,8 +173,8 @@ class AgentToolsApp(ExtensionApp):
         1.0,
         help="Seconds an eval may wait, each time, for an NDJSON client that fell behind (past three "
         "quarters of stream_backlog_bytes) before the client's text is skipped with a 'gap' event; the "
-        "kernel's output waits meanwhile in the connection's buffer (only while it is less than three "
-        "quarters full and takes every message, so the kernel is never held up). 0: skip at once.",
+        "kernel's output waits meanwhile in the connection's buffer (only while it is less than half "
+        "full and takes every message, so the kernel is never held up). 0: skip at once.",
     ).tag(config=True)
 
     kernel_ready_timeout = Float(

@@ -37,10 +37,10 @@ def test_waits_only_for_a_lagging_client_while_the_kernel_connection_has_room():
     backlog, queue = _lagging_backlog(), MessageQueue(budget=1000)
     pace = StreamPace(backlog.lagging, grace=1.0)
     assert pace.should_wait(queue)
-    queue.put_sized({}, 749)
-    assert pace.should_wait(queue)  # under three quarters of the budget
+    queue.put_sized({}, 499)
+    assert pace.should_wait(queue)  # under half the budget
     queue.put_sized({}, 1)
-    assert not pace.should_wait(queue)  # three quarters: the kernel's output must keep flowing
+    assert not pace.should_wait(queue)  # half: room is kept for the kernel's output to keep flowing
     queue.get_nowait(), queue.get_nowait()
     queue.waiting = 1
     assert not pace.should_wait(queue)  # a message waits for room: never hold the kernel up

@@ -4,7 +4,7 @@ An NDJSON stream holds at most ``stream_backlog_bytes`` of text for its client; 
 ``gap`` event (the artifact keeps it). A client that reads as fast as it can still falls behind for a
 moment now and then (the kernel, the server and the client share the CPUs). While it does, the executor
 may stop taking kernel messages for up to ``stream_lag_grace`` seconds, as long as the kernel
-connection's own buffer is less than three quarters full and takes every message that comes (they wait
+connection's own buffer is less than half full and takes every message that comes (they wait
 there, bounded as always, and the kernel is never held up): when the client catches up, nothing was
 skipped. A client that stays behind costs one such wait
 per time it caught up, then gets ``gap`` events as before.
@@ -30,11 +30,11 @@ class StreamPace:
 
     def should_wait(self, messages: Any) -> bool:
         """Whether to wait before taking the next kernel message from ``messages`` (a connection's queue):
-        the client lags, this lag's grace is not used up, and the queue is less than three quarters full
+        the client lags, this lag's grace is not used up, and the queue is less than half full
         with no message waiting for room in it (the kernel is never held up by a wait)."""
         budget = int(getattr(messages, "budget", 0))  # byte-bounded (local kernels); never unbounded
         held = int(getattr(messages, "bytes", budget))
-        if not budget or getattr(messages, "waiting", True) or held * 4 >= budget * 3:
+        if not budget or getattr(messages, "waiting", True) or held * 2 >= budget:
             return False
         return self._waited < self.grace and self._lagging()
 
