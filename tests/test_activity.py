@@ -128,6 +128,22 @@ async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_se
         await km.shutdown_kernel(kernel_id, now=True)
 
 
+async def test_a_watcher_jupyter_server_had_not_started_is_not_started_at_close(jp_serverapp):
+    km = jp_serverapp.kernel_manager
+    kernel_id = await km.start_kernel()
+    kernel = km.get_kernel(kernel_id)
+    km.stop_watching_activity(kernel_id)  # whoever did: the connection hands back only what it took
+    conn = LocalKernelConnection(km, kernel_id)
+    try:
+        await conn.start(60)
+        msg_id = conn.execute("print('x')")
+        assert (await _until_idle(conn, msg_id, kernel))[1] == ["busy"]  # recorded while open
+    finally:
+        await conn.close()
+        assert not _watched(kernel)
+        await km.shutdown_kernel(kernel_id, now=True)
+
+
 async def test_a_connection_that_waits_for_room_hands_activity_back_meanwhile(jp_serverapp):
     """Nobody takes the queue's messages (as between calls while another client floods the kernel):
     jupyter_server watches again after ACTIVITY_HANDBACK_AFTER; once read, the connection holds it again."""

@@ -24,8 +24,9 @@ from ..compat import activity_watched
 
 log = logging.getLogger(__name__)
 
-# per kernel (jupyter_client's KernelManager of the kernel): how many connections hold its activity
-_holders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+# per kernel (jupyter_client's KernelManager of the kernel): how many connections hold its activity, and
+# whether the first of them stopped jupyter_server's watcher (only then is it started again)
+_holders: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
 
 
 class KernelActivity:
@@ -55,31 +56,33 @@ class KernelActivity:
         """Record activity here; the first holder of the kernel stops jupyter_server's watcher."""
         if self.held:
             return
-        count = _holders.get(self.kernel, 0)
+        count, took = _holders.get(self.kernel, (0, False))
         if not count:
+            took = activity_watched(self.kernel)
             try:
                 self.kernel_manager.stop_watching_activity(self.kernel_id)
             except Exception:
                 log.debug("could not stop watching kernel %s", self.kernel_id, exc_info=True)
                 return
-        _holders[self.kernel] = count + 1
+        _holders[self.kernel] = (count + 1, took)
         self.held = True
 
     def release(self) -> None:
-        """Stop recording; the last holder starts jupyter_server's watcher again (if the kernel is still
-        the manager's and not already watched, as after a restart on new ports)."""
+        """Stop recording; the last holder starts jupyter_server's watcher again if the first one stopped
+        it (and the kernel is still the manager's and not watched already, as after a restart on new
+        ports)."""
         if not self.held:
             return
         self.held = False
-        count = _holders.get(self.kernel, 1) - 1
-        if count > 0:
-            _holders[self.kernel] = count
+        count, took = _holders.get(self.kernel, (1, False))
+        if count > 1:
+            _holders[self.kernel] = (count - 1, took)
             return
         _holders.pop(self.kernel, None)
         km = self.kernel_manager
         try:
             ours = self.kernel_id in km and km.get_kernel(self.kernel_id) is self.kernel
-            if ours and not activity_watched(self.kernel):
+            if took and ours and not activity_watched(self.kernel):
                 km.start_watching_activity(self.kernel_id)
         except Exception:
             log.debug("could not watch kernel %s again", self.kernel_id, exc_info=True)
