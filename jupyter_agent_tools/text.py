@@ -122,5 +122,4 @@ def json_string_body(text: str) -> bytes | None:
         return None
     if data.translate(None, _NOT_CONTROL).translate(None, b"\t\n"):
         return None  # other controls: \r, \b, \f and \u00XX escapes are json's business
-    escaped = data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n").replace(b"\t", b"\\t")
-    return escaped
+    return data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n").replace(b"\t", b"\\t")

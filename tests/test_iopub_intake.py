@@ -135,7 +135,7 @@ def test_decode_leaves_older_protocols_to_deserialize_which_adapts_them():
 
 
 async def test_big_messages_decode_to_the_same_content_as_small_ones():
-    """Contents from 1 MB on take the decoder that drops the raw bytes first: same messages."""
+    """Big contents (decoded once their raw bytes are dropped) arrive as the same messages."""
     km = AsyncKernelManager()
     await km.start_kernel()
     conn = LocalKernelConnection(_OneKernel(km), "k", iopub_buffer_bytes=16_000_000)

@@ -112,7 +112,6 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
 # How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
 # activity again (an eval drains the queue in far less; an idle connection may wait for its next call).
 ACTIVITY_HANDBACK_AFTER = 1.0
-BIG_CONTENT = 1 << 20  # bytes of a message's content from which it is decoded with one copy fewer
 
 
 def _decode(session: Any, frames: list[bytes], channel: str) -> Any:
@@ -121,8 +120,8 @@ def _decode(session: Any, frames: list[bytes], channel: str) -> Any:
     Protocol 5 messages packed as JSON (what kernels send) are decoded here rather than by
     ``Session.deserialize``: the same signature and replay checks and the same message, but the header
     dates stay ISO strings (nothing here reads them; dateutil parsing them was a fifth of the decode of
-    every output message). ``frames`` is emptied: a big content (a 100 MB print arrives as one message) is
-    decoded from text once its bytes are gone, so at most two full-size copies exist at a time, not three.
+    every output message). ``frames`` is emptied and the content is parsed from its text once its bytes are
+    gone: a 100 MB print (one message) then has at most two full-size copies at a time, not three.
     """
     _, parts = session.feed_identities(frames)
     frames.clear()
@@ -148,12 +147,9 @@ def _decode(session: Any, frames: list[bytes], channel: str) -> Any:
         "channel": channel,
     }
     parts.clear()
-    if len(content) >= BIG_CONTENT:
-        text = content.decode("utf8", "replace")
-        del content
-        msg["content"] = json.loads(text)
-    else:
-        msg["content"] = json_unpacker(content)
+    text = content.decode("utf8", "replace")  # what json_unpacker does, with the bytes dropped first
+    del content
+    msg["content"] = json.loads(text)
     return msg
 
 

@@ -4,10 +4,9 @@ An NDJSON stream holds at most ``stream_backlog_bytes`` of text for its client; 
 ``gap`` event (the artifact keeps it). A client that reads as fast as it can still falls behind for a
 moment now and then (the kernel, the server and the client share the CPUs). While it does, the executor
 may stop taking kernel messages for up to ``stream_lag_grace`` seconds, as long as the kernel
-connection's own buffer is less than half full and takes every message that comes (they wait
-there, bounded as always, and the kernel is never held up): when the client catches up, nothing was
-skipped. A client that stays behind costs one such wait
-per time it caught up, then gets ``gap`` events as before.
+connection's own buffer is less than half full and takes every message that comes (they wait there,
+bounded as always, and the kernel is never held up): when the client catches up, nothing was skipped.
+A client that stays behind costs one such wait per time it caught up, then gets ``gap`` events as before.
 """
 
 from __future__ import annotations
