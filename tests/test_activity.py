@@ -7,6 +7,8 @@ Real in-process jupyter_server (pytest-jupyter) and its ipykernel kernels.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,6 +23,16 @@ pytestmark = pytest.mark.timeout(120)
 
 
 _watched = activity_watched  # whether jupyter_server's own activity watcher reads the kernel's iopub
+
+
+@contextlib.asynccontextmanager
+async def _kernel(km: Any) -> AsyncIterator[tuple[str, Any]]:
+    """A new kernel of jupyter_server's manager (its id and jupyter_client manager), shut down after."""
+    kernel_id = await km.start_kernel()
+    try:
+        yield kernel_id, km.get_kernel(kernel_id)
+    finally:
+        await km.shutdown_kernel(kernel_id, now=True)
 
 
 async def _until_idle(conn: LocalKernelConnection, msg_id: str, kernel: Any) -> tuple[str, list[str]]:
@@ -48,39 +60,37 @@ async def _eventually(check: Any, what: str, timeout: float = 20) -> None:
 
 async def test_a_connection_records_activity_as_jupyter_servers_watcher_and_hands_it_back(jp_serverapp):
     km = jp_serverapp.kernel_manager
-    kernel_id = await km.start_kernel()
-    kernel = km.get_kernel(kernel_id)
-    conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=16_000_000)
-    try:
-        assert _watched(kernel)
-        await conn.start(60)
-        assert not _watched(kernel), "the server still reads every iopub message twice"
-        before = kernel.last_activity
-        msg_id = conn.execute("import time\nprint('working', flush=True)\ntime.sleep(0.5)\nprint('done')")
-        text, states = await _until_idle(conn, msg_id, kernel)
-        assert text == "working\ndone\n"
-        assert states[0] == "busy"  # recorded from the connection's own messages, as the watcher does
-        assert kernel.execution_state == "idle"
-        assert kernel.last_activity > before and km.last_kernel_activity >= kernel.last_activity
-        model = km.kernel_model(kernel_id)  # what /api/kernels says
-        assert model["execution_state"] == "idle"
-    finally:
-        await conn.close()
-    assert _watched(kernel), "jupyter_server does not watch the kernel again after the connection closed"
-    # ...and its watcher works again: activity from another client is recorded
-    closed_at = kernel.last_activity
-    client = kernel.client()
-    client.start_channels()
-    try:
-        for _ in range(100):  # a new ZMQ subscriber misses what is sent before it has joined: ask again
-            client.execute("1")
-            await asyncio.sleep(0.2)
-            if kernel.last_activity > closed_at:
-                break
-        assert kernel.last_activity > closed_at, "jupyter_server's watcher records nothing"
-    finally:
-        client.stop_channels()
-        await km.shutdown_kernel(kernel_id, now=True)
+    async with _kernel(km) as (kernel_id, kernel):
+        conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=16_000_000)
+        try:
+            assert _watched(kernel)
+            await conn.start(60)
+            assert not _watched(kernel), "the server still reads every iopub message twice"
+            before = kernel.last_activity
+            msg_id = conn.execute("import time\nprint('working', flush=True)\ntime.sleep(0.5)\nprint('done')")
+            text, states = await _until_idle(conn, msg_id, kernel)
+            assert text == "working\ndone\n"
+            assert states[0] == "busy"  # recorded from the connection's own messages, as the watcher does
+            assert kernel.execution_state == "idle"
+            assert kernel.last_activity > before and km.last_kernel_activity >= kernel.last_activity
+            model = km.kernel_model(kernel_id)  # what /api/kernels says
+            assert model["execution_state"] == "idle"
+        finally:
+            await conn.close()
+        assert _watched(kernel), "jupyter_server does not watch the kernel again after the connection closed"
+        # ...and its watcher works again: activity from another client is recorded
+        closed_at = kernel.last_activity
+        client = kernel.client()
+        client.start_channels()
+        try:
+            for _ in range(100):  # a new ZMQ subscriber misses what is sent before it has joined: ask again
+                client.execute("1")
+                await asyncio.sleep(0.2)
+                if kernel.last_activity > closed_at:
+                    break
+            assert kernel.last_activity > closed_at, "jupyter_server's watcher records nothing"
+        finally:
+            client.stop_channels()
 
 
 class TestHoldKernelActivityOff:
@@ -94,75 +104,67 @@ class TestHoldKernelActivityOff:
     async def test_jupyter_servers_watcher_keeps_running(self, jp_serverapp):
         (app,) = jp_serverapp.extension_manager.extension_apps["jupyter_agent_tools"]
         km = jp_serverapp.kernel_manager
-        kernel_id = await km.start_kernel()
-        kernel = km.get_kernel(kernel_id)
-        conn = await app.eval_service.kernels.connect(kernel_id)
-        try:
-            assert _watched(kernel)
-            msg_id = conn.execute("print('ok')")
-            assert (await _until_idle(conn, msg_id, kernel))[0] == "ok\n"
-        finally:
-            await conn.close()
-            await km.shutdown_kernel(kernel_id, now=True)
+        async with _kernel(km) as (kernel_id, kernel):
+            conn = await app.eval_service.kernels.connect(kernel_id)
+            try:
+                assert _watched(kernel)
+                msg_id = conn.execute("print('ok')")
+                assert (await _until_idle(conn, msg_id, kernel))[0] == "ok\n"
+            finally:
+                await conn.close()
 
 
 async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_serverapp):
     km = jp_serverapp.kernel_manager
-    kernel_id = await km.start_kernel()
-    kernel = km.get_kernel(kernel_id)
-    first, second = (LocalKernelConnection(km, kernel_id) for _ in range(2))
-    try:
-        await first.start(60)
-        await second.start(60)
-        assert not _watched(kernel)
-        await first.close()
-        assert not _watched(kernel)  # the second connection still holds it
-        msg_id = second.execute("print('still here')")
-        text, states = await _until_idle(second, msg_id, kernel)
-        assert text == "still here\n" and states == ["busy"] and kernel.execution_state == "idle"
-        await second.close()
-        assert _watched(kernel)
-    finally:
-        await first.close()
-        await second.close()
-        await km.shutdown_kernel(kernel_id, now=True)
+    async with _kernel(km) as (kernel_id, kernel):
+        first, second = (LocalKernelConnection(km, kernel_id) for _ in range(2))
+        try:
+            await first.start(60)
+            await second.start(60)
+            assert not _watched(kernel)
+            await first.close()
+            assert not _watched(kernel)  # the second connection still holds it
+            msg_id = second.execute("print('still here')")
+            text, states = await _until_idle(second, msg_id, kernel)
+            assert text == "still here\n" and states == ["busy"] and kernel.execution_state == "idle"
+            await second.close()
+            assert _watched(kernel)
+        finally:
+            await first.close()
+            await second.close()
 
 
 async def test_a_watcher_jupyter_server_had_not_started_is_not_started_at_close(jp_serverapp):
     km = jp_serverapp.kernel_manager
-    kernel_id = await km.start_kernel()
-    kernel = km.get_kernel(kernel_id)
-    km.stop_watching_activity(kernel_id)  # whoever did: the connection hands back only what it took
-    conn = LocalKernelConnection(km, kernel_id)
-    try:
-        await conn.start(60)
-        msg_id = conn.execute("print('x')")
-        assert (await _until_idle(conn, msg_id, kernel))[1] == ["busy"]  # recorded while open
-    finally:
-        await conn.close()
+    async with _kernel(km) as (kernel_id, kernel):
+        km.stop_watching_activity(kernel_id)  # whoever did: the connection hands back only what it took
+        conn = LocalKernelConnection(km, kernel_id)
+        try:
+            await conn.start(60)
+            msg_id = conn.execute("print('x')")
+            assert (await _until_idle(conn, msg_id, kernel))[1] == ["busy"]  # recorded while open
+        finally:
+            await conn.close()
         assert not _watched(kernel)
-        await km.shutdown_kernel(kernel_id, now=True)
 
 
 async def test_a_connection_that_waits_for_room_hands_activity_back_meanwhile(jp_serverapp):
     """Nobody takes the queue's messages (as between calls while another client floods the kernel):
     jupyter_server watches again after ACTIVITY_HANDBACK_AFTER; once read, the connection holds it again."""
     km = jp_serverapp.kernel_manager
-    kernel_id = await km.start_kernel()
-    kernel = km.get_kernel(kernel_id)
-    conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=200_000)
-    try:
-        await conn.start(60)
-        assert not _watched(kernel)
-        block = "z" * 99 + "\n"
-        msg_id = conn.execute(f"for _ in range(100):\n    print({block!r} * 1000, end='', flush=True)")
-        await _eventually(lambda: _watched(kernel), "watched again", timeout=ACTIVITY_HANDBACK_AFTER + 10)
-        text, _ = await _until_idle(conn, msg_id, kernel)
-        assert text == block * 1000 * 100  # nothing lost on the way
-        assert not _watched(kernel) and kernel.execution_state == "idle"
-    finally:
-        await conn.close()
-        await km.shutdown_kernel(kernel_id, now=True)
+    async with _kernel(km) as (kernel_id, kernel):
+        conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=200_000)
+        try:
+            await conn.start(60)
+            assert not _watched(kernel)
+            block = "z" * 99 + "\n"
+            msg_id = conn.execute(f"for _ in range(100):\n    print({block!r} * 1000, end='', flush=True)")
+            await _eventually(lambda: _watched(kernel), "watched again", timeout=ACTIVITY_HANDBACK_AFTER + 10)
+            text, _ = await _until_idle(conn, msg_id, kernel)
+            assert text == block * 1000 * 100  # nothing lost on the way
+            assert not _watched(kernel) and kernel.execution_state == "idle"
+        finally:
+            await conn.close()
 
 
 def _message(session: Session, msg_type: str, content: dict[str, Any], parent_type: str | None) -> Any:
@@ -188,9 +190,7 @@ async def test_recording_does_what_jupyter_servers_record_activity_does(jp_serve
     """The same message, the same kernel state before: jupyter_server's own ``record_activity`` (the
     watcher's receive callback) and ``KernelActivity.record`` leave the same state and activity."""
     km = jp_serverapp.kernel_manager
-    kernel_id = await km.start_kernel()
-    kernel = km.get_kernel(kernel_id)
-    try:
+    async with _kernel(km) as (kernel_id, kernel):
         record_activity = kernel._activity_stream._recv_callback  # jupyter_server's, as it watches
         sender = Session(key=kernel.session.key)
         activity = KernelActivity(km, kernel_id, kernel)
@@ -210,5 +210,3 @@ async def test_recording_does_what_jupyter_servers_record_activity_does(jp_serve
                     recent = (kernel.last_activity.year > 2000, km.last_kernel_activity.year > 2000)
                     outcomes.append((kernel.execution_state, recent))
                 assert outcomes[0] == outcomes[1], (before, msg_type, parent_type, outcomes)
-    finally:
-        await km.shutdown_kernel(kernel_id, now=True)
