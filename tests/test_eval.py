@@ -449,16 +449,24 @@ async def test_descriptors_do_not_grow_over_200_evals(evaluate):
     assert after - before <= 5, (before, after)
 
 
+async def _until_session(api, name: str, check) -> None:
+    """Wait (at most 10 s) until the listing shows session ``name`` passing ``check``."""
+    for _ in range(100):
+        _, listing = await api("GET", "sessions")
+        if any(check(s) for s in listing["sessions"] if s["name"] == name):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"session {name!r} never got there: {listing}")
+
+
 async def test_delete_during_run_leaves_no_kernel(evaluate, api, jp_serverapp):
     before = await agent_kernels(jp_serverapp)
     await evaluate("1", session="gone")
+    # sent one after the other as the server takes them: two requests sent at once may arrive either way
     running = asyncio.ensure_future(evaluate("import time; time.sleep(30)", session="gone", timeout=60))
+    await _until_session(api, "gone", lambda s: s["busy"])
     waiting = asyncio.ensure_future(evaluate("print('queued')", session="gone", timeout=60))
-    for _ in range(100):
-        _, listing = await api("GET", "sessions")
-        if any(s["busy"] for s in listing["sessions"] if s["name"] == "gone"):
-            break
-        await asyncio.sleep(0.1)
+    await _until_session(api, "gone", lambda s: s["queue_depth"] >= 1)
     status, _ = await api("DELETE", "sessions", "gone")
     assert status == 204
     result = await running
