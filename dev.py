@@ -17,6 +17,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -64,11 +65,16 @@ def ensure_chromium() -> None:
 
 
 def ensure_env(*extras: str) -> None:
-    """Create the virtualenv and install the package (with ``extras``) when needed."""
-    stamp = VENV / (".agent-tools-installed" + "".join(f"-{e}" for e in extras))
+    """Create the virtualenv and install the package (with ``extras``) when needed.
+
+    An install for more extras serves fewer: ``serve`` uses the venv ``test`` made as it is.
+    """
     wanted = hashlib.sha256((HERE / "pyproject.toml").read_bytes()).hexdigest()
-    if stamp.exists() and stamp.read_text() == wanted and PYTHON.exists():
-        return
+    for stamp in VENV.glob(".agent-tools-installed*"):
+        made_for = set(stamp.name.removeprefix(".agent-tools-installed").split("-")) - {""}
+        if made_for >= set(extras) and stamp.read_text() == wanted and PYTHON.exists():
+            return
+    stamp = VENV / (".agent-tools-installed" + "".join(f"-{e}" for e in extras))
     if not PYTHON.exists():
         print(f"Creating virtualenv in {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
@@ -93,7 +99,7 @@ def serve(args: list[str]) -> int:
     ensure_env()
     token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     port = free_port(int(os.environ.get("AGENT_TOOLS_PORT", "8888")))
-    url = f"http://127.0.0.1:{port}/"
+    url = f"http://127.0.0.1:{port}"  # no trailing slash: the docs build "$URL/api/..."
     root = next(
         (a.split("=", 1)[1] for a in args if a.startswith(("--ServerApp.root_dir=", "--notebook-dir="))),
         os.getcwd(),
@@ -101,7 +107,9 @@ def serve(args: list[str]) -> int:
     print(
         f"\nJupyter server with jupyter_agent_tools\n  URL:   {url}\n  Token: {token}\n"
         f"  Root:  {root} (notebook paths in the API are relative to it)\n"
-        f"  Try:   curl -H 'Authorization: token {token}' {url}api/agent/notebooks/<some>.ipynb\n",
+        "  For the README's examples and `jupyter agent`, paste this into another shell:\n"
+        f"    export URL={url} TOKEN={token} JUPYTER_AGENT_URL={url} JUPYTER_AGENT_TOKEN={token} "
+        f'PATH="{BIN}:$PATH"\n',
         flush=True,
     )
     cmd = [
@@ -115,7 +123,23 @@ def serve(args: list[str]) -> int:
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in args:
         cmd.append("--allow-root")  # containers and CI machines often run as root
-    return subprocess.call(cmd, cwd=os.getcwd())
+    return run_forwarding_signals(cmd)
+
+
+def run_forwarding_signals(cmd: list[str]) -> int:
+    """Run ``cmd`` until it exits; SIGTERM and SIGHUP sent to this process are passed on to it, so a
+    supervisor that stops ``dev.py serve`` stops the server (which shuts its kernels down) too. Ctrl-C
+    reaches the server from the terminal by itself."""
+    child = subprocess.Popen(cmd, cwd=os.getcwd())
+
+    def forward(signum: int, _frame: object) -> None:
+        child.send_signal(signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), forward)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the server as well
+    return child.wait()
 
 
 def test(args: list[str]) -> int:

@@ -13,6 +13,7 @@ from jupyter_core.utils import ensure_async
 from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from tornado import web
 
 from ..audit import NO_AUDIT, Audit, set_user
 from ..body import decode_json_body
@@ -23,6 +24,17 @@ from ..errors import AgentToolsError
 # holds the GIL, so more threads would not parse faster, only take more turns from the event loop.
 PARSE_IN_THREAD_BYTES = 64 * 1024
 _PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-json")
+
+
+NO_CREDENTIALS = (
+    "This route needs the server's token: send it as the header 'Authorization: token <TOKEN>' (the token "
+    "`python3 dev.py serve` or `jupyter server list` prints), or log in with a browser."
+)
+WRONG_CREDENTIALS = (
+    "The token sent with this request is not accepted by this server (wrong, expired or revoked). Send the "
+    "server's token as the header 'Authorization: token <TOKEN>' (the token `python3 dev.py serve` or "
+    "`jupyter server list` prints)."
+)
 
 
 def username(user: Any) -> str | None:
@@ -73,9 +85,36 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         """The server's own preparation (authentication), then the request's user becomes the acting
-        user of the services (:mod:`jupyter_agent_tools.audit.context`)."""
-        await super().prepare()
+        user of the services (:mod:`jupyter_agent_tools.audit.context`).
+
+        Every agent route needs a user: a request without valid credentials is refused here, with a
+        message that says how to pass the token (jupyter_server's own refusal is a bare ``Forbidden``,
+        and an ``'_xsrf' argument missing`` on POST)."""
+        try:
+            await super().prepare()
+        except web.HTTPError as e:
+            if e.status_code == 403 and self._unauthenticated():
+                raise web.HTTPError(403, self._credentials_problem()) from None
+            raise
+        if self.current_user is None:  # the server allows unauthenticated access; these routes do not
+            raise web.HTTPError(403, self._credentials_problem())
         set_user(username(self.current_user))
+
+    def _unauthenticated(self) -> bool:
+        """True once authentication ran and found no user (not a refused Host header)."""
+        return getattr(self, "_jupyter_current_user", True) is None and self.check_host()
+
+    def _credentials_problem(self) -> str:
+        sent = self.request.headers.get("Authorization") or self.get_argument("token", "")
+        return WRONG_CREDENTIALS if sent else NO_CREDENTIALS
+
+    def check_xsrf_cookie(self) -> None:
+        # A request nobody is logged in for is refused in prepare() with what to fix about the token;
+        # checking XSRF first would answer "'_xsrf' argument missing", sending a wrong token astray.
+        # Requests of a logged-in browser keep the XSRF check.
+        if getattr(self, "_jupyter_current_user", True) is None:
+            return None
+        return super().check_xsrf_cookie()
 
     def on_finish(self) -> None:
         status = self.get_status()

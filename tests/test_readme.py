@@ -1,0 +1,120 @@
+"""The README's examples, pasted as a new user would: `python3 dev.py serve`, its printed `export` line,
+then every shell block from "Routes" to the CLI, in order, in one bash. Real server, real kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_agent_tools.testing.server import free_port
+
+pytestmark = pytest.mark.timeout(420)
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def readme_blocks() -> list[str]:
+    """The bash blocks a user runs against the server: from "## Routes" up to the MCP section (whose one
+    block adds the server to Claude Code, which is not installed here)."""
+    start, end = README.index("\n## Routes"), README.index("\n### From any MCP client")
+    return re.findall(r"```bash\n(.*?)```", README[start:end], re.S)
+
+
+@pytest.fixture
+def dev_serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python3 dev.py serve`` run from a private root directory; yields it and its export line."""
+    root = tmp_path / "root"
+    root.mkdir()
+    env = {
+        **os.environ,
+        "AGENT_TOOLS_VENV": sys.prefix,  # the environment the tests run in: dev.py installs nothing
+        "AGENT_TOOLS_PORT": str(free_port()),
+        "PYTHONPATH": str(ROOT),
+        **{f"JUPYTER_{d.upper()}_DIR": str(tmp_path / d) for d in ("config", "data", "runtime")},
+    }
+    env.pop("JUPYTER_TOKEN", None)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "dev.py"), "serve"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        export = ""
+        for line in process.stdout:
+            if line.strip().startswith("export URL="):
+                export = line.strip()
+                break
+        assert export, "dev.py serve printed no export line"
+        url = re.search(r"URL=(\S+)", export)
+        token = re.search(r"TOKEN=(\S+)", export)
+        assert url and token
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            probe = subprocess.run(
+                ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                 f"Authorization: token {token.group(1)}", f"{url.group(1)}/api/status"],
+                capture_output=True, text=True,
+            )
+            if probe.stdout == "200":
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the server dev.py started never answered /api/status")
+        yield process, export
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_readme_blocks_run_as_pasted_and_sigterm_stops_everything(dev_serve) -> None:
+    process, export = dev_serve
+    url = re.search(r"URL=(\S+)", export)
+    assert url and not url.group(1).endswith("/"), export  # "$URL/api/..." must not become "//api/..."
+    blocks = readme_blocks()
+    assert len(blocks) >= 6
+    script = [export]
+    for i, block in enumerate(blocks):
+        script += [f"printf '\\n=== block {i} ===\\n'", block]
+    done = subprocess.run(
+        ["bash"], input="\n".join(script), capture_output=True, text=True, timeout=300,
+        cwd=psutil.Process(process.pid).cwd(),
+    )
+    outputs = re.split(r"^=== block \d+ ===\n", done.stdout, flags=re.M)[1:]
+    assert len(outputs) == len(blocks), done.stdout + done.stderr
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
+    assert "command not found" not in done.stderr, done.stderr
+    for block, output in zip(blocks, outputs, strict=True):
+        assert "<html" not in output.lower() and "404: Not Found" not in output, (block, output)
+        for expected in re.findall(r"^# -> (.+)$", block, re.M):
+            assert expected.strip().strip('"') in output, (block, output)
+    # the eval block's answer is JSON with both cells complete
+    eval_answer = next(
+        out for blk, out in zip(blocks, outputs, strict=True) if '"session": "analysis"' in blk
+    )
+    answer = json.loads(eval_answer)
+    assert [c["status"] for c in answer["cells"]] == ["complete", "complete"], answer
+
+    # SIGTERM to dev.py (what a supervisor sends) stops the server and the kernels it started
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert any("jupyter" in " ".join(c.cmdline()) for c in children)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=120)
+    _gone, alive = psutil.wait_procs(children, timeout=60)
+    assert not alive, [p.cmdline() for p in alive]
