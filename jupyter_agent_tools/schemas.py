@@ -580,6 +580,13 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "artifact_id": {**_STR_OR_NULL, "description": "GET /api/agent/artifacts/{id}: the full output"},
         }
     ),
+    "SessionLost": _obj(
+        {
+            "reason": {"type": "string", "enum": ["evicted", "idle", "dead", "deleted", "released"]},
+            "at": {"type": "string", "description": "When it went (UTC, ISO 8601)"},
+            "message": {"type": "string", "description": "What happened, in words"},
+        }
+    ),
     "EvalResult": _obj(
         {
             "session": {**_STR_OR_NULL, "description": "null in per-call mode"},
@@ -588,6 +595,11 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "cancelled": _BOOL,
             "timed_out": _BOOL,
             "restarted": _BOOL,
+            "session_lost": {
+                "oneOf": [ref("SessionLost"), {"type": "null"}],
+                "description": "The named session existed and went (evicted, culled, deleted) before this "
+                "call, which then ran in a new kernel; null otherwise",
+            },
             "error": {**_STR_OR_NULL, "description": "A call-level failure (e.g. restart limit), else null"},
             "output": {"type": "string", "description": "The combined text for a model."},
             "cells": {"type": "array", "items": ref("EvalCellResult"), "description": "The cells that ran."},

@@ -564,25 +564,20 @@ def test_nb_clear(cli: Any, server: Server) -> None:
     assert nbformat.read(server.root_dir / name, as_version=4).cells[0].outputs == []
 
 
-def run_route_exists(server: Server, name: str) -> bool:
-    with server.client() as client:
-        status, body = client.request("POST", f"api/agent/notebooks/{name}/run", {"all": True})
-    if status == 200:
-        return True
-    message = json.loads(body).get("message", "") if body else ""
-    # without the route the POST lands on the edit route, which wants an operation
-    return not (status in (404, 405) or "'action' is required" in message or "Not a notebook" in message)
-
-
 def test_nb_run(cli: Any, server: Server) -> None:
     name = write_notebook(server, unique("run") + ".ipynb", ["x = 6", "print(x * 7)"])
-    if not run_route_exists(server, name):
-        pytest.skip("POST /api/agent/notebooks/{path}/run does not exist yet (another branch builds it)")
     done = cli("nb", "run", name, "--json")
     assert done.returncode == 0, done.stderr
     assert "42" in json.loads(done.stdout)["output"]
-    failing = write_notebook(server, unique("runfail") + ".ipynb", ["1/0"])
-    assert cli("nb", "run", failing).returncode == 1
+    failing = write_notebook(server, unique("runfail") + ".ipynb", ["x = 1", "y = 2", "1/0", "z = 3"])
+    done = cli("nb", "run", failing, "--all")
+    assert done.returncode == 1
+    # the failing cell is named as every nb command names it: its notebook index and its id
+    assert "Cell 2 (id cell2) failed (exit code 1)" in done.stdout, done.stdout
+    assert "Fix only cell 2 (id cell2)." in done.stdout
+    assert "Fix only cell 3" not in done.stdout and "Cell 3 failed" not in done.stdout
+    subset = cli("nb", "run", failing, "--cell", "2")
+    assert subset.returncode == 1 and "cell 2 (id cell2)" in subset.stdout.lower(), subset.stdout
 
 
 # -- sessions and artifacts ------------------------------------------------------------------------------

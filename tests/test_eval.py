@@ -287,6 +287,33 @@ async def test_concurrent_sessions_and_lru_eviction(evaluate, api, jp_serverapp)
     assert c["kernel_id"] in jp_serverapp.kernel_manager.list_kernel_ids()
 
 
+async def test_a_session_that_went_says_so_to_its_next_call(evaluate, api, jp_serverapp):
+    """Evicted, idle-culled or deleted: the next call naming the session is told its state is gone."""
+    await evaluate("x = 1", session="a")
+    await evaluate("y = 1", session="b")
+    await evaluate("1", session="c")  # max_sessions=2: evicts a
+    again = await evaluate("x", session="a")  # evicts b
+    lost = again["session_lost"]
+    assert lost["reason"] == "evicted" and "max_sessions=2" in lost["message"] and lost["at"].endswith("Z")
+    assert again["output"].startswith("[Session 'a' was evicted to make room for session 'c'")
+    assert "its variables and imports are gone" in again["output"] and "NameError" in again["output"]
+    assert (await evaluate("1", session="a"))["session_lost"] is None  # told once
+    # idle culling
+    sessions = jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service.sessions
+    sessions.idle_timeout = 1e-9
+    await sessions.sweep()
+    sessions.idle_timeout = 300.0
+    culled = await evaluate("1", session="a")
+    assert culled["session_lost"]["reason"] == "idle" and "idle_timeout" in culled["output"]
+    # deleted
+    status, _ = await api("DELETE", "sessions", "a")
+    assert status == 204
+    deleted = await evaluate("1", session="a")
+    assert deleted["session_lost"]["reason"] == "deleted" and "was deleted" in deleted["output"]
+    # a session never seen before has nothing to be told
+    assert (await evaluate("1", session="fresh"))["session_lost"] is None
+
+
 async def test_all_sessions_busy_answers_503(evaluate, api):
     slow = [
         asyncio.ensure_future(evaluate("import time; time.sleep(4)", session=name)) for name in ("p", "q")

@@ -80,7 +80,8 @@ async def test_outputs_of_every_kind_land_in_the_file(api, jp_root_dir):
     counts = [c.execution_count for c in cells]
     assert counts == sorted(counts) and len(set(counts)) == 5
     assert answer["hash"] and answer["kernel_id"]
-    assert "[1/5] c0" in answer["output"] and "ZeroDivisionError" in answer["output"]
+    assert "[1/5] cell 0 (id c0)" in answer["output"] and "ZeroDivisionError" in answer["output"]
+    assert "Cell 4 (id c4) failed (exit code 1)" in answer["output"], answer["output"]
 
 
 async def test_state_is_shared_with_the_session_jupyterlab_opened(api, jp_fetch, jp_root_dir):

@@ -351,6 +351,9 @@ class CellOutcome:
     output: str
     exit_code: int
     has_displays: bool
+    # How the text names the cell when it fails: a notebook run says "cell 2 (id plot)", the cell's index
+    # in the notebook and its id; None: "cell <its 1-based place in the request>", as eval numbers cells.
+    name: str | None = None
 
 
 def _cell_text(cell: CellOutcome) -> str:
@@ -364,12 +367,12 @@ def format_combined_output(cells: list[CellOutcome], total: int | None = None) -
     """The text a model reads for an eval request.
 
     ``cells`` are the cells that ran, in order; ``total`` is how many the request had (default: as many
-    as ran; cells after a failed one do not run). One cell gives its output alone; more give one block per
-    cell headed ``[i/n] title``, blocks separated by a blank line, and a failed cell's block ends with a
-    note that names it.
+    as ran; cells after a failed one do not run). One cell of an eval gives its output alone; more (or any
+    cell with a ``name``, a notebook's) give one block per cell headed ``[i/n] title``, blocks separated by
+    a blank line, and a failed cell's block ends with a note that names it.
     """
     count = len(cells) if total is None else total
-    if count <= 1 and len(cells) == 1:
+    if count <= 1 and len(cells) == 1 and cells[0].name is None:
         return _cell_text(cells[0])
     blocks: list[str] = []
     for cell in cells:
@@ -377,9 +380,10 @@ def format_combined_output(cells: list[CellOutcome], total: int | None = None) -
         header = f"[{number}/{count}] {cell.title}" if cell.title else f"[{number}/{count}]"
         lines = [header, _cell_text(cell).rstrip("\n")]
         if cell.status == "error":
+            name = cell.name or f"cell {number}"
             earlier = "Earlier cells succeeded—their state persists. " if number > 1 else ""
             lines.append(
-                f"Cell {number} failed (exit code {cell.exit_code}). {earlier}Fix only cell {number}."
+                f"{name[0].upper()}{name[1:]} failed (exit code {cell.exit_code}). {earlier}Fix only {name}."
             )
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

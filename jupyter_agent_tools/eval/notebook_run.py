@@ -205,10 +205,12 @@ class NotebookRunner(Service):
                 path, session, target, request, emit, cancel, deadline
             )
             cells.append(_cell_result(target, execution, outputs, written))
+            name = f"cell {target.index} (id {target.cell_id})" if target.cell_id else f"cell {target.index}"
             outcomes.append(
                 CellOutcome(
                     index=position - 1,
-                    title=target.cell_id or f"cell {target.index}",
+                    title=name,
+                    name=name,
                     status=execution.status,
                     output=execution.summary.output if execution.summary else "",
                     exit_code=execution.exit_code,

@@ -9,6 +9,7 @@ start its kernel, run the cells (:func:`~.executor.run_cell`), answer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,14 @@ def build_init_code(spec: InitSpec) -> str:
         "        sys.path.insert(0, cwd)\n"
         "__agent_tools_init()\n"
         "del __agent_tools_init\n"
+    )
+
+
+def lost_notice(name: str, gone: dict[str, Any]) -> str:
+    """The notice of a call whose session's earlier incarnation went (see ``SessionManager.gone``)."""
+    return (
+        f"[Session {name!r} was {gone['message']} at {gone['at']}: its variables and imports are gone; "
+        "this call runs in a new kernel.]"
     )
 
 
@@ -356,10 +365,14 @@ class EvalService(Service):
         cancel: asyncio.Event,
     ) -> dict[str, Any]:
         notices: list[str] = []
+        lost, session.predecessor_gone = session.predecessor_gone, None
+        if lost is not None:
+            notices.append(lost_notice(session.name, lost))
+        answer = functools.partial(self._answer, session_lost=lost)
         session.cwd = request.cwd
         restarted = await self._prepare(session, request, cwd, notices)
         if session.closed:  # deleted while its kernel started: the call was cancelled, nothing failed
-            return self._answer(session, request, [], notices, restarted=restarted, cancelled=True)
+            return answer(session, request, [], notices, restarted=restarted, cancelled=True)
         # The timeout budget covers running the cells, not waiting for a kernel to start.
         deadline = asyncio.get_running_loop().time() + request.timeout
         reruns = 0
@@ -381,15 +394,13 @@ class EvalService(Service):
                 break
             if not self.recovery.after_death(session, reruns):
                 await session.drop_kernel()
-                return self._answer(
-                    session, request, cells, notices, restarted=True, error=RESTART_LIMIT_MESSAGE
-                )
+                return answer(session, request, cells, notices, restarted=True, error=RESTART_LIMIT_MESSAGE)
             reruns += 1
             restarted = True
             notices.append(STATE_LOST_NOTICE)
             emit({"type": "restart", "session": session.name, "message": STATE_LOST_NOTICE})
             await self._start_kernel(session, request, cwd)
-        return self._answer(session, request, cells, notices, restarted=restarted)
+        return answer(session, request, cells, notices, restarted=restarted)
 
     async def _run_cells(
         self,
@@ -487,6 +498,7 @@ class EvalService(Service):
         restarted: bool,
         cancelled: bool = False,
         error: str | None = None,
+        session_lost: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         cell_results = []
         outcomes = []
@@ -521,6 +533,7 @@ class EvalService(Service):
             "cancelled": cancelled or any(e.cancelled for _, e in cells),
             "timed_out": any(e.timed_out for _, e in cells),
             "restarted": restarted,
+            "session_lost": session_lost,
             "error": error,
             "output": output,
             "cells": cell_results,

@@ -29,6 +29,16 @@ from .session import KernelSession
 
 log = logging.getLogger(__name__)
 
+# Named sessions that went (evicted, culled, deleted...) are remembered by name, at most this many, so
+# that a later call naming one is told its state is gone instead of meeting a NameError unexplained.
+GONE_REMEMBERED = 1000
+
+
+def gone_record(reason: str, message: str) -> dict[str, Any]:
+    """What a call naming a session that went is told: why (``reason``), when (``at``), in words."""
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return {"reason": reason, "at": at, "message": message}
+
 
 class SessionManager(Service):
     """Keeps the sessions, evicts and sweeps them, and shuts them down.
@@ -71,6 +81,7 @@ class SessionManager(Service):
         self.per_call: dict[str, KernelSession] = {}
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels
         self.totals: Counter[str] = Counter()
+        self.gone: OrderedDict[str, dict[str, Any]] = OrderedDict()  # see GONE_REMEMBERED
         self._closing = 0  # sessions unlisted whose kernels are still shutting down
         self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
@@ -123,6 +134,7 @@ class SessionManager(Service):
             if len(self.sessions) + self._closing < self.max_sessions:
                 session = KernelSession(name, self.kernels)
                 session.owner = current_user()
+                session.predecessor_gone = self.gone.pop(name, None)
                 self.sessions[name] = session
                 self.audit.session(session, "created")
                 return session
@@ -135,7 +147,9 @@ class SessionManager(Service):
                     self.max_sessions,
                     audit={"idle_seconds": round(time.time() - victim.last_used, 3)},
                 )
-                await self._close(victim)
+                gone = f"evicted to make room for session {name!r} (least recently used idle session; "
+                gone += f"max_sessions={self.max_sessions})"
+                await self._close(victim, gone_record("evicted", gone))
             elif self._closing:
                 async with self._slot_freed:
                     await self._slot_freed.wait()
@@ -156,13 +170,20 @@ class SessionManager(Service):
         """Shut the named session ``name`` down (DELETE); None if there is none."""
         session = self.sessions.get(name)
         if session is not None:
-            await self._close(session)
+            await self._close(session, gone_record("deleted", "deleted (DELETE /api/agent/sessions)"))
         return session
 
-    async def _close(self, session: KernelSession) -> None:
-        """Unlist a session, shut it down and remove its artifacts; it counts until its kernel is gone."""
+    async def _close(self, session: KernelSession, gone: dict[str, Any] | None = None) -> None:
+        """Unlist a session, shut it down and remove its artifacts; it counts until its kernel is gone.
+
+        ``gone`` (see :func:`gone_record`) is remembered for the next call that names the session."""
         if self.sessions.get(session.name) is session:
             del self.sessions[session.name]
+            if gone is not None:
+                self.gone[session.name] = gone
+                self.gone.move_to_end(session.name)
+                while len(self.gone) > GONE_REMEMBERED:
+                    self.gone.popitem(last=False)
         self._closing += 1
         try:
             await session.close()
@@ -235,15 +256,18 @@ class SessionManager(Service):
             args: tuple[float, ...] = ()
             if connection is not None and not await connection.is_alive():
                 kind, message = "dead_sweeps", "kernel found dead by the sweep; session removed"
+                gone = gone_record("dead", "removed after its kernel was found dead")
             elif self.idle_timeout > 0 and now - session.last_used > self.idle_timeout:
                 kind, message = "idle_shutdowns", "idle for %.0f s (idle_timeout=%.0f); session removed"
                 args = (now - session.last_used, self.idle_timeout)
+                unused = f"shut down after {args[0]:.0f} s unused (idle_timeout={args[1]:.0f})"
+                gone = gone_record("idle", unused)
             else:
                 continue
             if session.idle and self.sessions.get(session.name) is session:
                 idle = {"idle_seconds": round(now - session.last_used, 3)} if args else {}
                 self.record(session, kind, message, *args, audit=idle)
-                await self._close(session)
+                await self._close(session, gone)
         self.artifacts.sweep(
             keep={*self.sessions, *self.per_call, *(s.name for s in self.notebooks.values())}
         )
@@ -266,7 +290,8 @@ class SessionManager(Service):
         victims = [
             s for s in self.sessions.values() if s is not exclude and s.idle and s.kernel_id is not None
         ]
-        await asyncio.gather(*(self._close(v) for v in victims), return_exceptions=True)
+        gone = gone_record("released", "shut down to free file descriptors for another kernel (EMFILE)")
+        await asyncio.gather(*(self._close(v, gone) for v in victims), return_exceptions=True)
         return [v.name for v in victims]
 
     async def _heartbeat_forever(self) -> None:
