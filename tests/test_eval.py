@@ -314,6 +314,16 @@ async def test_a_session_that_went_says_so_to_its_next_call(evaluate, api, jp_se
     assert (await evaluate("1", session="fresh"))["session_lost"] is None
 
 
+async def test_token_requests_have_one_stable_owner_that_hides_the_token(evaluate, api, jp_serverapp):
+    await evaluate("1", session="mine")
+    await evaluate("1", session="also-mine")
+    _status, listing = await api("GET", "sessions")
+    owners = {s["owner"] for s in listing["sessions"] if s["name"] in ("mine", "also-mine")}
+    token = jp_serverapp.identity_provider.token
+    (owner,) = owners  # jupyter_server names every token request a new random anonymous user
+    assert owner.startswith("token-") and len(owner) == len("token-") + 8 and owner[6:] not in token
+
+
 async def test_all_sessions_busy_answers_503(evaluate, api):
     slow = [
         asyncio.ensure_future(evaluate("import time; time.sleep(4)", session=name)) for name in ("p", "q")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
@@ -43,6 +44,29 @@ def username(user: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+def acting_username(handler: APIHandler) -> str | None:
+    """Who is acting, for session owners, audit events and metrics.
+
+    jupyter_server makes a new anonymous user with a random name for every request authenticated by the
+    server's own token (it keeps no cookie): such requests are one principal, named ``token-`` and the
+    first 8 hex digits of the token's SHA-256 (stable, and the token cannot be recovered from it). Any
+    other user is named as jupyter_server resolved it (a JupyterHub user, a password login, a browser).
+    """
+    user = handler.current_user
+    name = username(user)
+    provider = handler.identity_provider
+    server_token = getattr(provider, "token", "")
+    if (
+        name is not None
+        and handler.token_authenticated
+        and str(getattr(user, "name", "")).startswith("Anonymous ")
+        and server_token
+        and provider.get_token(handler) == server_token
+    ):
+        return "token-" + hashlib.sha256(server_token.encode()).hexdigest()[:8]
+    return name
+
+
 class _AuditedAuthorizer:
     """The server's authorizer, asked as it is, recording each refusal (:meth:`Audit.refused`)."""
 
@@ -59,7 +83,7 @@ class _AuditedAuthorizer:
                 method=me.request.method or "",
                 action=action,
                 resource=resource,
-                user=username(user),
+                user=acting_username(me) if user is me.current_user else username(user),
             )
         return allowed
 
@@ -98,7 +122,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
             raise
         if self.current_user is None:  # the server allows unauthenticated access; these routes do not
             raise web.HTTPError(403, self._credentials_problem())
-        set_user(username(self.current_user))
+        set_user(acting_username(self))
 
     def _unauthenticated(self) -> bool:
         """True once authentication ran and found no user (not a refused Host header)."""
