@@ -1,9 +1,11 @@
 """The one place that relies on other packages' internals, each where no public API does the job.
 
 Tested with jupyter_server 2.21 (``FileContentsManager``, ``AsyncFileContentsManager``, the large-file
-managers, ``MappingKernelManager``), jupyter_client 8.10 (``MultiKernelManager``) and
-jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``). ``tests/test_compat.py`` fails
-loudly if an upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity watching).
+managers, ``MappingKernelManager``), jupyter_client 8.10 (``MultiKernelManager``, ``Session``),
+jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``), jupyter_events 0.12
+(``EventLogger``) and prometheus_client 0.2x (``REGISTRY``). ``tests/test_compat.py`` fails loudly if an
+upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity watching, whose
+``record_activity`` ``eval/activity.py`` follows: see docs/decisions/0003-held-kernel-activity.md).
 """
 
 from __future__ import annotations
@@ -105,3 +107,26 @@ def live_outputs_factory(ynotebook: Any) -> Any:
     """
     factory = getattr(ynotebook, "_create_youtputs", None)
     return factory if callable(factory) else None
+
+
+def remember_signature(session: Any, signature: bytes) -> None:
+    """Add a message's signature to ``Session``'s replay memory, as ``Session.deserialize`` does (its
+    private ``_add_digest``, jupyter_client 8.x): the connection's own decode of protocol-5 messages
+    (docs/decisions/0002-protocol5-decode.md) refuses a replayed message exactly as ``deserialize``."""
+    session._add_digest(signature)
+
+
+def registered_metric(registry: Any, name: str) -> Any:
+    """The collector ``registry`` (prometheus_client's ``REGISTRY``) holds under ``name``, or None.
+
+    prometheus_client refuses to register a name twice and has no public lookup; its private
+    ``_names_to_collectors`` maps names to collectors. Metrics are defined once per process through this,
+    so a second server (tests, a restart in the same process) reuses them."""
+    return getattr(registry, "_names_to_collectors", {}).get(name)
+
+
+def event_listeners(logger: Any) -> tuple[Any, Any]:
+    """jupyter_events ``EventLogger``'s listener tables by schema id (``_modified_listeners``,
+    ``_unmodified_listeners``, 0.12; None where missing): whether an event would reach a listener,
+    which has no public question."""
+    return getattr(logger, "_modified_listeners", None), getattr(logger, "_unmodified_listeners", None)

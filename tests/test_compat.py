@@ -130,3 +130,49 @@ async def test_a_kernel_whose_start_was_cancelled_can_be_shut_down_after_settlin
         if kernel_id in km:
             kernel._ready = None
             await km.shutdown_kernel(kernel_id, now=True)
+
+
+def test_session_replay_memory_refuses_what_it_remembered() -> None:
+    """``remember_signature`` feeds the same memory ``Session.deserialize`` checks (a replay is refused)."""
+    from jupyter_client.session import Session
+
+    from jupyter_agent_tools.compat import remember_signature
+
+    session = Session(key=b"secret")
+    frames = session.serialize(session.msg("status", {"execution_state": "idle"}))
+    _ident, parts = session.feed_identities([f if isinstance(f, bytes) else f.encode() for f in frames])
+    remember_signature(session, parts[0])
+    with pytest.raises(ValueError, match="Duplicate Signature"):
+        session.deserialize(parts)
+
+
+def test_prometheus_registry_finds_a_registered_metric_by_name() -> None:
+    from prometheus_client import CollectorRegistry, Counter
+
+    from jupyter_agent_tools.compat import registered_metric
+
+    registry = CollectorRegistry()
+    counter = Counter("agent_compat_probe", "probe", registry=registry)
+    assert registered_metric(registry, "agent_compat_probe") is counter
+    assert registered_metric(registry, "agent_compat_absent") is None
+
+
+def test_event_logger_listener_tables_are_keyed_by_schema_id() -> None:
+    from jupyter_events import EventLogger
+
+    from jupyter_agent_tools.audit.events import schema_files
+    from jupyter_agent_tools.compat import event_listeners
+
+    logger = EventLogger()
+    path = next(iter(schema_files()))
+    logger.register_event_schema(path)
+    schema_id = next(iter(logger.schemas.schema_ids))
+    modified, unmodified = event_listeners(logger)
+    assert isinstance(modified, dict) and isinstance(unmodified, dict)
+    assert not modified.get(schema_id) and not unmodified.get(schema_id)
+
+    async def listener(logger: object, schema_id: str, data: dict) -> None:
+        return None
+
+    logger.add_listener(schema_id=schema_id, listener=listener)
+    assert any(table.get(schema_id) for table in event_listeners(logger))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from traitlets import Any as AnyTrait
 from traitlets import Bool
 
+from ..compat import event_listeners
 from ..traits import Service
 from . import metrics
 from .context import current_user
@@ -113,11 +114,7 @@ class Audit(Service):
             return False
         if logger.handlers:
             return True
-        listeners = (
-            getattr(logger, "_modified_listeners", None),
-            getattr(logger, "_unmodified_listeners", None),
-        )
-        return any(found is None or found.get(schema_id) for found in listeners)
+        return any(found is None or found.get(schema_id) for found in event_listeners(logger))
 
     def emit(self, schema_id: str, data: dict[str, Any]) -> None:
         """Emit one event; a failure (an invalid event, a broken handler) is logged, never raised."""

@@ -20,6 +20,8 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..compat import registered_metric
+
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
     from ..eval.pool import KernelPool
@@ -36,7 +38,7 @@ MAX_ARTIFACT_FILES = 20_000
 
 def _metric(kind: type[M], name: str, documentation: str, labels: tuple[str, ...], **extra: Any) -> M:
     """The metric ``name`` of the default registry, created (once per process) if missing."""
-    existing = getattr(REGISTRY, "_names_to_collectors", {}).get(PREFIX + name)
+    existing = registered_metric(REGISTRY, PREFIX + name)
     if existing is not None:
         return existing
     return kind(PREFIX + name, documentation, labels, **extra)

@@ -21,6 +21,7 @@ import zmq
 from jupyter_client.session import json_unpacker
 from jupyter_core.utils import ensure_async
 
+from ..compat import remember_signature
 from .activity import KernelActivity
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def _decode(session: Any, frames: list[bytes], channel: str) -> Any:
         msg["channel"] = channel
         return msg
     if session.auth is not None:
-        session._add_digest(parts[0])  # jupyter_client's replay memory (private; bounded by the session)
+        remember_signature(session, parts[0])  # jupyter_client's replay memory
     content = parts[4]
     msg = {
         "header": header,
