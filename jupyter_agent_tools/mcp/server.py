@@ -637,7 +637,8 @@ class McpServer:
 
     def _open_session(self, user: str, version: str) -> LegacySession:
         """A new session of ``user`` (the request's identity); at the per-identity cap its own least
-        recently used session goes, so one client's flood never evicts another's sessions."""
+        recently used session goes, so one client's flood ends only its own sessions (the global bound
+        ends anyone's, but only once several identities are at their cap)."""
         self._expire()
         own = [sid for sid, session in self.sessions.items() if session.user == user]  # oldest first
         for sid in own[: max(0, len(own) - self.max_sessions_per_identity + 1)]:
