@@ -34,6 +34,7 @@ from .handlers.sessions import (
     SessionInterruptHandler,
     SessionListHandler,
 )
+from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
 from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
@@ -253,6 +254,26 @@ class AgentToolsApp(ExtensionApp):
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
 
+    # -- MCP --
+    mcp_max_batch_items = Int(
+        100,
+        help="Most messages in one JSON-RPC batch sent to the MCP endpoint (protocol 2025-03-26 only); a "
+        "longer batch is refused whole (-32600) before any of it runs.",
+    ).tag(config=True)
+
+    mcp_max_batch_answer_bytes = Int(
+        10 * 1024 * 1024,
+        help="Bytes of answers one MCP JSON-RPC batch may build; once its answers take more, the requests "
+        "left in it are not run and each gets a -32600 error saying the batch's answer is too large.",
+    ).tag(config=True)
+
+    mcp_max_sessions_per_identity = Int(
+        100,
+        help="Most legacy MCP sessions (of the 1000 the server keeps) one identity holds: the token a "
+        "request authenticates with, else the logged-in user. A new session past it ends that identity's "
+        "least recently used one, so one client's initialize flood ends only its own sessions.",
+    ).tag(config=True)
+
     # -- audit --
     audit_include_code = Bool(
         False,
@@ -367,6 +388,18 @@ class AgentToolsApp(ExtensionApp):
     def _valid_iopub_buffer(self, proposal: Any) -> int:
         return _in_range(proposal, 0, GIB)
 
+    @validate("mcp_max_batch_items")
+    def _valid_batch_items(self, proposal: Any) -> int:
+        return _in_range(proposal, 1, 10_000, "messages")
+
+    @validate("mcp_max_batch_answer_bytes")
+    def _valid_batch_answer(self, proposal: Any) -> int:
+        return _in_range(proposal, 1024, GIB)
+
+    @validate("mcp_max_sessions_per_identity")
+    def _valid_sessions_per_identity(self, proposal: Any) -> int:
+        return _in_range(proposal, 1, MCP_MAX_SESSIONS, "sessions")
+
     audit: Audit
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -451,7 +484,14 @@ class AgentToolsApp(ExtensionApp):
             session_manager=serverapp.session_manager,
             max_output_bytes_stored=self.max_run_output_bytes,
         )
-        self.mcp_server = McpServer(self, heartbeat_interval=self.stream_heartbeat_interval, log=self.log)
+        self.mcp_server = McpServer(
+            self,
+            heartbeat_interval=self.stream_heartbeat_interval,
+            max_batch_items=self.mcp_max_batch_items,
+            max_batch_answer_bytes=self.mcp_max_batch_answer_bytes,
+            max_sessions_per_identity=self.mcp_max_sessions_per_identity,
+            log=self.log,
+        )
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(

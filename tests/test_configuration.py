@@ -146,6 +146,9 @@ INVALID = [
     ("kernel_ready_timeout", float("nan"), "greater than 0"),
     ("iopub_hwm", 0, "between 1 and 100000"),
     ("iopub_buffer_bytes", -1, "between 0 and"),
+    ("mcp_max_batch_items", 0, "between 1 and 10000"),
+    ("mcp_max_batch_answer_bytes", 100, "between 1024 and"),
+    ("mcp_max_sessions_per_identity", 1001, "between 1 and 1000"),
 ]
 
 

@@ -60,11 +60,13 @@ class McpHandler(AgentAPIHandler):
         return HttpRequest(headers, self._owner(), authorize)
 
     def _owner(self) -> str:
-        """Whom a legacy session belongs to: the credential a token client sends with every request (its
-        user is a new anonymous one per request when it keeps no cookies), else the logged-in user."""
-        credential = self.request.headers.get("Authorization") or self.get_query_argument("token", "")
-        if credential:
-            return "credential:" + hashlib.sha256(credential.encode()).hexdigest()
+        """The identity a legacy session belongs to (and is counted against per identity): the token a
+        request was authenticated with, hashed (jupyter_server gives such a request a new anonymous user
+        each time; the token as jupyter_server read it, so ``Token x`` and ``bearer x`` are one
+        identity), else the logged-in user (a login cookie, JupyterHub)."""
+        if self.token_authenticated:
+            token = self.identity_provider.get_token(self) or ""
+            return "token:" + hashlib.sha256(token.encode()).hexdigest()
         return "user:" + self.current_user.username
 
     @web.authenticated
@@ -128,5 +130,7 @@ class McpHandler(AgentAPIHandler):
         self.set_status(status)
         if body is None:
             self.finish()
+        elif isinstance(body, bytes):  # encoded by the core (a batch's answers, each measured)
+            self.finish(body)
         else:
             self.finish(json.dumps(body, ensure_ascii=False))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
 import secrets
 import time
@@ -59,6 +60,9 @@ METHOD_HEADER, NAME_HEADER = "mcp-method", "mcp-name"
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 CACHE_TTL_MS = 5 * 60 * 1000  # tools/list and server/discover change only with the server's version
 MAX_SESSIONS = 1000  # legacy sessions kept; the least recently used goes first
+MAX_SESSIONS_PER_IDENTITY = 100  # of them, one identity's (mcp_max_sessions_per_identity)
+MAX_BATCH_ITEMS = 100  # messages in one JSON-RPC batch (mcp_max_batch_items)
+MAX_BATCH_ANSWER_BYTES = 10 * 1024 * 1024  # a batch's answers; past it, items are not run
 SESSION_IDLE_SECONDS = 24 * 3600.0
 MAX_PROGRESS_CHARS = 16_000  # one progress message; the result still has the whole (tail-kept) output
 # HTTP status of a modern-era JSON-RPC error answered as JSON (the 2026-07-28 transport's table).
@@ -115,7 +119,8 @@ class Outgoing:
 
 @dataclass
 class Answer:
-    """An HTTP answer: ``body`` as JSON (None: no body), or ``stream`` for the handler to send."""
+    """An HTTP answer: ``body`` as JSON (None: no body; bytes: already encoded), or ``stream`` for the
+    handler to send."""
 
     status: int
     body: Any = None
@@ -193,11 +198,17 @@ class McpServer:
         *,
         tools: Sequence[Tool] = TOOLS,
         heartbeat_interval: float = 5.0,
+        max_batch_items: int = MAX_BATCH_ITEMS,
+        max_batch_answer_bytes: int = MAX_BATCH_ANSWER_BYTES,
+        max_sessions_per_identity: int = MAX_SESSIONS_PER_IDENTITY,
         log: logging.Logger | None = None,
     ):
         self.services = services
         self.tools = {tool.name: tool for tool in tools}
         self.heartbeat_interval = max(0.1, heartbeat_interval)
+        self.max_batch_items = max(1, max_batch_items)
+        self.max_batch_answer_bytes = max(0, max_batch_answer_bytes)
+        self.max_sessions_per_identity = max(1, max_sessions_per_identity)
         self.log = log or logging.getLogger(__name__)
         self.sessions: OrderedDict[str, LegacySession] = OrderedDict()
         self._tool_lists: dict[str, list[dict[str, Any]]] = {}
@@ -363,6 +374,9 @@ class McpServer:
         return RpcError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", data=data, id=rid)
 
     async def _batch(self, items: list[Any], request: HttpRequest) -> Answer:
+        """Answer a batch item by item, yielding to the event loop between items; refused whole when it
+        has more than ``max_batch_items`` messages; once its answers take more than
+        ``max_batch_answer_bytes``, the requests left are answered with an error, not run."""
         if not items:
             raise RpcError(INVALID_REQUEST, "Invalid Request: an empty batch")
         session = self._session(request, None)
@@ -372,28 +386,67 @@ class McpServer:
                 f"Invalid Request: JSON-RPC batches are not part of protocol {session.version} (only "
                 f"{', '.join(BATCH_VERSIONS)}); send one message per POST",
             )
-        responses: list[dict[str, Any]] = []
+        limit = self.max_batch_items
+        if len(items) > limit:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"Invalid Request: a batch of {len(items)} messages; this server takes at most {limit} in "
+                f"one batch (mcp_max_batch_items). Nothing was run: send them in batches of at most "
+                f"{limit}, or one message per POST",
+            )
+        answers: list[bytes] = []  # each answer encoded once, as it comes: its size is known
+        size = 0
         for item in items:
-            try:
-                msg = parse_message(item)
-                if msg.kind != "request":
-                    self._legacy_notification(msg, session)
-                    continue
-                if msg.method == "initialize":
-                    raise RpcError(
-                        INVALID_REQUEST, "Invalid Request: initialize cannot be batched", id=msg.id
-                    )
-                answer = await self._legacy_request(msg, request, session)
-            except RpcError as e:
-                responses.append(e.to_message())
-                continue
-            if answer.stream is None:
-                responses.append(answer.body)
-                continue
-            async for item_out in answer.stream:  # progress is not sent in a batch; only the response
-                if item_out.final and item_out.message is not None:
-                    responses.append(item_out.message)
-        return Answer(200, responses) if responses else Answer(202)
+            if size > self.max_batch_answer_bytes:
+                answer = self._batch_item_not_run(item, session, size)
+            else:
+                answer = await self._batch_item(item, request, session)
+            if answer is not None:
+                answers.append(json.dumps(answer, ensure_ascii=False).encode())
+                size += len(answers[-1])
+            await asyncio.sleep(0)  # other requests are served between items
+        return Answer(200, b"[" + b",".join(answers) + b"]") if answers else Answer(202)
+
+    async def _batch_item(
+        self, item: Any, request: HttpRequest, session: LegacySession
+    ) -> dict[str, Any] | None:
+        """One message of a batch: its response, or None for a notification."""
+        try:
+            msg = parse_message(item)
+            if msg.kind != "request":
+                self._legacy_notification(msg, session)
+                return None
+            if msg.method == "initialize":
+                raise RpcError(INVALID_REQUEST, "Invalid Request: initialize cannot be batched", id=msg.id)
+            answer = await self._legacy_request(msg, request, session)
+        except RpcError as e:
+            return e.to_message()
+        if answer.stream is None:
+            response: dict[str, Any] | None = answer.body
+            return response
+        response = None
+        async for item_out in answer.stream:  # progress is not sent in a batch; only the response
+            if item_out.final and item_out.message is not None:
+                response = item_out.message
+        return response
+
+    def _batch_item_not_run(self, item: Any, session: LegacySession, size: int) -> dict[str, Any] | None:
+        """A request after the batch's answers outgrew ``max_batch_answer_bytes``: an error saying so.
+        Notifications still take effect (they add nothing to the answer)."""
+        try:
+            msg = parse_message(item)
+            if msg.kind != "request":
+                self._legacy_notification(msg, session)
+                return None
+        except RpcError as e:
+            return e.to_message()
+        return error_message(
+            msg.id,
+            INVALID_REQUEST,
+            f"Invalid Request: not run: the batch's answer is too large (the answers before this request "
+            f"take {size} bytes; this server answers at most {self.max_batch_answer_bytes} bytes per "
+            f"batch, mcp_max_batch_answer_bytes); send this request again in another batch or alone",
+        )
 
     # -- methods -------------------------------------------------------------------------------------
 
@@ -583,7 +636,13 @@ class McpServer:
     # -- legacy sessions -----------------------------------------------------------------------------
 
     def _open_session(self, user: str, version: str) -> LegacySession:
+        """A new session of ``user`` (the request's identity); at the per-identity cap its own least
+        recently used session goes, so one client's flood ends only its own sessions (the global bound
+        ends anyone's, but only once several identities are at their cap)."""
         self._expire()
+        own = [sid for sid, session in self.sessions.items() if session.user == user]  # oldest first
+        for sid in own[: max(0, len(own) - self.max_sessions_per_identity + 1)]:
+            del self.sessions[sid]
         while len(self.sessions) >= MAX_SESSIONS:
             self.sessions.popitem(last=False)
         session = LegacySession(secrets.token_hex(16), user, version, time.monotonic())
