@@ -688,16 +688,23 @@ def test_discovery_precedence(server: Server, runtime_dir: Path) -> None:
 
 
 class Tmux:
-    """A detached tmux session running one command in a 110x40 terminal."""
+    """A detached tmux session running one command in a 110x40 terminal.
 
-    def __init__(self, command: str, env: dict[str, str], socket: Path):
-        self.base = ["tmux", "-S", str(socket)]
+    Its server has a short unique name (``-L``): tmux keeps the socket in its own directory
+    (``/tmp/tmux-UID``), so a long TMPDIR cannot push the socket path past the 108 bytes AF_UNIX allows.
+    """
+
+    def __init__(self, command: str, env: dict[str, str]):
+        self.base = ["tmux", "-L", f"jat-{uuid.uuid4().hex[:12]}"]
         self.name = "cli"
         subprocess.run(
             [*self.base, "new-session", "-d", "-s", self.name, "-x", "110", "-y", "40", command],
             check=True,
             env=env,
         )
+        self.socket = subprocess.run(
+            [*self.base, "display-message", "-p", "#{socket_path}"], capture_output=True, text=True
+        ).stdout.strip()
 
     def screen(self) -> str:
         done = subprocess.run(
@@ -718,6 +725,8 @@ class Tmux:
 
     def close(self) -> None:
         subprocess.run([*self.base, "kill-server"], capture_output=True)
+        if self.socket:  # tmux leaves it behind
+            Path(self.socket).unlink(missing_ok=True)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -742,7 +751,7 @@ def test_terminal_rendering(server: Server, runtime_dir: Path, tmp_path: Path) -
     command = (
         f"{sys.executable} -m jupyter_agent_tools.cli eval --per-call {script}; echo {marker}$?; sleep 600"
     )
-    tmux = Tmux(command, env, tmp_path / "tmux.sock")
+    tmux = Tmux(command, env)
     try:
         running = tmux.wait_for("running")
         assert "[1/3] wait  running" in running and "[2/3] rich  pending" in running
