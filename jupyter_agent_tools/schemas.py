@@ -324,6 +324,11 @@ _INT = {"type": "integer"}
 _BOOL = {"type": "boolean"}
 _STR_OR_NULL = {"type": ["string", "null"]}
 _INT_OR_NULL = {"type": ["integer", "null"]}
+# Any JSON value, said with a keyword: a schema without one constrains nothing (the MCP Inspector warns)
+_ANY_JSON = {
+    "description": "any JSON value",
+    "anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean", "null")],
+}
 
 
 def _obj(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
@@ -540,7 +545,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
         },
     },
     "JsonDisplay": _obj(
-        {"type": {"const": "json"}, "data": {"description": "any JSON value"}, **_OMITTED},
+        {"type": {"const": "json"}, "data": _ANY_JSON, **_OMITTED},
         required=["type"],
         oneOf=[{"required": ["data"]}, {"required": list(_OMITTED)}],
         description="A JSON value, or past max_display_bytes a placeholder (omitted: true) whose artifact "
@@ -553,7 +558,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
         description="An image (base64; SVG as text), or past max_display_bytes a placeholder "
         "(omitted: true) whose artifact holds that text.",
     ),
-    "StatusDisplay": _obj({"type": {"const": "status"}, "event": {"description": "any JSON value"}}),
+    "StatusDisplay": _obj({"type": {"const": "status"}, "event": _ANY_JSON}),
     "EvalError": _obj(
         {
             "ename": _STR,

@@ -10,6 +10,8 @@ import asyncio
 import base64
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -683,16 +685,23 @@ def test_discovery_precedence(server: Server, runtime_dir: Path) -> None:
 
 
 class Tmux:
-    """A detached tmux session running one command in a 110x40 terminal."""
+    """A detached tmux session running one command in a 110x40 terminal.
 
-    def __init__(self, command: str, env: dict[str, str], socket: Path):
-        self.base = ["tmux", "-S", str(socket)]
+    Its server has a short unique name (``-L``): tmux keeps the socket in its own directory
+    (``/tmp/tmux-UID``), so a long TMPDIR cannot push the socket path past the 108 bytes AF_UNIX allows.
+    """
+
+    def __init__(self, command: str, env: dict[str, str]):
+        self.base = ["tmux", "-L", f"jat-{uuid.uuid4().hex[:12]}"]
         self.name = "cli"
         subprocess.run(
             [*self.base, "new-session", "-d", "-s", self.name, "-x", "110", "-y", "40", command],
             check=True,
             env=env,
         )
+        self.socket = subprocess.run(
+            [*self.base, "display-message", "-p", "#{socket_path}"], capture_output=True, text=True
+        ).stdout.strip()
 
     def screen(self) -> str:
         done = subprocess.run(
@@ -713,6 +722,8 @@ class Tmux:
 
     def close(self) -> None:
         subprocess.run([*self.base, "kill-server"], capture_output=True)
+        if self.socket:  # tmux leaves it behind
+            Path(self.socket).unlink(missing_ok=True)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -737,7 +748,7 @@ def test_terminal_rendering(server: Server, runtime_dir: Path, tmp_path: Path) -
     command = (
         f"{sys.executable} -m jupyter_agent_tools.cli eval --per-call {script}; echo {marker}$?; sleep 600"
     )
-    tmux = Tmux(command, env, tmp_path / "tmux.sock")
+    tmux = Tmux(command, env)
     try:
         running = tmux.wait_for("running")
         assert "[1/3] wait  running" in running and "[2/3] rich  pending" in running
@@ -759,6 +770,109 @@ def test_terminal_rendering(server: Server, runtime_dir: Path, tmp_path: Path) -
     rest = run_cli("artifact", command.split()[3], "--tail", "1", server=server, runtime=runtime_dir)
     assert rest.stdout == "line 599\n"
     assert f"{marker}1" in screen
+
+
+def on_terminal(server: Server, runtime: Path, *args: str) -> tuple[str, int]:
+    """Run ``jupyter agent ARGS`` on a 110x40 tmux terminal: (everything it printed, its exit code)."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    env = base_env(
+        runtime, JUPYTER_AGENT_URL=server.url, JUPYTER_AGENT_TOKEN=server.token, TERM="xterm-256color"
+    )
+    command = shlex.join([sys.executable, "-m", "jupyter_agent_tools.cli", *args])
+    tmux = Tmux(f"{command}; echo EXIT=$?; sleep 600", env)
+    try:
+        screen = tmux.wait_for("EXIT=")
+    finally:
+        tmux.close()
+    lines = [line.rstrip() for line in screen.rstrip("\n").splitlines()]
+    code = int(next(line for line in lines if line.startswith("EXIT="))[5:])
+    return "\n".join(line for line in lines if not line.startswith("EXIT=")).rstrip("\n") + "\n", code
+
+
+def test_terminal_long_output_shows_a_screen_then_the_command_for_the_rest(
+    server: Server, runtime_dir: Path
+) -> None:
+    """20,000 lines: the cell shows the last lines that fit the terminal, then the warning and the command
+    that prints all of them (not thousands of lines of the tail first)."""
+    screen, code = on_terminal(
+        server, runtime_dir, "eval", "--per-call", "-c", "for i in range(20000): print('line', i)"
+    )
+    assert code == 0
+    lines = screen.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("✓ [1/1]  complete"))
+    warning = next(i for i, line in enumerate(lines) if "output truncated" in line)
+    assert warning - start <= 40  # a screen of 40 rows (it printed about 18,000 lines before)
+    hidden = lines[start + 1].strip()
+    assert hidden.startswith("… ") and hidden.endswith(" earlier lines not shown")
+    shown = int(hidden.split()[1])
+    assert lines[start + 2 : warning] == [f"  line {i}" for i in range(shown, 20000)]
+    assert lines[warning + 1].startswith("  full output: jupyter agent artifact ")
+    artifact = lines[warning + 1].split()[-1]
+    rest = run_cli("artifact", artifact, "--tail", "1", server=server, runtime=runtime_dir)
+    assert rest.stdout == "line 19999\n"
+    assert lines[-1].startswith("done · 1/1 cells complete · ") and lines[-1].endswith(" · per-call")
+
+
+def test_terminal_notebook_run_lists_the_cells_not_run_and_names_the_notebook(
+    server: Server, runtime_dir: Path
+) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# T", id="m")]
+    sources = ["x = 1", "1/0", "x", "2"]
+    nb.cells += [nbformat.v4.new_code_cell(source, id=f"c{i}") for i, source in enumerate(sources)]
+    name = unique("stops") + ".ipynb"
+    nbformat.write(nb, server.root_dir / name)
+    screen, code = on_terminal(server, runtime_dir, "nb", "run", name)
+    assert code == 1
+    lines = screen.splitlines()
+    assert lines[0].startswith("✓ [cell 1] c0  complete") and lines[1].startswith("✗ [cell 2] c1  error")
+    assert lines[-3:-1] == ["· [cell 3] c2  not run", "· [cell 4] c3  not run"]
+    assert lines[-1].startswith("failed · 1/4 cells complete · ") and lines[-1].endswith(f"s · {name}")
+
+
+def test_timeout_shows_where_the_cell_stopped_not_the_interrupts_traceback(
+    cli: Any, server: Server, runtime_dir: Path
+) -> None:
+    session = unique("slow")
+    assert cli("eval", "-s", session, "-c", "import time").returncode == 0  # the kernel is up
+    code = "print('start')\ndef wait():\n    time.sleep(30)\nwait()"
+    slow = cli("eval", "-s", session, "--timeout", "2", "-c", code)
+    assert slow.returncode == 124
+    assert re.fullmatch(
+        r"start\nStopped in Cell In\[\d+\], line 3, in wait\(\)\n----> 3     time\.sleep\(30\)\n"
+        r"Command timed out after 2 seconds\n",
+        slow.stdout,
+    ), slow.stdout
+    screen, exit_code = on_terminal(server, runtime_dir, "eval", "-s", session, "--timeout", "2", "-c", code)
+    assert exit_code == 124
+    assert "KeyboardInterrupt" not in screen and "Traceback" not in screen
+    assert "  ----> 3     time.sleep(30)\n  Command timed out after 2 seconds\n" in screen
+
+
+def test_input_says_in_one_line_that_the_call_cannot_read_stdin(
+    cli: Any, server: Server, runtime_dir: Path
+) -> None:
+    notice = "This call cannot read stdin, so input() failed: put the value in the code instead.\n"
+    done = cli("eval", "--per-call", "-c", "name = input('name? ')\nprint('got', name)")
+    assert (done.stdout, done.returncode) == (notice, 1)  # the code stops at input(): nothing more
+    answer = json.loads(cli("eval", "--json", "--per-call", "-c", "input()").stdout)
+    assert answer["cells"][0]["stdin_requested"] is True and answer["output"] == notice
+    screen, code = on_terminal(server, runtime_dir, "eval", "--per-call", "-c", "input()")
+    assert code == 1
+    assert screen.count("This call cannot read stdin") == 1 and "''" not in screen
+    assert "StdinNotImplementedError" not in screen
+
+
+def test_plain_truncation_notice_names_the_artifact_command(cli: Any, server: Server) -> None:
+    done = cli("eval", "-s", unique("notice"), "-c", "for i in range(2000): print('line', i)")
+    first = done.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"\[Showing lines \d+-2000 of 2000 \(4\.0KB limit\)\. Full: jupyter agent artifact [\w.-]+\]", first
+    ), first
+    assert "artifact://" not in done.stdout
+    rest = cli(*first.rstrip("]").split(": ", 1)[1].split()[2:], "--tail", "1")
+    assert rest.stdout == "line 1999\n"
 
 
 # -- the installed entry point ---------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from jupyter_agent_tools.eval.executor import STDIN_NOTICE
+
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -135,12 +137,12 @@ async def test_dataframe_html_becomes_table(evaluate):
 
 
 async def test_stdin_never_hangs(evaluate):
+    """input() fails at once (the call has no stdin): one line says so, the code stops there."""
     result = await evaluate("v = input('name? ')\nprint('got', repr(v))", timeout=20)
     cell = result["cells"][0]
     assert cell["stdin_requested"] is True
-    assert cell["exit_code"] == 1
-    assert "Kernel requested stdin; interactive input is not supported." in cell["output"]
-    assert "got ''" in cell["output"]
+    assert cell["exit_code"] == 1 and cell["error"]["ename"] == "StdinNotImplementedError"
+    assert cell["output"] == STDIN_NOTICE  # "This call cannot read stdin, so input() failed: ..."
     assert (await evaluate("print('still usable')"))["output"] == "still usable\n"
 
 

@@ -29,7 +29,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import methods as wire
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from jupyter_agent_tools.mcp.schemas import component, without_null
+from jupyter_agent_tools.mcp.schemas import component, portable, without_null
 from jupyter_agent_tools.mcp.server import LEGACY_VERSIONS, MODERN_VERSIONS
 from jupyter_agent_tools.mcp.tools import TOOLS
 from jupyter_agent_tools.openapi import openapi_document, operations
@@ -239,9 +239,84 @@ def test_tools_wrap_their_routes_schemas_and_permissions() -> None:
     eval_input = json.loads(json.dumps(by_name["eval"].input_schema))
     assert eval_input["properties"].pop("include_images")["type"] == "boolean"
     assert eval_input == without_null(component("EvalRequest"))
-    assert by_name["notebook_read"].output_schema == component("NotebookRead")
-    assert by_name["notebook_edit"].output_schema == component("NotebookChangeResult")
-    assert by_name["session_list"].output_schema == component("SessionList")
+    assert by_name["notebook_read"].output_schema == portable(component("NotebookRead"))
+    assert by_name["notebook_edit"].output_schema == portable(component("NotebookChangeResult"))
+    assert by_name["session_list"].output_schema == portable(component("SessionList"))
+
+
+# What a model reads of tools/list (name, description, inputSchema of every tool), compact JSON: a budget, so
+# a longer description or a new tool is a choice, not a drift (11,449 bytes for the 10 tools of 0.1.0).
+TOOLS_LIST_BUDGET = 14_300
+# The MCP Inspector's schema portability rules (its CLI prints them with --strict): where subschemas are,
+# the keywords that constrain a value, and the keywords a bare boolean is fine for.
+SUBSCHEMA_MAPS = (
+    "properties", "patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions",
+)  # fmt: skip
+SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+SUBSCHEMA_VALUES = (
+    "items", "contains", "not", "propertyNames", "if", "then", "else", "additionalProperties",
+    "unevaluatedProperties", "additionalItems", "unevaluatedItems", "contentSchema",
+)  # fmt: skip
+BOOLEAN_VALUED = {"additionalProperties", "unevaluatedProperties", "additionalItems", "unevaluatedItems"}
+CONSTRAINING = {
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "format", "contentMediaType", "contentEncoding", "contentSchema",
+    "maxItems", "minItems", "uniqueItems", "maxContains", "minContains", "maxProperties", "minProperties",
+    "required", "dependentRequired", "allOf", "anyOf", "oneOf", "not", "items", "prefixItems", "contains",
+    "additionalItems", "unevaluatedItems", "properties", "patternProperties", "additionalProperties",
+    "unevaluatedProperties", "propertyNames", "dependentSchemas", "dependencies", "$ref", "$dynamicRef",
+    "$recursiveRef",
+}  # fmt: skip
+
+
+def portability_findings(schema: Any, path: str, keyword: str | None = None) -> list[str]:
+    """What the MCP Inspector reports about a tool schema: type arrays, schemas that constrain nothing,
+    bare booleans where a schema object is expected, references outside the document."""
+    if isinstance(schema, bool):
+        return [] if keyword in BOOLEAN_VALUED else [f"{path}: bare {schema}"]
+    if not isinstance(schema, dict):
+        return []
+    found = []
+    if isinstance(schema.get("type"), list):
+        found.append(f"{path}: type is an array {schema['type']}")
+    if isinstance(schema.get("$ref"), str) and not schema["$ref"].startswith("#"):
+        found.append(f"{path}: remote $ref")
+    pair = "if" in schema and ("then" in schema or "else" in schema)
+    if not (CONSTRAINING & set(schema) or pair) and keyword != "not":
+        found.append(f"{path}: constrains nothing")
+    for key in SUBSCHEMA_MAPS:
+        for name, sub in (schema.get(key) if isinstance(schema.get(key), dict) else {}).items():
+            found += portability_findings(sub, f"{path}.{key}.{name}", key)
+    for key in SUBSCHEMA_LISTS:
+        for i, sub in enumerate(schema.get(key) if isinstance(schema.get(key), list) else []):
+            found += portability_findings(sub, f"{path}.{key}[{i}]", key)
+    for key in SUBSCHEMA_VALUES:
+        if key in schema:
+            subs = schema[key] if key == "items" and isinstance(schema[key], list) else [schema[key]]
+            for sub in subs:
+                found += portability_findings(sub, f"{path}.{key}", key)
+    return found
+
+
+async def test_tools_list_keeps_its_budget_and_the_inspectors_portability_rules(rpc: Rpc) -> None:
+    """tools/list as sent: what a model reads stays within TOOLS_LIST_BUDGET, and no input or output
+    schema has a finding of the Inspector's portability check (there were 42, all in outputSchema)."""
+    session = await open_session(rpc)  # 2025-11-25: with outputSchema
+    status, answer, _ = await rpc(request(1, "tools/list"), session)
+    assert status == 200, answer
+    tools = answer["result"]["tools"]
+    assert all("outputSchema" in tool for tool in tools if tool["name"] != "session_delete")
+    read = [{key: tool[key] for key in ("name", "description", "inputSchema")} for tool in tools]
+    size = len(json.dumps(read, separators=(",", ":"), ensure_ascii=False).encode())
+    assert size <= TOOLS_LIST_BUDGET, f"name, description and inputSchema of the tools: {size} bytes"
+    findings = [
+        finding
+        for tool in tools
+        for kind in ("inputSchema", "outputSchema")
+        if kind in tool
+        for finding in portability_findings(tool[kind], f"{tool['name']}.{kind}")
+    ]
+    assert findings == []
 
 
 # ------------------------------------------------------------------------------- SDK, both eras
@@ -918,7 +993,7 @@ async def test_notebook_read_pages_and_one_output_with_its_image(url, jp_auth_he
         assert [c["index"] for c in page.structured_content["cells"]] == [1]
         shown = text_of(page)
         assert "# cells 1-1 of 2\n" in shown and "### [1] code id=c1 exec=1\nprint(1)" in shown
-        assert "notebook_output_read with 'cell'" in shown
+        assert '# one output in full: notebook_output_read {"path": "nb.ipynb", "cell": ' in shown
         named = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": ["@1", "m0"]})
         assert [c["index"] for c in named.structured_content["cells"]] == [1, 0]
         bad = await session.call_tool("notebook_read", {"path": "nb.ipynb", "cell_ids": "m0"})
@@ -946,6 +1021,29 @@ async def test_notebook_read_pages_and_one_output_with_its_image(url, jp_auth_he
             "notebook_output_read", {"path": "nb.ipynb", "cell": "c1", "output": 5}
         )
         assert gone.is_error and "there is no output 5" in text_of(gone)
+
+
+async def test_notebook_read_text_names_the_tool_that_reads_one_output(
+    url, jp_auth_header, jp_root_dir
+) -> None:
+    """Over MCP the text says how to call notebook_output_read (with which arguments), not an HTTP route."""
+    long = "".join(f"line {i}\n" for i in range(5000))
+    cell = new_code_cell("x", id="c1", outputs=[new_output("stream", name="stdout", text=long)])
+    nbformat.write(new_notebook(cells=[cell]), str(jp_root_dir / "long.ipynb"))
+    async with legacy(url, jp_auth_header) as session:
+        shown = text_of(await session.call_tool("notebook_read", {"path": "long.ipynb"}))
+        header = shown.splitlines()[2]
+        assert header == (
+            '# one output in full: notebook_output_read {"path": "long.ipynb", "cell": "<id or @index>", '
+            '"output": <n>}'
+        )
+        assert '\n[full: notebook_output_read {"cell": "c1", "output": 0}]\n' in shown
+        assert "GET " not in shown and "/api/agent/" not in shown and "?mime=" not in shown
+        arguments = {"path": "long.ipynb", "cell": "c1", "output": 0}
+        full = await session.call_tool("notebook_output_read", arguments)
+        assert text_of(full).endswith("\nline 4999")
+
+
 async def test_tool_calls_are_audited_with_the_requests_user(rpc, agent_audit_events, notebook) -> None:
     """The user a tool call's audit events name is the one jupyter_server resolved for that request."""
     session = await open_session(rpc)

@@ -22,6 +22,7 @@ from jupyter_agent_tools.eval.messages import (
     bounded_error,
     bundle_displays,
     bundle_text,
+    cell_frame,
     format_combined_output,
     interpret_iopub,
     needs_worker,
@@ -394,3 +395,20 @@ def test_huge_error_is_bounded_in_the_error_object() -> None:
 def test_long_plain_text_keeps_its_lines() -> None:
     text = "\n\n" + "\n".join(f"line {i}" for i in range(100_000)) + "\n \n"
     assert bundle_text({"text/plain": text}) == text.strip()
+
+
+def test_cell_frame_is_the_cells_last_frame_in_two_lines() -> None:
+    """Where a timed-out cell was: its own last frame (not a library's), location and arrow line only."""
+    traceback = [
+        "-" * 75,
+        "KeyboardInterrupt                         Traceback (most recent call last)",
+        "Cell In[1], line 5\n      1 import time\n      4 x=1\n----> 5 f()\n",
+        "Cell In[1], line 3, in f()\n      2 def f():\n----> 3     time.sleep(10)\n",
+        "File /usr/lib/python3/lib.py:10, in g()\n---> 10 wait()\n",
+        "KeyboardInterrupt: ",
+    ]
+    info = ErrorInfo("KeyboardInterrupt", "", traceback)
+    assert cell_frame(info) == "Cell In[1], line 3, in f()\n----> 3     time.sleep(10)"
+    long = ErrorInfo("KeyboardInterrupt", "", ["Cell In[2], line 1\n----> 1 " + "x" * 500])
+    assert cell_frame(long) == "Cell In[2], line 1\n----> 1 " + "x" * 192 + "…"
+    assert cell_frame(ErrorInfo("KeyboardInterrupt", "", ["KeyboardInterrupt: "])) is None  # another kernel

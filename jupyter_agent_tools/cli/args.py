@@ -11,7 +11,8 @@ The server: --url/--token, else JUPYTER_AGENT_URL and JUPYTER_AGENT_TOKEN (or JU
 running Jupyter server whose root directory holds the current directory (`jupyter server list`).
 
 On a terminal the output is rendered (live cell status, colours); otherwise it is plain text, exactly
-what the API answers (an eval's `output`; a notebook change's message and the cell's source).
+what the API answers (an eval's `output`, its `artifact://ID` notices written as `jupyter agent artifact
+ID`; a notebook change's message and the cell's source).
 
 Exit codes: 0 all cells complete, 1 a cell failed, 2 bad usage or a 4xx answer, 3 server unreachable or
 auth refused, 124 timed out, 130 cancelled (Ctrl-C interrupts the kernel)."""

@@ -286,7 +286,7 @@ class LocalKernelConnection:
                 code,
                 silent=silent,
                 store_history=store_history,
-                allow_stdin=True,
+                allow_stdin=False,  # input() raises at once (ipykernel: StdinNotImplementedError)
                 stop_on_error=False,
             )
         )

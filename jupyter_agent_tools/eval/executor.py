@@ -23,6 +23,7 @@ from .messages import (
     RichOutput,
     Text,
     bounded_error,
+    cell_frame,
     interpret_iopub,
     needs_worker,
 )
@@ -30,7 +31,11 @@ from .pace import STREAM_PACE
 from .sink import OutputSink, SinkSummary
 
 PACE_POLL = 0.02  # seconds between looks at a lagging stream client's progress (and at cancellation)
-STDIN_NOTICE = "Kernel requested stdin; interactive input is not supported.\n"
+# Executions are sent with allow_stdin false: ipykernel's input() raises this at once. Its traceback
+# (ipykernel's internals) is replaced by STDIN_NOTICE; a kernel that asks anyway is answered "" (STDIN_EMPTY).
+STDIN_REFUSED = "StdinNotImplementedError"
+STDIN_NOTICE = "This call cannot read stdin, so input() failed: put the value in the code instead.\n"
+STDIN_EMPTY = "This call cannot read stdin, so input() got '': put the value in the code instead.\n"
 Emit = Callable[[dict[str, Any]], None]
 Observe = Callable[[str, dict[str, Any]], None]
 
@@ -113,6 +118,7 @@ class _Run:
         self.idle_missing = False
         self.quiet_since = time.monotonic()  # last message of this execution (reply or iopub)
         self.last_char = "\n"
+        self.stopped_at: str | None = None  # where the cell's code was when the timeout interrupted it
 
     def text(self, text: str, name: str) -> None:
         chunk = self.sink.push(text)
@@ -146,7 +152,7 @@ class _Run:
         if channel == "stdin":
             if msg_type == "input_request":
                 self.result.stdin_requested = True
-                self.text(STDIN_NOTICE, "stderr")
+                self.text(("" if self.last_char == "\n" else "\n") + STDIN_EMPTY, "stderr")
                 self.conn.input_reply("", msg)
             return
         if msg_type == "status":
@@ -162,14 +168,26 @@ class _Run:
             items = await loop.run_in_executor(None, interpret_iopub, msg_type, content, self.rich)
         else:
             items = interpret_iopub(msg_type, content, self.rich)
+        ours = next((i for i in items if isinstance(i, ErrorInfo) and self._caused_here(i)), None)
         for item in items:
             if isinstance(item, Text):
+                if ours is not None and item.name == "error":
+                    continue  # said in one line below, not as a traceback of the kernel's internals
                 self.text(item.text, item.name)
             elif isinstance(item, Display):
                 self.result.displays.append(item.display)
                 self.emit({"type": "display", "index": self.index, "display": item.display})
             elif isinstance(item, ErrorInfo):
                 self.result.error = bounded_error(item, self.sink.max_bytes)
+        if ours is not None and ours.ename == STDIN_REFUSED:
+            self.result.stdin_requested = True
+            self.text(("" if self.last_char == "\n" else "\n") + STDIN_NOTICE, "error")
+        elif ours is not None:
+            self.stopped_at = cell_frame(ours)
+
+    def _caused_here(self, info: ErrorInfo) -> bool:
+        """An error this call caused, not the code: the refused input(), or the timeout's interrupt."""
+        return info.ename == STDIN_REFUSED or (info.ename == "KeyboardInterrupt" and self.result.timed_out)
 
     @property
     def done(self) -> bool:
@@ -281,6 +299,8 @@ def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution
         result.status, result.exit_code = "cancelled", 130
         if result.timed_out:
             prefix = "" if run.last_char == "\n" else "\n"
+            if run.stopped_at:
+                prefix += f"Stopped in {run.stopped_at}\n"
             run.text(
                 f"{prefix}Command timed out after {_format_seconds(limits.timeout_seconds)} seconds\n",
                 "stderr",

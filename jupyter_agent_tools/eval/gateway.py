@@ -115,7 +115,7 @@ class GatewayKernelConnection:
             "silent": silent,
             "store_history": store_history,
             "user_expressions": {},
-            "allow_stdin": True,
+            "allow_stdin": False,  # as LocalKernelConnection.execute
             "stop_on_error": False,
         }
         return self._send("shell", "execute_request", content)

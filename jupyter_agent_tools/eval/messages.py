@@ -310,6 +310,22 @@ def bounded_error(info: ErrorInfo, max_chars: int) -> dict[str, Any]:
     return {"ename": info.ename, "evalue": evalue, "traceback": traceback}
 
 
+FRAME_LINE = 200  # characters kept of each line of a cell_frame
+_ARROW = re.compile(r"\s*-+>")  # IPython marks a frame's current line "---->" (older: "--->")
+
+
+def cell_frame(info: ErrorInfo) -> str | None:
+    """Where the cell's own code was when ``info`` stopped it: the last frame of the cell in an IPython
+    traceback, as its location line and its ``---->`` line (``Cell In[1], line 3, in f()`` /
+    ``----> 3     time.sleep(10)``); None when the traceback has no such frame (another kernel)."""
+    for entry in reversed(info.traceback):
+        lines = entry.strip("\n").split("\n")
+        if lines[0].startswith("Cell In[") or "<ipython-input-" in lines[0]:
+            kept = [lines[0], *(line for line in lines[1:] if _ARROW.match(line))][:2]
+            return "\n".join(line if len(line) <= FRAME_LINE else line[:FRAME_LINE] + "…" for line in kept)
+    return None
+
+
 def interpret_iopub(msg_type: str, content: dict[str, Any], rich: RichOutput | None = None) -> list[Event]:
     """Events for one iopub message (its ``msg_type`` and ``content``); [] for kinds we do not use.
 

@@ -86,3 +86,25 @@ def without_null(schema: Any) -> Any:
     if isinstance(kind, list) and "null" in kind and len(kind) == 2:
         out["type"] = next(t for t in kind if t != "null")
     return out
+
+
+
+def portable(schema: Any) -> Any:
+    """``schema`` with every ``"type": [T1, T2]`` spelled as ``"anyOf": [{"type": T1}, {"type": T2}]``.
+
+    The same values pass, but a client that maps tool schemas onto a one-type dialect (the OpenAPI subset
+    of Gemini's function declarations) keeps the constraint; the MCP Inspector warns about type arrays.
+    """
+    if isinstance(schema, list):
+        return [portable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: portable(value) for key, value in schema.items()}
+    kinds = out.get("type")
+    if isinstance(kinds, list) and all(isinstance(kind, str) for kind in kinds):
+        branches = [{"type": kind} for kind in out.pop("type")]
+        if "anyOf" in out:
+            out["allOf"] = [*out.get("allOf", []), {"anyOf": branches}]
+        else:
+            out["anyOf"] = branches
+    return out

@@ -3,7 +3,7 @@
 An entry names the permissions of the route it wraps (asked of the server's authorizer before anything
 runs), its input schema (the route's request schema, self-contained), the schema of its structured answer
 (the route's answer schema) and a short description written for a model. A tool for a new route is one
-more entry in :data:`TOOLS` (as ``notebook_run`` is for ``POST /api/agent/notebooks/{path}/run``).
+more entry in ``_TOOLS`` (as ``notebook_run`` is for ``POST /api/agent/notebooks/{path}/run``).
 Errors of the services (:class:`~jupyter_agent_tools.errors.AgentToolsError`) become tool errors
 with the route's message. Pure: no Tornado.
 """
@@ -11,6 +11,7 @@ with the route's message. Pure: no Tornado.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,7 +23,7 @@ from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_b
 from ..notebook.summary import base64_size, human_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
 from ..validation import json_type, short_repr
-from .schemas import component, without_image_data, without_null
+from .schemas import component, portable, without_image_data, without_null
 from .schemas import field as schema_field
 
 if TYPE_CHECKING:
@@ -220,12 +221,9 @@ async def _notebook_read(call: ToolCall) -> ToolResult:
                         mime, str(entry.pop("data", "")), size, own["include_images"], images
                     )
                     notes.append(f"[{cell['index']}] out[{n}]: {placeholder}")
-    text = render_text(answer)
+    text = render_text(answer, output_tool="notebook_output_read")
     if notes:
         text += "\n".join(notes) + "\n"
-    if any("full" in o or "data" in o for cell in answer["cells"] for o in cell.get("outputs", [])):
-        text += "(a cut text, an image or another MIME type in full: notebook_output_read with 'cell' = the "
-        "cell's id or @index and 'output' = n of out[n])\n"
     return ToolResult(text, answer, images)
 
 
@@ -340,9 +338,14 @@ def _notebook_edit_input() -> dict[str, Any]:
             "to_index": schema_field("MoveRequest", "to_index"),
             "all": schema_field("ClearOutputsRequest", "all"),
             "ops": {
-                **schema_field("NotebookBatchRequest", "ops"),
-                "description": "Several operations applied in order, all or none (one save). Each has the "
-                "fields above.",
+                # each op's fields are the ones above: the items are not spelled out a second time (the
+                # route's validator checks each op and names what is wrong)
+                "type": "array",
+                "items": {"type": "object", "required": ["action"]},
+                "minItems": 1,
+                "description": "Several operations applied in order, all or none (one save). Each is an "
+                "object with the fields above: action, cell_index or cell_id, content, cell_type, to_index, "
+                "all.",
             },
             "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
             "upgrade": schema_field("NotebookBatchRequest", "upgrade"),
@@ -533,7 +536,7 @@ def _notebook_run_input() -> dict[str, Any]:
 
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
-TOOLS: tuple[Tool, ...] = (
+_TOOLS: tuple[Tool, ...] = (
     Tool(
         name="eval",
         title="Run Python",
@@ -683,3 +686,6 @@ TOOLS: tuple[Tool, ...] = (
         annotations=READ_ONLY,
     ),
 )
+
+# Answers' schemas as clients that know one type per schema can keep them (inputs are already so).
+TOOLS = tuple(dataclasses.replace(tool, output_schema=portable(tool.output_schema)) for tool in _TOOLS)

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from ..errors import BadRequest, NotFound
 from ..text import strip_ansi
@@ -230,13 +230,14 @@ def _size(mime: str, value: Any) -> int | None:
 # ---------------------------------------------------------------------------------------------- as text
 
 
-def render_text(answer: dict[str, Any]) -> str:
+def render_text(answer: dict[str, Any], output_tool: str | None = None) -> str:
     """The compact plain-text rendering of a read answer, for a model's context.
 
-    A header (path, version, hash, which cells of how many, the route of one output), then per cell a
-    ``### [index] type id=... exec=N`` line, its source, and one ``-> out[n] ...`` block per output (text
-    as summarized, other MIME types as ``[mime size]``; a cut text ends with ``[full: ?mime=...]``, the
-    query of the output route that returns all of it).
+    A header (path, version, hash, which cells of how many, how to read one output in full), then per
+    cell a ``### [index] type id=... exec=N`` line, its source, and one ``-> out[n] ...`` block per output
+    (text as summarized, other MIME types as ``[mime size]``; a cut text ends with ``[full: ...]``). One
+    output is read with the output route (``[full: ?mime=...]`` is the query that returns all of a cut
+    text), or with ``output_tool`` when given: the MCP tool, named with its arguments.
     """
     count, cells = answer["cell_count"], answer["cells"]
     version = f"{answer['nbformat']}.{answer['nbformat_minor']}"
@@ -248,8 +249,13 @@ def render_text(answer: dict[str, Any]) -> str:
     else:
         shown = f"no cells from {answer['start']} of {count}"
     more = f"; next page: start={answer['next_start']}" if answer["next_start"] is not None else ""
-    url = f"/api/agent/notebooks/{quote(answer['path'])}/cells/<id or @index>/outputs/<n>[?mime=<type>]"
-    lines = [f"{head}\n# {shown}{more}\n# one output in full: GET {url}"]
+    if output_tool is None:
+        url = f"/api/agent/notebooks/{quote(answer['path'])}/cells/<id or @index>/outputs/<n>[?mime=<type>]"
+        how = f"GET {url}"
+    else:
+        path = json.dumps(answer["path"], ensure_ascii=False)
+        how = f'{output_tool} {{"path": {path}, "cell": "<id or @index>", "output": <n>}}'
+    lines = [f"{head}\n# {shown}{more}\n# one output in full: {how}"]
     # What a read may say about the file itself (a converted nbformat 3 file, a notebook invalid as found).
     if answer.get("converted_from"):
         lines.append(
@@ -259,11 +265,11 @@ def render_text(answer: dict[str, Any]) -> str:
     if answer.get("problems"):
         lines.append("# invalid as found (an edit must send repair: true): " + "; ".join(answer["problems"]))
     for cell in cells:
-        lines.append(_cell_text(cell))
+        lines.append(_cell_text(cell, output_tool))
     return "\n".join(lines) + "\n"
 
 
-def _cell_text(cell: dict[str, Any]) -> str:
+def _cell_text(cell: dict[str, Any], output_tool: str | None) -> str:
     header = f"### [{cell['index']}] {cell['cell_type']}"
     if cell.get("id") is not None:
         header += f" id={cell['id']}"
@@ -279,11 +285,11 @@ def _cell_text(cell: dict[str, Any]) -> str:
     if cell["source"]:
         lines.append(cell["source"])
     for n, output in enumerate(cell.get("outputs", [])):
-        lines.append(_output_text(n, output))
+        lines.append(_output_text(n, output, output_tool))
     return "\n".join(lines)
 
 
-def _output_text(n: int, output: dict[str, Any]) -> str:
+def _output_text(n: int, output: dict[str, Any], output_tool: str | None) -> str:
     kind = output.get("output_type")
     head = f"-> out[{n}] {kind}"
     body: list[str] = []
@@ -298,8 +304,11 @@ def _output_text(n: int, output: dict[str, Any]) -> str:
             body.append(output["text"])
         for entry in output.get("data", []):
             body.append(f"[{entry['mime']} {human_size(entry['bytes'])}]")
-    if "full" in output:
+    if "full" in output and output_tool is None:
         body.append(f"[full: ?{output['full'].partition('?')[2]}]")
+    elif "full" in output:  # the cell as the route names it: .../cells/<ref>/outputs/<n>?mime=...
+        ref = unquote(output["full"].rpartition("/cells/")[2].partition("/outputs/")[0])
+        body.append(f"[full: {output_tool} {json.dumps({'cell': ref, 'output': n}, ensure_ascii=False)}]")
     text = "\n".join(b.rstrip("\n") for b in body if b)
     return f"{head}\n{text}" if text else head
 

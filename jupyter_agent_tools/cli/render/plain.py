@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -15,6 +16,18 @@ def with_newline(text: str) -> str:
     """The text as it is, ended by a newline if it is not empty and has none (so a prompt starts on its
     own line)."""
     return text if not text or text.endswith("\n") else text + "\n"
+
+
+# The server's notices of text kept elsewhere ("[Showing lines ... Full: artifact://<id>]", "[HTML output of
+# ... Full HTML: artifact://<id>]"), each a line of its own.
+_ARTIFACT_NOTICE = re.compile(
+    r"^(\[(?:Showing|HTML output of) [^\n]*?Full(?: HTML)?: )artifact://([\w.-]+)\]$", re.MULTILINE
+)
+
+
+def artifact_commands(text: str) -> str:
+    """``text`` with each notice's ``artifact://<id>`` written as the command that prints it."""
+    return _ARTIFACT_NOTICE.sub(r"\1jupyter agent artifact \2]", text)
 
 
 def _write(text: str) -> None:
@@ -148,7 +161,7 @@ class PlainRenderer:
                 result = dict(event["result"])
         if result is None:
             raise AgentAPIError(None, "the event stream ended before its result", "truncated")
-        _write(with_newline(str(result.get("output") or "")))
+        _write(with_newline(artifact_commands(str(result.get("output") or ""))))
         return result
 
     def notebook(

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.padding import Padding
@@ -25,7 +26,9 @@ from .images import Saver, describe, human_size
 from .plain import SESSION_COLUMNS, PlainRenderer, output_lines, pool_line, session_cell
 
 COLLAPSED_LINES = 10  # source lines shown before "… n more lines" (--expand shows all)
-TEXT_CAP = 200_000  # characters of a cell's text kept for its final block (the earliest are dropped)
+TEXT_CAP = 200_000  # characters of a cell's text kept while it runs (the earliest are dropped)
+SCREEN_RESERVE = 8  # terminal rows a cell's final block leaves for its status line, warnings and summary
+MIN_TEXT_ROWS = 10  # rows of text a cell's final block shows on however small a terminal
 TAIL_CHARS = 8_000  # characters of the running cell's text kept for the live view
 LIVE_TAIL_LINES = 12  # lines of the running cell shown under its status line
 JSON_ITEMS = 50  # children shown per JSON level
@@ -79,6 +82,27 @@ def json_tree(data: Any, label: str = "JSON") -> Tree:
     else:
         tree.add(scalar(data))
     return tree
+
+
+def screen_tail(text: str, rows: int, width: int) -> tuple[str, int, int]:
+    """The end of ``text`` that fills at most ``rows`` rows of ``width`` columns: (that end, how many of
+    the text's lines it leaves out, rows it fills). A line too long for the rows left keeps its end."""
+    lines = text.split("\n")
+    kept: list[str] = []
+    used = 0
+    for line in reversed(lines):
+        if used >= rows:
+            break
+        need = max(1, -(-cell_len(line) // width))
+        if used + need > rows:
+            keep = (rows - used) * width - 1
+            kept.append("…" + line[-keep:] if keep > 0 else "…")
+            used = rows
+            break
+        kept.append(line)
+        used += need
+    kept.reverse()
+    return "\n".join(kept), len(lines) - len(kept), used
 
 
 def status_line(event: Any) -> str:
@@ -229,15 +253,27 @@ class TerminalRenderer:
         return Text(f"[{kind} display]", style="dim")
 
     def _block(self, cell: _Cell, total: int | None) -> RenderableType:
+        """A cell that ended: its status line, the end of its text that fits a screen, its displays and
+        its error."""
+        room = max(MIN_TEXT_ROWS, self.console.height - SCREEN_RESERVE)
+        width = max(1, self.console.width - 2)
+        hidden = cell.dropped_lines
+        body: list[RenderableType] = []
+        for kind, value in reversed(cell.parts):
+            if kind != "text":
+                body.append(Padding(self._display(*value), (0, 0, 0, 2)))
+                continue
+            text = value[:-1] if value.endswith("\n") else value
+            if room <= 0:
+                hidden += text.count("\n") + 1
+                continue
+            shown, left_out, used = screen_tail(text, room, width)
+            hidden, room = hidden + left_out, room - used
+            body.append(Padding(Text(shown), (0, 0, 0, 2)))
         rows: list[RenderableType] = [cell.line(total)]
-        if cell.dropped_lines:
-            rows.append(Text(f"  … {cell.dropped_lines} earlier lines not shown", style="dim"))
-        for kind, value in cell.parts:
-            if kind == "text":
-                text = value[:-1] if value.endswith("\n") else value
-                rows.append(Padding(Text(text), (0, 0, 0, 2)))
-            else:
-                rows.append(Padding(self._display(*value), (0, 0, 0, 2)))
+        if hidden:
+            rows.append(Text(f"  … {hidden} earlier line{'s' if hidden > 1 else ''} not shown", style="dim"))
+        rows.extend(reversed(body))
         if cell.traceback:
             rows.append(
                 Padding(
@@ -311,6 +347,9 @@ class TerminalRenderer:
 
     def _finish(self, state: _Run, result: dict[str, Any]) -> None:
         console = self.console
+        for ran in result.get("cells") or []:  # a notebook run names the cells after a failure: not_run
+            if ran.get("status") == "not_run":
+                state.cell(int(ran.get("index") or 0), ran.get("title"))
         for cell in (state.cells[i] for i in sorted(state.cells)):
             if cell.status == "pending":
                 cell.status = "not run"
@@ -338,7 +377,7 @@ class TerminalRenderer:
             console.print(Text.assemble("  full output: ", (command, "bold")), soft_wrap=True)
         if result.get("error"):
             console.print(Text(f"✗ {result['error']}", style="bold red"))
-        cells = result.get("cells") or []
+        cells = [c for c in result.get("cells") or [] if c.get("status") != "skipped"]  # markdown, raw
         done = sum(1 for c in cells if c.get("status") == "complete")
         total = state.total if state.total is not None else len(cells)
         if result.get("timed_out"):
@@ -349,7 +388,12 @@ class TerminalRenderer:
             word, style = "failed", "red"
         else:
             word, style = "done", "green"
-        where = f" · session {result['session']}" if result.get("session") else f" · {result.get('mode')}"
+        if result.get("session"):
+            where = f" · session {result['session']}"
+        elif result.get("path"):  # a notebook run
+            where = f" · {result['path']}"
+        else:
+            where = f" · {result.get('mode') or 'per-call'}"
         console.print(
             Text.assemble(
                 (word, f"bold {style}"),
