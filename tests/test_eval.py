@@ -510,8 +510,9 @@ async def test_delete_during_run_leaves_no_kernel(evaluate, api, jp_serverapp):
     assert status == 204
     result = await running
     assert result["cancelled"] is True
-    queued = await waiting  # the queued call runs on a fresh session of the same name
-    assert queued["output"] == "queued\n"
+    queued = await waiting  # the queued call runs on a fresh session of the same name, and is told so
+    assert queued["session_lost"]["reason"] == "deleted"
+    assert queued["output"].endswith("this call runs in a new kernel.]\nqueued\n")
     status, _ = await api("DELETE", "sessions", "gone")
     assert status == 204
     assert await agent_kernels(jp_serverapp) == before
