@@ -111,6 +111,7 @@ class NotebookKernels(Service):
                 return False
             # Free and nobody waiting: the turn is taken at once (no await in between), so no run starts.
             held = await session.take_turn(asyncio.Event())
+            last_used = session.last_used  # a look is not a use: end_turn below must not reset it
         try:
             last = await self._last_used(path, record, held=held)
             now = time.time()
@@ -129,6 +130,7 @@ class NotebookKernels(Service):
         finally:
             if held and session is not None:
                 await session.end_turn()
+                session.last_used = last_used
 
     async def discard(self, path: str) -> None:
         """Shut down the kernel a run of ``path`` just started and gave up on (it never answered)."""

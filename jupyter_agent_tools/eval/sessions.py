@@ -217,6 +217,7 @@ class SessionManager(Service):
 
         Its name (``nb-`` and a hash of the path) names its artifact directory; ``notebook`` is the path.
         """
+        self.start()  # the sweep also shuts down kernels the runs started (see .notebook_kernels)
         session = self.notebooks.get(path)
         if session is None or session.closed:
             name = "nb-" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
