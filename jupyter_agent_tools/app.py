@@ -14,6 +14,7 @@ from .artifacts import ArtifactStore
 from .audit import Audit
 from .eval.kernels import KernelService
 from .eval.messages import OutputLimits
+from .eval.notebook_kernels import NotebookKernels
 from .eval.notebook_run import NotebookRunner
 from .eval.pool import KernelPool
 from .eval.recovery import KernelRecovery
@@ -114,6 +115,19 @@ class AgentToolsApp(ExtensionApp):
 
     cleanup_interval = Float(
         30.0, help="Seconds between sweeps for idle and dead sessions and expired artifacts."
+    ).tag(config=True)
+
+    notebook_kernel_idle_timeout = Float(
+        600.0,
+        help="Seconds a kernel that a notebook run started (the notebook had no jupyter session) may stay "
+        "unused before the sweep shuts it down with its session; never one that is busy or that a client "
+        "(a browser) is connected to, nor one JupyterLab started. 0: never.",
+    ).tag(config=True)
+
+    max_notebook_kernels = Int(
+        8,
+        help="Most kernels started by notebook runs kept at once: a run that starts one more shuts down the "
+        "least recently used unused one first (never a busy or connected one).",
     ).tag(config=True)
 
     max_output_bytes = Int(
@@ -325,7 +339,8 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.eval.notebook_run.NotebookRunner",
         klass=NotebookRunner,
         help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
-        "with parent=the app and eval_service, store, session_manager, max_output_bytes_stored.",
+        "with parent=the app and eval_service, store, session_manager, max_output_bytes_stored, "
+        "notebook_kernels.",
     ).tag(config=True)
 
     @validate(
@@ -334,6 +349,7 @@ class AgentToolsApp(ExtensionApp):
         "max_cells_per_request",
         "max_ops_per_request",
         "max_run_output_bytes",
+        "max_notebook_kernels",
     )
     def _at_least_one(self, proposal: Any) -> int:
         value = int(proposal["value"])
@@ -354,6 +370,7 @@ class AgentToolsApp(ExtensionApp):
         "fd_headroom",
         "per_call_pool_size",
         "stream_lag_grace",
+        "notebook_kernel_idle_timeout",
     )
     def _not_negative(self, proposal: Any) -> Any:
         return at_least(proposal, 0)
@@ -477,11 +494,19 @@ class AgentToolsApp(ExtensionApp):
             ),
         )
 
+        notebook_kernels = NotebookKernels(
+            serverapp.session_manager,
+            sessions,
+            parent=self,
+            idle_timeout=self.notebook_kernel_idle_timeout,
+            max_kernels=self.max_notebook_kernels,
+        )
         self.notebook_runner = cast("type[NotebookRunner]", self.notebook_runner_class)(
             parent=self,
             eval_service=self.eval_service,
             store=self.notebook_store,
             session_manager=serverapp.session_manager,
+            notebook_kernels=notebook_kernels,
             max_output_bytes_stored=self.max_run_output_bytes,
         )
         self.mcp_server = McpServer(

@@ -269,7 +269,10 @@ def _paths() -> dict[str, Any]:
                 "would when there is none). Cells run in notebook order; their outputs are stored as "
                 "nbformat outputs (old ones cleared when a cell starts, saved when it ends). Answers one "
                 f"JSON result, or with 'Accept: {NDJSON}' the eval event stream; closing it interrupts. "
-                "A kernel death ends the run (restarted: true); nothing is re-run.",
+                "A kernel death ends the run (restarted: true); nothing is re-run. A cell that does not "
+                "stop after the interrupt gets the kernel restarted in place (same id; the output names "
+                "the cell). Kernels runs started are shut down when unused (notebook_kernel_idle_timeout, "
+                "max_notebook_kernels).",
                 "tags": ["notebooks"],
                 "x-authorization": [
                     {"resource": "contents", "action": "write"},
@@ -293,7 +296,8 @@ def _paths() -> dict[str, Any]:
                     "409": _error("expected_hash does not match the notebook. Nothing ran."),
                     "413": TOO_LARGE,
                     "503": _retry(
-                        "The notebook is being written by another program, or no kernel could start."
+                        "The notebook is being written by another program, no kernel could start, or "
+                        "the notebook's kernel did not answer within the call's timeout."
                     ),
                 },
             },

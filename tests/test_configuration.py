@@ -12,6 +12,7 @@ from traitlets.config import Config, LoggingConfigurable
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.eval.kernels import KernelService
+from jupyter_agent_tools.eval.notebook_kernels import NotebookKernels
 from jupyter_agent_tools.eval.notebook_run import NotebookRunner
 from jupyter_agent_tools.eval.service import EvalService
 from jupyter_agent_tools.eval.sessions import SessionManager
@@ -49,6 +50,8 @@ DOCUMENTED = {
     "liveness_interval": (0.25, "eval", "liveness_interval"),
     "init_timeout": (30.0, "eval", "init_timeout"),
     "max_run_output_bytes": (2048, "runner", "max_output_bytes_stored"),
+    "notebook_kernel_idle_timeout": (90.0, "notebook_kernels", "idle_timeout"),
+    "max_notebook_kernels": (2, "notebook_kernels", "max_kernels"),
     "artifact_retention": (600.0, "artifacts", "retention"),
 }
 
@@ -74,6 +77,7 @@ def services(app: AgentToolsApp) -> dict[str, Any]:
         "kernels": app.eval_service.kernels,
         "artifacts": app.eval_service.artifacts,
         "runner": app.notebook_runner,
+        "notebook_kernels": app.notebook_runner.notebook_kernels,
     }
 
 
@@ -129,6 +133,8 @@ def test_class_trait_accepts_an_import_name_and_refuses_other_classes():
 
 INVALID = [
     ("max_sessions", 0, "at least 1"),
+    ("max_notebook_kernels", 0, "at least 1"),
+    ("notebook_kernel_idle_timeout", -1.0, "at least 0"),
     ("max_ops_per_request", 0, "at least 1"),
     ("notebook_busy_timeout", -1.0, "at least 0"),
     ("idle_timeout", -1.0, "at least 0"),
@@ -162,7 +168,13 @@ def test_invalid_value_raises_trait_error_naming_the_trait(name, value, bound):
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("idle_timeout", 0.0), ("heartbeat_interval", 0.0), ("artifact_retention", 0.0), ("fd_headroom", 0)],
+    [
+        ("idle_timeout", 0.0),
+        ("heartbeat_interval", 0.0),
+        ("artifact_retention", 0.0),
+        ("fd_headroom", 0),
+        ("notebook_kernel_idle_timeout", 0.0),
+    ],
 )
 def test_zero_is_accepted_where_it_means_never(name, value):
     assert getattr(AgentToolsApp(config=Config({"AgentToolsApp": {name: value}})), name) == value
@@ -179,6 +191,9 @@ def test_services_validate_their_own_traits(tmp_path):
         NotebookStore(object(), busy_timeout=-1)
     with pytest.raises(TraitError, match=r"^NotebookRunner\.max_output_bytes_stored must be at least 1"):
         NotebookRunner(max_output_bytes_stored=0)
+    sessions = SessionManager(KernelService(object()), ArtifactStore(tmp_path))
+    with pytest.raises(TraitError, match=r"^NotebookKernels\.max_kernels must be at least 1, got 0"):
+        NotebookKernels(object(), sessions, max_kernels=0)
     with pytest.raises(TraitError, match=r"^EvalService\.liveness_interval must be greater than 0"):
         EvalService(liveness_interval=0)
     with pytest.raises(TraitError, match="sessions"):

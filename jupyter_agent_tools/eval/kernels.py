@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import inspect
 import logging
 from typing import Any
 from uuid import uuid4
@@ -202,8 +203,9 @@ class KernelService(Service):
                 await ensure_async(km.shutdown_kernel(kernel_id, now=True))
         forget_kernel(km, kernel_id)
 
-    async def connect(self, kernel_id: str) -> KernelConnection:
-        """An open connection to a running kernel (its own client identity)."""
+    async def connect(self, kernel_id: str, ready_timeout: float | None = None) -> KernelConnection:
+        """An open connection to a running kernel (its own client identity), once the kernel answered
+        within ``ready_timeout`` seconds (default: the ``ready_timeout`` trait)."""
         if self.gateway:
             from .gateway import GatewayKernelConnection
 
@@ -216,7 +218,7 @@ class KernelService(Service):
                 iopub_buffer_bytes=self.iopub_buffer_bytes,
                 hold_activity=self.hold_activity,
             )
-        await conn.start(self.ready_timeout)
+        await conn.start(self.ready_timeout if ready_timeout is None else ready_timeout)
         return conn
 
     async def wait_until_restarted(self, kernel_id: str) -> bool:
@@ -238,6 +240,20 @@ class KernelService(Service):
 
     async def interrupt(self, kernel_id: str) -> None:
         await ensure_async(self.kernel_manager.interrupt_kernel(kernel_id))
+
+    async def restart(self, kernel_id: str) -> None:
+        """Restart a kernel in place (same id, what JupyterLab's "Restart Kernel" asks the server for),
+        killing its process at once, and wait, bounded by ``ready_timeout``, until the new one answers.
+
+        For a kernel that would not stop after an interrupt: a graceful shutdown request would only add
+        the manager's ``shutdown_wait_time``. Raises when the restart fails or the kernel does not answer.
+        """
+        restarted = await ensure_async(self.kernel_manager.restart_kernel(kernel_id, now=True))
+        if inspect.isawaitable(restarted):  # jupyter_server: resolves on the new kernel's kernel_info_reply
+            answered = asyncio.ensure_future(restarted)
+            # jupyter_server fails it itself later (its kernel_info_timeout) when we stop waiting first
+            answered.add_done_callback(lambda f: f.cancelled() or f.exception())
+            await asyncio.wait_for(asyncio.shield(answered), self.ready_timeout)
 
     async def shutdown(self, kernel_id: str) -> None:
         """Shut a kernel down; a kernel already gone is not an error."""

@@ -5,7 +5,9 @@ creates when it opens the notebook), created the way JupyterLab would when there
 who opens the notebook afterwards shares the agent's state. The run goes through the same session
 lifecycle as eval (:class:`~.session.KernelSession` in mode ``notebook``, which never owns the kernel)
 and the same recovery policy, but never re-runs a cell silently: a kernel that dies or is restarted
-ends the run and the answer says which cells did not complete.
+ends the run and the answer says which cells did not complete. A cell that does not stop after the
+interrupt gets the notebook's kernel restarted in place (same id, as JupyterLab's "Restart Kernel"), and
+the answer names it. Kernels this module started are shut down when unused (:mod:`.notebook_kernels`).
 
 Outputs are built as JupyterLab stores them (:mod:`..notebook.outputs`) and written through the
 notebook store (:meth:`NotebookStore.change`: per-path lock, atomic save, deterministic bytes): a cell's
@@ -24,16 +26,17 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
-from traitlets import Instance, Int, validate
+from traitlets import Instance, Int, default, validate
 
 from ..audit.events import ExecutionRecord
-from ..errors import AgentToolsError, BadRequest, Conflict
+from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
 from ..notebook.store import NotebookStore
 from ..traits import Service, at_least, given
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .messages import CellOutcome, format_combined_output
+from .notebook_kernels import NotebookKernels
 from .request import RunRequest, parse_run_request
 from .service import EvalService
 from .session import KernelSession, SessionState
@@ -72,11 +75,16 @@ class NotebookRunner(Service):
     eval_service = Instance(EvalService, help="Runs the cells (sessions, kernels, artifacts).")
     store = Instance(NotebookStore, help="Reads the notebook and saves the outputs.")
     session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
+    notebook_kernels = Instance(NotebookKernels, help="Shuts down the kernels runs started when unused.")
     max_output_bytes_stored = Int(256 * 1024, help="Bytes of text one output may store in the notebook file.")
 
     @validate("max_output_bytes_stored")
     def _valid_stored(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
+
+    @default("notebook_kernels")
+    def _default_notebook_kernels(self) -> NotebookKernels:
+        return NotebookKernels(self.session_manager, self.eval.sessions, parent=self)
 
     def __init__(
         self,
@@ -120,15 +128,28 @@ class NotebookRunner(Service):
         record.path = path
         targets = _select(notebook, request, path)
         record.code = [t.source for t in targets if t.cell_type == "code"]
-        kernel_id, kernel_name = await self._notebook_kernel(path, notebook)
-        session = self.eval.sessions.for_notebook(path)
-        record.session = session.name
-        if not await session.take_turn(cancel):
-            return self._answer(path, None, session, [], [], cancelled=True)
+        if await self._session_kernel(path) is None:  # 400 before anything is created
+            await self.eval.kernels.check_kernel_name(self._kernel_name(notebook))
+        while True:
+            session = self.eval.sessions.for_notebook(path)
+            record.session = session.name
+            if not await session.take_turn(cancel):
+                return self._answer(path, None, session, [], [], cancelled=True)
+            if not session.closed:
+                break
+            await session.end_turn()  # its kernel was shut down as unused while this run waited
         try:
             notices: list[str] = []
-            await self._attach(session, kernel_id, kernel_name, notices)
-            result = await self._run_targets(path, session, targets, request, emit, cancel, notices)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
+            # Waiting for a kernel that was there counts against the call's timeout; one this run just
+            # started may take kernel_ready_timeout, like any kernel start (eval's too).
+            kernels = self.eval.kernels
+            ready_within = kernels.ready_timeout if created else began + request.timeout - loop.time()
+            await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
+            deadline = (loop.time() if created else began) + request.timeout
+            result = await self._run_targets(path, session, targets, request, emit, cancel, notices, deadline)
         finally:
             await session.end_turn()
         emit({"type": "result", "result": result})
@@ -136,16 +157,28 @@ class NotebookRunner(Service):
 
     # -- the kernel ------------------------------------------------------------------------------
 
-    async def _notebook_kernel(self, path: str, notebook: dict[str, Any]) -> tuple[str, str]:
-        """The kernel of the notebook's jupyter_server session, created as JupyterLab would if none."""
+    async def _session_kernel(self, path: str) -> tuple[str, str] | None:
+        """The (id, name) of the kernel of the notebook's jupyter_server session, if it has one."""
         for model in await ensure_async(self.session_manager.list_sessions()):
             kernel = model.get("kernel") or {}
             if model.get("path") == path and kernel.get("id"):
                 return str(kernel["id"]), str(kernel.get("name") or "")
+        return None
+
+    def _kernel_name(self, notebook: dict[str, Any]) -> str:
         spec = (notebook.get("metadata") or {}).get("kernelspec") or {}
         kernel_name = spec.get("name") if isinstance(spec.get("name"), str) else None
-        kernel_name = kernel_name or self.eval.kernels.default_kernel_name
+        return kernel_name or self.eval.kernels.default_kernel_name
+
+    async def _notebook_kernel(self, path: str, notebook: dict[str, Any]) -> tuple[str, str, bool]:
+        """The kernel of the notebook's jupyter_server session, created as JupyterLab would if none:
+        (id, name, whether this run created it)."""
+        found = await self._session_kernel(path)
+        if found is not None:
+            return (*found, False)
+        kernel_name = self._kernel_name(notebook)
         await self.eval.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
+        await self.notebook_kernels.make_room(path)
         try:
             model = await ensure_async(
                 self.session_manager.create_session(
@@ -154,22 +187,75 @@ class NotebookRunner(Service):
             )
         except Exception as e:
             raise self.eval.kernels.translate(e) from e
-        return str(model["kernel"]["id"]), kernel_name
+        kernel_id = str(model["kernel"]["id"])
+        self.notebook_kernels.note(path, str(model["id"]), kernel_id)
+        return kernel_id, kernel_name, True
 
     async def _attach(
-        self, session: KernelSession, kernel_id: str, kernel_name: str, notices: list[str]
+        self,
+        session: KernelSession,
+        path: str,
+        kernel_id: str,
+        kernel_name: str,
+        notices: list[str],
+        ready_within: float,
+        created: bool,
     ) -> None:
-        """Connect the session to the notebook's kernel (again, when it was restarted or replaced)."""
+        """Connect the session to the notebook's kernel (again, when it was restarted or replaced),
+        waiting at most ``ready_within`` seconds for it to answer; 503 when it does not."""
         if session.kernel_id == kernel_id and session.state is SessionState.READY:
             notice = await self.eval.recovery.revive(session)
             if notice is not None:
                 notices.append(notice.replace("restarted before this call", "lost before this run"))
             if session.state is SessionState.READY:
                 return
-        await session.start_kernel(kernel_name, lambda: self._connect(kernel_id), owned=False)
+        wait = max(ready_within, 0.0)
+        try:
+            await session.start_kernel(kernel_name, lambda: self._connect(kernel_id, wait), owned=False)
+        except AgentToolsError:
+            raise
+        except Exception as e:
+            if created:  # a kernel this run started and nobody else knows: do not leave it behind
+                await self.notebook_kernels.discard(path)
+            raise Unavailable(
+                f"The kernel of {path} (kernel {kernel_id}) did not answer within {wait:.3g} s "
+                f"({type(e).__name__}: {e}); nothing was run. "
+                + (
+                    "It was started for this run and is shut down again; check its kernelspec "
+                    f"{kernel_name!r}, or raise kernel_ready_timeout."
+                    if created
+                    else "It may be running code someone else started, or still starting: retry later, "
+                    "or restart the kernel."
+                ),
+                retry_after=RETRY_AFTER_KERNEL_START,
+            ) from e
 
-    async def _connect(self, kernel_id: str) -> tuple[str, Any]:
-        return kernel_id, await self.eval.kernels.connect(kernel_id)
+    async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
+        return kernel_id, await self.eval.kernels.connect(kernel_id, ready_within)
+
+    async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
+        """The cell would not stop after the interrupt: restart the notebook's kernel in place through the
+        server's kernel manager (what JupyterLab's "Restart Kernel" does, so a person with the notebook
+        open sees it) and return the notice that says so."""
+        kernel_id = session.kernel_id
+        assert kernel_id is not None
+        self.eval.recovery.after_wedge(session)
+        await session.drop_kernel()  # disconnect; the next run attaches to the restarted kernel
+        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
+        try:
+            await self.eval.kernels.restart(kernel_id)
+        except Exception as e:
+            self.eval.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
+            return (
+                f"[{cell} did not stop after the interrupt, so the notebook's kernel {kernel_id} was "
+                f"restarted, but it did not come back ({type(e).__name__}: {e}): its state is lost. Cells "
+                "after it were not run, and nothing was run again.]"
+            )
+        return (
+            f"[{cell} did not stop after the interrupt, so the notebook's kernel was restarted (kernel "
+            f"{kernel_id}, as JupyterLab's Restart Kernel does): its state is lost. Cells after it were "
+            "not run, and nothing was run again.]"
+        )
 
     # -- the cells -------------------------------------------------------------------------------
 
@@ -182,8 +268,9 @@ class NotebookRunner(Service):
         emit: Emit,
         cancel: asyncio.Event,
         notices: list[str],
+        deadline: float,
     ) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + request.timeout
+        kernel_id = session.kernel_id  # the notebook's kernel keeps its id when it is restarted
         code_cells = [t for t in targets if t.cell_type == "code"]
         cells: list[dict[str, Any]] = []
         outcomes: list[CellOutcome] = []
@@ -228,18 +315,24 @@ class NotebookRunner(Service):
                     "execution_count": outputs.execution_count,
                 }
             )
-            if execution.kernel_died or (execution.cancelled and not execution.settled):
+            if execution.kernel_died:
                 restarted = True
                 stopped = True
                 notices.append(KERNEL_LOST_NOTICE)
                 emit({"type": "restart", "session": session.name, "message": KERNEL_LOST_NOTICE})
                 await session.mark_dead()  # disconnects; the next run attaches again
+            elif execution.cancelled and not execution.settled:
+                restarted = stopped = True
+                notice = await self._restart_wedged(session, target)
+                notices.append(notice)
+                emit({"type": "restart", "session": session.name, "message": notice})
             elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
                 stopped = True
         output = format_combined_output(outcomes, len(code_cells)) if outcomes else ""
         if notices:
             output = "\n".join([*notices, output]) if output else "\n".join(notices)
         result = self._answer(path, hash_, session, cells, [], restarted=restarted)
+        result["kernel_id"] = kernel_id
         result["output"] = output
         result["cancelled"] = cancel.is_set() or any(c["status"] == "cancelled" for c in cells)
         result["timed_out"] = any(c.get("timed_out") for c in cells)

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import uuid4
 
@@ -88,6 +89,8 @@ class SessionManager(Service):
         self._heartbeat: asyncio.Task[None] | None = None
         audit_metrics.track(sessions=self, artifacts=self.artifacts)
         self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
+        # More upkeep at each sweep (the kernels notebook runs started: .notebook_kernels)
+        self.sweepers: list[Callable[[], Awaitable[object]]] = []
 
     def start(self) -> None:
         """Start the periodic sweep and heartbeat (needs a running event loop)."""
@@ -235,6 +238,7 @@ class SessionManager(Service):
 
         Its name (``nb-`` and a hash of the path) names its artifact directory; ``notebook`` is the path.
         """
+        self.start()  # the sweep also shuts down kernels the runs started (see .notebook_kernels)
         session = self.notebooks.get(path)
         if session is None or session.closed:
             name = "nb-" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
@@ -247,7 +251,8 @@ class SessionManager(Service):
     # -- upkeep ------------------------------------------------------------------------------------
 
     async def sweep(self) -> None:
-        """Shut down sessions whose kernel died and those idle longer than ``idle_timeout``."""
+        """Shut down sessions whose kernel died and those idle longer than ``idle_timeout``; then run the
+        other ``sweepers``."""
         now = time.time()
         for session in list(self.sessions.values()):
             if not session.idle:
@@ -271,6 +276,11 @@ class SessionManager(Service):
         self.artifacts.sweep(
             keep={*self.sessions, *self.per_call, *(s.name for s in self.notebooks.values())}
         )
+        for sweeper in list(self.sweepers):
+            try:
+                await sweeper()
+            except Exception:
+                self.log.exception("agent sweep step %r failed", sweeper)
 
     async def heartbeat(self) -> None:
         """Check that each idle session's kernel is alive; clean up the kernels that died."""
