@@ -14,7 +14,7 @@ from jupyter_agent_tools.eval.service import OUTPUT_MAY_BE_INCOMPLETE
 
 pytestmark = pytest.mark.timeout(180)
 
-STATE_LOST = "Kernel died during this call and was restarted"
+STATE_LOST = "Kernel died during this call while running cell"
 DEAD_BEFORE = "Kernel had died and was restarted before this call"
 BY_MANAGER = "Kernel was restarted by the server since the last call"
 
@@ -64,12 +64,26 @@ async def test_kernel_death_during_run_restarts_and_reruns(evaluate, jp_root_dir
 async def test_second_death_in_one_call_gives_up_and_next_call_starts_clean(evaluate, jp_serverapp):
     first = await evaluate("1", session="doomed")
     result = await evaluate("import os; os._exit(1)", session="doomed")
-    assert result["error"] == "Python kernel restarted too many times in this session"
-    assert result["output"].endswith("Python kernel restarted too many times in this session")
+    assert result["error"].startswith("Python kernel restarted too many times in this session: ")
+    assert result["output"].endswith(result["error"])
     assert result["restarted"] is True
     assert first["kernel_id"] not in jp_serverapp.kernel_manager.list_kernel_ids()
     after = await evaluate("print('fresh')", session="doomed")
     assert after["output"] == "fresh\n"
+
+
+async def test_a_cell_that_kills_the_kernel_is_told_as_one_story(evaluate, api):
+    """Which cell the kernel died in, that state is lost, what was re-run: never "state persists"."""
+    result = await evaluate("x = 1", "import os; os._exit(1)", session="crash")
+    output = result["output"]
+    assert output.startswith("[Kernel died during this call while running cell 2 and was restarted;")
+    assert "[2/2]\n(no output: the kernel died while running this cell)" in output
+    assert "Cell 2 failed (exit code 1). The kernel died while running it." in output
+    assert "their state persists" not in output
+    assert result["error"].startswith("Python kernel restarted too many times in this session: the kernel ")
+    assert "died while running cell 2, and again on the re-run" in result["error"]
+    assert output.endswith(result["error"]) and result["restarted"] is True
+    assert [c["status"] for c in result["cells"]] == ["complete", "error"]
 
 
 class TestDeadBeforeRun:
@@ -139,28 +153,38 @@ class TestHeartbeat:
 
 
 class TestManagerRestart:
-    async def test_manager_auto_restart_reruns_init(self, evaluate, jp_serverapp, jp_root_dir):
+    async def test_a_restart_through_the_kernel_manager_reruns_init(
+        self, evaluate, jp_serverapp, jp_root_dir
+    ):
+        """What JupyterLab's "Restart Kernel" does to a session's kernel: the same kernel id, a new process;
+        the next call says so and runs the init step again."""
         (jp_root_dir / "here").mkdir()
         first = await evaluate("import os; print(os.getpid())", session="m", cwd="here", env={"E": "1"})
         pid = int(first["output"])
-        session = agent_app(jp_serverapp).eval_service.sessions.get("m")
-        restarting = asyncio.Event()
-        kernel = jp_serverapp.kernel_manager.get_kernel(first["kernel_id"])
-        kernel.add_restart_callback(restarting.set, "restart")
-        os.kill(pid, signal.SIGKILL)
-        # The restarter fires its callbacks just before it restarts the kernel: a call made now always
-        # lands while the restart is in progress (the race the server's own restarter used to win or lose).
-        await asyncio.wait_for(restarting.wait(), 30)
-        assert session.connection.lost_state is True
+        await jp_serverapp.kernel_manager.restart_kernel(first["kernel_id"])
         result = await evaluate(
-            "import os\nprint(os.path.basename(os.getcwd()), os.environ['E'])",
+            "import os\nprint(os.path.basename(os.getcwd()), os.environ['E'], os.getpid())",
             session="m",
             cwd="here",
             env={"E": "1"},
         )
-        assert result["restarted"] is True and BY_MANAGER in result["output"]
-        assert result["cells"][0]["output"] == "here 1\n"
+        assert result["restarted"] is True and BY_MANAGER in result["output"], result["output"]
+        where, env, new_pid = result["cells"][0]["output"].split()
+        assert (where, env) == ("here", "1") and int(new_pid) != pid
         assert result["kernel_id"] == first["kernel_id"]  # the manager restarted the same kernel
+
+    async def test_a_dead_kernel_of_ours_is_not_also_restarted_by_its_manager(self, evaluate, jp_serverapp):
+        """A session's kernel is replaced by the session's recovery only: the manager's auto-restarter,
+        racing it, restarted a process nobody used and failed with InvalidStateError in the log."""
+        first = await evaluate("import os; print(os.getpid())", session="solo")
+        kernel = jp_serverapp.kernel_manager.get_kernel(first["kernel_id"])
+        restarts: list[str] = []
+        kernel.add_restart_callback(lambda: restarts.append("restart"), "restart")
+        os.kill(int(first["output"]), signal.SIGKILL)
+        await asyncio.sleep(kernel.restarter_class.time_to_dead.default_value * 2 + 1)
+        assert restarts == []
+        result = await evaluate("print('fresh')", session="solo")
+        assert result["restarted"] is True and result["cells"][0]["output"] == "fresh\n"
 
 
 async def test_failed_execute_counts_as_kernel_loss(evaluate, jp_serverapp):

@@ -194,7 +194,8 @@ class LocalKernelConnection:
         self.kernel_id = kernel_id
         self.iopub_hwm = iopub_hwm
         self.messages = MessageQueue(iopub_buffer_bytes)
-        self.lost_state = False
+        self._lost_state = False
+        self._pid: int | None = None  # the kernel's process when connected
         self._client: Any = None
         self._tasks: list[asyncio.Task[None]] = []
         self._callbacks: list[tuple[Any, str]] = []
@@ -213,6 +214,7 @@ class LocalKernelConnection:
         except BaseException:
             await self.close()
             raise
+        self._pid = self._process_id()
         if self.hold_activity:
             self._activity = KernelActivity.of(self.kernel_manager, self.kernel_id)
         if self._activity is not None:
@@ -227,6 +229,26 @@ class LocalKernelConnection:
             except Exception:  # the manager may not support restart callbacks
                 continue
             self._callbacks.append((callback, kind))
+
+    @property
+    def lost_state(self) -> bool:
+        """The kernel was restarted (or went) under this connection: told by the manager's auto-restarter
+        (callbacks), or seen as another process, which is all an explicit restart through the kernel
+        manager leaves (JupyterLab's "Restart Kernel" fires no callback)."""
+        return self._lost_state or (self._pid is not None and self._process_id() != self._pid)
+
+    @lost_state.setter
+    def lost_state(self, value: bool) -> None:
+        self._lost_state = value
+
+    def _process_id(self) -> int | None:
+        """The pid of the kernel's process (jupyter_client's provisioner), None when it has none."""
+        try:
+            kernel = self.kernel_manager.get_kernel(self.kernel_id)
+        except KeyError:
+            return None
+        pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+        return pid if isinstance(pid, int) else None
 
     def _notice(self, kind: str) -> Any:
         def callback() -> None:

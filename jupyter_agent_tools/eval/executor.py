@@ -274,7 +274,7 @@ async def run_cell(
                 await run.handle(getter.result())
             if loop.time() - last_alive_check >= limits.liveness_interval:
                 last_alive_check = loop.time()
-                if not await conn.is_alive():
+                if conn.lost_state or not await conn.is_alive():
                     run.result.kernel_died = True
     finally:
         cancel_wait.cancel()

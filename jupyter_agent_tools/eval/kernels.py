@@ -23,7 +23,7 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Float, Int, validate
 
-from ..compat import forget_kernel, settle_abandoned_start
+from ..compat import forget_kernel, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
 from ..traits import Service, at_least, given
 from .connection import KernelConnection, LocalKernelConnection
@@ -191,8 +191,19 @@ class KernelService(Service):
             except BaseException:
                 await self.forget_failed_start(kernel_id)
                 raise
+            self._stop_auto_restart(kernel_id)
         self.started.add(kernel_id)
         return kernel_id
+
+    def _stop_auto_restart(self, kernel_id: str) -> None:
+        """Our kernels' lives are ours: a kernel that dies is replaced by the session's recovery, not
+        restarted by its manager as well. Both at once raced (jupyter_client's restarter failed with
+        ``InvalidStateError`` when the replaced kernel was shut down during its restart: an error traceback
+        in the server log for every kernel death) and restarted a process nobody would use."""
+        with contextlib.suppress(KeyError):
+            stop = getattr(self.kernel_manager.get_kernel(kernel_id), "stop_restarter", None)
+            if callable(stop):
+                stop()
 
     async def forget_failed_start(self, kernel_id: str) -> None:
         """Remove what a failed local start left in the kernel manager (pending entry, half-made kernel)."""
@@ -260,6 +271,7 @@ class KernelService(Service):
         self.started.discard(kernel_id)
         if kernel_id not in self.kernel_manager:
             return
+        await self._let_restart_finish(kernel_id)
         try:
             await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=False))
         except Exception:
@@ -268,6 +280,21 @@ class KernelService(Service):
                 await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=True))
             # Ours and unreachable (e.g. its gateway is gone): do not keep a dead entry in the manager.
             await self.forget_failed_start(kernel_id)
+
+
+    async def _let_restart_finish(self, kernel_id: str) -> None:
+        """Wait (bounded by ``ready_timeout``) for a start or restart of the kernel that is under way:
+        shutting a kernel down during its restart (``POST /api/kernels/{id}/restart``) breaks the
+        restart, which shares the kernel's ``ready`` future. A restart is two pending phases (shutdown,
+        start), hence the loop."""
+        settle_abandoned_start(self.kernel_manager, kernel_id)
+        deadline = asyncio.get_running_loop().time() + self.ready_timeout
+        while (pending := pending_ready(self.kernel_manager, kernel_id)) is not None:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            with contextlib.suppress(Exception, asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(pending), left)
 
 
 async def close_quietly(conn: KernelConnection | None) -> None:

@@ -370,12 +370,15 @@ class CellOutcome:
     # How the text names the cell when it fails: a notebook run says "cell 2 (id plot)", the cell's index
     # in the notebook and its id; None: "cell <its 1-based place in the request>", as eval numbers cells.
     name: str | None = None
+    kernel_died: bool = False  # the kernel died (or was restarted) while this cell ran
 
 
 def _cell_text(cell: CellOutcome) -> str:
     """A cell's output, or a placeholder saying why there is none."""
     if cell.output:
         return cell.output
+    if cell.kernel_died:
+        return "(no output: the kernel died while running this cell)"
     return "(no text output)" if cell.has_displays else "(no output)"
 
 
@@ -397,9 +400,12 @@ def format_combined_output(cells: list[CellOutcome], total: int | None = None) -
         lines = [header, _cell_text(cell).rstrip("\n")]
         if cell.status == "error":
             name = cell.name or f"cell {number}"
-            earlier = "Earlier cells succeeded—their state persists. " if number > 1 else ""
-            lines.append(
-                f"{name[0].upper()}{name[1:]} failed (exit code {cell.exit_code}). {earlier}Fix only {name}."
-            )
+            what = f"{name[0].upper()}{name[1:]} failed (exit code {cell.exit_code})."
+            if cell.kernel_died:
+                earlier = " Earlier cells ran, but their state went with the kernel." if number > 1 else ""
+                lines.append(f"{what} The kernel died while running it.{earlier} Fix only {name}.")
+            else:
+                earlier = "Earlier cells succeeded—their state persists. " if number > 1 else ""
+                lines.append(f"{what} {earlier}Fix only {name}.")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

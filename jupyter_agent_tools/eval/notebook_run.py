@@ -302,6 +302,7 @@ class NotebookRunner(Service):
                     output=execution.summary.output if execution.summary else "",
                     exit_code=execution.exit_code,
                     has_displays=bool(execution.displays),
+                    kernel_died=execution.kernel_died,
                 )
             )
             emit(

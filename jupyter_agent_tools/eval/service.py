@@ -29,7 +29,7 @@ from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
 from .messages import CellOutcome, OutputLimits, format_combined_output
 from .pool import KernelPool
-from .recovery import RESTART_LIMIT_MESSAGE, STATE_LOST_NOTICE, WEDGED_NOTICE, KernelRecovery
+from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest, parse_eval_request
 from .session import InitSpec, KernelSession, SessionState
 from .sessions import SessionManager
@@ -392,13 +392,16 @@ class EvalService(Service):
                 break
             if not last.kernel_died or cancel.is_set():
                 break
+            died_in = cells[-1][0] + 1
             if not self.recovery.after_death(session, reruns):
                 await session.drop_kernel()
-                return answer(session, request, cells, notices, restarted=True, error=RESTART_LIMIT_MESSAGE)
+                error = gave_up_message(died_in)
+                return answer(session, request, cells, notices, restarted=True, error=error)
             reruns += 1
             restarted = True
-            notices.append(STATE_LOST_NOTICE)
-            emit({"type": "restart", "session": session.name, "message": STATE_LOST_NOTICE})
+            notice = died_notice(died_in)
+            notices.append(notice)
+            emit({"type": "restart", "session": session.name, "message": notice})
             await self._start_kernel(session, request, cwd)
         return answer(session, request, cells, notices, restarted=restarted)
 
@@ -515,6 +518,7 @@ class EvalService(Service):
                     output=summary.output,
                     exit_code=execution.exit_code,
                     has_displays=bool(execution.displays),
+                    kernel_died=execution.kernel_died,
                 )
             )
         if any(e.idle_missing for _, e in cells):
