@@ -127,6 +127,14 @@ class AgentToolsApp(ExtensionApp):
         "is kept with a note naming the artifact that holds the whole text.",
     ).tag(config=True)
 
+    max_run_cell_bytes = Int(
+        4 * 1024 * 1024,
+        help="Bytes of outputs one cell of a notebook run may store in the notebook file, every kind "
+        "together (images included); past it later outputs are left out of the file and written to an "
+        "artifact as they arrive, and one placeholder output says how many, how large and where. "
+        "What clear_output removes no longer counts.",
+    ).tag(config=True)
+
     max_display_bytes = Int(
         2 * 1024 * 1024,
         help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
@@ -304,7 +312,8 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.eval.notebook_run.NotebookRunner",
         klass=NotebookRunner,
         help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
-        "with parent=the app and eval_service, store, session_manager, max_output_bytes_stored.",
+        "with parent=the app and eval_service, store, session_manager, max_output_bytes_stored, "
+        "max_cell_bytes_stored.",
     ).tag(config=True)
 
     @validate(
@@ -313,6 +322,7 @@ class AgentToolsApp(ExtensionApp):
         "max_cells_per_request",
         "max_ops_per_request",
         "max_run_output_bytes",
+        "max_run_cell_bytes",
     )
     def _at_least_one(self, proposal: Any) -> int:
         value = int(proposal["value"])
@@ -450,6 +460,7 @@ class AgentToolsApp(ExtensionApp):
             store=self.notebook_store,
             session_manager=serverapp.session_manager,
             max_output_bytes_stored=self.max_run_output_bytes,
+            max_cell_bytes_stored=self.max_run_cell_bytes,
         )
         self.mcp_server = McpServer(self, heartbeat_interval=self.stream_heartbeat_interval, log=self.log)
 

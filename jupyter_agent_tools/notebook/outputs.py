@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+from uuid import uuid4
 
 from ..eval.sink import Spill, compact_line
 from ..text import resolve_carriage_returns
@@ -42,6 +43,7 @@ OUTPUT_TYPES = ("stream", "execute_result", "display_data", "error")
 OUTPUT_OVERHEAD = 100
 NOTE_BYTES = 160  # about the size of a truncation note
 MAX_OMITTED_DISPLAY_IDS = 10_000  # display ids of left-out outputs whose updates go to the artifact too
+_BLOCK = 1 << 20  # characters of a long string escaped at a time
 
 
 def split_text(text: str) -> list[str]:
@@ -384,7 +386,8 @@ class CellOutputs:
     def _write_omitted(self, record: dict[str, Any]) -> None:
         if self._omitted is None:
             self._omitted = Spill(self.open_artifact)
-        self._omitted.write_text(json.dumps(record, ensure_ascii=False) + "\n", "replace")
+        for piece in _json_line(record):
+            self._omitted.write_text(piece, "replace")
 
     def _placeholder(self, omitted: dict[str, Any]) -> dict[str, Any]:
         counts = []
@@ -424,6 +427,32 @@ class CellOutputs:
         if self._omitted is not None:
             self._omitted.restart()
         return changed
+
+
+def _json_line(record: dict[str, Any]) -> Iterator[str]:
+    """``record`` as one line of JSON, in pieces: its long strings (a stream's text, a bundle's values)
+    are escaped a block at a time, so an 80 MB image is not copied whole once more."""
+    marker = f"\x00{uuid4().hex}:"
+    long: dict[str, str] = {}
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > _BLOCK:
+            key = f"{marker}{len(long)}"
+            long[json.dumps(key)] = value
+            return key
+        return value
+
+    skeleton = {key: swap(value) for key, value in record.items()}
+    if isinstance(skeleton.get("data"), dict):
+        skeleton["data"] = {mime: swap(value) for mime, value in skeleton["data"].items()}
+    text = json.dumps(skeleton, ensure_ascii=False)
+    for quoted, value in long.items():
+        before, _, text = text.partition(quoted)
+        yield before + '"'
+        for start in range(0, len(value), _BLOCK):
+            yield json.dumps(value[start : start + _BLOCK], ensure_ascii=False)[1:-1]
+        yield '"'
+    yield text + "\n"
 
 
 def _output(msg_type: str, content: dict[str, Any], execution_count: int | None) -> dict[str, Any]:
