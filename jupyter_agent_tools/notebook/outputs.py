@@ -81,6 +81,13 @@ def _value_bytes(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False))
 
 
+def _data_bytes(output: dict[str, Any]) -> int:
+    """The bytes of what an output shows: its bundle's values, or an error's texts."""
+    if output["output_type"] == "error":
+        return sum(_nbytes(text) for text in [output["ename"], output["evalue"], *output["traceback"]])
+    return sum(_value_bytes(value) for value in output["data"].values())
+
+
 def _prefix(text: str, nbytes: int) -> str:
     """The longest start of ``text`` within ``nbytes`` UTF-8 bytes."""
     if text.isascii():
@@ -169,7 +176,7 @@ class CellOutputs:
         size = self._cost(output)
         self._end_stream()
         if self._omitting or (self.max_bytes and self._used + size > self.max_bytes):
-            self._omit(output, size - OUTPUT_OVERHEAD)
+            self._omit(output, _data_bytes(output))
             display_id = (content.get("transient") or {}).get("display_id")
             if isinstance(display_id, str) and len(self._omitted_ids) < MAX_OMITTED_DISPLAY_IDS:
                 self._omitted_ids.add(display_id)
@@ -293,10 +300,9 @@ class CellOutputs:
 
     def _cost(self, output: dict[str, Any]) -> int:
         """What ``output`` costs in the cell as it would be stored (long texts cut)."""
-        size = OUTPUT_OVERHEAD
         if output["output_type"] == "error":
-            texts = [output["ename"], output["evalue"], *output["traceback"]]
-            return size + sum(_nbytes(text) for text in texts)
+            return OUTPUT_OVERHEAD + _data_bytes(output)
+        size = OUTPUT_OVERHEAD
         for mime, value in output["data"].items():
             nbytes = _value_bytes(value)
             if mime in TEXT_MIMES_TO_BOUND and nbytes > self.max_text_bytes:
@@ -344,14 +350,14 @@ class CellOutputs:
                     item.size = size
                 else:  # the update does not fit: the display says where it is
                     if note is None:
-                        note = self._update_note(display_id, update, size - OUTPUT_OVERHEAD)
+                        note = self._update_note(display_id, update, _data_bytes(update))
                     kept = _Kept({**item.output, "data": dict(note), "metadata": {}}, 0)
                     kept.size = self._cost(kept.output)
                     self._used += kept.size - item.size
                     self._items[index] = kept
                 changed = True
         if display_id in self._omitted_ids:
-            self._omit_update(display_id, update, self._cost(update) - OUTPUT_OVERHEAD)
+            self._omit_update(display_id, update, _data_bytes(update))
             changed = True
         return changed
 
