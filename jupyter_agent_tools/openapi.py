@@ -286,7 +286,7 @@ def _paths() -> dict[str, Any]:
                         "description": "The result, or the event stream.",
                         "content": {
                             JSON: {"schema": ref("NotebookRunResult")},
-                            NDJSON: {"schema": {**ref("EvalEvent"), "description": "As for eval."}},
+                            NDJSON: {"schema": ref("NotebookRunEvent")},
                         },
                     },
                     "400": _error(

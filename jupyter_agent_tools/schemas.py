@@ -891,4 +891,31 @@ ANSWER_SCHEMAS["NotebookRunResult"] = _obj(
     }
 )
 
+ANSWER_SCHEMAS["NotebookRunDisplayEvent"] = _obj(
+    {"type": {"const": "display"}, "index": _INT, "display": ref("RunDisplay")},
+    description="A JSON or status display as it arrives; the cell's images when it ends, as its result "
+    "has them.",
+)
+ANSWER_SCHEMAS["NotebookRunResultEvent"] = _obj(
+    {"type": {"const": "result"}, "result": ref("NotebookRunResult")},
+    description="Last event: the same object as the application/json answer.",
+)
+_RUN_EVENTS = {
+    "cell_start": "CellStartEvent",
+    "chunk": "ChunkEvent",
+    "gap": "GapEvent",
+    "display": "NotebookRunDisplayEvent",
+    "cell_end": "CellEndEvent",
+    "heartbeat": "HeartbeatEvent",
+    "restart": "RestartEvent",
+    "result": "NotebookRunResultEvent",
+    "error": "ErrorEvent",
+}
+ANSWER_SCHEMAS["NotebookRunEvent"] = {
+    "description": "One line of a notebook run's application/x-ndjson stream: eval's events (cell_start and "
+    "cell_end also carry cell_id, cell_end the execution_count); the last is 'result' (or 'error').",
+    "oneOf": [ref(name) for name in _RUN_EVENTS.values()],
+    "discriminator": {"propertyName": "type", "mapping": {k: REF + v for k, v in _RUN_EVENTS.items()}},
+}
+
 SCHEMAS: dict[str, Any] = {**NOTEBOOK_SCHEMAS, **EVAL_SCHEMAS, **RUN_SCHEMAS, **ANSWER_SCHEMAS}

@@ -13,15 +13,20 @@ from typing import Any
 
 import nbformat
 import pytest
+from contract import NDJSON, Contract
 from nbformat.v4 import new_code_cell, new_notebook
 from samples import KERNELSPEC, PNG
 from test_notebook_run import make, run, stored
+
+from jupyter_agent_tools.openapi import openapi_document
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jupyter_agent_tools.testing.server import jupyter_server
 
 CELL_BYTES = 64 * 1024
 MB = 1024 * 1024
+CONTRACT = Contract(openapi_document())
+RUN = "/api/agent/notebooks/{path}/run"
 
 
 @pytest.fixture
@@ -185,8 +190,27 @@ async def test_the_run_answer_gives_images_as_placeholders_with_their_output_url
     response = await jp_fetch(*path.strip("/").split("/"), params={"mime": query.split("=", 1)[1]})
     assert response.body == base64.b64decode(PNG)
 
+    CONTRACT.assert_response("POST", RUN, 200, answer)
+
     asked = await run(api, "plot.ipynb", cell_ids=["c1"], include_images=True, timeout=60)
     assert asked["cells"][0]["displays"] == [{**image, "data": PNG}]
+    CONTRACT.assert_response("POST", RUN, 200, asked)
+
+    lines: list[bytes] = []  # the stream sends the image too, when the cell ends
+    await jp_fetch(
+        *["api", "agent", "notebooks", "plot.ipynb", "run"],
+        method="POST",
+        body=json.dumps({"cell_ids": ["c1"], "timeout": 60}),
+        headers={"Accept": NDJSON},
+        streaming_callback=lines.append,
+        request_timeout=120,
+    )
+    events = [json.loads(line) for line in b"".join(lines).splitlines()]
+    for event in events:
+        CONTRACT.assert_response("POST", RUN, 200, event, NDJSON)
+    kinds = [e["type"] for e in events if e["type"] != "heartbeat"]
+    assert kinds == ["cell_start", "display", "cell_end", "result"]
+    assert events[1]["display"] == image and events[-1]["result"]["cells"][0]["displays"] == [image]
 
     body = {"all": True, "include_images": 1}
     status, refused = await api("POST", "notebooks", "plot.ipynb", "run", body=body)

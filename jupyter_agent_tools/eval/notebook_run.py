@@ -229,6 +229,9 @@ class NotebookRunner(Service):
             ran = await self._run_one(path, session, target, request, emit, cancel, deadline, not_written)
             execution, hash_ = ran.execution, ran.hash
             cells.append(_cell_result(path, target, request, ran))
+            for display in cells[-1]["displays"]:  # images: known once the cell's outputs are stored
+                if display["type"] == "image":
+                    emit({"type": "display", "index": target.index, "display": display})
             outcomes.append(
                 CellOutcome(
                     index=position - 1,
