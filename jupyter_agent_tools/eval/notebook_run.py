@@ -239,7 +239,7 @@ class NotebookRunner(Service):
                     status=execution.status,
                     output=execution.summary.output if execution.summary else "",
                     exit_code=execution.exit_code,
-                    has_displays=bool(execution.displays),
+                    has_displays=bool(cells[-1]["displays"]),
                 )
             )
             emit(
