@@ -142,6 +142,14 @@ class AgentToolsApp(ExtensionApp):
         "is kept with a note naming the artifact that holds the whole text.",
     ).tag(config=True)
 
+    max_run_cell_bytes = Int(
+        4 * 1024 * 1024,
+        help="Bytes of outputs one cell of a notebook run may store in the notebook file, every kind "
+        "together (images included); past it later outputs are left out of the file and written to an "
+        "artifact as they arrive, and one placeholder output says how many, how large and where. "
+        "What clear_output removes no longer counts.",
+    ).tag(config=True)
+
     max_display_bytes = Int(
         2 * 1024 * 1024,
         help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
@@ -340,7 +348,7 @@ class AgentToolsApp(ExtensionApp):
         klass=NotebookRunner,
         help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
         "with parent=the app and eval_service, store, session_manager, max_output_bytes_stored, "
-        "notebook_kernels.",
+        "notebook_kernels, max_cell_bytes_stored.",
     ).tag(config=True)
 
     @validate(
@@ -350,6 +358,7 @@ class AgentToolsApp(ExtensionApp):
         "max_ops_per_request",
         "max_run_output_bytes",
         "max_notebook_kernels",
+        "max_run_cell_bytes",
     )
     def _at_least_one(self, proposal: Any) -> int:
         value = int(proposal["value"])
@@ -508,6 +517,7 @@ class AgentToolsApp(ExtensionApp):
             session_manager=serverapp.session_manager,
             notebook_kernels=notebook_kernels,
             max_output_bytes_stored=self.max_run_output_bytes,
+            max_cell_bytes_stored=self.max_run_cell_bytes,
         )
         self.mcp_server = McpServer(
             self,

@@ -204,6 +204,7 @@ def _run_call(
     timeout: float | None,
     stop_on_error: bool | None,
     expected_hash: str | None,
+    include_images: bool | None = None,
 ) -> _Call:
     named = [x for x in (cell_ids, cell_indices) if x is not None]
     if len(named) > 1 or (named and all_cells):
@@ -214,6 +215,7 @@ def _run_call(
         timeout=timeout,
         stop_on_error=stop_on_error,
         expected_hash=expected_hash,
+        include_images=include_images,
     )
     if not named:
         body["all"] = True
@@ -522,8 +524,11 @@ class AgentClient:
         timeout: float | None = None,
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
+        include_images: bool | None = None,
     ) -> dict[str, Any]:
-        """``POST /api/agent/notebooks/{path}/run``: run the notebook's cells (all when none are named)."""
+        """``POST /api/agent/notebooks/{path}/run``: run the notebook's cells (all when none are named).
+
+        Images come as ``{type, mime, bytes, url}``; ``include_images`` adds their base64 (``data``)."""
         call = _run_call(
             path,
             cell_ids=cell_ids,
@@ -532,6 +537,7 @@ class AgentClient:
             timeout=timeout,
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
+            include_images=include_images,
         )
         return dict(self._json(call))
 
@@ -545,6 +551,7 @@ class AgentClient:
         timeout: float | None = None,
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
+        include_images: bool | None = None,
         raise_on_error: bool = True,
     ) -> Generator[EvalEvent, None, None]:
         """Like :meth:`run_notebook`, as an NDJSON event stream (the events of :meth:`stream_eval`)."""
@@ -556,6 +563,7 @@ class AgentClient:
             timeout=timeout,
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
+            include_images=include_images,
         )
         return self._events(call, raise_on_error)
 
@@ -784,6 +792,7 @@ class AsyncAgentClient:
         timeout: float | None = None,
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
+        include_images: bool | None = None,
     ) -> dict[str, Any]:
         """See :meth:`AgentClient.run_notebook`."""
         call = _run_call(
@@ -794,6 +803,7 @@ class AsyncAgentClient:
             timeout=timeout,
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
+            include_images=include_images,
         )
         return dict(await self._json(call))
 
@@ -807,6 +817,7 @@ class AsyncAgentClient:
         timeout: float | None = None,
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
+        include_images: bool | None = None,
         raise_on_error: bool = True,
     ) -> AsyncGenerator[EvalEvent, None]:
         """See :meth:`AgentClient.stream_run_notebook`."""
@@ -818,6 +829,7 @@ class AsyncAgentClient:
             timeout=timeout,
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
+            include_images=include_images,
         )
         return self._events(call, raise_on_error)
 

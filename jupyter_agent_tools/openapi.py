@@ -267,12 +267,16 @@ def _paths() -> dict[str, Any]:
                 "summary": "Run a notebook's cells in its own kernel and write their outputs back",
                 "description": "The kernel of the notebook's jupyter_server session (created as JupyterLab "
                 "would when there is none). Cells run in notebook order; their outputs are stored as "
-                "nbformat outputs (old ones cleared when a cell starts, saved when it ends). Answers one "
+                "nbformat outputs (old ones cleared when a cell starts, saved when it ends), at most "
+                "max_run_cell_bytes per cell: past it one placeholder output says what was left out and "
+                "the artifact that holds it. Answers one "
                 f"JSON result, or with 'Accept: {NDJSON}' the eval event stream; closing it interrupts. "
-                "A kernel death ends the run (restarted: true); nothing is re-run. A cell that does not "
-                "stop after the interrupt gets the kernel restarted in place (same id; the output names "
-                "the cell). Kernels runs started are shut down when unused (notebook_kernel_idle_timeout, "
-                "max_notebook_kernels).",
+                "Images in the answer are {type, mime, bytes, url} (url: the output route); their base64 "
+                "only with include_images. A kernel death ends the run (restarted: true); nothing is "
+                "re-run. A cell that does not stop after the interrupt gets the kernel restarted in place "
+                "(same id; the output names the cell). A notebook deleted during the run still answers 200 "
+                "(outputs_error says its outputs could not be written). Kernels runs started are shut down "
+                "when unused (notebook_kernel_idle_timeout, max_notebook_kernels).",
                 "tags": ["notebooks"],
                 "x-authorization": [
                     {"resource": "contents", "action": "write"},
@@ -284,14 +288,17 @@ def _paths() -> dict[str, Any]:
                         "description": "The result, or the event stream.",
                         "content": {
                             JSON: {"schema": ref("NotebookRunResult")},
-                            NDJSON: {"schema": {**ref("EvalEvent"), "description": "As for eval."}},
+                            NDJSON: {"schema": ref("NotebookRunEvent")},
                         },
                     },
                     "400": _error(
                         "The body is invalid, a named cell does not exist (or its id is ambiguous), or the "
                         "notebook's kernelspec is not installed. Nothing ran."
                     ),
-                    "403": FORBIDDEN,
+                    "403": _error(
+                        "Not authenticated, or not authorized (write on contents and execute on kernels), or "
+                        "the notebook is a link that resolves outside the server's root. Nothing ran."
+                    ),
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
                     "409": _error("expected_hash does not match the notebook. Nothing ran."),
                     "413": TOO_LARGE,

@@ -804,12 +804,46 @@ RUN_SCHEMAS: dict[str, Any] = {
                 "description": "After a failed cell, later cells are not run (status not_run).",
             },
             "expected_hash": dict(_EXPECTED_HASH),
+            "include_images": {
+                "type": "boolean",
+                "default": False,
+                "description": "Give each image's base64 (SVG: its text) in its display's 'data'; without "
+                "it an image is {type, mime, bytes, url}, url being the output route that serves it.",
+            },
         },
         "additionalProperties": False,
         "oneOf": [{"required": ["cell_ids"]}, {"required": ["cell_indices"]}, {"required": ["all"]}],
         "x-errors": {
             "oneOf": "send exactly one of 'cell_ids', 'cell_indices' or \"all\": true",
             "type": 'Request body must be a JSON object like {"all": true}',
+        },
+    },
+}
+ANSWER_SCHEMAS["RunImageDisplay"] = _obj(
+    {
+        "type": {"const": "image"},
+        "mime": _STR,
+        "bytes": {"type": "integer", "description": "size of the image (decoded)"},
+        "url": {
+            **_STR_OR_NULL,
+            "description": "The output route that serves the image as stored (without the server's "
+            "base_url); null when the outputs were not written",
+        },
+        "data": {"type": "string", "description": "Only with include_images: base64 (SVG: its text)"},
+    },
+    required=["type", "mime", "bytes", "url"],
+    description="An image the cell stored in the notebook.",
+)
+ANSWER_SCHEMAS["RunDisplay"] = {
+    "description": "A structured output: a JSON value or a status as eval gives them, or an image the "
+    "cell stored (its size and URL; its data only with include_images).",
+    "oneOf": [ref("JsonDisplay"), ref("RunImageDisplay"), ref("StatusDisplay")],
+    "discriminator": {
+        "propertyName": "type",
+        "mapping": {
+            "json": REF + "JsonDisplay",
+            "image": REF + "RunImageDisplay",
+            "status": REF + "StatusDisplay",
         },
     },
 }
@@ -821,13 +855,38 @@ ANSWER_SCHEMAS["NotebookRunCellResult"] = {
         "execution_count": _INT_OR_NULL,
         "status": {"type": "string", "enum": list(RUN_STATUSES)},
         "index": {**_INT, "description": "The cell's index in the notebook when the run started."},
-        "outputs_written": {**_BOOL, "description": "False: the cell was deleted meanwhile; outputs dropped"},
+        "displays": {"type": "array", "items": ref("RunDisplay")},
+        "outputs_written": {
+            **_BOOL,
+            "description": "False: the cell was deleted meanwhile, or the notebook could not be written "
+            "(the result's outputs_error says why); the outputs are only in this answer",
+        },
+        "outputs_omitted": {
+            "oneOf": [
+                _obj(
+                    {
+                        "outputs": {**_INT, "description": "outputs left out"},
+                        "updates": {**_INT, "description": "display updates left out"},
+                        "bytes": {**_INT, "description": "their bytes"},
+                        "artifact_id": {
+                            **_STR_OR_NULL,
+                            "description": "GET /api/agent/artifacts/{id}: all of them, one JSON output per "
+                            "line (null: they could not be saved)",
+                        },
+                    }
+                ),
+                {"type": "null"},
+            ],
+            "description": "What the notebook does not store because the cell's outputs reached "
+            "max_run_cell_bytes (a placeholder output there says the same); null when all is stored",
+        },
     },
     "required": [
         *ANSWER_SCHEMAS["EvalCellResult"]["required"],
         "cell_id",
         "execution_count",
         "outputs_written",
+        "outputs_omitted",
     ],
 }
 ANSWER_SCHEMAS["NotebookRunResult"] = _obj(
@@ -840,8 +899,40 @@ ANSWER_SCHEMAS["NotebookRunResult"] = _obj(
         "restarted": {**_BOOL, "description": "The kernel died or was restarted; nothing was re-run"},
         "error": _STR_OR_NULL,
         "output": {"type": "string", "description": "The combined text for a model: [i/n] <cell id> blocks"},
+        "outputs_error": {
+            **_STR_OR_NULL,
+            "description": "Why outputs could not be written into the notebook (e.g. it was deleted during "
+            "the run): the cells ran and their outputs are only in this answer; null when all were written",
+        },
         "cells": {"type": "array", "items": ref("NotebookRunCellResult")},
     }
 )
+
+ANSWER_SCHEMAS["NotebookRunDisplayEvent"] = _obj(
+    {"type": {"const": "display"}, "index": _INT, "display": ref("RunDisplay")},
+    description="A JSON or status display as it arrives; the cell's images when it ends, as its result "
+    "has them.",
+)
+ANSWER_SCHEMAS["NotebookRunResultEvent"] = _obj(
+    {"type": {"const": "result"}, "result": ref("NotebookRunResult")},
+    description="Last event: the same object as the application/json answer.",
+)
+_RUN_EVENTS = {
+    "cell_start": "CellStartEvent",
+    "chunk": "ChunkEvent",
+    "gap": "GapEvent",
+    "display": "NotebookRunDisplayEvent",
+    "cell_end": "CellEndEvent",
+    "heartbeat": "HeartbeatEvent",
+    "restart": "RestartEvent",
+    "result": "NotebookRunResultEvent",
+    "error": "ErrorEvent",
+}
+ANSWER_SCHEMAS["NotebookRunEvent"] = {
+    "description": "One line of a notebook run's application/x-ndjson stream: eval's events (cell_start and "
+    "cell_end also carry cell_id, cell_end the execution_count); the last is 'result' (or 'error').",
+    "oneOf": [ref(name) for name in _RUN_EVENTS.values()],
+    "discriminator": {"propertyName": "type", "mapping": {k: REF + v for k, v in _RUN_EVENTS.items()}},
+}
 
 SCHEMAS: dict[str, Any] = {**NOTEBOOK_SCHEMAS, **EVAL_SCHEMAS, **RUN_SCHEMAS, **ANSWER_SCHEMAS}

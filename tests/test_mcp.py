@@ -548,6 +548,26 @@ async def test_images_only_when_asked(url, jp_auth_header, notebook) -> None:
         assert entry == {"mime": "image/png", "bytes": 70}  # never base64 in the structured answer
 
 
+async def test_notebook_run_attaches_images_only_when_asked(url, jp_auth_header, jp_root_dir) -> None:
+    code = "from IPython.display import Image, display\nimport base64\n"
+    code += f"display(Image(base64.b64decode('{PNG}')))"
+    nb = new_notebook(cells=[new_code_cell(code, id="plot")])
+    nb.nbformat_minor = 5
+    nbformat.write(nb, str(jp_root_dir / "plot.ipynb"))
+    placeholder = {"type": "image", "mime": "image/png", "bytes": 70}
+    placeholder["url"] = "/api/agent/notebooks/plot.ipynb/cells/plot/outputs/0?mime=image/png"
+    async with legacy(url, jp_auth_header) as session:
+        plain = await session.call_tool("notebook_run", {"path": "plot.ipynb", "all": True})
+        assert [block.type for block in plain.content] == ["text"]
+        assert "cell plot: [image/png image, 70 bytes: not attached" in text_of(plain)
+        assert plain.structured_content["cells"][0]["displays"] == [placeholder]
+        arguments = {"path": "plot.ipynb", "all": True, "include_images": True}
+        asked = await session.call_tool("notebook_run", arguments)
+        assert [(b.type, getattr(b, "data", None)) for b in asked.content[1:]] == [("image", PNG)]
+        assert "attached as image 1" in text_of(asked)
+        assert asked.structured_content["cells"][0]["displays"] == [placeholder]  # never base64 in it
+
+
 # -------------------------------------------------------------------------------------- artifacts
 
 

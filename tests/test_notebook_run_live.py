@@ -268,3 +268,41 @@ async def test_every_kind_of_output_live_equals_the_file_run(api, jp_root_dir, c
         ),
         "the room to save the same bytes as the file run",
     )
+
+
+def _text(output: dict[str, Any]) -> str:
+    value = (output.get("data") or {}).get("text/plain", "")
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+async def test_a_flood_reaches_the_room_bounded_by_max_run_cell_bytes(api, jp_root_dir, connect):
+    """While the cell still runs, the live document holds what the cell may store (4 MiB by default) and
+    the placeholder for the rest, not the 6 MB the kernel displayed."""
+    flag = jp_root_dir.parent / "flood.flag"
+    code = (
+        "import os, time\nfrom IPython.display import display\n"
+        "for i in range(300):\n"
+        "    display({'text/plain': f'{i:04d}' + 'z' * 20_000}, raw=True)\n"
+        f"while not os.path.exists({str(flag)!r}):\n"
+        "    time.sleep(0.02)"
+    )
+    nb = new_notebook(cells=[new_code_cell(code, id="c0")], metadata={"kernelspec": dict(KERNELSPEC)})
+    (jp_root_dir / "flood-live.ipynb").write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+    client = await connect("flood-live.ipynb")
+    running = asyncio.create_task(run(api, "flood-live.ipynb", cell_ids=["c0"], timeout=120))
+
+    def all_displayed() -> bool:
+        outputs = live_outputs(client, 0)
+        return bool(outputs) and f"{300 - (len(outputs) - 1)} outputs" in _text(outputs[-1])
+
+    try:
+        await until(all_displayed, "the room to hold the bounded outputs and the placeholder", timeout=60)
+        assert not running.done()
+        outputs = live_outputs(client, 0)
+        assert "max_run_cell_bytes" in _text(outputs[-1])
+        assert [_text(o)[:4] for o in outputs[:-1]] == [f"{i:04d}" for i in range(len(outputs) - 1)]
+        assert len(json.dumps(outputs)) < 4 * 1024 * 1024 + 64 * 1024
+    finally:
+        flag.touch()
+    answer = await asyncio.wait_for(running, 60)
+    assert answer["cells"][0]["outputs_omitted"]["outputs"] == 300 - (len(outputs) - 1)

@@ -212,6 +212,7 @@ def nb_run(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         timeout=args.timeout,
         stop_on_error=args.stop_on_error,
         expected_hash=args.expected_hash,
+        include_images=True if args.save_images else None,  # the bytes to save
         raise_on_error=False,
     )
     save = Path(args.save_images) if args.save_images else None

@@ -37,7 +37,8 @@ STDIN_REFUSED = "StdinNotImplementedError"
 STDIN_NOTICE = "This call cannot read stdin, so input() failed: put the value in the code instead.\n"
 STDIN_EMPTY = "This call cannot read stdin, so input() got '': put the value in the code instead.\n"
 Emit = Callable[[dict[str, Any]], None]
-Observe = Callable[[str, dict[str, Any]], None]
+# May return an awaitable, awaited before the next message is handled (work too big for the event loop).
+Observe = Callable[[str, dict[str, Any]], Awaitable[None] | None]
 
 
 @dataclass
@@ -160,7 +161,9 @@ class _Run:
                 self.idle = True
             return
         if self.observe is not None:
-            self.observe(msg_type, content)
+            observed = self.observe(msg_type, content)
+            if observed is not None:
+                await observed
         if needs_worker(msg_type, content):
             # HTML conversion and large display data: in a thread, so the server keeps answering. Later
             # messages wait in the queue meanwhile, so the output keeps its order.
@@ -211,7 +214,8 @@ async def run_cell(
     """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``.
 
     ``observe(msg_type, content)`` also sees every iopub message of this execution but its status (a
-    notebook run builds the cell's stored outputs from them).
+    notebook run builds the cell's stored outputs from them); an awaitable it returns is awaited before
+    the next message.
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()

@@ -32,6 +32,7 @@ class OutputLimits:
 
     display_bytes: int = 2 * 1024 * 1024  # display data (images, JSON) inlined per cell
     html_convert_bytes: int = 128 * 1024  # HTML converted to text per output
+    images: bool = True  # False: images are not displays (a notebook run answers them from the notebook)
 
 
 @dataclass
@@ -261,6 +262,8 @@ def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> lis
         if mime == "application/json":
             displays.append(_display(rich, {"type": "json"}, value, _json_size(value, room)))
         elif mime.startswith("image/"):
+            if not rich.limits.images:
+                continue
             image = _join(value)
             if image is not None:
                 size = len(image) if image.isascii() else len(image.encode("utf-8", "replace"))

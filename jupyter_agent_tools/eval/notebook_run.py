@@ -9,18 +9,22 @@ ends the run and the answer says which cells did not complete. A cell that does 
 interrupt gets the notebook's kernel restarted in place (same id, as JupyterLab's "Restart Kernel"), and
 the answer names it. Kernels this module started are shut down when unused (:mod:`.notebook_kernels`).
 
-Outputs are built as JupyterLab stores them (:mod:`..notebook.outputs`) and written through the
-notebook store (:meth:`NotebookStore.change`: per-path lock, atomic save, deterministic bytes): a cell's
-old outputs are cleared when it starts, its outputs saved when it ends; a notebook open in a
-collaborative room gets them as they arrive.
+Outputs are built as JupyterLab stores them (:mod:`..notebook.outputs`, bounded per output and per
+cell; what does not fit goes to an artifact as it arrives) and written through the notebook store
+(:meth:`NotebookStore.change`: per-path lock, atomic save, deterministic bytes): a cell's old outputs are
+cleared when it starts, its outputs saved when it ends; a notebook open in a collaborative room gets
+them as they arrive. The answer gives images as ``{mime, bytes, url}`` (the output route that serves
+them), with their base64 only when asked (``include_images``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import posixpath
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +36,12 @@ from ..audit.events import ExecutionRecord
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
+from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore
+from ..notebook.summary import base64_size, is_textual, joined_text
 from ..traits import Service, at_least, given
 from .executor import CellExecution, ExecutionLimits, run_cell
-from .messages import CellOutcome, format_combined_output
+from .messages import CellOutcome, format_combined_output, needs_worker
 from .notebook_kernels import NotebookKernels
 from .request import RunRequest, parse_run_request
 from .service import EvalService
@@ -46,6 +52,9 @@ Emit = Callable[[dict[str, Any]], None]
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
 LIVE_OUTPUT_INTERVAL = 0.25
+# A stream chunk longer than this is added to the cell's outputs in a worker thread (as displays this
+# large are interpreted in one), so the server keeps answering.
+LARGE_CHUNK = 64 * 1024
 KERNEL_LOST_NOTICE = (
     "[The notebook's kernel died or was restarted during the run; its state is lost. Cells after it "
     "were not run, and nothing was run again.]"
@@ -60,6 +69,18 @@ class _Target:
     cell_id: str | None
     cell_type: str
     source: str
+
+
+@dataclass
+class _CellRun:
+    """How one cell ran and what it stored."""
+
+    execution: CellExecution
+    stored: list[dict[str, Any]]  # its outputs as written into the notebook
+    execution_count: int | None
+    omitted: dict[str, Any] | None  # what the cell does not store (max_run_cell_bytes)
+    written: bool
+    hash: str | None  # the notebook's hash after the write
 
 
 def _noop(_: dict[str, Any]) -> None:
@@ -77,8 +98,11 @@ class NotebookRunner(Service):
     session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
     notebook_kernels = Instance(NotebookKernels, help="Shuts down the kernels runs started when unused.")
     max_output_bytes_stored = Int(256 * 1024, help="Bytes of text one output may store in the notebook file.")
+    max_cell_bytes_stored = Int(
+        4 * 1024 * 1024, help="Bytes of outputs (all kinds, images included) one cell may store in the file."
+    )
 
-    @validate("max_output_bytes_stored")
+    @validate("max_output_bytes_stored", "max_cell_bytes_stored")
     def _valid_stored(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
@@ -277,6 +301,7 @@ class NotebookRunner(Service):
         stopped = False
         restarted = False
         hash_: str | None = None
+        not_written: list[str] = []  # why outputs could not be written (the notebook went away...)
         position = 0
         for target in targets:
             if target.cell_type != "code":
@@ -288,10 +313,12 @@ class NotebookRunner(Service):
                 continue
             title = target.cell_id
             emit({"type": "cell_start", "index": target.index, "cell_id": target.cell_id, "title": title})
-            execution, outputs, written, hash_ = await self._run_one(
-                path, session, target, request, emit, cancel, deadline
-            )
-            cells.append(_cell_result(target, execution, outputs, written))
+            ran = await self._run_one(path, session, target, request, emit, cancel, deadline, not_written)
+            execution, hash_ = ran.execution, ran.hash
+            cells.append(_cell_result(path, target, request, ran))
+            for display in cells[-1]["displays"]:  # images: known once the cell's outputs are stored
+                if display["type"] == "image":
+                    emit({"type": "display", "index": target.index, "display": display})
             name = f"cell {target.index} (id {target.cell_id})" if target.cell_id else f"cell {target.index}"
             outcomes.append(
                 CellOutcome(
@@ -301,7 +328,7 @@ class NotebookRunner(Service):
                     status=execution.status,
                     output=execution.summary.output if execution.summary else "",
                     exit_code=execution.exit_code,
-                    has_displays=bool(execution.displays),
+                    has_displays=bool(cells[-1]["displays"]),
                     kernel_died=execution.kernel_died,
                 )
             )
@@ -313,7 +340,7 @@ class NotebookRunner(Service):
                     "status": execution.status,
                     "exit_code": execution.exit_code,
                     "duration_ms": execution.duration_ms,
-                    "execution_count": outputs.execution_count,
+                    "execution_count": ran.execution_count,
                 }
             )
             if execution.kernel_died:
@@ -330,17 +357,24 @@ class NotebookRunner(Service):
             elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
                 stopped = True
         output = format_combined_output(outcomes, len(code_cells)) if outcomes else ""
+        if not_written:
+            notices.append(
+                f"[The outputs could not be written into the notebook: {not_written[0]} The cells ran; "
+                "their output is below and in this answer.]"
+            )
         if notices:
             output = "\n".join([*notices, output]) if output else "\n".join(notices)
         result = self._answer(path, hash_, session, cells, [], restarted=restarted)
         result["kernel_id"] = kernel_id
         result["output"] = output
+        result["outputs_error"] = not_written[0] if not_written else None
         result["cancelled"] = cancel.is_set() or any(c["status"] == "cancelled" for c in cells)
         result["timed_out"] = any(c.get("timed_out") for c in cells)
         for cell in cells:
             cell.pop("timed_out", None)
         if result["hash"] is None:
-            _, _, result["hash"], _ = await self.store.load(path)
+            with contextlib.suppress(AgentToolsError):  # the notebook went away: see outputs_error
+                _, _, result["hash"], _ = await self.store.load(path)
         return result
 
     async def _run_one(
@@ -352,15 +386,20 @@ class NotebookRunner(Service):
         emit: Emit,
         cancel: asyncio.Event,
         deadline: float,
-    ) -> tuple[CellExecution, CellOutputs, bool, str | None]:
+        not_written: list[str],
+    ) -> _CellRun:
+        """Run one cell and write its outputs."""
         artifacts = self.eval.artifacts
         outputs = CellOutputs(
             max_text_bytes=self.max_output_bytes_stored,
+            max_bytes=self.max_cell_bytes_stored,
             open_artifact=lambda: artifacts.create(session.name),
         )
-        written, hash_ = await self._write(path, target, outputs, clear=True)
-        _, _, _, live = await self.store.load(path)
+        await self._write(path, target, [], None, clear=True)
+        live = await self._is_live(path)
         changed, finished = asyncio.Event(), asyncio.Event()
+        # Held while a large message is added in a worker thread: the outputs are read between adds only.
+        adding = asyncio.Lock()
 
         async def push_live() -> None:
             # Leading and trailing edge: the first output goes out at once, later ones at most every
@@ -371,7 +410,9 @@ class NotebookRunner(Service):
                 if finished.is_set():
                     return  # the final write follows
                 changed.clear()
-                await self._write(path, target, outputs, audited=False)
+                async with adding:
+                    stored = outputs.to_nbformat()
+                await self._write(path, target, stored, outputs.execution_count, audited=False)
                 try:
                     await asyncio.wait_for(finished.wait(), LIVE_OUTPUT_INTERVAL)
                     return
@@ -380,12 +421,21 @@ class NotebookRunner(Service):
 
         pushing = asyncio.ensure_future(push_live()) if live else None
 
-        def observe(msg_type: str, content: dict[str, Any]) -> None:
-            added = outputs.add(msg_type, content)
-            if added:
+        def added(changed_outputs: bool) -> None:
+            if changed_outputs:
                 session.last_output_at = time.time()
-            if added and live:
-                changed.set()
+                if live:
+                    changed.set()
+
+        async def add_in_thread(msg_type: str, content: dict[str, Any]) -> None:
+            async with adding:
+                added(await asyncio.to_thread(outputs.add, msg_type, content))
+
+        def observe(msg_type: str, content: dict[str, Any]) -> Awaitable[None] | None:
+            if _large(msg_type, content):
+                return add_in_thread(msg_type, content)
+            added(outputs.add(msg_type, content))
+            return None
 
         conn, kernel_id = session.connection, session.kernel_id
         assert conn is not None and kernel_id is not None
@@ -407,26 +457,40 @@ class NotebookRunner(Service):
                 cancel=cancel,
                 interrupt=lambda: self.eval.kernels.interrupt(kernel_id),
                 emit=emit,
+                # Images are answered from what the cell stores (placeholders with the output's URL).
+                output_limits=dataclasses.replace(self.eval.output_limits, images=False),
                 observe=observe,
             )
         finally:
             sink.close()
+            outputs.close()
             if pushing is not None:
                 finished.set()
                 changed.set()
                 await asyncio.gather(pushing, return_exceptions=True)
         session.executions += 1
-        written, hash_ = await self._write(path, target, outputs)
-        return execution, outputs, written, hash_
+        stored = outputs.to_nbformat()
+        count = outputs.execution_count
+        written, hash_ = await self._write(path, target, stored, count, not_written=not_written)
+        return _CellRun(execution, stored, count, outputs.omitted(), written, hash_)
+
+    async def _is_live(self, path: str) -> bool:
+        """Whether the notebook is open in a collaborative room (False when it cannot be read)."""
+        try:
+            return (await self.store.load(path))[3]
+        except AgentToolsError:
+            return False
 
     async def _write(
         self,
         path: str,
         target: _Target,
-        outputs: CellOutputs,
+        stored: list[dict[str, Any]],
+        count: int | None,
         *,
         clear: bool = False,
         audited: bool = True,
+        not_written: list[str] | None = None,
     ) -> tuple[bool, str | None]:
         """Put the cell's outputs (or none, when it starts) into the notebook; (written, new hash).
 
@@ -434,10 +498,9 @@ class NotebookRunner(Service):
         the cell runs are not: ``audited=False``; the cell's final write is).
 
         The cell is found by id (or, before nbformat 4.5, at its index with its source unchanged); a
-        cell a person deleted meanwhile gets nothing.
+        cell a person deleted meanwhile gets nothing. When the notebook cannot be written (deleted or
+        moved during the run, not writable), the run goes on; a final write's reason goes to ``not_written``.
         """
-        stored = [] if clear else outputs.to_nbformat()
-        count = None if clear else outputs.execution_count
 
         def transform(nb: dict[str, Any], _hash: str) -> tuple[dict[str, Any], bool]:
             position = _find(nb, target)
@@ -456,6 +519,8 @@ class NotebookRunner(Service):
             )
         except AgentToolsError as e:  # the notebook went away or cannot be saved: the run goes on
             self.eval.sessions.log.warning("notebook run %s: outputs not written: %s", path, e.message)
+            if not_written is not None and not not_written:
+                not_written.append(e.message if e.message.endswith(".") else e.message + ".")
             return False, None
         return written, hash_
 
@@ -479,6 +544,7 @@ class NotebookRunner(Service):
             "restarted": restarted,
             "error": None,
             "output": "(cancelled before it started)" if cancelled else "\n".join(notices),
+            "outputs_error": None,
             "cells": cells,
         }
 
@@ -552,18 +618,57 @@ def _not_run(target: _Target, status: str) -> dict[str, Any]:
         "artifact_id": None,
         "execution_count": None,
         "outputs_written": False,
+        "outputs_omitted": None,
     }
 
 
-def _cell_result(
-    target: _Target, execution: CellExecution, outputs: CellOutputs, written: bool
-) -> dict[str, Any]:
+def _cell_result(path: str, target: _Target, request: RunRequest, ran: _CellRun) -> dict[str, Any]:
+    fields = ran.execution.result_fields()
+    ref = target.cell_id if target.cell_id is not None else f"@{target.index}"
+    images = _images(ran.stored, path, ref if ran.written else None, request.include_images)
+    fields["displays"] = [d for d in fields["displays"] if d.get("type") != "image"] + images
     return {
         "index": target.index,
         "cell_id": target.cell_id,
         "title": target.cell_id,
-        **execution.result_fields(),
-        "execution_count": outputs.execution_count,
-        "outputs_written": written,
-        "timed_out": execution.timed_out,
+        **fields,
+        "execution_count": ran.execution_count,
+        "outputs_written": ran.written,
+        "outputs_omitted": ran.omitted,
+        "timed_out": ran.execution.timed_out,
     }
+
+
+def _images(
+    stored: list[dict[str, Any]], path: str, ref: str | None, include_data: bool
+) -> list[dict[str, Any]]:
+    """The images a cell stored, as the answer gives them: ``{type, mime, bytes, url}`` (``url``: the
+    output route, None when the outputs were not written), with ``data`` only when asked."""
+    images: list[dict[str, Any]] = []
+    for n, output in enumerate(stored):
+        data = output.get("data")
+        if not isinstance(data, dict):
+            continue
+        for mime, value in data.items():
+            raw = joined_text(value) if mime.startswith("image/") else None
+            if raw is None:
+                continue
+            size = len(raw.encode("utf-8", "replace")) if is_textual(mime) else base64_size(raw)
+            image: dict[str, Any] = {
+                "type": "image",
+                "mime": mime,
+                "bytes": size,
+                "url": output_url(path, ref, n, mime) if ref is not None else None,
+            }
+            if include_data:
+                image["data"] = raw
+            images.append(image)
+    return images
+
+
+def _large(msg_type: str, content: dict[str, Any]) -> bool:
+    """Whether adding this message to the stored outputs is work for a worker thread."""
+    if msg_type == "stream":
+        text = content.get("text")
+        return isinstance(text, str) and len(text) > LARGE_CHUNK
+    return msg_type == "error" or needs_worker(msg_type, content)

@@ -90,7 +90,8 @@ RUN_MAX_TIMEOUT = 3600.0
 
 @dataclass(frozen=True)
 class RunRequest:
-    """A validated notebook run request: which cells (ids, indices or all), budget, error policy."""
+    """A validated notebook run request: which cells (ids, indices or all), budget, error policy, and
+    whether the answer carries images' base64."""
 
     cell_ids: tuple[str, ...] | None = None
     cell_indices: tuple[int, ...] | None = None
@@ -98,6 +99,7 @@ class RunRequest:
     timeout: float = DEFAULT_TIMEOUT
     stop_on_error: bool = True
     expected_hash: str | None = None
+    include_images: bool = False
 
 
 def parse_run_request(body: Any) -> RunRequest:
@@ -117,4 +119,5 @@ def parse_run_request(body: Any) -> RunRequest:
         timeout=float(min(max(body.get("timeout", DEFAULT_TIMEOUT), MIN_TIMEOUT), RUN_MAX_TIMEOUT)),
         stop_on_error=body.get("stop_on_error", True),
         expected_hash=body.get("expected_hash"),
+        include_images=body.get("include_images", False),
     )

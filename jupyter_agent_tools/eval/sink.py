@@ -8,6 +8,7 @@ after it on the same line cannot take it back.
 
 Memory stays near ``2 * max_bytes`` however much is pushed: once the stream passes ``max_bytes`` the sink
 opens an artifact, writes everything so far, appends every later chunk to it, and keeps only the tail.
+That artifact is a :class:`Spill`, which a notebook run's stored outputs use too.
 """
 
 from __future__ import annotations
@@ -39,7 +40,72 @@ class SinkSummary:
     artifact_id: str | None
 
 
-def _compact_line(line: str) -> str:
+class Spill:
+    """An artifact written as output arrives: opened at the first write, appended to, closed at the end.
+
+    A failed open or write drops it (``artifact_id`` becomes None), and so does a write after
+    :meth:`close`: an incomplete copy would mislead. :meth:`restart` empties it to be written again.
+    """
+
+    def __init__(self, open_artifact: ArtifactOpener | None) -> None:
+        self._open_artifact = open_artifact
+        self.artifact_id: str | None = None
+        self._file: BinaryIO | None = None
+        self._failed = open_artifact is None
+        self._closed = False
+
+    def write(self, data: bytes | bytearray) -> None:
+        """Append ``data`` (opening the artifact first if needed)."""
+        if self._failed or not data:
+            return
+        if self._closed:
+            self._fail()  # closed early: the artifact misses this data
+            return
+        if self._file is None:
+            assert self._open_artifact is not None
+            try:
+                self.artifact_id, self._file = self._open_artifact()
+            except OSError:
+                self._fail()
+                return
+        try:
+            self._file.write(data)
+        except OSError:
+            self._fail()
+
+    def write_text(self, text: str, errors: str = "strict") -> None:
+        """Append ``text`` as UTF-8, encoded a block at a time (no full-size copy of a long text)."""
+        for start in range(0, len(text), _BLOCK):
+            self.write(text[start : start + _BLOCK].encode("utf-8", errors))
+
+    def restart(self) -> None:
+        """Empty the artifact (what it held was cleared); the next write starts it again."""
+        if self._file is not None:
+            try:
+                self._file.seek(0)
+                self._file.truncate()
+                return
+            except OSError:
+                self.close()
+        self.artifact_id, self._file = None, None
+        self._failed = self._open_artifact is None
+        self._closed = False
+
+    def close(self) -> None:
+        """Close the artifact file if it is open (idempotent); it keeps its id."""
+        self._closed = True
+        handle, self._file = self._file, None
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                handle.close()
+
+    def _fail(self) -> None:
+        self.artifact_id = None
+        self._failed = True
+        self.close()
+
+
+def compact_line(line: str) -> str:
     """Shrink an unfinished line holding ``\\r`` to what still matters for its resolution.
 
     ``resolve_carriage_returns`` keeps the last non-empty ``\\r``-separated segment, so earlier segments can
@@ -68,8 +134,7 @@ class OutputSink:
         self._newlines = 0
         self._ends_with_newline = False
         self._truncated = False
-        self._artifact_id: str | None = None
-        self._artifact: BinaryIO | None = None
+        self._spill = Spill(open_artifact)
         self._summary: SinkSummary | None = None
 
     def push(self, text: str) -> str:
@@ -120,8 +185,8 @@ class OutputSink:
         first_line = self._newlines - self._buf.count(b"\n", start) + 1
         shown = f"lines {first_line}-{total_lines} of {total_lines}"
         limit = f"{self.max_bytes / 1024:.1f}KB limit"
-        if self._artifact_id is not None:
-            notice = f"[Showing {shown} ({limit}). Full: artifact://{self._artifact_id}]\n"
+        if self._spill.artifact_id is not None:
+            notice = f"[Showing {shown} ({limit}). Full: artifact://{self._spill.artifact_id}]\n"
         else:
             notice = f"[Showing {shown} ({limit})]\n"
         self._summary = SinkSummary(
@@ -131,7 +196,7 @@ class OutputSink:
             total_lines=total_lines,
             output_bytes=len(self._buf) - start,
             output_lines=total_lines - first_line + 1 if visible else 0,
-            artifact_id=self._artifact_id,
+            artifact_id=self._spill.artifact_id,
         )
         return self._summary
 
@@ -140,26 +205,14 @@ class OutputSink:
 
         Touches no state of the sink, so it may run in another thread.
         """
-        if self._open_artifact is None:
-            return None
-        try:
-            artifact_id, handle = self._open_artifact()
-        except OSError:
-            return None
-        try:
-            with handle:
-                for start in range(0, len(text), _BLOCK):
-                    handle.write(text[start : start + _BLOCK].encode("utf-8", "replace"))
-        except OSError:
-            return None
-        return artifact_id
+        spill = Spill(self._open_artifact)
+        spill.write_text(text, "replace")
+        spill.close()
+        return spill.artifact_id
 
     def close(self) -> None:
         """Close the artifact file if it is open (idempotent)."""
-        artifact, self._artifact = self._artifact, None
-        if artifact is not None:
-            with contextlib.suppress(OSError):
-                artifact.close()
+        self._spill.close()
 
     def _too_big(self, text: str) -> bool:
         """Whether ``text`` is over ``max_bytes`` in UTF-8 (cheap for short text)."""
@@ -176,7 +229,7 @@ class OutputSink:
         rest = clean[newline + 1 :]
         if "\r" not in rest:
             return done + rest
-        rest = _compact_line(rest)
+        rest = compact_line(rest)
         if self._too_big(rest):
             return done + resolve_carriage_returns(rest)
         self._line = rest
@@ -196,15 +249,12 @@ class OutputSink:
         self._total_bytes += len(data)
         self._newlines += data.count(b"\n")
         self._ends_with_newline = data.endswith(b"\n")
-        if self._artifact is not None:
-            self._write_artifact(data)
-        elif self._artifact_id is not None:  # closed early: the artifact misses this text
-            self._artifact_id = None
-        elif not self._truncated and self._total_bytes > self.max_bytes:
+        if self._truncated:
+            self._spill.write(data)
+        elif self._total_bytes > self.max_bytes:
             self._truncated = True
-            self._start_artifact()  # the whole stream so far: the buffer, then this data
-            if self._artifact is not None:
-                self._write_artifact(data)
+            self._spill.write(self._buf)  # the whole stream so far: the buffer, then this data
+            self._spill.write(data)
         if len(self._buf) + len(data) <= 2 * self.max_bytes:
             self._buf += data
             return
@@ -217,26 +267,6 @@ class OutputSink:
         cut = len(self._buf) - kept
         self._buf_at_line_start = self._buf[cut - 1] == _NEWLINE
         del self._buf[:cut]
-
-    def _start_artifact(self) -> None:
-        """Open the artifact and write the whole stream so far (the buffer still holds all of it)."""
-        if self._open_artifact is None:
-            return
-        try:
-            self._artifact_id, self._artifact = self._open_artifact()
-        except OSError:
-            self._artifact_id = self._artifact = None
-            return
-        self._write_artifact(self._buf)
-
-    def _write_artifact(self, data: bytes | bytearray) -> None:
-        """Append to the artifact; on a write error drop it, since an incomplete copy would mislead."""
-        assert self._artifact is not None
-        try:
-            self._artifact.write(data)
-        except OSError:
-            self._artifact_id = None
-            self.close()
 
     def _tail_start(self) -> int:
         """Where the visible tail begins in ``_buf``: at most ``max_bytes`` back, on a character boundary,

@@ -511,24 +511,31 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
             call.progress(f"{event.get('message', '')}\n")
 
     result = await call.services.notebook_runner.run(own["path"], body, emit=on_event, cancel=call.cancel)
+    images: list[Image] = []
+    notes: list[str] = []
     structured = dict(result)
-    structured["cells"] = [
-        {**cell, "displays": [_without_data(d) for d in cell.get("displays", [])]} for cell in result["cells"]
-    ]
-    return ToolResult(str(result.get("output") or "") or "(no output)", structured, [])
-
-
-def _without_data(display: dict[str, Any]) -> dict[str, Any]:
-    if display.get("type") != "image" or "data" not in display:
-        return display
-    mime, data = str(display.get("mime")), str(display.get("data") or "")
-    return {"type": "image", "mime": mime, "bytes": _decoded_size(mime, data)}
+    structured["cells"] = []
+    for cell in result["cells"]:
+        displays = []
+        for display in cell.get("displays", []):
+            if display.get("type") == "image" and "url" in display:  # an image the cell stored
+                display = dict(display)
+                data = display.pop("data", None)  # base64 goes as image content only
+                mime, size = str(display.get("mime")), int(display.get("bytes") or 0)
+                placeholder = _take_image(mime, str(data or ""), size, data is not None, images)
+                notes.append(f"cell {cell.get('cell_id') or '@' + str(cell.get('index'))}: {placeholder}")
+            displays.append(display)
+        structured["cells"].append({**cell, "displays": displays})
+    text = str(result.get("output") or "") or "(no output)"
+    if notes:
+        text = "\n".join([text, *notes])
+    return ToolResult(text, structured, images)
 
 
 def _notebook_run_input() -> dict[str, Any]:
     schema = component("NotebookRunRequest")
     schema.pop("oneOf", None)  # several model APIs refuse it; the route's own validator still applies
-    schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"]}
+    schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"], "include_images": INCLUDE_IMAGES}
     schema["required"] = ["path"]
     result: dict[str, Any] = without_null(schema)
     return result
@@ -608,7 +615,8 @@ _TOOLS: tuple[Tool, ...] = (
         "JupyterLab; state is shared with them) and write their outputs into the notebook. Name the cells "
         "with exactly one of cell_ids, cell_indices or all: true; they run in notebook order and stop at "
         "the first error unless stop_on_error is false. Returns each cell's status and output text and the "
-        "notebook's new hash. Streams output as progress while it runs.",
+        "notebook's new hash; images as placeholders (attached as image content with include_images). "
+        "Streams output as progress while it runs.",
         permissions=(("write", "contents"), ("execute", "kernels")),
         input_schema=_notebook_run_input(),
         output_schema=without_image_data(component("NotebookRunResult")),

@@ -371,10 +371,16 @@ class NotebookStore(Service):
         """(checked path, the notebook dict, its hash, whether it is a live document) for a caller that
         works on whole cells (a notebook run). The dict must not be changed: use :meth:`change`.
 
-        ``writable``: refuse (400) a notebook that :meth:`change` would refuse to write as it is (older
-        than nbformat 4, or invalid as found), before the caller does any work."""
+        ``writable``: refuse a notebook that :meth:`change` would refuse to write as it is (403: a link to
+        a file outside the server root; 400: older than nbformat 4, or invalid as found), before the
+        caller does any work."""
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
+            if writable and self._escapes_root(path):
+                raise AgentToolsError(
+                    f"Refusing to run {path}: it resolves outside the server's root (it is a link to a file "
+                    "outside it), and a run writes its outputs into the notebook; nothing was run", 403
+                )
             async with self._lock(path):
                 loaded = await self._open(path)
         if writable:

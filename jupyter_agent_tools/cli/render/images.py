@@ -44,11 +44,13 @@ def human_size(size: int) -> str:
 
 
 def describe(display: dict[str, Any], saved: Path | None = None) -> str:
-    """``[image/png 640x480, 23.1 KB]`` and where it was saved, if it was."""
+    """``[image/png 640x480, 23.1 KB]`` and where it was saved, if it was (a placeholder without its data,
+    as a notebook run gives images: its size only)."""
     mime = str(display.get("mime") or "image")
     data = image_bytes(display)
     dims = _dimensions(mime, data)
-    size = f"{dims[0]}x{dims[1]}, {human_size(len(data))}" if dims else human_size(len(data))
+    nbytes = len(data) if "data" in display or not isinstance(display.get("bytes"), int) else display["bytes"]
+    size = f"{dims[0]}x{dims[1]}, {human_size(nbytes)}" if dims else human_size(nbytes)
     where = f" saved to {saved}" if saved is not None else ""
     return f"[{mime} {size}]{where}"
 
