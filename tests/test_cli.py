@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import uuid
 import venv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -682,6 +684,96 @@ def test_discovery_precedence(server: Server, runtime_dir: Path) -> None:
     assert fallback.returncode == 0, fallback.stderr
     flags = run_cli("sessions", "--url", server.url, "--token", server.token, runtime=runtime_dir)
     assert flags.returncode == 0, flags.stderr
+
+
+class TokenTrap:
+    """A local HTTP listener that records the Authorization header of every request it gets (403s all)."""
+
+    def __init__(self) -> None:
+        self.authorizations: list[str | None] = []
+        seen = self.authorizations
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                seen.append(self.headers.get("Authorization"))
+                body = b'{"message": "no"}'
+                self.send_response(403)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_address[1]}/"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def trap() -> Iterator[TokenTrap]:
+    listener = TokenTrap()
+    yield listener
+    listener.close()
+
+
+def trap_record(runtime: Path, trap: TokenTrap) -> Path:
+    """A record naming no token, of a live process (this one), whose URL is the trap."""
+    path = runtime / f"jpserver-{os.getpid()}.json"
+    info = {"pid": os.getpid(), "url": trap.url, "root_dir": str(runtime), "token": "", "version": "2"}
+    path.write_text(json.dumps(info))
+    path.chmod(0o600)
+    return path
+
+
+SECRETS = {"JUPYTER_TOKEN": "env-secret", "JUPYTER_AGENT_TOKEN": "agent-secret"}
+
+
+def test_env_token_goes_to_the_users_own_server_record(runtime_dir: Path, trap: TokenTrap) -> None:
+    """The control of the test below: a record the user wrote, in a directory only they can write to."""
+    runtime_dir.chmod(0o700)
+    trap_record(runtime_dir, trap)
+    done = run_cli("sessions", runtime=runtime_dir, **SECRETS)
+    assert done.returncode == 3 and "HTTP 403" in done.stderr, done.stderr
+    assert trap.authorizations == ["token agent-secret"]
+
+
+def _owned_by_another_user(record: Path) -> None:
+    os.chown(record, 12345, 12345)
+
+
+UNTRUSTED: dict[str, tuple[int, Callable[[Path], None] | None, str]] = {
+    # runtime directory mode, what is done to the record, what the note says
+    "record-of-another-user": (0o700, _owned_by_another_user, "belongs to another user (uid 12345)"),
+    "record-others-may-write": (0o700, lambda record: record.chmod(0o666), "other users may write to"),
+    "group-writable-directory": (0o770, None, "other users may write to"),
+    "sticky-world-writable-directory": (0o1777, None, "other users may write to"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNTRUSTED))
+def test_env_token_never_goes_to_a_server_record_someone_else_could_write(
+    runtime_dir: Path, trap: TokenTrap, case: str
+) -> None:
+    mode, spoil, why = UNTRUSTED[case]
+    if spoil is _owned_by_another_user and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    record = trap_record(runtime_dir, trap)
+    if spoil is not None:
+        spoil(record)
+    runtime_dir.chmod(mode)
+    done = run_cli("sessions", runtime=runtime_dir, **SECRETS)
+    assert trap.authorizations == []  # nothing was sent to the URL in the record, with or without a token
+    assert done.returncode == 3 and "no running Jupyter server found" in done.stderr, done.stderr
+    assert "ignored" in done.stderr and why in done.stderr, done.stderr
+    assert [info["url"] for _, info in running_servers(runtime_dir)] == []
 
 
 # -- on a terminal ---------------------------------------------------------------------------------------
