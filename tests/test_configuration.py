@@ -50,6 +50,7 @@ DOCUMENTED = {
     "init_timeout": (30.0, "eval", "init_timeout"),
     "max_run_output_bytes": (2048, "runner", "max_output_bytes_stored"),
     "artifact_retention": (600.0, "artifacts", "retention"),
+    "artifacts_max_bytes": (5_000_000, "artifacts", "max_bytes"),
 }
 
 
@@ -137,6 +138,7 @@ INVALID = [
     ("interrupt_timeout", -1.0, "at least 0"),
     ("kernel_create_retry_delay", -1.0, "at least 0"),
     ("artifact_retention", -1.0, "at least 0"),
+    ("artifacts_max_bytes", -1, "at least 0"),
     ("max_body_bytes", -1, "at least 0"),
     ("fd_headroom", -1, "at least 0"),
     ("kernel_ready_timeout", 0.0, "greater than 0"),
@@ -159,7 +161,13 @@ def test_invalid_value_raises_trait_error_naming_the_trait(name, value, bound):
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("idle_timeout", 0.0), ("heartbeat_interval", 0.0), ("artifact_retention", 0.0), ("fd_headroom", 0)],
+    [
+        ("idle_timeout", 0.0),
+        ("heartbeat_interval", 0.0),
+        ("artifact_retention", 0.0),
+        ("artifacts_max_bytes", 0),
+        ("fd_headroom", 0),
+    ],
 )
 def test_zero_is_accepted_where_it_means_never(name, value):
     assert getattr(AgentToolsApp(config=Config({"AgentToolsApp": {name: value}})), name) == value
@@ -172,6 +180,8 @@ def test_services_validate_their_own_traits(tmp_path):
         KernelService(object(), ready_timeout=0)
     with pytest.raises(TraitError, match=r"^ArtifactStore\.retention must be at least 0"):
         ArtifactStore(tmp_path, retention=-1)
+    with pytest.raises(TraitError, match=r"^ArtifactStore\.max_bytes must be at least 0"):
+        ArtifactStore(tmp_path, max_bytes=-1)
     with pytest.raises(TraitError, match=r"^NotebookStore\.busy_timeout must be at least 0"):
         NotebookStore(object(), busy_timeout=-1)
     with pytest.raises(TraitError, match=r"^NotebookRunner\.max_output_bytes_stored must be at least 1"):

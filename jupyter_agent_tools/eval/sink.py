@@ -8,18 +8,17 @@ after it on the same line cannot take it back.
 
 Memory stays near ``2 * max_bytes`` however much is pushed: once the stream passes ``max_bytes`` the sink
 opens an artifact, writes everything so far, appends every later chunk to it, and keeps only the tail.
+When the artifact store's cap cuts the artifact, the notice says so and how much it holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
 
+from ..artifacts import ArtifactFile, ArtifactFull, ArtifactOpener
 from ..text import resolve_carriage_returns, split_incomplete_escape, strip_ansi, strip_controls
 
-ArtifactOpener = Callable[[], tuple[str, BinaryIO]]
 _NEWLINE = 0x0A
 # Long text is encoded, counted and written in blocks of this many characters: one print of 100 MB then
 # costs a few 1 MB buffers instead of full-size copies (which the allocator may keep as resident memory).
@@ -69,7 +68,8 @@ class OutputSink:
         self._ends_with_newline = False
         self._truncated = False
         self._artifact_id: str | None = None
-        self._artifact: BinaryIO | None = None
+        self._artifact: ArtifactFile | None = None
+        self._artifact_kept: int | None = None  # bytes of an artifact the store's cap cut
         self._summary: SinkSummary | None = None
 
     def push(self, text: str) -> str:
@@ -120,7 +120,13 @@ class OutputSink:
         first_line = self._newlines - self._buf.count(b"\n", start) + 1
         shown = f"lines {first_line}-{total_lines} of {total_lines}"
         limit = f"{self.max_bytes / 1024:.1f}KB limit"
-        if self._artifact_id is not None:
+        if self._artifact_id is not None and self._artifact_kept is not None:
+            notice = (
+                f"[Showing {shown} ({limit}). Incomplete: artifact://{self._artifact_id} holds only the "
+                f"first {self._artifact_kept} of {self._total_bytes} bytes (cut at the artifacts' cap, "
+                "artifacts_max_bytes)]\n"
+            )
+        elif self._artifact_id is not None:
             notice = f"[Showing {shown} ({limit}). Full: artifact://{self._artifact_id}]\n"
         else:
             notice = f"[Showing {shown} ({limit})]\n"
@@ -150,6 +156,9 @@ class OutputSink:
             with handle:
                 for start in range(0, len(text), _BLOCK):
                     handle.write(text[start : start + _BLOCK].encode("utf-8", "replace"))
+        except ArtifactFull as full:
+            full.discard()  # the caller says the artifact holds the whole text: a cut one would mislead
+            return None
         except OSError:
             return None
         return artifact_id
@@ -198,7 +207,7 @@ class OutputSink:
         self._ends_with_newline = data.endswith(b"\n")
         if self._artifact is not None:
             self._write_artifact(data)
-        elif self._artifact_id is not None:  # closed early: the artifact misses this text
+        elif self._artifact_id is not None and self._artifact_kept is None:  # closed early: it misses this
             self._artifact_id = None
         elif not self._truncated and self._total_bytes > self.max_bytes:
             self._truncated = True
@@ -230,10 +239,14 @@ class OutputSink:
         self._write_artifact(self._buf)
 
     def _write_artifact(self, data: bytes | bytearray) -> None:
-        """Append to the artifact; on a write error drop it, since an incomplete copy would mislead."""
+        """Append to the artifact. Cut by the store's cap, it is kept (the notice says it is incomplete);
+        on another write error it is dropped, since an incomplete copy nobody mentions would mislead."""
         assert self._artifact is not None
         try:
             self._artifact.write(data)
+        except ArtifactFull as full:
+            self._artifact_kept = full.kept
+            self.close()
         except OSError:
             self._artifact_id = None
             self.close()

@@ -16,13 +16,12 @@ artifact when the caller gives a way to open one.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 
+from ..artifacts import ArtifactFull, ArtifactOpener
 from ..text import resolve_carriage_returns
 
-ArtifactOpener = Callable[[], tuple[str, BinaryIO]]
 SPLIT_MIMES = ("application/javascript", "image/svg+xml")  # nbformat splits these besides text/*
 TEXT_MIMES_TO_BOUND = ("text/plain", "text/html", "text/markdown", "text/latex")
 
@@ -182,6 +181,9 @@ class CellOutputs:
             artifact_id, handle = self.open_artifact()
             with handle:
                 handle.write(data)
+        except ArtifactFull as full:
+            full.discard()  # the note would promise the whole output
+            return None
         except OSError:
             return None
         return artifact_id
