@@ -99,6 +99,12 @@ class ArtifactWriter:
         """Write ``data`` whole, or what fits under the cap and raise :class:`ArtifactFull`."""
         size = len(data)
         granted = 0 if self.cut else self._store._reserve(self.artifact_id, size)
+        if granted < size:  # cut on a character boundary: artifacts are UTF-8 text
+            whole = granted
+            while whole and data[whole] & 0xC0 == 0x80:
+                whole -= 1
+            self._store._unreserve(self.artifact_id, granted - whole)
+            granted = whole
         if granted:
             try:
                 self._handle.write(data if granted == size else memoryview(data)[:granted])

@@ -176,3 +176,12 @@ def test_the_cap_counts_what_was_there_at_start(tmp_path: Path) -> None:
     with pytest.raises(ArtifactFull) as cut, handle:
         handle.write(b"b" * 700)
     assert cut.value.kept == 600 and again.total_bytes == 600 == bytes_on_disk(tmp_path)
+
+
+def test_a_cut_artifact_ends_on_a_whole_character(tmp_path: Path) -> None:
+    artifacts = ArtifactStore(tmp_path, max_bytes=5)
+    artifact_id, handle = artifacts.create("s")
+    with pytest.raises(ArtifactFull) as cut, handle:
+        handle.write("aé日本".encode())  # 1 + 2 + 3 + 3 bytes: the cap falls inside 日
+    assert cut.value.kept == 3 and artifacts.path(artifact_id).read_text(encoding="utf-8") == "aé"
+    assert artifacts.total_bytes == 3
