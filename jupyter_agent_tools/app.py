@@ -276,6 +276,13 @@ class AgentToolsApp(ExtensionApp):
         24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
     ).tag(config=True)
 
+    artifacts_max_bytes = Int(
+        GIB,
+        help="Bytes all artifacts hold at most. A spill that would pass it first removes the oldest "
+        "artifacts of idle sessions (never those of a running call); what still does not fit is cut, and "
+        "the cell's notice says its artifact is incomplete. 0: no cap.",
+    ).tag(config=True)
+
     # -- MCP --
     mcp_max_batch_items = Int(
         100,
@@ -316,7 +323,7 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.artifacts.ArtifactStore",
         klass=ArtifactStore,
         help="The class that keeps spilled outputs (a subclass of ArtifactStore). Built with "
-        "parent=the app and root, retention.",
+        "parent=the app and root, retention, max_bytes.",
     ).tag(config=True)
 
     kernel_service_class = Type(
@@ -375,6 +382,7 @@ class AgentToolsApp(ExtensionApp):
         "interrupt_timeout",
         "kernel_create_retry_delay",
         "artifact_retention",
+        "artifacts_max_bytes",
         "max_body_bytes",
         "fd_headroom",
         "per_call_pool_size",
@@ -461,7 +469,10 @@ class AgentToolsApp(ExtensionApp):
             artifacts_root = tempfile.mkdtemp(prefix="jupyter-agent-artifacts-")
             self._own_artifacts_dir = True
         artifacts = cast("type[ArtifactStore]", self.artifact_store_class)(
-            parent=self, root=artifacts_root, retention=self.artifact_retention
+            parent=self,
+            root=artifacts_root,
+            retention=self.artifact_retention,
+            max_bytes=self.artifacts_max_bytes,
         )
         kernels = cast("type[KernelService]", self.kernel_service_class)(
             parent=self,

@@ -418,7 +418,10 @@ def _paths() -> dict[str, Any]:
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
                     "403": FORBIDDEN,
-                    "404": _error("No such artifact (artifacts go with their session, and expire)."),
+                    "404": _error(
+                        "No such artifact (artifacts go with their session, expire, and the oldest go "
+                        "past artifacts_max_bytes)."
+                    ),
                 },
             },
         },

@@ -53,6 +53,7 @@ DOCUMENTED = {
     "notebook_kernel_idle_timeout": (90.0, "notebook_kernels", "idle_timeout"),
     "max_notebook_kernels": (2, "notebook_kernels", "max_kernels"),
     "artifact_retention": (600.0, "artifacts", "retention"),
+    "artifacts_max_bytes": (5_000_000, "artifacts", "max_bytes"),
 }
 
 
@@ -143,6 +144,7 @@ INVALID = [
     ("interrupt_timeout", -1.0, "at least 0"),
     ("kernel_create_retry_delay", -1.0, "at least 0"),
     ("artifact_retention", -1.0, "at least 0"),
+    ("artifacts_max_bytes", -1, "at least 0"),
     ("max_body_bytes", -1, "at least 0"),
     ("fd_headroom", -1, "at least 0"),
     ("kernel_ready_timeout", 0.0, "greater than 0"),
@@ -172,6 +174,7 @@ def test_invalid_value_raises_trait_error_naming_the_trait(name, value, bound):
         ("idle_timeout", 0.0),
         ("heartbeat_interval", 0.0),
         ("artifact_retention", 0.0),
+        ("artifacts_max_bytes", 0),
         ("fd_headroom", 0),
         ("notebook_kernel_idle_timeout", 0.0),
     ],
@@ -187,6 +190,8 @@ def test_services_validate_their_own_traits(tmp_path):
         KernelService(object(), ready_timeout=0)
     with pytest.raises(TraitError, match=r"^ArtifactStore\.retention must be at least 0"):
         ArtifactStore(tmp_path, retention=-1)
+    with pytest.raises(TraitError, match=r"^ArtifactStore\.max_bytes must be at least 0"):
+        ArtifactStore(tmp_path, max_bytes=-1)
     with pytest.raises(TraitError, match=r"^NotebookStore\.busy_timeout must be at least 0"):
         NotebookStore(object(), busy_timeout=-1)
     with pytest.raises(TraitError, match=r"^NotebookRunner\.max_output_bytes_stored must be at least 1"):

@@ -247,6 +247,18 @@ def large_notebook() -> str:
     return json.dumps(nb, indent=4, sort_keys=True, ensure_ascii=True) + "\n"
 
 
+def round_trip_seconds(text: str) -> float:
+    """The baseline an edit's cost is measured against, under the same load: reading and writing the
+    notebook through nbformat, as any Jupyter save does (the slower of two tries). An edit took 1-3 times
+    as long here."""
+    times = []
+    for _ in range(2):
+        started = time.perf_counter()
+        nbformat.writes(nbformat.reads(text, as_version=4))
+        times.append(time.perf_counter() - started)
+    return max(times)
+
+
 def test_large_file_with_images(large_notebook: str) -> None:
     text = large_notebook
     assert len(text) > 3_000_000
@@ -257,7 +269,7 @@ def test_large_file_with_images(large_notebook: str) -> None:
     took = time.perf_counter() - started
     assert strict_equal(json.loads(out), new)
     assert changed_lines(text, out) == 2
-    assert took < 10  # a few hundred ms here; generous for a loaded machine
+    assert took < 10 * round_trip_seconds(text), took
     _, out = edited(text, [CellOp("clear_outputs", all=True)])
     assert len(out) < len(text) / 10
     _, out = edited(text, [CellOp("move", cell_index=0, to_index=299)])
@@ -535,7 +547,7 @@ async def test_route_large_file_edit(api, jp_root_dir, large_notebook: str) -> N
     took = time.perf_counter() - started
     assert status == 200, answer
     assert changed_lines(large_notebook, path.read_text()) == 4  # 3 source lines became 1
-    assert took < 15
+    assert took < 10 * round_trip_seconds(large_notebook), took
 
 
 # ------------------------------------------------------------------------------- random layouts and ops

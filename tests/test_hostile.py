@@ -478,12 +478,21 @@ class TestDefaultBodyLimit:
 
     @pytest.mark.parametrize("name", sorted(STALLING_BODIES))
     async def test_hostile_body_does_not_stall_other_requests(self, raw, tree, jp_serverapp, name) -> None:
-        """While a 10 MB body is refused, a cheap request from someone else still answers at once."""
+        """While a 10 MB body is refused, cheap requests from someone else keep being answered.
+
+        Measured against the hostile request's own time in the same test (a loaded machine slows both
+        alike): no cheap request waits for half of it. Parsed on the event loop, one of them waits for
+        nearly all of it (ratio 0.9-1.0 measured); parsed stepwise in a thread, the longest wait is a
+        small part (0.03-0.13 measured on a loaded 2-core machine, where it reached 0.85 s of 6 s).
+        """
         route, body, fragment = STALLING_BODIES[name]
         data = json.dumps(body).encode()
         assert len(data) < jp_serverapp.web_app.settings["jupyter_agent_tools"].max_body_bytes
         before = digest(tree["root"])
+        sent = time.monotonic()
         hostile = asyncio.ensure_future(raw("POST", "api/agent/" + "/".join(route), data))
+        answered: list[float] = []
+        hostile.add_done_callback(lambda _: answered.append(time.monotonic()))
         latencies = []
         while not hostile.done():
             started = time.monotonic()
@@ -491,9 +500,10 @@ class TestDefaultBodyLimit:
             latencies.append(time.monotonic() - started)
             assert status == 200
         status, answer = await hostile
+        took = answered[0] - sent
         assert status == 400 and fragment in answer["message"], (status, str(answer)[:300])
         assert len(answer["message"]) < 300
-        assert latencies and max(latencies) < 1.0, latencies
+        assert latencies and max(latencies) < took / 2, f"{took=:.3f} s, cheap requests waited {latencies}"
         assert digest(tree["root"]) == before
 
     @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 from contract import NDJSON, Contract
 from test_eval import stream
 
+from jupyter_agent_tools.eval.messages import RichOutput, bounded_html_to_text
 from jupyter_agent_tools.openapi import openapi_document
 
 pytestmark = pytest.mark.timeout(240)
@@ -74,7 +75,15 @@ async def test_big_html_is_converted_off_the_event_loop_cut_and_saved(evaluate, 
         await prober
     cell = result["cells"][0]
     assert size > 5_000_000
-    assert max(lags) < 0.5, f"the event loop was blocked for {max(lags):.2f} s"
+    # The baseline, measured here under the same load: how long the server's conversion of this HTML
+    # takes. Done on the event loop, it would stall the loop at least that long.
+    started = time.monotonic()
+    bounded_html_to_text(scope["html"], RichOutput())
+    converting = time.monotonic() - started
+    # Off the loop, the longest stall is a small part of it (0.14-0.15 measured on a loaded machine; on
+    # the loop, 0.94-1.10).
+    blocked = max(lags)
+    assert blocked < converting / 2, f"the loop was blocked {blocked:.2f} s (converting: {converting:.2f} s)"
     text = cell["output"]
     assert re.search(r"^\| \d+ \| row \d+ \|$", text, re.M)  # table rows (their tail: max_output_bytes)
     assert "row 149999" not in text and "<td>" not in text
@@ -83,7 +92,10 @@ async def test_big_html_is_converted_off_the_event_loop_cut_and_saved(evaluate, 
     artifact_id = notice.rsplit("artifact://", 1)[1].rstrip("]")
     full = await jp_fetch("api", "agent", "artifacts", artifact_id)
     assert len(full.body) == size and full.body.endswith(b"<td>row 149999</td></tr></table>")
-    print(f"\nlongest event-loop stall during a {size / MB:.1f} MB HTML display: {max(lags) * 1000:.0f} ms")
+    print(
+        f"\nlongest event-loop stall during a {size / MB:.1f} MB HTML display: {max(lags) * 1000:.0f} ms "
+        f"(converting it takes {converting * 1000:.0f} ms here)"
+    )
 
 
 PNG_CODE = """

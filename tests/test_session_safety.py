@@ -303,7 +303,9 @@ async def test_a_replacement_after_the_caller_left_is_told_to_the_next_call(
 ):
     await evaluate("x = 5", session="gone")
     reader, writer = await asyncio.open_connection("127.0.0.1", jp_http_port)
-    body = json.dumps({"cells": [{"code": "print('go', flush=True)\n" + IGNORES_SIGINT}], "session": "gone"})
+    # 'go' comes once SIGINT is ignored: printed before, a loaded kernel could get the interrupt first
+    code = IGNORES_SIGINT.replace("time.sleep(60)", "print('go', flush=True)\ntime.sleep(60)")
+    body = json.dumps({"cells": [{"code": code}], "session": "gone"})
     headers = "".join(f"{k}: {v}\r\n" for k, v in jp_auth_header.items())
     writer.write(
         f"POST {jp_base_url}api/agent/eval HTTP/1.1\r\nHost: 127.0.0.1:{jp_http_port}\r\n{headers}"

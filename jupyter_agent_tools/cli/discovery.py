@@ -5,6 +5,12 @@ directory (what ``jupyter server list`` reads). They are read here directly, wit
 ``jupyter_server.serverapp.list_running_servers`` (a file whose process is gone is ignored), because
 importing ``jupyter_server.serverapp`` costs seconds on every call of a command that agents run often.
 Unlike it, this never deletes another process's files.
+
+A record is trusted only if nobody else could have written it (on Unix): the directory belongs to the user
+(or root) and no group or other user may write to it, and the file is a regular file (not a link) that
+belongs to the user and that no group or other user may write to. Other records are ignored, so a token
+from the environment is never sent to a URL someone else wrote (a sticky world-writable directory such as
+``/tmp`` fails: anyone may add a file there).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +33,10 @@ NOT_FOUND = (
 
 class ServerNotFound(Exception):
     """No server was named and none is running."""
+
+
+class _Untrusted(Exception):
+    """A server record someone else could have written."""
 
 
 @dataclass(frozen=True)
@@ -60,22 +71,62 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def running_servers(directory: Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """The running servers recorded in ``directory`` (default: the runtime dir), newest file first."""
+def _untrusted_dir(directory: Path) -> str | None:
+    """Why records in ``directory`` cannot be trusted (someone else could write there), or None."""
+    if os.name == "nt":
+        return None
+    info = os.stat(directory)
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"{directory} belongs to another user (uid {info.st_uid})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"other users may write to {directory} (fix: chmod go-w {directory})"
+    return None
+
+
+def _read_record(path: Path) -> tuple[str, float]:
+    """The text and mtime of a record the user wrote, or :class:`_Untrusted` saying why it is not
+    trusted."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())  # of the file opened, not of whatever the name points to later
+        if not stat.S_ISREG(info.st_mode):
+            raise _Untrusted(f"{path} is not a regular file")
+        if os.name != "nt" and info.st_uid != os.geteuid():
+            raise _Untrusted(f"{path} belongs to another user (uid {info.st_uid})")
+        if os.name != "nt" and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise _Untrusted(f"other users may write to {path}")
+        return handle.read().decode("utf-8"), info.st_mtime
+
+
+def running_servers(
+    directory: Path | None = None, ignored: list[str] | None = None
+) -> list[tuple[Path, dict[str, Any]]]:
+    """The running servers recorded in ``directory`` (default: the runtime dir), newest file first.
+
+    Only trusted records count (see the module's docstring); why the others were ignored is appended to
+    ``ignored``.
+    """
     directory = directory if directory is not None else runtime_dir()
     found: list[tuple[float, Path, dict[str, Any]]] = []
     try:
-        names = os.listdir(directory)
+        names = [name for name in os.listdir(directory) if SERVER_FILE.match(name)]
+        distrust = _untrusted_dir(directory) if names else None
     except OSError:
         return []
+    if distrust is not None:
+        if ignored is not None:
+            ignored.append(f"{len(names)} server record(s) ignored: {distrust}")
+        return []
     for name in names:
-        if not SERVER_FILE.match(name):
-            continue
         path = directory / name
         try:
-            info = json.loads(path.read_text(encoding="utf-8"))
-            mtime = path.stat().st_mtime
-        except (OSError, ValueError):  # being written, or gone meanwhile
+            text, mtime = _read_record(path)
+            info = json.loads(text)
+        except _Untrusted as e:
+            if ignored is not None:
+                ignored.append(f"server record ignored: {e}")
+            continue
+        except (OSError, ValueError):  # being written, gone meanwhile, or a link
             continue
         if not isinstance(info, dict) or not isinstance(info.get("pid"), int) or not _pid_alive(info["pid"]):
             continue
@@ -116,7 +167,8 @@ def find_server(
     falls back to ``JUPYTER_TOKEN``, then to the token a running server with that URL recorded); else the
     running server whose root directory holds ``cwd`` (the deepest such root; without one, the newest
     server) with the token it recorded (``--token``, then the environment's token, when it recorded
-    none). ``note`` is told which server was picked when several run. Raises :class:`ServerNotFound`.
+    none). Only trusted records count (see the module's docstring). ``note`` is told which server was
+    picked when several run, and why records were ignored. Raises :class:`ServerNotFound`.
     """
     env = os.environ if env is None else env
     env_token = env.get("JUPYTER_AGENT_TOKEN") or env.get("JUPYTER_TOKEN")
@@ -132,7 +184,11 @@ def find_server(
                     break
         return ServerInfo(url, token or "", source)
 
-    servers = running_servers(directory)
+    ignored: list[str] = []
+    servers = running_servers(directory, ignored)
+    if note is not None:
+        for reason in ignored:
+            note(reason)
     if not servers:
         raise ServerNotFound(NOT_FOUND)
     here = Path(os.path.realpath(cwd if cwd is not None else os.getcwd()))

@@ -88,6 +88,8 @@ class SessionManager(Service):
         self._sweeper: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         audit_metrics.track(sessions=self, artifacts=self.artifacts)
+        if self.artifacts is not None:
+            self.artifacts.running_calls = self.running_calls
         self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
         # More upkeep at each sweep (the kernels notebook runs started: .notebook_kernels)
         self.sweepers: list[Callable[[], Awaitable[object]]] = []
@@ -105,6 +107,12 @@ class SessionManager(Service):
     def find(self, name: str) -> KernelSession | None:
         """A named or a running per-call session."""
         return self.sessions.get(name) or self.per_call.get(name)
+
+    def running_calls(self) -> dict[str, object]:
+        """{name: the running call's cancel event} of the sessions a call holds: the artifacts' cap keeps
+        what those calls wrote. Safe from a worker thread (it reads snapshots of the registries)."""
+        every = [*list(self.sessions.values()), *list(self.per_call.values()), *list(self.notebooks.values())]
+        return {s.name: s.cancel for s in every if s.cancel is not None}
 
     def describe_all(self) -> list[dict[str, Any]]:
         every = (*self.sessions.values(), *self.per_call.values(), *self.notebooks.values())

@@ -8,19 +8,18 @@ after it on the same line cannot take it back.
 
 Memory stays near ``2 * max_bytes`` however much is pushed: once the stream passes ``max_bytes`` the sink
 opens an artifact, writes everything so far, appends every later chunk to it, and keeps only the tail.
-That artifact is a :class:`Spill`, which a notebook run's stored outputs use too.
+That artifact is a :class:`Spill`, which a notebook run's stored outputs use too. When the artifact
+store's cap cuts the artifact, the notice says so and how much it holds.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
 
+from ..artifacts import ArtifactFile, ArtifactFull, ArtifactOpener
 from ..text import resolve_carriage_returns, split_incomplete_escape, strip_ansi, strip_controls
 
-ArtifactOpener = Callable[[], tuple[str, BinaryIO]]
 _NEWLINE = 0x0A
 # Long text is encoded, counted and written in blocks of this many characters: one print of 100 MB then
 # costs a few 1 MB buffers instead of full-size copies (which the allocator may keep as resident memory).
@@ -44,19 +43,23 @@ class Spill:
     """An artifact written as output arrives: opened at the first write, appended to, closed at the end.
 
     A failed open or write drops it (``artifact_id`` becomes None), and so does a write after
-    :meth:`close`: an incomplete copy would mislead. :meth:`restart` empties it to be written again.
+    :meth:`close`: an incomplete copy would mislead. A write the artifact store's cap cuts keeps what fit
+    (``kept`` says how many bytes; later writes are ignored), for a caller that says so; one that saves all
+    or nothing calls :meth:`discard`. :meth:`restart` empties it to be written again.
     """
 
     def __init__(self, open_artifact: ArtifactOpener | None) -> None:
         self._open_artifact = open_artifact
         self.artifact_id: str | None = None
-        self._file: BinaryIO | None = None
+        self.kept: int | None = None  # bytes the artifact holds once the store's cap cut it
+        self._file: ArtifactFile | None = None
         self._failed = open_artifact is None
         self._closed = False
+        self._discard_cut: ArtifactFull | None = None
 
     def write(self, data: bytes | bytearray) -> None:
         """Append ``data`` (opening the artifact first if needed)."""
-        if self._failed or not data:
+        if self._failed or not data or self.kept is not None:
             return
         if self._closed:
             self._fail()  # closed early: the artifact misses this data
@@ -70,8 +73,17 @@ class Spill:
                 return
         try:
             self._file.write(data)
+        except ArtifactFull as full:
+            self.kept, self._discard_cut = full.kept, full
+            self.close()
         except OSError:
             self._fail()
+
+    def discard(self) -> None:
+        """Remove an artifact the cap cut (all or nothing); it no longer has an id."""
+        if self._discard_cut is not None:
+            self._discard_cut.discard()
+        self.artifact_id, self._discard_cut = None, None
 
     def write_text(self, text: str, errors: str = "strict") -> None:
         """Append ``text`` as UTF-8, encoded a block at a time (no full-size copy of a long text)."""
@@ -80,14 +92,17 @@ class Spill:
 
     def restart(self) -> None:
         """Empty the artifact (what it held was cleared); the next write starts it again."""
-        if self._file is not None:
+        restart = getattr(self._file, "restart", None)  # ArtifactWriter's: counted by the store's cap
+        if callable(restart):
             try:
-                self._file.seek(0)
-                self._file.truncate()
+                restart()
                 return
             except OSError:
                 self.close()
-        self.artifact_id, self._file = None, None
+        elif self._file is not None:
+            self.close()  # a file that cannot start over: the next write opens another
+        self.discard()  # a cut artifact's first bytes are no use to anyone now
+        self.artifact_id, self._file, self.kept, self._discard_cut = None, None, None, None
         self._failed = self._open_artifact is None
         self._closed = False
 
@@ -185,8 +200,15 @@ class OutputSink:
         first_line = self._newlines - self._buf.count(b"\n", start) + 1
         shown = f"lines {first_line}-{total_lines} of {total_lines}"
         limit = f"{self.max_bytes / 1024:.1f}KB limit"
-        if self._spill.artifact_id is not None:
-            notice = f"[Showing {shown} ({limit}). Full: artifact://{self._spill.artifact_id}]\n"
+        spill = self._spill
+        if spill.artifact_id is not None and spill.kept is not None:
+            notice = (
+                f"[Showing {shown} ({limit}). Incomplete: artifact://{spill.artifact_id} holds only the "
+                f"first {spill.kept} of {self._total_bytes} bytes (cut at the artifacts' cap, "
+                "artifacts_max_bytes)]\n"
+            )
+        elif spill.artifact_id is not None:
+            notice = f"[Showing {shown} ({limit}). Full: artifact://{spill.artifact_id}]\n"
         else:
             notice = f"[Showing {shown} ({limit})]\n"
         self._summary = SinkSummary(
@@ -208,6 +230,8 @@ class OutputSink:
         spill = Spill(self._open_artifact)
         spill.write_text(text, "replace")
         spill.close()
+        if spill.kept is not None:
+            spill.discard()  # the caller says the artifact holds the whole text: a cut one would mislead
         return spill.artifact_id
 
     def close(self) -> None:

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any
 from uuid import uuid4
 
+from ..artifacts import ArtifactOpener
 from ..eval.sink import Spill, compact_line
 from ..text import resolve_carriage_returns
 from .summary import human_size
 
-ArtifactOpener = Callable[[], tuple[str, BinaryIO]]
 SPLIT_MIMES = ("application/javascript", "image/svg+xml")  # nbformat splits these besides text/*
 TEXT_MIMES_TO_BOUND = ("text/plain", "text/html", "text/markdown", "text/latex")
 OUTPUT_TYPES = ("stream", "execute_result", "display_data", "error")
@@ -101,8 +101,10 @@ def _head(text: str, nbytes: int) -> str:
     return head[: head.rfind("\n") + 1 or len(head)]
 
 
-def _note(head: str, total: int, limit: str, artifact_id: str | None) -> str:
+def _note(head: str, total: int, limit: str, artifact_id: str | None, kept: int | None = None) -> str:
     where = f" Full output: artifact {artifact_id}." if artifact_id else ""
+    if artifact_id and kept is not None:
+        where = f" Artifact {artifact_id} holds only its first {kept} bytes (artifacts_max_bytes)."
     note = f"[Output truncated: showing {_nbytes(head)} of {total} bytes ({limit}).{where}]\n"
     return head + ("" if head.endswith("\n") or not head else "\n") + note
 
@@ -217,7 +219,8 @@ class CellOutputs:
                 if item.spill is None:
                     text += resolve_carriage_returns(item.line)
                 else:
-                    text = _note(text, item.total + _nbytes(item.line), item.limit, item.spill.artifact_id)
+                    spill = item.spill
+                    text = _note(text, item.total + _nbytes(item.line), item.limit, spill.artifact_id, spill.kept)
                 result.append({"output_type": "stream", "name": item.name, "text": split_text(text)})
                 continue
             output = copy.deepcopy(item.output)
@@ -324,6 +327,8 @@ class CellOutputs:
                 spill = Spill(self.open_artifact)
                 spill.write_text(value, "replace")
                 spill.close()
+                if spill.kept is not None:
+                    spill.discard()  # the note would promise the whole output
                 head = _head(value, self.max_text_bytes)
                 data[mime] = _note(head, nbytes, "max_run_output_bytes", spill.artifact_id)
         return data
