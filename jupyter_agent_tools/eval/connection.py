@@ -235,7 +235,10 @@ class LocalKernelConnection:
         """The kernel was restarted (or went) under this connection: told by the manager's auto-restarter
         (callbacks), or seen as another process, which is all an explicit restart through the kernel
         manager leaves (JupyterLab's "Restart Kernel" fires no callback)."""
-        return self._lost_state or (self._pid is not None and self._process_id() != self._pid)
+        if self._lost_state or self._pid is None:
+            return self._lost_state
+        now = self._process_id()  # None: gone from the manager, or between two processes (is_alive tells)
+        return now is not None and now != self._pid
 
     @lost_state.setter
     def lost_state(self, value: bool) -> None:
@@ -245,7 +248,7 @@ class LocalKernelConnection:
         """The pid of the kernel's process (jupyter_client's provisioner), None when it has none."""
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
-        except KeyError:
+        except Exception:  # KeyError, or jupyter_server's HTTPError(404): not in the manager
             return None
         pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
         return pid if isinstance(pid, int) else None

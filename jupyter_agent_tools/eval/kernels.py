@@ -200,7 +200,7 @@ class KernelService(Service):
         restarted by its manager as well. Both at once raced (jupyter_client's restarter failed with
         ``InvalidStateError`` when the replaced kernel was shut down during its restart: an error traceback
         in the server log for every kernel death) and restarted a process nobody would use."""
-        with contextlib.suppress(KeyError):
+        with contextlib.suppress(Exception):  # KeyError, or jupyter_server's HTTPError(404)
             stop = getattr(self.kernel_manager.get_kernel(kernel_id), "stop_restarter", None)
             if callable(stop):
                 stop()

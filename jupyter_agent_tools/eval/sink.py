@@ -100,7 +100,12 @@ class Spill:
             except OSError:
                 self.close()
         elif self._file is not None:
-            self.close()  # a file that cannot start over: the next write opens another
+            try:  # a plain binary file
+                self._file.seek(0)  # type: ignore[attr-defined]
+                self._file.truncate()  # type: ignore[attr-defined]
+                return
+            except (OSError, AttributeError):
+                self.close()  # a file that cannot start over: the next write opens another
         self.discard()  # a cut artifact's first bytes are no use to anyone now
         self.artifact_id, self._file, self.kept, self._discard_cut = None, None, None, None
         self._failed = self._open_artifact is None

@@ -220,7 +220,8 @@ class CellOutputs:
                     text += resolve_carriage_returns(item.line)
                 else:
                     spill = item.spill
-                    text = _note(text, item.total + _nbytes(item.line), item.limit, spill.artifact_id, spill.kept)
+                    total = item.total + _nbytes(item.line)
+                    text = _note(text, total, item.limit, spill.artifact_id, spill.kept)
                 result.append({"output_type": "stream", "name": item.name, "text": split_text(text)})
                 continue
             output = copy.deepcopy(item.output)
