@@ -87,15 +87,3 @@ def check_name(name: str) -> str:
             f"got {name!r}"
         )
     return name
-
-
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of a duration like ``90s``, ``30m``, ``8h``, ``7d``, ``2w`` (a bare number: seconds)."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ScopeError(f"a duration is a number and a unit (s, m, h, d, w), e.g. 8h; got {text!r}")
-    return float(match.group(1)) * UNITS[match.group(2) or "s"]
