@@ -110,7 +110,8 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         """The server's own preparation (authentication), then the request's user becomes the acting
-        user of the services (:mod:`jupyter_agent_tools.audit.context`).
+        user of the services (:mod:`jupyter_agent_tools.audit.context`), and an agent token's path globs
+        the paths they may reach (:mod:`jupyter_agent_tools.auth.context`).
 
         Every agent route needs a user: a request without valid credentials is refused here, with a
         message that says how to pass the token (jupyter_server's own refusal is a bare ``Forbidden``,
