@@ -7,8 +7,9 @@
 
 Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
 again whenever ``pyproject.toml`` changes: ``serve`` installs the package alone, ``test`` adds the test
-extra, ``bench`` the bench extra. Only ``test`` (the full run, as root, with apt-get) installs a system
-package: Debian's chromium for the browser test, and it says so first.
+extra, ``bench`` the bench extra. Only ``test`` (the full run, as root) installs system packages: Debian's
+chromium for the browser test (apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says
+so first.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from subprocess import DEVNULL
 
 HERE = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("AGENT_TOOLS_VENV", HERE / ".venv"))
@@ -62,6 +64,22 @@ def ensure_chromium() -> None:
         )
     except subprocess.CalledProcessError as e:
         print(f"warning: could not install chromium ({e}); the browser test will be skipped", flush=True)
+
+
+def ensure_proxy() -> None:
+    """Install JupyterHub's proxy (the npm package configurable-http-proxy) for the JupyterHub test when it
+    is missing and npm is there (root installs it globally). Without it the JupyterHub test skips and says
+    why."""
+    if shutil.which("configurable-http-proxy") is not None:
+        return
+    npm = shutil.which("npm")
+    if npm is None or os.name != "posix" or os.geteuid() != 0:
+        return
+    print("dev.py test: installing configurable-http-proxy (npm) for the JupyterHub test", flush=True)
+    try:
+        run(npm, "install", "-g", "--no-audit", "--no-fund", "configurable-http-proxy", stdout=DEVNULL)
+    except subprocess.CalledProcessError as e:
+        print(f"warning: could not install configurable-http-proxy ({e}); the JupyterHub test will skip")
 
 
 def ensure_env(*extras: str) -> None:
@@ -148,6 +166,7 @@ def test(args: list[str]) -> int:
     ensure_env("test")
     if not quick:
         ensure_chromium()
+        ensure_proxy()
     sources = [HERE / "jupyter_agent_tools", HERE / "tests", HERE / "benchmarks", HERE / "dev.py"]
     run(BIN / "ruff", "check", *sources)
     run(BIN / "mypy", HERE / "jupyter_agent_tools")

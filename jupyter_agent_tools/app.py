@@ -35,6 +35,7 @@ from .handlers.sessions import (
     SessionInterruptHandler,
     SessionListHandler,
 )
+from .handlers.tokens import TokenHandler, TokenListHandler
 from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
 from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
@@ -450,6 +451,8 @@ class AgentToolsApp(ExtensionApp):
             include_code=self.audit_include_code,
         )
         audit.register_schemas()
+        # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
+        self.settings["jupyter_agent_tools_audit"] = audit
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,
@@ -553,6 +556,8 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}", SessionHandler),
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
+                (r"/api/agent/tokens", TokenListHandler),
+                (r"/api/agent/tokens/(?P<name>[^/]+)", TokenHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
                 (r"/api/agent/mcp", McpHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).

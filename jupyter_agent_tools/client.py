@@ -277,6 +277,17 @@ def _edit_call(
     return _Call("POST", f"api/agent/notebooks/{_quote_path(path)}", body)
 
 
+def _token_call(
+    name: str, scopes: Sequence[str], paths: Sequence[str] | None, expires_in: float | None
+) -> _Call:
+    body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
+    if paths:
+        body["paths"] = list(paths)
+    if expires_in is not None:
+        body["expires_in"] = expires_in
+    return _Call("POST", "api/agent/tokens", body)
+
+
 def _error_from(response: httpx.Response, content: bytes) -> AgentAPIError:
     message, reason = "", None
     try:
@@ -579,6 +590,25 @@ class AgentClient:
         """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down."""
         self._send(_Call("DELETE", f"api/agent/sessions/{_quote_path(name)}"))
 
+    def tokens(self) -> list[dict[str, Any]]:
+        """``GET /api/agent/tokens``: the agent tokens (never the tokens themselves), oldest first."""
+        return list(self._json(_Call("GET", "api/agent/tokens"))["tokens"])
+
+    def create_token(
+        self,
+        name: str,
+        scopes: Sequence[str],
+        *,
+        paths: Sequence[str] | None = None,
+        expires_in: float | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/tokens``: a new agent token; its ``token`` is in this answer only."""
+        return dict(self._json(_token_call(name, scopes, paths, expires_in)))
+
+    def revoke_token(self, name: str) -> dict[str, Any]:
+        """``DELETE /api/agent/tokens/{name}``: revoke it (its record stays, as revoked)."""
+        return dict(self._json(_Call("DELETE", f"api/agent/tokens/{_quote_path(name)}")))
+
     def artifact(self, artifact_id: str) -> str:
         """``GET /api/agent/artifacts/{id}``: the full output of a truncated cell."""
         return "".join(self.stream_artifact(artifact_id))
@@ -844,6 +874,25 @@ class AsyncAgentClient:
     async def delete_session(self, name: str) -> None:
         """See :meth:`AgentClient.delete_session`."""
         await self._send(_Call("DELETE", f"api/agent/sessions/{_quote_path(name)}"))
+
+    async def tokens(self) -> list[dict[str, Any]]:
+        """See :meth:`AgentClient.tokens`."""
+        return list((await self._json(_Call("GET", "api/agent/tokens")))["tokens"])
+
+    async def create_token(
+        self,
+        name: str,
+        scopes: Sequence[str],
+        *,
+        paths: Sequence[str] | None = None,
+        expires_in: float | None = None,
+    ) -> dict[str, Any]:
+        """See :meth:`AgentClient.create_token`."""
+        return dict(await self._json(_token_call(name, scopes, paths, expires_in)))
+
+    async def revoke_token(self, name: str) -> dict[str, Any]:
+        """See :meth:`AgentClient.revoke_token`."""
+        return dict(await self._json(_Call("DELETE", f"api/agent/tokens/{_quote_path(name)}")))
 
     async def artifact(self, artifact_id: str) -> str:
         """See :meth:`AgentClient.artifact`."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 
+from .auth.context import current_paths
 from .errors import AgentToolsError, BadRequest, NotFound
 
 MAX_LIMIT = 5000
@@ -28,12 +29,18 @@ async def list_files(
     """
     path = path.strip("/")
     limit = max(1, min(limit, MAX_LIMIT))
+    scope = current_paths()  # an agent token's path globs: only what lies inside them is listed
+    root = getattr(contents_manager, "root_dir", None)
+    if scope is not None and not scope.allows(path, root):
+        raise NotFound(f"Directory not found: {path or '/'}")
     entries: list[dict[str, Any]] = []
     pending = deque([path])
     truncated = False
     while pending:
         directory = pending.popleft()
         for item in sorted(await _listing(contents_manager, directory, top=directory == path), key=_path):
+            if scope is not None and not scope.allows(_path(item), root):
+                continue
             if len(entries) >= limit:
                 truncated = True
                 break

@@ -27,7 +27,10 @@ cell by cell and run Python in kernels of the server's own kernel manager.
 Every route lives under the server's `base_url`, needs the server's token (`Authorization: token <token>`)
 or a logged-in browser session (then state-changing requests also need the XSRF token), and is
 authorized by the server's authorizer: notebook reads `read` on `contents`, notebook changes `write` on
-`contents`, eval and sessions `execute` on `kernels`, artifacts `read` on `kernels`.
+`contents`, eval and session changes `execute` on `kernels`, the session list and artifacts `read` on
+`kernels`, agent tokens `read`/`write` on `agent_tokens`. With agent tokens enabled (docs/admin.md), an
+agent token (`Authorization: token jat_...`) acts as the user `agent:NAME` and reaches only what its scopes
+(`read`, `edit`, `execute`) and path globs allow, on these routes and every other route of the server.
 
 Request bodies are JSON (UTF-8, at most `max_body_bytes`, default 10 MiB) validated against the schemas
 below: a wrong type, a missing field, an unknown action or a field the route does not take answers 400
@@ -60,10 +63,14 @@ NOTEBOOK_BUSY = _retry(
     "API, an editor) is in the middle of writing the file, which does not parse yet: retry."
 )
 FORBIDDEN = _error(
-    "Not authenticated (no or wrong token; a cookie request without its XSRF token), or not authorized "
-    "by the server's authorizer."
+    "Not authenticated (no or wrong token; an expired or revoked agent token; a cookie request without its "
+    "XSRF token), or not authorized by the server's authorizer (an agent token without the scope needed: "
+    "the message names it)."
 )
 TOO_LARGE = _error("The request body is larger than max_body_bytes.")
+NOT_ENABLED = _error(
+    "Agent tokens are not enabled on this server (the message names the two configuration lines)."
+)
 
 
 def _body(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -356,7 +363,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "listSessions",
                 "summary": "List eval sessions",
                 "tags": ["sessions"],
-                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "x-authorization": {"resource": "kernels", "action": "read"},
                 "responses": {
                     "200": _json("The sessions and counters.", ref("SessionList")),
                     "403": FORBIDDEN,
@@ -425,6 +432,66 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        "/api/agent/tokens": {
+            "get": {
+                "operationId": "listAgentTokens",
+                "summary": "List the agent tokens (never the tokens themselves)",
+                "description": "Active, expired and revoked tokens, oldest first. Needs the server's own "
+                "credentials: an agent token is refused.",
+                "tags": ["tokens"],
+                "x-authorization": {"resource": "agent_tokens", "action": "read"},
+                "responses": {
+                    "200": _json("The tokens.", ref("AgentTokenList")),
+                    "403": FORBIDDEN,
+                    "409": NOT_ENABLED,
+                },
+            },
+            "post": {
+                "operationId": "createAgentToken",
+                "summary": "Create an agent token (shown once)",
+                "description": "The token acts as the user agent:NAME with the given scopes and path globs "
+                "until it expires or is revoked. Only its SHA-256 is stored: the answer is the one time the "
+                "token is shown. Needs the server's own credentials: an agent token is refused.",
+                "tags": ["tokens"],
+                "x-authorization": {"resource": "agent_tokens", "action": "write"},
+                "requestBody": _body(ref("AgentTokenRequest"), "The name, scopes, paths and lifetime."),
+                "responses": {
+                    "201": _json("The new token and its record.", ref("AgentTokenCreated")),
+                    "400": _error("The body is invalid: a bad name, scope, path glob or lifetime."),
+                    "403": FORBIDDEN,
+                    "409": _error(
+                        "An active token already has this name (revoke it first), or agent tokens are not "
+                        "enabled on this server."
+                    ),
+                    "413": TOO_LARGE,
+                },
+            },
+        },
+        "/api/agent/tokens/{name}": {
+            "parameters": [
+                {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "description": "The token's name.",
+                    "schema": {"type": "string"},
+                }
+            ],
+            "delete": {
+                "operationId": "revokeAgentToken",
+                "summary": "Revoke an agent token",
+                "description": "Every token of that name not yet revoked answers 403 'revoked' from now on "
+                "(the record stays, listed as revoked). Needs the server's own credentials.",
+                "tags": ["tokens"],
+                "x-authorization": {"resource": "agent_tokens", "action": "write"},
+                "responses": {
+                    "200": _json("The revoked token's record.", ref("AgentToken")),
+                    "403": FORBIDDEN,
+                    "404": _error("No token of that name is left to revoke."),
+                    "409": NOT_ENABLED,
+                },
+            },
+        },
         "/api/agent/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",
@@ -456,6 +523,7 @@ def _document() -> dict[str, Any]:
             {"name": "notebooks", "description": "Read and change notebooks cell by cell."},
             {"name": "eval", "description": "Run Python in kernel sessions."},
             {"name": "sessions", "description": "Eval sessions and their kernels."},
+            {"name": "tokens", "description": "Agent tokens: scoped, revocable identities for agents."},
             {"name": "meta", "description": "The API contract."},
         ],
         "paths": _paths(),
@@ -466,8 +534,9 @@ def _document() -> dict[str, Any]:
                     "type": "apiKey",
                     "in": "header",
                     "name": "Authorization",
-                    "description": "'token <the server's token>' (or a logged-in browser session cookie "
-                    "plus the XSRF token on state-changing requests).",
+                    "description": "'token <the server's token>', or 'token <an agent token>' (jat_...) "
+                    "where agent tokens are enabled (or a logged-in browser session cookie plus the XSRF "
+                    "token on state-changing requests).",
                 }
             },
         },

@@ -935,4 +935,85 @@ ANSWER_SCHEMAS["NotebookRunEvent"] = {
     "discriminator": {"propertyName": "type", "mapping": {k: REF + v for k, v in _RUN_EVENTS.items()}},
 }
 
-SCHEMAS: dict[str, Any] = {**NOTEBOOK_SCHEMAS, **EVAL_SCHEMAS, **RUN_SCHEMAS, **ANSWER_SCHEMAS}
+
+# ------------------------------------------------------------------------------------------ agent tokens
+
+TOKEN_SCOPES = ("read", "edit", "execute")
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_TIME_OR_NULL = {"type": ["string", "null"], "description": "ISO 8601 UTC time, or null"}
+TOKEN_SCHEMAS: dict[str, Any] = {
+    "AgentTokenRequest": {
+        "type": "object",
+        "description": "A new agent token: its name, scopes, optional path globs and lifetime.",
+        "properties": {
+            "name": {
+                "type": "string",
+                "pattern": TOKEN_NAME_PATTERN,
+                "description": "The agent's name: it acts as the user 'agent:NAME'. Unique among active "
+                "tokens.",
+                "x-errors": {
+                    "pattern": "'name' is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter "
+                    "or digit; got {value}"
+                },
+            },
+            "scopes": {
+                "type": "array",
+                "items": {"type": "string", "enum": list(TOKEN_SCOPES)},
+                "minItems": 1,
+                "maxItems": len(TOKEN_SCOPES),
+                "uniqueItems": True,
+                "description": "read: read notebooks and files, list sessions; edit: read plus notebook "
+                "edits and file writes; execute: eval, notebook runs, kernels, terminals.",
+            },
+            "paths": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": 256, "pattern": NO_NUL_PATTERN},
+                "maxItems": 32,
+                "description": "Globs of the files the token reaches (e.g. 'reports/**'); none: every file. "
+                "Outside them files answer 404.",
+            },
+            "expires_in": {
+                "type": "number",
+                "minimum": 60,
+                "maximum": 366 * 86400,
+                "description": "Seconds until the token expires (60 to 366 days); absent: never.",
+                "x-errors": {"type": "'expires_in' must be a number of seconds, got {got}"},
+            },
+        },
+        "required": ["name", "scopes"],
+        "additionalProperties": False,
+        "x-errors": {"type": 'Request body must be a JSON object like {"name": "bot", "scopes": ["read"]}'},
+    },
+}
+ANSWER_SCHEMAS["AgentToken"] = _obj(
+    {
+        "name": _STR,
+        "scopes": {"type": "array", "items": {"type": "string", "enum": list(TOKEN_SCOPES)}},
+        "paths": {"type": "array", "items": _STR},
+        "status": {"type": "string", "enum": ["active", "expired", "revoked"]},
+        "created": _STR,
+        "expires": _TIME_OR_NULL,
+        "last_used": {**_TIME_OR_NULL, "description": "ISO 8601 UTC time (kept to the minute), or null"},
+        "revoked": _TIME_OR_NULL,
+    }
+)
+ANSWER_SCHEMAS["AgentTokenCreated"] = {
+    **ANSWER_SCHEMAS["AgentToken"],
+    "properties": {
+        **ANSWER_SCHEMAS["AgentToken"]["properties"],
+        "token": {"type": "string", "description": "The token: shown this once, never stored."},
+        "user": {"type": "string", "description": "The user it acts as: agent:NAME."},
+    },
+    "required": [*ANSWER_SCHEMAS["AgentToken"]["required"], "token", "user"],
+}
+ANSWER_SCHEMAS["AgentTokenList"] = _obj(
+    {"tokens": {"type": "array", "items": ref("AgentToken"), "description": "Oldest first."}}
+)
+
+SCHEMAS: dict[str, Any] = {
+    **NOTEBOOK_SCHEMAS,
+    **EVAL_SCHEMAS,
+    **RUN_SCHEMAS,
+    **TOKEN_SCHEMAS,
+    **ANSWER_SCHEMAS,
+}

@@ -20,6 +20,7 @@ tempfile.tempdir = PRIVATE_TMP
 
 # The fast tier (python3 dev.py test --quick): pure core and fast route tests, well under a minute.
 QUICK_MODULES = {
+    "test_agent_scopes",
     "test_configuration",
     "test_docs",
     "test_session_state",

@@ -17,6 +17,7 @@ import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
 from jupyter_agent_tools.openapi import openapi_document, operations
 
 pytestmark = pytest.mark.timeout(240)
@@ -35,8 +36,15 @@ class DenyOne(Authorizer):
 
 @pytest.fixture
 def jp_server_config() -> dict[str, Any]:
+    # Agent tokens enabled (so the token routes work), with DenyOne as the authorizer they wrap: requests
+    # made with the server's own token reach DenyOne exactly as they would without agent tokens.
     return {
-        "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}, "authorizer_class": DenyOne},
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_agent_tools": True},
+            "identity_provider_class": AgentIdentityProvider,
+            "authorizer_class": AgentAuthorizer,
+        },
+        "AgentAuthorizer": {"authorizer_class": DenyOne},
         "AgentToolsApp": {"max_sessions": 2, "max_output_bytes": 256},
     }
 
@@ -90,6 +98,7 @@ def http(http_server_client, jp_base_url):
 EVAL_BODY = {"cells": [{"code": "print('y' * 2000)"}], "session": "keep"}
 READ_CONTENTS, WRITE_CONTENTS = ("read", "contents"), ("write", "contents")
 EXECUTE_KERNELS, READ_KERNELS = ("execute", "kernels"), ("read", "kernels")
+READ_TOKENS, WRITE_TOKENS = ("read", "agent_tokens"), ("write", "agent_tokens")
 ROUTES = [
     ("GET", "api/agent/notebooks/nb.ipynb", None, {READ_CONTENTS}),
     ("POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "z"}, {WRITE_CONTENTS}),
@@ -101,16 +110,27 @@ ROUTES = [
         {"cells": [{"code": "open('made.txt', 'w')"}], "session": "new"},
         {EXECUTE_KERNELS},
     ),
-    ("GET", "api/agent/sessions", None, {EXECUTE_KERNELS}),
+    ("GET", "api/agent/sessions", None, {READ_KERNELS}),
     ("GET", "api/agent/artifacts/{artifact}", None, {READ_KERNELS}),
+    ("GET", "api/agent/tokens", None, {READ_TOKENS}),
+    ("POST", "api/agent/tokens", {"name": "bot", "scopes": ["read"]}, {WRITE_TOKENS}),
+    ("DELETE", "api/agent/tokens/bot", None, {WRITE_TOKENS}),
     ("POST", "api/agent/sessions/keep/interrupt", {}, {EXECUTE_KERNELS}),
     ("DELETE", "api/agent/sessions/keep", None, {EXECUTE_KERNELS}),
 ]
-PAIRS = [("read", "contents"), ("write", "contents"), ("execute", "kernels"), ("read", "kernels")]
+PAIRS = [
+    ("read", "contents"),
+    ("write", "contents"),
+    ("execute", "kernels"),
+    ("read", "kernels"),
+    ("read", "agent_tokens"),
+    ("write", "agent_tokens"),
+]
 
 
 def _doc_path(url: str) -> str:
     url = url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace("{artifact}", "{artifact_id}")
+    url = url.replace("tokens/bot", "tokens/{name}")
     return "/" + url.replace("/cells/@0/outputs/0", "/cells/{cell}/outputs/{n}")
 
 

@@ -66,7 +66,14 @@ def base_env(runtime: Path, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if k not in ("JUPYTER_AGENT_URL", "JUPYTER_AGENT_TOKEN", "JUPYTER_TOKEN", "JUPYTER_RUNTIME_DIR")
+        if k
+        not in (
+            "JUPYTER_AGENT_URL",
+            "JUPYTER_AGENT_TOKEN",
+            "JUPYTER_TOKEN",
+            "JUPYTERHUB_API_TOKEN",
+            "JUPYTER_RUNTIME_DIR",
+        )
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env["JUPYTER_RUNTIME_DIR"] = str(runtime)
@@ -1106,3 +1113,59 @@ def test_nb_show_pages_text_and_one_output(cli: Any, server: Server, tmp_path: P
     assert saved.returncode == 0 and target.read_bytes() == base64.b64decode(PNG_1X1)
     missing = cli("nb", "output", name, "--cell", "fig", "1", "--mime", "text/html")
     assert missing.returncode == 2 and "MIME types: image/png, text/plain" in missing.stderr
+
+
+# -- agent tokens ----------------------------------------------------------------------------------------
+
+AGENT_TOKENS = [
+    "--ServerApp.identity_provider_class=jupyter_agent_tools.auth.AgentIdentityProvider",
+    "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",
+]
+
+
+def test_token_commands_and_an_agent_using_its_token(runtime_dir: Path, tmp_path: Path) -> None:
+    """``jupyter agent token create|list|revoke`` with the server's token; the agent then works with its
+    own token (JUPYTER_AGENT_TOKEN), within its scopes and paths, until it is revoked."""
+    root = tmp_path / "root"
+    (root / "reports").mkdir(parents=True)
+    with jupyter_server(root_dir=root, extra_args=AGENT_TOKENS) as s:
+        write_notebook(s, "reports/r.ipynb", ["print('report')"])
+        write_notebook(s, "secret.ipynb", ["print('secret')"])
+        made = run_cli(
+            "token", "create", "bot", "--scopes", "read,execute", "--paths", "reports/**", "--expires", "8h",
+            server=s, runtime=runtime_dir,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        token = made.stdout.splitlines()[0]
+        assert token.startswith("jat_") and "shown this once" in made.stdout
+        assert "user agent:bot" in made.stdout and "valid until 20" in made.stdout
+        own: dict[str, Any] = {"server": s, "runtime": runtime_dir}
+        as_json = run_cli("token", "create", "other", "--scopes", "edit", "--json", **own)
+        assert json.loads(as_json.stdout)["token"].startswith("jat_"), as_json.stderr
+        listing = run_cli("token", "list", **own)
+        assert listing.returncode == 0, listing.stderr
+        row = next(line for line in listing.stdout.splitlines() if line.startswith("bot "))
+        assert row.split()[:4] == ["bot", "active", "read,execute", "reports/**"], listing.stdout
+        assert token not in listing.stdout
+
+        agent = {"JUPYTER_AGENT_URL": s.url, "JUPYTER_AGENT_TOKEN": token}
+        ran = run_cli("eval", "-c", "print(6 * 7)", runtime=runtime_dir, **agent)
+        assert ran.returncode == 0 and ran.stdout == "42\n", ran.stderr
+        shown = run_cli("nb", "show", "reports/r.ipynb", runtime=runtime_dir, **agent)
+        assert shown.returncode == 0 and "print('report')" in shown.stdout, shown.stderr
+        hidden = run_cli("nb", "show", "secret.ipynb", runtime=runtime_dir, **agent)
+        assert hidden.returncode == 2 and "Notebook not found" in hidden.stderr, hidden.stderr
+        edit = run_cli("nb", "insert", "reports/r.ipynb", "--content", "x", runtime=runtime_dir, **agent)
+        assert edit.returncode == 3 and "needs the 'edit' scope" in edit.stderr, edit.stderr
+        managing = run_cli("token", "list", runtime=runtime_dir, **agent)
+        assert managing.returncode == 3 and "agent_tokens" in managing.stderr, managing.stderr
+
+        bad = run_cli("token", "create", "x", "--scopes", "read", "--expires", "8x", **own)
+        assert bad.returncode == 2 and "--expires" in bad.stderr
+        revoked = run_cli("token", "revoke", "bot", **own)
+        assert revoked.returncode == 0 and "Revoked agent token 'bot'" in revoked.stdout, revoked.stderr
+        after = run_cli("eval", "-c", "1", runtime=runtime_dir, **agent)
+        assert after.returncode == 3 and "was revoked at" in after.stderr, after.stderr
+        # a JupyterHub user's API token is read from JUPYTERHUB_API_TOKEN (here: the server's own token)
+        hub = run_cli("sessions", runtime=runtime_dir, JUPYTER_AGENT_URL=s.url, JUPYTERHUB_API_TOKEN=s.token)
+        assert hub.returncode == 0, hub.stderr

@@ -70,6 +70,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             "--AgentToolsApp.max_sessions=2",
             "--AgentToolsApp.max_body_bytes=65536",
             "--AgentToolsApp.interrupt_timeout=5",
+            # agent tokens on, so the token routes are fuzzed for real
+            "--ServerApp.identity_provider_class=jupyter_agent_tools.auth.AgentIdentityProvider",
+            "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",
         ],
     ) as running:
         yield running
@@ -101,6 +104,9 @@ OPERATIONS = [
     ("POST", "/api/agent/sessions/{name}/interrupt"),
     ("GET", "/api/agent/artifacts/{artifact_id}"),
     ("GET", "/api/agent/openapi.json"),
+    ("GET", "/api/agent/tokens"),
+    ("POST", "/api/agent/tokens"),
+    ("DELETE", "/api/agent/tokens/{name}"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

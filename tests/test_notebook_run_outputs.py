@@ -186,7 +186,8 @@ async def test_the_run_answer_gives_images_as_placeholders_with_their_output_url
     url = "/api/agent/notebooks/plot.ipynb/cells/c1/outputs/0?mime=image/png"
     assert image == {"type": "image", "mime": "image/png", "bytes": len(base64.b64decode(PNG)), "url": url}
     assert PNG not in json.dumps(answer)
-    assert answer["output"].endswith("[2/2] cell 1 (id c1)\n(no text output)")  # not "(no output)": it shows an image
+    # not "(no output)": it shows an image
+    assert answer["output"].endswith("[2/2] cell 1 (id c1)\n(no text output)")
     path, _, query = url.partition("?")
     response = await jp_fetch(*path.strip("/").split("/"), params={"mime": query.split("=", 1)[1]})
     assert response.body == base64.b64decode(PNG)

@@ -277,13 +277,23 @@ class Audit(Service):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def refused(self, *, route: str, method: str, action: str, resource: str, user: str | None) -> None:
-        """The server's authorizer refused ``action`` on ``resource`` to an agent route or tool."""
+    def refused(
+        self,
+        *,
+        route: str,
+        method: str,
+        action: str,
+        resource: str,
+        user: str | None,
+        reason: str | None = None,
+    ) -> None:
+        """The server's authorizer refused ``action`` on ``resource`` to an agent route or tool (or, for
+        an agent token, to any route; ``reason`` then says which scope or path it lacks)."""
         metrics.REFUSALS.labels(route=route, resource=resource).inc()
-        self.emit(
-            REFUSAL,
-            {"user": user, "route": route, "method": method, "action": action, "resource": resource},
-        )
+        data = {"user": user, "route": route, "method": method, "action": action, "resource": resource}
+        if reason is not None:
+            data["reason"] = reason
+        self.emit(REFUSAL, data)
 
     def request_error(self, route: str, status: int) -> None:
         """An agent request answered a 4xx."""

@@ -4,8 +4,9 @@ registry).
 Every metric is created once per process (:func:`_metric` returns the one already registered: tests and
 embedding applications start many servers in one process, and prometheus_client refuses a name twice).
 Labels are low-cardinality by design: modes, statuses, actions, kinds and route names, never a user, a
-path or a session name. The gauges are computed when ``/metrics`` is scraped, summed over the servers
-of the process (:func:`track`).
+path or a session name; the one exception is the name of an agent token (``agent_requests``), which the
+server's owner creates, never a caller. The gauges are computed when ``/metrics`` is scraped, summed over
+the servers of the process (:func:`track`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ REFUSALS = _metric(
     "authorization_refusals",
     "Permissions the server's authorizer refused to agent routes and MCP tools, by route and resource.",
     ("route", "resource"),
+)
+AGENT_REQUESTS = _metric(
+    Counter,
+    "agent_requests",
+    "Requests made with agent tokens (jupyter_agent_tools.auth), by agent name (never the token) and "
+    "outcome: authenticated, refused (a scope, path or route the token does not allow), expired, revoked.",
+    ("agent", "outcome"),
 )
 
 _SESSION_MANAGERS: weakref.WeakSet[SessionManager] = weakref.WeakSet()

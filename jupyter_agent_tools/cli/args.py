@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 PROG = "jupyter agent"
 EPILOG = """\
-The server: --url/--token, else JUPYTER_AGENT_URL and JUPYTER_AGENT_TOKEN (or JUPYTER_TOKEN), else the
-running Jupyter server whose root directory holds the current directory (`jupyter server list`).
+The server: --url/--token, else JUPYTER_AGENT_URL and JUPYTER_AGENT_TOKEN (or JUPYTER_TOKEN, or
+JUPYTERHUB_API_TOKEN for a JupyterHub server such as --url http://hub:8000/user/alice/), else the running
+Jupyter server whose root directory holds the current directory (`jupyter server list`).
 
 On a terminal the output is rendered (live cell status, colours); otherwise it is plain text, exactly
 what the API answers (an eval's `output`, its `artifact://ID` notices written as `jupyter agent artifact
@@ -209,6 +210,35 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("name", metavar="NAME")
     _common(remove)
     _common(sessions)
+
+    token = commands.add_parser(
+        "token",
+        help="create, list or revoke agent tokens (needs the server's own token)",
+        description="Agent tokens: scoped, revocable identities for agents (the server must enable them: "
+        "docs/admin.md). Managing them needs the server's own token, never an agent token.",
+    )
+    tc = token.add_subparsers(dest="token_command", metavar="ACTION")
+    tc.required = True
+    create = tc.add_parser("create", help="create a token and print it (shown once)")
+    create.add_argument("name", metavar="NAME", help="the agent's name: it acts as the user agent:NAME")
+    create.add_argument(
+        "--scopes", required=True, metavar="S", help="comma-separated: read, edit (read + writes), execute"
+    )
+    create.add_argument(
+        "--paths",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="only files matching GLOB, e.g. 'reports/**' (repeat, or separate with commas)",
+    )
+    create.add_argument("--expires", metavar="DURATION", help="lifetime, e.g. 30m, 8h, 7d (default: never)")
+    _common(create)
+    listing_tokens = tc.add_parser("list", help="list the tokens (never the tokens themselves)")
+    _common(listing_tokens)
+    revoke = tc.add_parser("revoke", help="revoke a token: it is refused from now on")
+    revoke.add_argument("name", metavar="NAME")
+    _common(revoke)
+    _common(token)
 
     artifact = commands.add_parser("artifact", help="print the full output of a truncated cell")
     artifact.add_argument("artifact_id", metavar="ID")

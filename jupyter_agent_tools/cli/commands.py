@@ -7,6 +7,7 @@ import argparse
 import collections
 import contextlib
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
@@ -236,6 +237,70 @@ def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Render
     return exits.OK
 
 
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration like ``90s``, ``30m``, ``8h``, ``7d``, ``2w`` (a bare number: seconds)."""
+    match = DURATION.match(text)
+    if not match:
+        raise UsageError(f"--expires wants a number and a unit (s, m, h, d, w), e.g. 8h; got {text!r}")
+    return float(match.group(1)) * UNITS[match.group(2) or "s"]
+
+
+def _comma_list(values: list[str]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+def tokens_text(tokens: list[dict[str, Any]]) -> str:
+    """The agent tokens as aligned columns."""
+    if not tokens:
+        return "No agent tokens.\n"
+    columns = ("NAME", "STATUS", "SCOPES", "PATHS", "EXPIRES", "LAST USED")
+    rows = [list(columns)]
+    for t in tokens:
+        rows.append(
+            [
+                str(t.get("name")),
+                str(t.get("status")),
+                ",".join(t.get("scopes") or []),
+                ",".join(t.get("paths") or []) or "*",
+                str(t.get("expires") or "never"),
+                str(t.get("last_used") or "never"),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
+    )
+
+
+def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    if args.token_command == "list":
+        tokens = client.tokens()
+        renderer.done(tokens_text(tokens), {"tokens": tokens})
+    elif args.token_command == "create":
+        expires_in = parse_duration(args.expires) if args.expires else None
+        answer = client.create_token(
+            args.name,
+            _comma_list([args.scopes]),
+            paths=_comma_list(args.paths) or None,
+            expires_in=expires_in,
+        )
+        until = f"until {answer['expires']}" if answer.get("expires") else "until revoked"
+        renderer.done(
+            f"{answer['token']}\n"
+            f"Agent token {answer['name']!r} (user {answer['user']}, scopes {','.join(answer['scopes'])}), "
+            f"valid {until}. It is shown this once: give it to the agent as JUPYTER_AGENT_TOKEN.",
+            answer,
+        )
+    else:
+        answer = client.revoke_token(args.name)
+        renderer.done(f"Revoked agent token {args.name!r}: it is refused from now on.", answer)
+    return exits.OK
+
+
 def _tail(pieces: Iterator[str], count: int) -> Iterator[str]:
     """The last ``count`` lines of a text that arrives in pieces, holding only those lines."""
     lines: collections.deque[str] = collections.deque(maxlen=count + 1)
@@ -262,6 +327,7 @@ COMMANDS: dict[str, Command] = {
     "nb": cmd_nb,
     "sessions": cmd_sessions,
     "artifact": cmd_artifact,
+    "token": cmd_token,
 }
 
 

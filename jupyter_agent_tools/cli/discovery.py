@@ -164,14 +164,15 @@ def find_server(
     """The server to use.
 
     ``url``/``token`` (the flags) win; else ``JUPYTER_AGENT_URL`` and ``JUPYTER_AGENT_TOKEN`` (the token
-    falls back to ``JUPYTER_TOKEN``, then to the token a running server with that URL recorded); else the
+    falls back to ``JUPYTER_TOKEN``, then ``JUPYTERHUB_API_TOKEN`` (a hub API token for a single-user
+    server's URL), then to the token a running server with that URL recorded); else the
     running server whose root directory holds ``cwd`` (the deepest such root; without one, the newest
     server) with the token it recorded (``--token``, then the environment's token, when it recorded
     none). Only trusted records count (see the module's docstring). ``note`` is told which server was
     picked when several run, and why records were ignored. Raises :class:`ServerNotFound`.
     """
     env = os.environ if env is None else env
-    env_token = env.get("JUPYTER_AGENT_TOKEN") or env.get("JUPYTER_TOKEN")
+    env_token = env.get("JUPYTER_AGENT_TOKEN") or env.get("JUPYTER_TOKEN") or env.get("JUPYTERHUB_API_TOKEN")
     source = "--url"
     if url is None and env.get("JUPYTER_AGENT_URL"):
         url, source = env["JUPYTER_AGENT_URL"], "JUPYTER_AGENT_URL"

@@ -17,6 +17,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..audit import NO_AUDIT, Audit, set_user
+from ..auth.context import set_paths
 from ..body import decode_json_body
 from ..errors import AgentToolsError
 
@@ -109,7 +110,8 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     async def prepare(self) -> None:  # type: ignore[override]
         """The server's own preparation (authentication), then the request's user becomes the acting
-        user of the services (:mod:`jupyter_agent_tools.audit.context`).
+        user of the services (:mod:`jupyter_agent_tools.audit.context`), and an agent token's path globs
+        the paths they may reach (:mod:`jupyter_agent_tools.auth.context`).
 
         Every agent route needs a user: a request without valid credentials is refused here, with a
         message that says how to pass the token (jupyter_server's own refusal is a bare ``Forbidden``,
@@ -123,6 +125,8 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         if self.current_user is None:  # the server allows unauthenticated access; these routes do not
             raise web.HTTPError(403, self._credentials_problem())
         set_user(acting_username(self))
+        # an agent token's path globs (None for everyone else): the services check each path they get
+        set_paths(getattr(self.current_user, "path_scope", None))
 
     def _unauthenticated(self) -> bool:
         """True once authentication ran and found no user (not a refused Host header)."""

@@ -53,9 +53,13 @@ class McpHandler(AgentAPIHandler):
             headers.setdefault(name.lower(), []).append(value)
 
         async def authorize(action: str, resource: str) -> bool:
-            return bool(
-                await ensure_async(self.authorizer.is_authorized(self, self.current_user, action, resource))
-            )
+            user = self.current_user
+            try:
+                return bool(await ensure_async(self.authorizer.is_authorized(self, user, action, resource)))
+            except web.HTTPError as e:  # AgentAuthorizer's refusal of an agent token, naming the scope
+                if e.status_code in (403, 404):
+                    raise AgentToolsError(e.log_message or "Permission denied", e.status_code) from None
+                raise
 
         return HttpRequest(headers, self._owner(), authorize)
 

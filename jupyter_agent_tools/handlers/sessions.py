@@ -18,12 +18,12 @@ class _EvalRoute(AgentAPIHandler):
 
 
 class SessionListHandler(_EvalRoute):
-    """GET lists the sessions (``execute`` on ``kernels``)."""
+    """GET lists the sessions (``read`` on ``kernels``, as jupyter_server's kernel list)."""
 
     route_name = "sessions"
 
     @web.authenticated
-    @authorized("execute")
+    @authorized("read")
     async def get(self) -> None:
         self.write_json(self.service.listing())
 

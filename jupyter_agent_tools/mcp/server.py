@@ -559,7 +559,12 @@ class McpServer:
         progress: _Progress,
     ) -> dict[str, Any]:
         for action, resource in tool.permissions:
-            if not await request.authorize(action, resource):
+            try:
+                allowed = await request.authorize(action, resource)
+            except AgentToolsError as e:  # an agent token's refusal: its message names the missing scope
+                refused = ToolResult(f"Permission denied: {e.message}", is_error=True)
+                return self._call_result(refused, version)
+            if not allowed:
                 result = ToolResult(
                     f"Permission denied: User is not authorized to {action} on resource: {resource}. The "
                     f"{tool.name} tool needs {action!r} on {resource!r}; nothing was done.",

@@ -628,7 +628,7 @@ _TOOLS: tuple[Tool, ...] = (
         title="List eval sessions",
         description="List the eval sessions (kernels) of the server: name, kernel, busy or idle, queued "
         "calls, restarts, last use.",
-        permissions=(("execute", "kernels"),),
+        permissions=(("read", "kernels"),),
         input_schema=_object({}, []),
         output_schema=component("SessionList"),
         run=_session_list,

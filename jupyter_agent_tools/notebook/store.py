@@ -31,6 +31,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
 from ..audit import NO_AUDIT, Audit
+from ..auth.context import path_allowed
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..traits import Service, at_least, given
@@ -206,6 +207,9 @@ class NotebookStore(Service):
         if not path.endswith(".ipynb"):
             raise BadRequest(f"Not a notebook (expected a path ending in .ipynb): {shown(path)}")
         cm = self.contents_manager
+        if not path_allowed(path, getattr(cm, "root_dir", None)):
+            # outside an agent token's path globs: absent, as the contents API answers too
+            raise NotFound(f"Notebook not found: {shown(path)}")
         try:
             hidden = await ensure_async(cm.is_hidden(path))
         except HTTPError as e:

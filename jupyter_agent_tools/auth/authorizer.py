@@ -1,0 +1,134 @@
+"""``AgentAuthorizer``: the server's authorizer, plus the scopes and path globs of agent tokens.
+
+jupyter_server asks its authorizer an (action, resource) pair on every route: contents, files, kernels and
+their websockets, sessions, terminals, kernelspecs, events, nbconvert, and this extension's routes and
+MCP tools. For a user that is not an agent, the wrapped authorizer (``authorizer_class``, by default
+jupyter_server's own ``AllowAllAuthorizer``) answers exactly as it would alone. For an agent, the pair must
+be granted by one of its scopes (:mod:`.scopes`), a route that names a file must name one inside its path
+globs (else 404, as if the file did not exist), and then the wrapped authorizer must agree too.
+
+A refusal answers 403 with a message naming the scope that is missing, and is recorded as a ``refusal``
+audit event (with its reason) and in the ``jupyter_agent_agent_requests`` metric.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyter_server.auth.authorizer import AllowAllAuthorizer, Authorizer
+from tornado import web
+from traitlets import Instance, Type
+
+from ..audit import metrics
+from .identity import AgentUser
+from .paths import normalize
+from .scopes import PATH_RESOURCES, refusal
+
+# Handlers whose path is their one positional URL argument (jupyter_server's /files/).
+FILE_HANDLERS = frozenset(
+    {"jupyter_server.files.handlers.FilesHandler", "jupyter_server.base.handlers.AuthenticatedFileHandler"}
+)
+CONTENTS_HANDLER = "jupyter_server.services.contents.handlers.ContentsHandler"
+AGENT_HANDLER = "jupyter_agent_tools.handlers.base.AgentAPIHandler"
+IDENTITY_HANDLER = "jupyter_server.services.api.handlers.IdentityHandler"
+# Where the settings of the web application hold the extension's audit facade.
+AUDIT_SETTING = "jupyter_agent_tools_audit"
+
+
+def _class_names(handler: Any) -> set[str]:
+    return {f"{c.__module__}.{c.__qualname__}" for c in type(handler).__mro__}
+
+
+def request_paths(handler: Any, names: set[str]) -> list[str] | None:
+    """The paths a request names (its URL's path, and where a contents copy or rename leads), or None
+    when the route names a file in a way that cannot be checked. An empty list: this extension's own
+    routes whose services check every path they are given (the MCP tools)."""
+    kwargs = getattr(handler, "path_kwargs", None) or {}
+    args = getattr(handler, "path_args", None) or []
+    paths: list[str] = []
+    if isinstance(kwargs.get("path"), str):
+        paths.append(kwargs["path"])
+    elif names & FILE_HANDLERS and args and isinstance(args[0], str):
+        paths.append(args[0])
+    elif AGENT_HANDLER in names:
+        return []
+    else:
+        return None
+    if CONTENTS_HANDLER in names and handler.request.method in ("POST", "PATCH") and handler.request.body:
+        try:
+            body = json.loads(handler.request.body)
+        except ValueError:
+            body = None  # the route answers 400 itself
+        if isinstance(body, dict):
+            paths += [body[k] for k in ("copy_from", "path") if isinstance(body.get(k), str)]
+    return paths
+
+
+class AgentAuthorizer(Authorizer):
+    """Applies agent tokens' scopes and paths on every route, then asks the wrapped authorizer.
+
+    Enable with ``c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer"`` (with
+    ``AgentIdentityProvider``); a deployment's own authorizer moves to ``c.AgentAuthorizer.authorizer_class``.
+    """
+
+    applies_agent_scopes = True  # AgentIdentityProvider accepts agent tokens only with such an authorizer
+
+    authorizer_class = Type(
+        default_value=AllowAllAuthorizer,
+        klass=Authorizer,
+        help="The authorizer asked for every request: alone for users that are not agents, after the "
+        "token's scopes and paths for agents (what ServerApp.authorizer_class would be without agents).",
+    ).tag(config=True)
+
+    inner = Instance(Authorizer, help="The wrapped authorizer (built from authorizer_class).")
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.inner = self.authorizer_class(
+            parent=self.parent, log=self.log, identity_provider=self.identity_provider
+        )
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> Any:
+        if not isinstance(user, AgentUser):
+            return self.inner.is_authorized(handler, user, action, resource)
+        names = _class_names(handler)
+        problem = refusal(user.scopes, resource, action)
+        if problem is None and user.path_scope is not None and resource in PATH_RESOURCES:
+            paths = request_paths(handler, names)
+            if paths is None:
+                problem = "this route names files in a way the agent token's paths cannot be checked against"
+            else:
+                root = getattr(getattr(handler, "contents_manager", None), "root_dir", None)
+                outside = [p for p in paths if not user.path_scope.allows(p, root)]
+                if outside:
+                    self._record(handler, user, action, resource, "path outside the token's paths")
+                    raise web.HTTPError(404, _not_found(outside[0], names))
+        if problem is None:
+            return self.inner.is_authorized(handler, user, action, resource)
+        if IDENTITY_HANDLER in names:  # /api/me asks which permissions the user has: an answer, not a refusal
+            return False
+        self._record(handler, user, action, resource, problem)
+        message = f"Agent {user.agent!r} may not {action} on resource {resource!r}: {problem}."
+        raise web.HTTPError(403, message + " Nothing was done.")
+
+    def _record(self, handler: Any, user: AgentUser, action: str, resource: str, reason: str) -> None:
+        metrics.AGENT_REQUESTS.labels(agent=user.agent, outcome="refused").inc()
+        audit = handler.settings.get(AUDIT_SETTING)
+        if audit is None:
+            return
+        audit.refused(
+            route=getattr(handler, "route_name", None) or type(handler).__name__,
+            method=handler.request.method or "",
+            action=action,
+            resource=resource,
+            user=user.username,
+            reason=reason,
+        )
+
+
+def _not_found(path: str, names: set[str]) -> str:
+    shown = normalize(path) or path
+    if AGENT_HANDLER in names:
+        return f"Notebook not found: {shown}"
+    return f"No such file or directory: {shown}"

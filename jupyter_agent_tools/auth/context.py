@@ -1,0 +1,32 @@
+"""Which paths the request being served may reach, for services that take a path from a request body.
+
+The agent handlers set it after authentication (:meth:`AgentAPIHandler.prepare`), next to the acting
+user: the path globs of an agent token, or None (no limit: the server's own token, a browser, a hub
+user). The notebook store and the file listing ask :func:`path_allowed` for every path they are given
+(the MCP tools name notebooks in their arguments, where the authorizer cannot see them); a path outside
+answers 404, as if it did not exist. No Tornado here.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar, Token
+
+from .paths import PathScope
+
+_PATHS: ContextVar[PathScope | None] = ContextVar("jupyter_agent_tools_paths", default=None)
+
+
+def set_paths(scope: PathScope | None) -> Token[PathScope | None]:
+    """Limit this task (and the tasks it starts) to ``scope`` (None: no limit)."""
+    return _PATHS.set(scope)
+
+
+def current_paths() -> PathScope | None:
+    return _PATHS.get()
+
+
+def path_allowed(path: str, root_dir: str | None = None) -> bool:
+    """Whether the request being served may reach ``path`` (root-relative; symlinks followed under a
+    local ``root_dir``)."""
+    scope = _PATHS.get()
+    return scope is None or scope.allows(path, root_dir)

@@ -1,0 +1,183 @@
+"""``AgentIdentityProvider``: jupyter_server's own identity provider, plus agent tokens.
+
+Everything jupyter_server's default provider (``PasswordIdentityProvider``) accepts still works exactly
+as before: the server's token, its password, the login cookie. A request whose token is an agent token
+(``jat_...``, see :mod:`.store`) is the user ``agent:NAME`` instead, carrying its scopes and path globs
+for :class:`~.authorizer.AgentAuthorizer`. An agent never gets a login cookie, and a cookie can never
+name an agent, so an agent is who its token says on every request and nothing else.
+
+Refused with 403 and a message that says why: an expired or revoked agent token; an agent token on a
+server whose authorizer is not ``AgentAuthorizer`` (it would not apply the scopes); an agent token on a
+route that never asks the authorizer (the agent's scopes could not be applied there).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.auth.identity import PasswordIdentityProvider, User
+from tornado import web
+from traitlets import Unicode
+
+from ..audit import metrics
+from .paths import PathScope
+from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
+
+AGENT_PREFIX = "agent:"
+HOW_TO_RENEW = "ask the server's owner for a new one (jupyter agent token create NAME --scopes ...)"
+
+# Handlers that ask the authorizer themselves inside the method (websockets) or answer only what the
+# user may see (the identity route): agents may use them although their methods are not @authorized.
+SELF_AUTHORIZING = frozenset(
+    {
+        "jupyter_server.services.kernels.websocket.KernelWebsocketHandler",
+        "jupyter_server.services.events.handlers.SubscribeWebsocket",
+        "jupyter_server.services.api.handlers.IdentityHandler",
+        "jupyter_server_terminals.handlers.TermSocket",
+        "jupyter_lsp.handlers.LanguageServerWebSocketHandler",
+        "jupyter_agent_tools.handlers.base.AgentAPIHandler",
+    }
+)
+# The code object of every method ``@authorized`` wraps (the decorator's inner function).
+_AUTHORIZED_CODE = authorized(lambda self: None).__code__
+
+
+@dataclass
+class AgentUser(User):
+    """The user of a request made with an agent token: ``agent:NAME``, its scopes and paths."""
+
+    agent: str = ""
+    scopes: frozenset[str] = frozenset()
+    path_scope: PathScope | None = None
+
+
+_USER_FIELDS = tuple(f.name for f in fields(User))
+
+
+def _asks_authorizer(method: Any) -> bool:
+    """Whether a handler method is ``@authorized`` (under any other decorators)."""
+    seen = 0
+    while method is not None and seen < 8:
+        if getattr(method, "__code__", None) is _AUTHORIZED_CODE:
+            return True
+        method = getattr(method, "__wrapped__", None)
+        seen += 1
+    return False
+
+
+class AgentIdentityProvider(PasswordIdentityProvider):
+    """jupyter_server's ``PasswordIdentityProvider`` that also accepts agent tokens (user ``agent:NAME``).
+
+    Enable with ``c.ServerApp.identity_provider_class = "jupyter_agent_tools.auth.AgentIdentityProvider"``
+    together with ``c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer"``.
+    """
+
+    token_db = Unicode(
+        "",
+        help="The SQLite file of the agent tokens. Empty: agent_tokens.db in a jupyter_agent_tools "
+        "directory of the server's data directory (jupyter --data-dir).",
+    ).tag(config=True)
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._tokens: TokenStore | None = None
+        self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
+
+    @property
+    def tokens(self) -> TokenStore:
+        """The token store (opened on first use, when the configuration is complete)."""
+        if self._tokens is None:
+            path = self.token_db
+            if not path:
+                data_dir = getattr(self.parent, "data_dir", None)
+                if not data_dir:
+                    from jupyter_core.paths import jupyter_data_dir
+
+                    data_dir = jupyter_data_dir()
+                path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
+            self._tokens = TokenStore(path)
+        return self._tokens
+
+    def get_user(self, handler: web.RequestHandler) -> Any:
+        """An agent token's user, else whatever jupyter_server's provider finds (token, cookie)."""
+        current = getattr(handler, "_jupyter_current_user", None)
+        if current:
+            return current
+        token = self.get_token(handler)
+        if token and token.startswith(TOKEN_PREFIX):
+            record = self.tokens.lookup(token)
+            if record is not None:
+                return self._agent_user(handler, record)
+        return super().get_user(handler)
+
+    def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
+        now = self.tokens.now()
+        status = record.status(now)
+        if status != "active":
+            metrics.AGENT_REQUESTS.labels(agent=record.name, outcome=status).inc()
+            when = iso(record.revoked if status == "revoked" else record.expires)
+            message = f"The agent token {record.name!r} was {status} at {when}; {HOW_TO_RENEW}."
+            raise web.HTTPError(403, message)
+        if not getattr(handler.settings.get("authorizer"), "applies_agent_scopes", False):
+            raise web.HTTPError(
+                403,
+                "Agent tokens are accepted only when the server's authorizer applies their scopes: set "
+                'c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer" (docs/admin.md).',
+            )
+        if not self._route_asks_authorizer(handler):
+            metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
+            raise web.HTTPError(
+                403,
+                f"Agent tokens cannot use this route ({handler.request.method} {handler.request.path}): it "
+                "does not check permissions, so the token's scopes could not apply.",
+            )
+        self.tokens.touch(record)
+        handler._token_authenticated = True  # type: ignore[attr-defined]  # a header, not a cookie: no XSRF
+        metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
+        name = AGENT_PREFIX + record.name
+        return AgentUser(
+            username=name,
+            name=name,
+            display_name=f"Agent {record.name}",
+            initials="AI",
+            agent=record.name,
+            scopes=record.effective_scopes,
+            path_scope=record.path_scope,
+        )
+
+    def _route_asks_authorizer(self, handler: web.RequestHandler) -> bool:
+        """Whether the route serving this request asks the authorizer (so the agent's scopes apply), or
+        is public anyway (``@allow_unauthenticated``)."""
+        cls, method_name = type(handler), (handler.request.method or "GET").lower()
+        key = (cls, method_name)
+        known = self._routes.get(key)
+        if known is None:
+            method = getattr(cls, method_name, None)
+            names = {f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__}
+            known = bool(
+                names & SELF_AUTHORIZING
+                or _asks_authorizer(method)
+                or getattr(method, "__allow_unauthenticated", False)
+            )
+            self._routes[key] = known
+        return known
+
+    def user_from_cookie(self, cookie_value: str) -> User | None:
+        """A login cookie's user; never an agent (agents get no cookie, so one naming an agent is forged
+        or stale)."""
+        user = super().user_from_cookie(cookie_value)
+        if user is not None and user.username.startswith(AGENT_PREFIX):
+            return None
+        return user
+
+    def update_user(self, handler: web.RequestHandler, user_data: Any) -> User:
+        if isinstance(handler.current_user, AgentUser):
+            raise ValueError("an agent's identity comes from its token and cannot be changed")
+        return super().update_user(handler, user_data)
+
+    def identity_model(self, user: User) -> dict[str, Any]:
+        """The identity as jupyter_server shows it (``/api/me``): the User fields alone."""
+        return {name: getattr(user, name) for name in _USER_FIELDS}

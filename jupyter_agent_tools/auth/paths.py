@@ -1,0 +1,140 @@
+"""The path globs of an agent token: which files and directories under the server root it reaches.
+
+A glob is matched against a root-relative POSIX path, segment by segment: ``*`` and ``?`` stay within one
+segment, ``[abc]``/``[!abc]`` are character classes, and a ``**`` segment matches any number of segments,
+none included (``reports/**`` reaches the directory ``reports`` and everything under it; ``**/*.ipynb``
+every notebook). A request path is normalized first (empty and ``.`` segments dropped, ``..`` applied; a
+path that climbs above the root reaches nothing), and with a local root the path a symlink leads to must
+match as well. Pure except :func:`resolved`, which asks the file system where symlinks lead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+
+MAX_GLOBS = 32
+MAX_GLOB_CHARS = 256
+
+
+class GlobError(ValueError):
+    """A glob that cannot be used (the message says why)."""
+
+
+def normalize(path: str) -> str | None:
+    """``path`` as a root-relative POSIX path (``""`` is the root), or None when it climbs above the root
+    or holds a NUL."""
+    if "\x00" in path:
+        return None
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return None
+            parts.pop()
+        else:
+            parts.append(part)
+    return "/".join(parts)
+
+
+def _segment(segment: str) -> str:
+    """The regular expression of one glob segment (never matching a ``/``)."""
+    out, i, n = [], 0, len(segment)
+    while i < n:
+        c = segment[i]
+        i += 1
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = segment.find("]", i + 1 if i < n and segment[i] in "!^" else i)
+            if end < 0:
+                out.append(re.escape(c))
+                continue
+            body = segment[i:end]
+            negate = body[:1] in ("!", "^")
+            body = body[1:] if negate else body
+            if not body:
+                out.append(re.escape(c))
+                continue
+            i = end + 1
+            body = body.replace("\\", "\\\\").replace("[", "\\[")
+            out.append(f"[^/{body}]" if negate else f"[{body}]")
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
+
+
+def clean_glob(glob: str) -> str:
+    """``glob`` as stored: leading ``/`` and ``./`` and empty segments dropped. Raises :class:`GlobError`
+    for an empty glob, a NUL, a ``..`` segment, or one longer than :data:`MAX_GLOB_CHARS`."""
+    if not isinstance(glob, str) or not glob.strip():
+        raise GlobError("a path glob must be a non-empty string, e.g. 'reports/**'")
+    if len(glob) > MAX_GLOB_CHARS:
+        raise GlobError(f"a path glob has at most {MAX_GLOB_CHARS} characters, got {len(glob)}")
+    if "\x00" in glob:
+        raise GlobError("a path glob cannot contain NUL")
+    segments = [s for s in glob.strip().split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise GlobError(f"a path glob cannot contain '..': {glob!r}")
+    if not segments:
+        raise GlobError(f"a path glob must name something under the root, got {glob!r} (use '**' for all)")
+    return "/".join(segments)
+
+
+def compile_glob(glob: str) -> re.Pattern[str]:
+    """The pattern of a cleaned glob, to be matched against ``path + "/"``."""
+    pieces = ["(?:[^/]+/)*" if s == "**" else _segment(s) + "/" for s in glob.split("/")]
+    try:
+        return re.compile("".join(pieces))
+    except re.error as e:
+        raise GlobError(f"not a usable path glob: {glob!r} ({e})") from None
+
+
+class PathScope:
+    """The globs of one token, compiled once."""
+
+    __slots__ = ("_patterns", "globs")
+
+    def __init__(self, globs: Iterable[str]):
+        self.globs: tuple[str, ...] = tuple(clean_glob(g) for g in globs)
+        if not self.globs:
+            raise GlobError("a path scope needs at least one glob")
+        if len(self.globs) > MAX_GLOBS:
+            raise GlobError(f"at most {MAX_GLOBS} path globs, got {len(self.globs)}")
+        self._patterns = [compile_glob(g) for g in self.globs]
+
+    def matches(self, normalized: str) -> bool:
+        """Whether a normalized path (from :func:`normalize`) is inside one of the globs."""
+        subject = normalized + "/" if normalized else ""
+        return any(p.fullmatch(subject) for p in self._patterns)
+
+    def allows(self, path: str, root_dir: str | None = None) -> bool:
+        """Whether the request path ``path`` is inside the globs: normalized, and, with a local
+        ``root_dir``, also where its symlinks lead (which must stay under the root)."""
+        normal = normalize(path)
+        if normal is None or not self.matches(normal):
+            return False
+        if root_dir is None:
+            return True
+        real = resolved(root_dir, normal)
+        return real is not None and (real == normal or self.matches(real))
+
+    def allows_all(self, paths: Sequence[str], root_dir: str | None = None) -> bool:
+        return all(self.allows(p, root_dir) for p in paths)
+
+
+def resolved(root_dir: str, normalized: str) -> str | None:
+    """The root-relative path the file system reaches for ``normalized`` (symlinks followed; for a path
+    that does not exist, its deepest existing parent's), or None when that lies outside the root."""
+    root = os.path.realpath(root_dir)
+    real = os.path.realpath(os.path.join(root, normalized))
+    if real == root:
+        return ""
+    if not real.startswith(root.rstrip(os.sep) + os.sep):
+        return None
+    return os.path.relpath(real, root).replace(os.sep, "/")

@@ -1,0 +1,227 @@
+"""Test infrastructure: a real JupyterHub on 127.0.0.1 whose users' servers run this extension.
+
+Nothing here is product code. ``running_hub()`` starts ``python -m jupyterhub`` (its proxy is the npm
+package ``configurable-http-proxy``, started by the hub) with ``SimpleLocalProcessSpawner``: every
+single-user server is ``python -m jupyterhub.singleuser`` with this checkout first on ``PYTHONPATH``,
+the extension enabled, and its audit events written to ``events/<user>.jsonl``. A service token with
+admin scopes creates users, starts their servers and makes their API tokens. On exit the users' servers
+are stopped through the hub, the hub is terminated, and any process it started that is still alive
+(the proxy, a server, a kernel) is killed by its pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from jupyter_agent_tools.testing.server import PACKAGE_PARENT, free_port
+
+PROXY = "configurable-http-proxy"
+NO_PROXY_REASON = (
+    "JupyterHub's proxy is not installed: `npm install -g configurable-http-proxy` (python3 dev.py test "
+    "installs it when npm is present)"
+)
+
+HUB_CONFIG = """
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{tmp}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{tmp}/jupyterhub_cookie_secret"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allow_all = True
+c.JupyterHub.spawner_class = "simple"
+c.SimpleLocalProcessSpawner.home_dir_template = "{tmp}/home/{{username}}"
+c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = ["--allow-root"] if {root} else []
+c.Spawner.environment = {{
+    "PYTHONPATH": {pythonpath!r},
+    "JUPYTER_CONFIG_DIR": "{tmp}/singleuser-config",
+    "AGENT_EVENTS_DIR": "{tmp}/events",
+    "TMPDIR": "{tmp}/tmp",
+}}
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120
+c.JupyterHub.services = [{{"name": "tester", "api_token": "{admin_token}"}}]
+c.JupyterHub.load_roles = [
+    {{
+        "name": "tester",
+        "scopes": ["admin:users", "admin:servers", "tokens", "read:users"],
+        "services": ["tester"],
+    }}
+]
+"""
+
+# The single-user servers' own configuration: what an image for the hub would ship.
+SINGLEUSER_CONFIG = """
+import logging
+import os
+
+c.ServerApp.jpserver_extensions = {"jupyter_agent_tools": True}
+c.AgentToolsApp.per_call_pool_size = 0
+events = os.path.join(os.environ["AGENT_EVENTS_DIR"], os.environ["JUPYTERHUB_USER"] + ".jsonl")
+c.EventLogger.handlers = [logging.FileHandler(events)]
+"""
+
+
+@dataclass
+class Hub:
+    """A running hub: its public URL (the proxy), the admin service token, its temporary directory."""
+
+    url: str
+    admin_token: str
+    tmp: Path
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    users: list[str] = field(default_factory=list)
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+        """A hub API call (``path`` under /hub/api/) with the admin token: (status, JSON or None)."""
+        return request(method, f"{self.url}hub/api/{path}", body, token or self.admin_token)
+
+    def add_user(self, name: str) -> None:
+        status, answer = self.api("POST", f"users/{name}")
+        assert status in (201, 409), (status, answer)
+        self.users.append(name)
+        (self.tmp / "home" / name).mkdir(parents=True, exist_ok=True)
+
+    def start_server(self, name: str, timeout: float = 120) -> None:
+        status, answer = self.api("POST", f"users/{name}/server")
+        assert status in (201, 202, 400), (status, answer)  # 400: already running
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _, model = self.api("GET", f"users/{name}")
+            server = (model or {}).get("servers", {}).get("", {})
+            if server.get("ready"):
+                return
+            time.sleep(0.25)
+        raise AssertionError(f"{name}'s server did not start in {timeout} s:\n{self.log()}")
+
+    def token(self, name: str, scopes: list[str]) -> str:
+        """A new API token owned by ``name`` with exactly ``scopes``."""
+        status, answer = self.api("POST", f"users/{name}/tokens", {"scopes": scopes, "note": "agent test"})
+        assert status == 201, (status, answer)
+        return str(answer["token"])
+
+    def server_url(self, name: str) -> str:
+        return f"{self.url}user/{name}/"
+
+    def home(self, name: str) -> Path:
+        return self.tmp / "home" / name
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        path = self.tmp / "events" / f"{name}.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+
+def request(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else (b"" if method in ("POST", "PUT") else None)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"token {token}"
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as response:
+            status, text = response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode(errors="replace")
+    try:
+        return status, json.loads(text) if text else None
+    except ValueError:
+        return status, text
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@contextlib.contextmanager
+def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
+    """Start the hub in ``tmp``; yield it once its API answers; stop it and everything it started."""
+    for sub in ("home", "events", "singleuser-config", "tmp"):
+        (tmp / sub).mkdir(parents=True, exist_ok=True)
+    (tmp / "singleuser-config" / "jupyter_server_config.py").write_text(SINGLEUSER_CONFIG)
+    port, admin_token = free_port(), secrets.token_hex(16)
+    pythonpath = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
+    config = HUB_CONFIG.format(
+        port=port,
+        hub_port=free_port(),
+        proxy_api_port=free_port(),
+        tmp=tmp,
+        python=sys.executable,
+        root=hasattr(os, "geteuid") and os.geteuid() == 0,
+        pythonpath=pythonpath,
+        admin_token=admin_token,
+    )
+    (tmp / "jupyterhub_config.py").write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "JUPYTER_AGENT_"))}
+    env.update(PYTHONPATH=pythonpath, CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(16))
+    proxy = shutil.which(PROXY)
+    assert proxy is not None, NO_PROXY_REASON
+    env["PATH"] = os.pathsep.join([os.path.dirname(proxy), os.path.dirname(sys.executable), env["PATH"]])
+    log_path = tmp / "hub.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
+            cwd=tmp,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    hub = Hub(f"http://127.0.0.1:{port}/", admin_token, tmp, process, log_path)
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"the hub exited with {process.returncode}:\n{hub.log()}")
+            with contextlib.suppress(OSError):
+                status, _ = hub.api("GET", "")
+                if status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the hub did not answer in {startup_timeout} s:\n{hub.log()}")
+            time.sleep(0.25)
+        yield hub
+    finally:
+        # psutil.Process objects, not pids: kill() checks that the pid was not reused meanwhile
+        started = {p.pid: p for p in _descendants(process.pid)}
+        for name in hub.users:
+            with contextlib.suppress(OSError):
+                hub.api("DELETE", f"users/{name}/server")
+        started.update({p.pid: p for p in _descendants(process.pid)})
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        for child in started.values():  # anything the hub started and left behind
+            with contextlib.suppress(psutil.Error):
+                child.kill()
