@@ -18,28 +18,30 @@ os.environ["TMPDIR"] = PRIVATE_TMP
 tempfile.tempdir = PRIVATE_TMP
 
 
-# The fast tier (python3 dev.py test --quick): pure core and fast route tests, well under a minute.
-QUICK_MODULES = {
-    "test_agent_scopes",
-    "test_configuration",
-    "test_docs",
-    "test_session_state",
-    "test_hostile",
-    "test_messages",
-    "test_notebook_reads",
-    "test_notebook_routes",
-    "test_operations",
-    "test_outputs",
-    "test_sink",
-    "test_text",
+# The fast tier (python3 dev.py test --quick) is what a test file marks with ``pytestmark =
+# pytest.mark.quick``: tests that start no server and no kernel. A quick test that asks for one fails here.
+SERVER_FIXTURES = {
+    "jp_serverapp",
+    "jp_web_app",
+    "jp_fetch",
+    "jp_ws_fetch",
+    "http_server_client",
+    "agent_api",
+    "agent_evaluate",
+    "agent_server",
+    "api",
+    "evaluate",
+    "server",
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] in QUICK_MODULES:
-            item.add_marker(pytest.mark.quick)
+        if item.get_closest_marker("quick") is None:
+            continue
+        uses = SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if uses:
+            raise pytest.UsageError(f"{item.nodeid} is in the quick tier but uses {sorted(uses)}")
 
 
 @pytest.fixture

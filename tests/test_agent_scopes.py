@@ -14,6 +14,8 @@ from jupyter_agent_tools.auth.scopes import effective, needed, parse_scopes, ref
 from jupyter_agent_tools.auth.store import TOKEN_PREFIX, TokenStore, token_hash
 from jupyter_agent_tools.errors import BadRequest, Conflict, NotFound
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 
 @pytest.mark.parametrize(
     ("path", "normal"),

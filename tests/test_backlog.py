@@ -8,6 +8,8 @@ import pytest
 
 from jupyter_agent_tools.eval.backlog import StreamBacklog, utf8_prefix
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 
 def chunk(text: str, index: int = 0, name: str = "stdout") -> dict:
     return {"type": "chunk", "index": index, "name": name, "text": text}

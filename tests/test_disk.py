@@ -15,6 +15,8 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 from jupyter_agent_tools.notebook import disk
 from jupyter_agent_tools.notebook.format import content_hash
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 
 def varied_notebook() -> nbformat.NotebookNode:
     """Every kind of JSON token: strings with escapes and non-ASCII, numbers, literals, nesting."""

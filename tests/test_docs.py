@@ -9,6 +9,8 @@ import pytest
 
 from jupyter_agent_tools.app import AgentToolsApp
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 ROOT = Path(__file__).resolve().parent.parent
 TRAITS = sorted((name, trait) for name, trait in AgentToolsApp.class_own_traits(config=True).items())
 

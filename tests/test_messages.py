@@ -28,6 +28,8 @@ from jupyter_agent_tools.eval.messages import (
     needs_worker,
 )
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 PNG = PNG_1PX + "\n"  # as a kernel sends it: base64 with a newline
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"></svg>'
 

@@ -48,6 +48,8 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 from samples import PNG, PNG_BYTES, sample_notebook
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 SEED = "0" * 64
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_agent_tools.notebook.outputs import CellOutputs
+
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
 
 def stream(text: str, name: str = "stdout") -> dict:

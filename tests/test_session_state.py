@@ -14,6 +14,8 @@ from jupyter_agent_tools.eval.session import (
     SessionState,
 )
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 
 class FakeKernels:
     """Records shutdowns; the kernel manager adapter is all a session needs besides a launcher."""

@@ -15,6 +15,8 @@ import pytest
 from jupyter_agent_tools.eval.sink import OutputSink, SinkSummary
 from jupyter_agent_tools.text import sanitize
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 
 class Artifacts:
     """An artifact opener that keeps what was written in memory and records calls."""

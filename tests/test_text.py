@@ -17,6 +17,8 @@ from jupyter_agent_tools.text import (
     strip_controls,
 )
 
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
 
 @pytest.mark.parametrize(
     ("raw", "clean"),
