@@ -172,6 +172,9 @@ class KernelService(Service):
         except BaseException:
             await self.shutdown(kernel_id)
             raise
+        # Only once it answered: until then the restarter is what saves a start that lost its ports to
+        # another process (it restarts a kernel that dies at start-up on new random ports).
+        self._stop_auto_restart(kernel_id)
         return kernel_id, conn
 
     async def start(self, kernel_name: str | None, cwd: str) -> str:
@@ -191,15 +194,14 @@ class KernelService(Service):
             except BaseException:
                 await self.forget_failed_start(kernel_id)
                 raise
-            self._stop_auto_restart(kernel_id)
         self.started.add(kernel_id)
         return kernel_id
 
     def _stop_auto_restart(self, kernel_id: str) -> None:
-        """Our kernels' lives are ours: a kernel that dies is replaced by the session's recovery, not
-        restarted by its manager as well. Both at once raced (jupyter_client's restarter failed with
-        ``InvalidStateError`` when the replaced kernel was shut down during its restart: an error traceback
-        in the server log for every kernel death) and restarted a process nobody would use."""
+        """Our kernels' lives are ours once they answered: a kernel that dies is replaced by the session's
+        recovery, not restarted by its manager as well. Both at once raced (jupyter_client's restarter
+        failed with ``InvalidStateError`` when the replaced kernel was shut down during its restart: an
+        error traceback in the server log for every kernel death) and restarted a process nobody used."""
         with contextlib.suppress(Exception):  # KeyError, or jupyter_server's HTTPError(404)
             stop = getattr(self.kernel_manager.get_kernel(kernel_id), "stop_restarter", None)
             if callable(stop):
