@@ -128,7 +128,9 @@ class NotebookRunner(Service):
         try:
             notices: list[str] = []
             await self._attach(session, kernel_id, kernel_name, notices)
-            result = await self._run_targets(path, session, targets, request, emit, cancel, notices)
+            async with self.store.grouped(path, "run") as group:  # one ledger entry for the whole run
+                result = await self._run_targets(path, session, targets, request, emit, cancel, notices)
+            result.update(group.fields() if group is not None else {})
         finally:
             await session.end_turn()
         emit({"type": "result", "result": result})
