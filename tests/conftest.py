@@ -31,6 +31,7 @@ QUICK_MODULES = {
     "test_outputs",
     "test_sink",
     "test_text",
+    "test_ledger_core",
 }
 
 

@@ -136,7 +136,10 @@ async def _setup(http, auth: dict[str, str]) -> str:
     """A session 'keep' with a truncated output: returns its artifact id. The notebook's change 1 (the
     ledger's first entry) inserts a markdown cell, which the routes' undo takes out again."""
     status, answer, _ = await http(
-        "POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "m", "cell_type": "markdown"}, auth
+        "POST",
+        "api/agent/notebooks/nb.ipynb",
+        {"action": "insert", "content": "m", "cell_type": "markdown"},
+        auth,
     )
     assert status == 200 and answer["change_id"] == "1", answer
     status, answer, _ = await http("POST", "api/agent/eval", EVAL_BODY, auth)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -235,7 +236,9 @@ async def test_changes_across_notebooks_newest_first(jp_root_dir, call):
     first_time = listing["changes"][-1]["time"]
     status, listing = await call("GET", "/api/agent/changes", "changes", params={"since": first_time})
     assert len(listing["changes"]) == 3
-    status, listing = await call("GET", "/api/agent/changes", "changes", params={"since": "2999-01-01T00:00Z"})
+    status, listing = await call(
+        "GET", "/api/agent/changes", "changes", params={"since": "2999-01-01T00:00Z"}
+    )
     assert listing["changes"] == []
     status, page = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes", params={"limit": "1"})
     assert [c["id"] for c in page["changes"]] == [ids[2]] and page["next_before"] == ids[2]
@@ -257,7 +260,9 @@ async def test_undo_emits_the_change_event_with_undoes(jp_root_dir, api, agent_a
 async def test_clear_outputs_is_recorded_and_undone(jp_root_dir, api):
     path = write(jp_root_dir)
     original = path.read_bytes()
-    status, cleared = await api("POST", "notebooks", "nb.ipynb", body={"action": "clear_outputs", "all": True})
+    status, cleared = await api(
+        "POST", "notebooks", "nb.ipynb", body={"action": "clear_outputs", "all": True}
+    )
     assert status == 200
     status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
     entry = listing["changes"][0]
@@ -268,8 +273,12 @@ async def test_clear_outputs_is_recorded_and_undone(jp_root_dir, api):
 
 @pytest.mark.parametrize(
     "jp_server_config",
-    [{"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}, "AgentToolsApp": {
-        "ledger_max_changes_per_notebook": 3}}],
+    [
+        {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"ledger_max_changes_per_notebook": 3},
+        }
+    ],
 )
 async def test_oldest_changes_are_pruned_first(jp_root_dir, api):
     write(jp_root_dir)
@@ -282,7 +291,7 @@ async def test_oldest_changes_are_pruned_first(jp_root_dir, api):
     status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
     assert [c["id"] for c in listing["changes"]] == ids[:1:-1]
     status, error = await api("GET", "notebooks", "nb.ipynb", "changes", ids[0])
-    assert status == 404
+    assert status == 404 and "No change" in error["message"]
 
 
 async def test_a_locked_database_does_not_fail_an_edit(jp_root_dir, api, jp_serverapp):
@@ -299,7 +308,9 @@ async def test_a_locked_database_does_not_fail_an_edit(jp_root_dir, api, jp_serv
         holder.execute("BEGIN EXCLUSIVE")  # another program holds the database locked, for real
         answers = []
         for content in ("2", "3"):
-            status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": content})
+            status, answer = await api(
+                "POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": content}
+            )
             assert status == 200, answer
             answers.append(answer)
         assert [a["recorded"] for a in answers] == [False, False]
@@ -324,5 +335,84 @@ async def test_via_is_cli_when_the_client_says_so(jp_root_dir, api):
         body={"action": "insert", "content": "x"},
         headers={"X-Agent-Client": "cli"},
     )
+    assert status == 200 and edited["recorded"] is True
     status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
-    assert listing["changes"][0]["via"] == "cli"
+    assert status == 200 and listing["changes"][0]["via"] == "cli"
+
+
+async def test_undo_of_a_run_restores_the_earlier_outputs(jp_root_dir, api, jp_serverapp):
+    nb = sample()
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="stale\n")]
+    nb.cells[2].execution_count = 7
+    path = write(jp_root_dir, nb=nb)
+    original = path.read_bytes()
+    try:
+        status, ran = await api("POST", "notebooks", "nb.ipynb", "run", body={"all": True, "timeout": 60})
+        assert status == 200, ran
+        assert [c["status"] for c in ran["cells"]] == ["skipped", "complete", "complete", "complete"]
+        assert ran["recorded"] is True
+        status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+        [entry] = listing["changes"]  # one entry for the whole run, not one per cell or write
+        assert entry["id"] == ran["change_id"] and entry["kind"] == "run"
+        assert entry["action"] == "run: outputs of 3 cells" and entry["hash_after"] == ran["hash"]
+        assert {c["id"]: c["what"] for c in entry["cells"]} == {
+            "one": ["outputs"],
+            "two": ["outputs"],
+            "three": ["outputs"],
+        }
+        assert path.read_bytes() != original
+        status, undone = await api("POST", "notebooks", "nb.ipynb", "changes", ran["change_id"], "undo")
+        assert status == 200, undone
+        assert path.read_bytes() == original  # the outputs and execution counts the cells had before
+    finally:
+        for kernel_id in list(jp_serverapp.kernel_manager.list_kernel_ids()):
+            await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [
+        {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"ledger_max_bytes": 256 * 1024},
+        }
+    ],
+)
+async def test_the_database_stays_within_its_byte_limit(jp_root_dir, api, jp_serverapp):
+    write(jp_root_dir)
+    ledger = app_of(jp_serverapp).ledger
+    ids = []
+    for i in range(150):
+        content = f"# edit {i}\n" + os.urandom(2000).hex()  # 4 KB that do not compress, each time
+        status, edited = await api(
+            "POST", "notebooks", "nb.ipynb", body={"action": "edit", "cell_id": "two", "content": content}
+        )
+        assert status == 200 and edited["recorded"] is True, edited
+        ids.append(edited["change_id"])
+        await api("GET", "notebooks", "nb.ipynb")  # a read: its hash is remembered too
+        assert ledger.db_bytes() <= 256 * 1024 * 1.25 + 32 * 1024, (i, ledger.db_bytes())
+    status, listing = await api("GET", "notebooks", "nb.ipynb", "changes", params={"limit": "1000"})
+    kept = [c["id"] for c in listing["changes"]]
+    assert 10 < len(kept) < 150  # the oldest were pruned, first
+    assert kept == ids[::-1][: len(kept)]
+    status, detail = await api("GET", "notebooks", "nb.ipynb", "changes", kept[0])
+    assert status == 200 and detail["cells"][0]["after"]["source"].startswith("# edit 149")
+
+
+def test_changes_survive_a_server_restart(tmp_path: Path) -> None:
+    from jupyter_agent_tools.testing.server import jupyter_server
+
+    root = tmp_path / "root"
+    root.mkdir()
+    original = write(root).read_bytes()
+    args = [f"--AgentToolsApp.ledger_db_path={tmp_path / 'ledger.db'}"]
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        edited = client.json("POST", "api/agent/notebooks/nb.ipynb", {"action": "delete", "cell_id": "two"})
+        assert edited["recorded"] is True
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        listing = client.json("GET", "api/agent/notebooks/nb.ipynb/changes")
+        assert [c["id"] for c in listing["changes"]] == [edited["change_id"]]
+        read = client.json("GET", f"api/agent/notebooks/nb.ipynb?since={edited['hash']}")
+        assert read["changes_since"]["since_known"] is True  # versions answered before are remembered
+        client.json("POST", f"api/agent/notebooks/nb.ipynb/changes/{edited['change_id']}/undo")
+    assert (root / "nb.ipynb").read_bytes() == original

@@ -140,6 +140,28 @@ def _unique_ids(cells: Sequence[Any]) -> dict[str, int] | None:
     return ids
 
 
+def _object_keys(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[dict[Any, int], list[Any]]:
+    """Keys pairing cells without ids: the same object, or a copy of it (the cell operations and runs
+    change a cell in a shallow copy, which keeps the very same metadata dict)."""
+    old_keys: dict[Any, int] = {}
+    by_metadata: dict[int, int] = {}
+    for i, cell in enumerate(old):
+        old_keys[("cell", id(cell))] = i
+        by_metadata.setdefault(id(cell.get("metadata")), i)
+    taken: set[int] = set()
+    new_keys: list[Any] = []
+    for j, cell in enumerate(new):
+        found = old_keys.get(("cell", id(cell)))
+        if (found is None or found in taken) and isinstance(cell.get("metadata"), dict):
+            found = by_metadata.get(id(cell["metadata"]))
+        if found is None or found in taken:
+            new_keys.append(("new", j))
+            continue
+        taken.add(found)
+        new_keys.append(("cell", id(old[found])))
+    return old_keys, new_keys
+
+
 def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in nb.items() if k != "cells"}
 
@@ -157,8 +179,7 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> NotebookChange:
     not_undoable = None
     if old_ids is None or new_ids is None:
         not_undoable = "the notebook's cells have no ids, or share them (cell ids came with nbformat 4.5)"
-        old_keys: dict[Any, int] = {id(c): i for i, c in enumerate(old)}
-        new_keys: list[Any] = [id(c) for c in new]
+        old_keys, new_keys = _object_keys(old, new)
     else:
         old_keys = dict(old_ids)
         new_keys = list(new_ids)

@@ -260,7 +260,10 @@ class Ledger(Service):
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute(f"PRAGMA journal_size_limit = {4 * MIB}")
+            # The write-ahead log counts against max_bytes too: checkpoint it at a 16th of it (4 MB at most).
+            pages = max(1, min(1000, self.max_bytes // 4096 // 16))
+            conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            conn.execute(f"PRAGMA journal_size_limit = {pages * 4096}")
             conn.executescript(SCHEMA)
         except BaseException:
             conn.close()

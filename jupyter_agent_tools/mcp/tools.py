@@ -196,6 +196,7 @@ NOTEBOOK_READ_ARGUMENTS: dict[str, tuple[str, Any]] = {
     "limit": ("integer", None),
     "cell_ids": ("array", None),
     "include": ("array", None),
+    "since": ("string", None),
 }
 
 
@@ -208,7 +209,7 @@ async def _notebook_read(call: ToolCall) -> ToolResult:
         include=_strings(own["include"], "include"),
         include_binary=own["include_images"],
     )
-    answer = await call.services.notebook_store.read(own["path"], view=view)
+    answer = await call.services.notebook_store.read(own["path"], view=view, since=own["since"])
     images: list[Image] = []
     notes: list[str] = []
     for cell in answer["cells"]:
@@ -251,6 +252,10 @@ def _notebook_read_input() -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "string", "enum": list(INCLUDES)},
                 "description": "Extra cell fields: tags, metadata, attachments (names and sizes).",
+            },
+            "since": {
+                "type": "string",
+                "description": "An earlier answer's hash: also say which cells changed since, and by whom.",
             },
         },
         ["path"],
@@ -531,6 +536,56 @@ def _notebook_run_input() -> dict[str, Any]:
     return result
 
 
+# ------------------------------------------------------------------------------------- change ledger
+
+
+async def _notebook_changes(call: ToolCall) -> ToolResult:
+    own, _ = options(
+        call.arguments,
+        {
+            "path": ("string", REQUIRED),
+            "change_id": ("string", None),
+            "limit": ("integer", None),
+            "before": ("string", None),
+        },
+    )
+    store = call.services.notebook_store
+    if own["change_id"] is not None:
+        entry = await store.change_detail(own["path"], own["change_id"])
+        lines = [_change_line(entry)]
+        for cell in entry["cells"]:
+            lines.append(f"cell {cell['id']}: {', '.join(cell['what'])}")
+            if cell.get("diff"):
+                lines.append(cell["diff"].rstrip("\n"))
+        answer = {"path": entry["path"], "changes": [entry], "next_before": None}
+        return ToolResult("\n".join(lines), answer)
+    listing = await store.changes(own["path"], limit=own["limit"], before=own["before"])
+    lines = [_change_line(entry) for entry in listing["changes"]] or [
+        f"No recorded changes of {own['path']}."
+    ]
+    if listing.get("next_before"):
+        lines.append(f"(older: before={listing['next_before']})")
+    return ToolResult("\n".join(lines), listing)
+
+
+def _change_line(entry: dict[str, Any]) -> str:
+    cells = ", ".join(f"{c['id']} {'+'.join(c['what'])}" for c in entry["cells"][:20])
+    more = f" (+{len(entry['cells']) - 20} more)" if len(entry["cells"]) > 20 else ""
+    undo = "" if entry["undoable"] else " [cannot be undone]"
+    return (
+        f"change {entry['id']} {entry['time']} by {entry['user'] or 'unknown'} via {entry['via'] or '-'}: "
+        f"{entry['action']}{undo}; cells: {cells}{more}"
+    )
+
+
+async def _notebook_undo(call: ToolCall) -> ToolResult:
+    own, body = options(
+        call.arguments, {"path": ("string", REQUIRED), "change_id": ("string", REQUIRED)}, rest=True
+    )
+    answer = await call.services.notebook_store.undo(own["path"], own["change_id"], body)
+    return ToolResult(f"{answer['message']}\nhash: {answer['hash']}", answer)
+
+
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 TOOLS: tuple[Tool, ...] = (
@@ -681,5 +736,43 @@ TOOLS: tuple[Tool, ...] = (
         output_schema=FILE_LIST_OUTPUT,
         run=_file_list,
         annotations=READ_ONLY,
+    ),
+    Tool(
+        name="notebook_changes",
+        title="A notebook's changes",
+        description="List the changes made to a notebook through this server (edits, runs, undos), newest "
+        "first: who, via what, which cells. With change_id: that change's before/after and source diffs.",
+        permissions=(("read", "contents"),),
+        input_schema=_object(
+            {
+                "path": NOTEBOOK_PATH,
+                "change_id": {"type": "string", "description": "Show this change in full."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
+                "before": {"type": "string", "description": "Only changes older than this id."},
+            },
+            ["path"],
+        ),
+        output_schema=component("ChangeList"),
+        run=_notebook_changes,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="notebook_undo",
+        title="Undo a change",
+        description="Undo one change of a notebook (its change_id, from an edit's answer or "
+        "notebook_changes) as one atomic edit. Changes nothing, naming the cells, if a cell it touches "
+        "changed since.",
+        permissions=(("write", "contents"),),
+        input_schema=_object(
+            {
+                "path": NOTEBOOK_PATH,
+                "change_id": {"type": "string"},
+                "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
+            },
+            ["path", "change_id"],
+        ),
+        output_schema=component("UndoResult"),
+        run=_notebook_undo,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     ),
 )
