@@ -255,7 +255,7 @@ def _notebook_read_input() -> dict[str, Any]:
             },
             "since": {
                 "type": "string",
-                "description": "An earlier answer's hash: also say which cells changed since, and by whom.",
+                "description": "An earlier answer's hash: also list cells changed since, and by whom.",
             },
         },
         ["path"],
@@ -740,15 +740,15 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         name="notebook_changes",
         title="A notebook's changes",
-        description="List the changes made to a notebook through this server (edits, runs, undos), newest "
-        "first: who, via what, which cells. With change_id: that change's before/after and source diffs.",
+        description="A notebook's recorded changes (edits, runs, undos), newest first: who, how, which "
+        "cells. With change_id: its before/after and diffs.",
         permissions=(("read", "contents"),),
         input_schema=_object(
             {
-                "path": NOTEBOOK_PATH,
-                "change_id": {"type": "string", "description": "Show this change in full."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 50},
-                "before": {"type": "string", "description": "Only changes older than this id."},
+                "path": {"type": "string"},
+                "change_id": {"type": "string"},
+                "limit": {"type": "integer"},
+                "before": {"type": "string", "description": "Older than this change_id."},
             },
             ["path"],
         ),
@@ -759,16 +759,11 @@ TOOLS: tuple[Tool, ...] = (
     Tool(
         name="notebook_undo",
         title="Undo a change",
-        description="Undo one change of a notebook (its change_id, from an edit's answer or "
-        "notebook_changes) as one atomic edit. Changes nothing, naming the cells, if a cell it touches "
-        "changed since.",
+        description="Undo a change (change_id from an edit's answer or notebook_changes) as one atomic "
+        "edit; refused, naming the cells, if they changed since.",
         permissions=(("write", "contents"),),
         input_schema=_object(
-            {
-                "path": NOTEBOOK_PATH,
-                "change_id": {"type": "string"},
-                "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
-            },
+            {"path": {"type": "string"}, "change_id": {"type": "string"}, "expected_hash": {"type": "string"}},
             ["path", "change_id"],
         ),
         output_schema=component("UndoResult"),
