@@ -416,3 +416,25 @@ def test_changes_survive_a_server_restart(tmp_path: Path) -> None:
         assert read["changes_since"]["since_known"] is True  # versions answered before are remembered
         client.json("POST", f"api/agent/notebooks/nb.ipynb/changes/{edited['change_id']}/undo")
     assert (root / "nb.ipynb").read_bytes() == original
+
+
+@pytest.fixture
+def corrupt_db(jp_root_dir: Path) -> Path:
+    """The ledger file this module's servers use, corrupt (the ledger opens it at its first use)."""
+    path = jp_root_dir.parent / "ledger" / "ledger.db"
+    path.parent.mkdir()
+    path.write_bytes(b"this is not an SQLite database" * 200)
+    return path
+
+
+async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir, api, jp_serverapp):
+    path = write(jp_root_dir)
+    assert app_of(jp_serverapp).ledger.db_path == str(corrupt_db)
+    status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "1"})
+    assert status == 200 and answer["recorded"] is False and answer["change_id"] is None
+    assert nbformat.read(str(path), as_version=4).cells[-1].source == "1"
+    status, error = await api("GET", "notebooks", "nb.ipynb", "changes")
+    assert status == 503 and "cannot be read" in error["message"]
+    corrupt_db.unlink()  # an admin removes the broken file: the next change makes a new one
+    status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
+    assert status == 200 and answer["recorded"] is True, answer

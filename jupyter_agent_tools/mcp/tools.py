@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import BadRequest
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
+from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
 from ..notebook.summary import base64_size, human_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
@@ -552,30 +553,10 @@ async def _notebook_changes(call: ToolCall) -> ToolResult:
     store = call.services.notebook_store
     if own["change_id"] is not None:
         entry = await store.change_detail(own["path"], own["change_id"])
-        lines = [_change_line(entry)]
-        for cell in entry["cells"]:
-            lines.append(f"cell {cell['id']}: {', '.join(cell['what'])}")
-            if cell.get("diff"):
-                lines.append(cell["diff"].rstrip("\n"))
         answer = {"path": entry["path"], "changes": [entry], "next_before": None}
-        return ToolResult("\n".join(lines), answer)
+        return ToolResult(change_text(entry), answer)
     listing = await store.changes(own["path"], limit=own["limit"], before=own["before"])
-    lines = [_change_line(entry) for entry in listing["changes"]] or [
-        f"No recorded changes of {own['path']}."
-    ]
-    if listing.get("next_before"):
-        lines.append(f"(older: before={listing['next_before']})")
-    return ToolResult("\n".join(lines), listing)
-
-
-def _change_line(entry: dict[str, Any]) -> str:
-    cells = ", ".join(f"{c['id']} {'+'.join(c['what'])}" for c in entry["cells"][:20])
-    more = f" (+{len(entry['cells']) - 20} more)" if len(entry["cells"]) > 20 else ""
-    undo = "" if entry["undoable"] else " [cannot be undone]"
-    return (
-        f"change {entry['id']} {entry['time']} by {entry['user'] or 'unknown'} via {entry['via'] or '-'}: "
-        f"{entry['action']}{undo}; cells: {cells}{more}"
-    )
+    return ToolResult(changes_text(listing, own["path"]), listing)
 
 
 async def _notebook_undo(call: ToolCall) -> ToolResult:
@@ -763,7 +744,11 @@ TOOLS: tuple[Tool, ...] = (
         "edit; refused, naming the cells, if they changed since.",
         permissions=(("write", "contents"),),
         input_schema=_object(
-            {"path": {"type": "string"}, "change_id": {"type": "string"}, "expected_hash": {"type": "string"}},
+            {
+                "path": {"type": "string"},
+                "change_id": {"type": "string"},
+                "expected_hash": {"type": "string"},
+            },
             ["path", "change_id"],
         ),
         output_schema=component("UndoResult"),
