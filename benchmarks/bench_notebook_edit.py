@@ -8,7 +8,11 @@ each repetition measures, interleaved, on three identical copies of the notebook
 - ``contents GET+PUT``: what a naive agent does today: ``GET /api/contents/{path}``, change the cell in the
   parsed JSON, ``PUT`` the whole notebook back.
 
-Targets: agent edit <= 1.3x the nbformat floor at the median, and faster than the contents round trip.
+- ``agent edit, no ledger``: the same edit on a second server whose change ledger is off
+  (``ledger_max_changes_per_notebook=0``): what recording each change in the ledger costs.
+
+Targets: agent edit <= 1.3x the nbformat floor at the median, and faster than the contents round trip;
+recording in the change ledger adds at most 10% (agent edit <= 1.1x agent edit, no ledger).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ QUICK_SIZES = [(10, 5, 3), (200, 10, 3)]
 IMAGE_BYTES = 40_000  # raw bytes per PNG output (about 53 KB of base64)
 
 FLOOR, AGENT, CONTENTS = "nbformat floor", "agent edit", "contents GET+PUT"
+NO_LEDGER = "agent edit, no ledger"
 HTTP = "HTTP no-op (GET /api/status)"
 
 
@@ -78,7 +83,13 @@ def run(options: argparse.Namespace) -> BenchResult:
     sizes = QUICK_SIZES if getattr(options, "quick", False) else SIZES
     rows: list[Row] = []
     notes: list[str] = []
-    with jupyter_server() as server, server.client() as client:
+    no_ledger_args = ["--AgentToolsApp.ledger_max_changes_per_notebook=0"]
+    with (
+        jupyter_server() as server,
+        server.client() as client,
+        jupyter_server(extra_args=no_ledger_args) as bare,
+        bare.client() as bare_client,
+    ):
         root = server.root_dir
         for n_cells, image_every, repeat in sizes:
             base = root / f"nb{n_cells}.ipynb"
@@ -90,6 +101,8 @@ def run(options: argparse.Namespace) -> BenchResult:
                 path = root / f"nb{n_cells}-{variant.split()[0]}.ipynb"
                 shutil.copyfile(base, path)
                 paths[variant] = path
+            paths[NO_LEDGER] = bare.root_dir / paths[AGENT].name
+            shutil.copyfile(base, paths[NO_LEDGER])
             mid = n_cells // 2
             agent_url = "api/agent/notebooks/" + urllib.parse.quote(paths[AGENT].name)
             contents_url = "api/contents/" + urllib.parse.quote(paths[CONTENTS].name)
@@ -102,6 +115,9 @@ def run(options: argparse.Namespace) -> BenchResult:
             def agent(i: int, url: str = agent_url, mid: int = mid) -> None:
                 client.json("POST", url, {"action": "edit", "cell_index": mid, "content": _content(i)})
 
+            def no_ledger(i: int, url: str = agent_url, mid: int = mid) -> None:
+                bare_client.json("POST", url, {"action": "edit", "cell_index": mid, "content": _content(i)})
+
             def contents(i: int, url: str = contents_url, mid: int = mid) -> None:
                 model = client.json("GET", url + "?type=notebook&content=1")
                 nb = model["content"]
@@ -111,8 +127,8 @@ def run(options: argparse.Namespace) -> BenchResult:
             def http_noop(i: int) -> None:
                 client.json("GET", "api/status")
 
-            samples: dict[str, list[float]] = {FLOOR: [], AGENT: [], CONTENTS: [], HTTP: []}
-            funcs = {FLOOR: floor, AGENT: agent, CONTENTS: contents, HTTP: http_noop}
+            samples: dict[str, list[float]] = {FLOOR: [], AGENT: [], NO_LEDGER: [], CONTENTS: [], HTTP: []}
+            funcs = {FLOOR: floor, AGENT: agent, NO_LEDGER: no_ledger, CONTENTS: contents, HTTP: http_noop}
             for i in range(-1, repeat):  # i == -1: warm-up, not timed; variants interleaved
                 for variant, fn in funcs.items():
                     start = time.perf_counter()
@@ -128,6 +144,7 @@ def run(options: argparse.Namespace) -> BenchResult:
                 assert len(nb.cells) == n_cells
             rows.append(Row(case, FLOOR, samples[FLOOR]))
             rows.append(Row(case, AGENT, samples[AGENT], baseline=FLOOR))
+            rows.append(Row(case, NO_LEDGER, samples[NO_LEDGER], baseline=FLOOR))
             rows.append(Row(case, CONTENTS, samples[CONTENTS], baseline=FLOOR))
             rows.append(Row(case, HTTP, samples[HTTP], baseline=FLOOR))
             print(f"  {case}: done", flush=True)
@@ -140,6 +157,7 @@ def run(options: argparse.Namespace) -> BenchResult:
     for case in dict.fromkeys(r.case for r in rows):
         result.add_ratio(case, AGENT, FLOOR, target=1.3, op="<=")
         result.add_ratio(case, AGENT, CONTENTS, target=1.0, op="<")
+        result.add_ratio(case, AGENT, NO_LEDGER, target=1.1, op="<=")
     notes.append(
         "nbformat floor = nbformat.read + set one cell's source + nbformat.write, in the benchmark process "
         "(both nbformat calls validate). agent edit = POST /api/agent/notebooks (parse, apply, validate, "
@@ -161,7 +179,12 @@ def run(options: argparse.Namespace) -> BenchResult:
         "parses and validates once where nbformat.read and nbformat.write each validate."
     )
     notes.append(
-        "Each repetition runs the three variants one after another on three copies of the same notebook, "
+        "agent edit, no ledger = the same edit on a second server started with "
+        "ledger_max_changes_per_notebook=0; agent edit records every edit in the change ledger (SQLite, "
+        "awaited in its worker thread) and remembers the new version's per-cell hashes (not awaited)."
+    )
+    notes.append(
+        "Each repetition runs the variants one after another on copies of the same notebook, "
         "after one untimed warm-up round; every edit changes the cell's source."
     )
     return result

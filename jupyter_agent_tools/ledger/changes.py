@@ -13,8 +13,8 @@ costs one identity check per untouched cell; only touched cells are compared and
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,17 +129,6 @@ class NotebookChange:
     not_undoable: str | None = None
 
 
-def _unique_ids(cells: Sequence[Any]) -> dict[str, int] | None:
-    """Each cell's id and position, or None when a cell has no id or shares it."""
-    ids: dict[str, int] = {}
-    for i, cell in enumerate(cells):
-        cell_id = cell.get("id") if isinstance(cell, dict) else None
-        if not isinstance(cell_id, str) or cell_id in ids:
-            return None
-        ids[cell_id] = i
-    return ids
-
-
 def _object_keys(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[dict[Any, int], list[Any]]:
     """Keys pairing cells without ids: the same object, or a copy of it (the cell operations and runs
     change a cell in a shallow copy, which keeps the very same metadata dict)."""
@@ -166,6 +155,40 @@ def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in nb.items() if k != "cells"}
 
 
+def _cell_id(cell: dict[str, Any]) -> str | None:
+    value = cell.get("id")
+    return value if isinstance(value, str) else None
+
+
+def _unique_strings(ids: list[Any]) -> bool:
+    return all(type(i) is str for i in ids) and len(set(ids)) == len(ids)
+
+
+def _touched(
+    old: list[dict[str, Any]], i: int, cell: dict[str, Any], j: int, moved: bool
+) -> CellChange | None:
+    """What happened to cell ``old[i]``, now ``cell`` at ``j`` (None: nothing)."""
+    was = old[i]
+    what: list[str] = []
+    before_parts: dict[str, dict[str, Any]] = {}
+    after_parts: dict[str, dict[str, Any]] = {}
+    if was is not cell:
+        old_parts, new_parts = cell_parts(was), cell_parts(cell)
+        for name in PARTS:
+            if not same_part(name, old_parts[name], new_parts[name]):
+                before_parts[name], after_parts[name] = old_parts[name], new_parts[name]
+        if before_parts.keys() - {"outputs"}:
+            what.append("edited")
+        if "outputs" in before_parts:
+            what.append("outputs")
+    if moved:
+        what.append("moved")
+    if not what:
+        return None
+    prev = _cell_id(old[i - 1]) if moved and i > 0 else None
+    return CellChange(_cell_id(cell), what, i, j, prev, before_parts, after_parts, digest(cell))
+
+
 def diff(before: dict[str, Any], after: dict[str, Any]) -> NotebookChange:
     """The cells a change touched, from the notebook before it and after it.
 
@@ -175,75 +198,53 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> NotebookChange:
     """
     old: list[dict[str, Any]] = before.get("cells") or []
     new: list[dict[str, Any]] = after.get("cells") or []
-    old_ids, new_ids = _unique_ids(old), _unique_ids(new)
+    old_ids, new_ids = [c.get("id") for c in old], [c.get("id") for c in new]
+    unique = _unique_strings(old_ids) and _unique_strings(new_ids)
     not_undoable = None
-    if old_ids is None or new_ids is None:
+    if not unique:
         not_undoable = "the notebook's cells have no ids, or share them (cell ids came with nbformat 4.5)"
-        old_keys, new_keys = _object_keys(old, new)
-    else:
-        old_keys = dict(old_ids)
-        new_keys = list(new_ids)
-    if not_undoable is None and _outside_cells(before) != _outside_cells(after):
+    elif _outside_cells(before) != _outside_cells(after):
         not_undoable = "it changed more than cells (the nbformat version or the notebook's metadata)"
+    if unique and old_ids == new_ids:
+        # The same cells in the same order (an edit, a run's outputs): only a cell that is not the very
+        # same object can have changed. No pairing, no move detection: O(cells) identity checks.
+        same_order = [_touched(old, k, cell, k, False) for k, cell in enumerate(new) if old[k] is not cell]
+        return NotebookChange([c for c in same_order if c is not None], not_undoable)
 
+    if unique:
+        old_keys: dict[Any, int] = {cell_id: i for i, cell_id in enumerate(old_ids)}
+        new_keys: list[Any] = new_ids
+    else:
+        old_keys, new_keys = _object_keys(old, new)
     pairs: list[tuple[int, int]] = []  # (old position, new position) of cells in both
     for j, key in enumerate(new_keys):
         i = old_keys.get(key)
         if i is not None:
             pairs.append((i, j))
-    kept = longest_increasing([i for i, _ in pairs])
-    moved_old = {pairs[k][0] for k in range(len(pairs)) if k not in kept}
-    matched_old = {i for i, _ in pairs}
+    order = [i for i, _ in pairs]
+    if all(a < b for a, b in itertools.pairwise(order)):
+        moved_old: set[int] = set()
+    else:
+        kept = longest_increasing(order)
+        moved_old = {pairs[k][0] for k in range(len(pairs)) if k not in kept}
     matched_new = {j: i for i, j in pairs}
-
-    def cell_id(cell: dict[str, Any]) -> str | None:
-        value = cell.get("id")
-        return value if isinstance(value, str) else None
-
-    def prev_id(i: int) -> str | None:
-        return cell_id(old[i - 1]) if i > 0 else None
 
     changes: list[CellChange] = []
     for j, cell in enumerate(new):
         i = matched_new.get(j)
         if i is None:
             changes.append(
-                CellChange(cell_id(cell), ["inserted"], None, j, after=cell_parts(cell), digest=digest(cell))
+                CellChange(_cell_id(cell), ["inserted"], None, j, after=cell_parts(cell), digest=digest(cell))
             )
             continue
-        was = old[i]
-        what: list[str] = []
-        before_parts: dict[str, dict[str, Any]] = {}
-        after_parts: dict[str, dict[str, Any]] = {}
-        if was is not cell:
-            old_parts, new_parts = cell_parts(was), cell_parts(cell)
-            for name in PARTS:
-                if not same_part(name, old_parts[name], new_parts[name]):
-                    before_parts[name], after_parts[name] = old_parts[name], new_parts[name]
-            if before_parts.keys() - {"outputs"}:
-                what.append("edited")
-            if "outputs" in before_parts:
-                what.append("outputs")
-        if i in moved_old:
-            what.append("moved")
-        if what:
-            changes.append(
-                CellChange(
-                    cell_id(cell),
-                    what,
-                    i,
-                    j,
-                    prev=prev_id(i) if "moved" in what else None,
-                    before=before_parts,
-                    after=after_parts,
-                    digest=digest(cell),
-                )
-            )
+        touched = _touched(old, i, cell, j, i in moved_old)
+        if touched is not None:
+            changes.append(touched)
+    matched_old = set(order)
     for i, cell in enumerate(old):
         if i not in matched_old:
-            changes.append(
-                CellChange(cell_id(cell), ["deleted"], i, None, prev_id(i), before=cell_parts(cell))
-            )
+            prev = _cell_id(old[i - 1]) if i > 0 else None
+            changes.append(CellChange(_cell_id(cell), ["deleted"], i, None, prev, before=cell_parts(cell)))
     return NotebookChange(changes, not_undoable)
 
 

@@ -342,20 +342,43 @@ class Ledger(Service):
         (see :meth:`group`) or the ledger is off."""
         if not self.enabled:
             return None
-        self.remember(path, hash_after, after, base=(hash_before, before))
         group = _GROUP.get()
         if group is not None and group.path == path:
             group.pending.append(
                 self._submit(self._add_to_group, group, before, after, hash_before, hash_after)
             )
+            self.remember(path, hash_after, after, base=(hash_before, before))
             return None
+        user, via = current_user(), current_via()
+        action_kind = kind if undoes is None else f"undo {undoes}"
+        args = (path, kind, action_kind, before, after, hash_before, hash_after, undoes, user, via)
+        recording = self._submit(self._record_one, *args)  # first: the answer waits for it, not a snapshot
+        self.remember(path, hash_after, after, base=(hash_before, before))
         try:
-            change = await self._run(diff, before, after)
-        except Exception as e:  # a bug in the diff must not fail the write
-            self.log.exception("change ledger: cannot compute the change of %s", path)
-            self._failed("compute a change", e)
+            change_id = await asyncio.wrap_future(recording)
+        except Exception as e:
+            self._failed("record changes", e)
             return Recorded(None, False)
-        return await self._commit(path, kind, change, hash_before, hash_after, undoes, False)
+        self._worked()
+        return Recorded(str(change_id), True)
+
+    def _record_one(
+        self,
+        path: str,
+        kind: str,
+        action_kind: str,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        hash_before: str,
+        hash_after: str,
+        undoes: str | None,
+        user: str | None,
+        via: str | None,
+    ) -> int:
+        """Worker: what one write did, entered in the database (one round trip from the event loop)."""
+        change = diff(before, after)
+        action = summarize(change, action_kind)
+        return self._insert(path, kind, action, change, hash_before, hash_after, undoes, user, via, False)
 
     def _add_to_group(
         self,
@@ -420,6 +443,7 @@ class Ledger(Service):
         if kind == "upgrade":
             not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
         conn = self._db()
+        self._prune_bytes(conn, incoming=size)  # make room first: the file never grows past max_bytes
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(
@@ -491,12 +515,13 @@ class Ledger(Service):
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         return int((pages - free) * page_size)
 
-    def _prune_bytes(self, conn: sqlite3.Connection) -> None:
-        """Delete the oldest changes (and older snapshots) until the database is under ``max_bytes``
-        (to 90% of it, so that every write does not prune), and give the space back to the file system."""
-        if self.used_bytes(conn) <= self.max_bytes:
+    def _prune_bytes(self, conn: sqlite3.Connection, incoming: int = 0) -> None:
+        """Delete the oldest changes (and older snapshots) until the database, with ``incoming`` bytes more,
+        is under ``max_bytes`` (to 90% of it, so that every write does not prune), and give the space back
+        to the file system."""
+        if self.used_bytes(conn) + incoming <= self.max_bytes:
             return
-        target = self.max_bytes * 9 // 10
+        target = self.max_bytes * 9 // 10 - incoming
         while self.used_bytes(conn) > target:
             count = conn.execute("SELECT count(*) FROM changes").fetchone()[0]
             snapshots = conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]

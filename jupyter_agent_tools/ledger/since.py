@@ -57,17 +57,24 @@ def snapshot_of(nb: dict[str, Any], base: tuple[dict[str, Any], Snapshot] | None
     """The snapshot of ``nb``; with ``base`` (an earlier notebook and its snapshot), the cells ``nb``
     shares with it (the same objects) are not hashed again."""
     cells = nb.get("cells") or []
-    known: dict[int, int] = {}
-    if base is not None and len(base[0].get("cells") or []) == len(base[1]):
-        known = {id(c): k for k, c in enumerate(base[0]["cells"])}
-    snap = base[1] if base is not None else None
+    old_cells = base[0].get("cells") or [] if base is not None else []
+    snap = base[1] if base is not None and len(old_cells) == len(base[1]) else None
+    same_place = snap is not None and len(old_cells) == len(cells)
+    known: dict[int, int] | None = None
     ids: list[str | None] = []
     content: list[str] = []
     outputs: list[str] = []
-    for cell in cells:
+    for position, cell in enumerate(cells):
         cell_id = cell.get("id")
         ids.append(cell_id if isinstance(cell_id, str) else None)
-        k = known.get(id(cell))
+        k: int | None = None
+        if snap is not None:
+            if same_place and old_cells[position] is cell:  # the usual case: an edit in place
+                k = position
+            else:
+                if known is None:
+                    known = {id(c): i for i, c in enumerate(old_cells)}
+                k = known.get(id(cell))
         if k is not None and snap is not None:
             content.append(snap.content[k])
             outputs.append(snap.outputs[k])
@@ -113,6 +120,12 @@ def compare(old: Snapshot, new: Snapshot) -> list[SinceCell]:
                 if what:
                     found.append(SinceCell(new.ids[k], k, what, new.content[k], new.outputs[k]))
         return found
+    if old.ids == new.ids:  # the same cells in the same order: compare the hashes in place
+        return [
+            SinceCell(new.ids[k], k, _what(old, k, new, k), new.content[k], new.outputs[k])
+            for k in range(len(new))
+            if old.content[k] != new.content[k] or old.outputs[k] != new.outputs[k]
+        ]
     old_at = {cell_id: k for k, cell_id in enumerate(old.ids)}
     pairs = [(old_at[cell_id], j) for j, cell_id in enumerate(new.ids) if cell_id in old_at]
     kept = longest_increasing([i for i, _ in pairs])
