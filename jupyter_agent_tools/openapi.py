@@ -449,7 +449,9 @@ LEDGER_UNAVAILABLE = _retry("The change ledger's database cannot be read right n
 def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
     """The change ledger's routes: list, show and undo the changes the extension made."""
     limit = _query(
-        "limit", "Most changes in the answer (default 50), 1 to 1000.", {"type": "integer", "minimum": 1}
+        "limit",
+        "Most changes in the answer (default 50), 1 to 1000.",
+        {"type": "integer", "minimum": 1, "maximum": 1000},
     )
     return {
         "/api/agent/notebooks/{path}/changes": {

@@ -101,6 +101,10 @@ OPERATIONS = [
     ("POST", "/api/agent/sessions/{name}/interrupt"),
     ("GET", "/api/agent/artifacts/{artifact_id}"),
     ("GET", "/api/agent/openapi.json"),
+    ("GET", "/api/agent/notebooks/{path}/changes"),
+    ("GET", "/api/agent/notebooks/{path}/changes/{change_id}"),
+    ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
+    ("GET", "/api/agent/changes"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

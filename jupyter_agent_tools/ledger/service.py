@@ -232,13 +232,29 @@ class Ledger(Service):
         self._closed = False
 
     @property
+    def _wal_bytes(self) -> int:
+        """The write-ahead log is checkpointed (and cut back) at a 16th of max_bytes, 4 MB at most."""
+        return max(1, min(1000, self.max_bytes // 4096 // 16)) * 4096
+
+    @property
+    def _budget(self) -> int:
+        """Bytes of pages the database may use: max_bytes less room for the log and one transaction in it,
+        so that the file and its log together stay within max_bytes."""
+        return self.max_bytes - 2 * self._wal_bytes
+
+    @property
     def enabled(self) -> bool:
         return self.max_changes_per_notebook > 0 and not self._closed
 
     # -- the worker ------------------------------------------------------------------------------
 
     def _submit(self, func: Callable[..., T], *args: Any) -> Future[T]:
-        return self._executor.submit(func, *args)
+        try:
+            return self._executor.submit(func, *args)
+        except RuntimeError as e:  # the server is stopping and the worker is gone: not recorded
+            failed: Future[T] = Future()
+            failed.set_exception(e)
+            return failed
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.wrap_future(self._submit(func, *args))
@@ -260,10 +276,9 @@ class Ledger(Service):
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            # The write-ahead log counts against max_bytes too: checkpoint it at a 16th of it (4 MB at most).
-            pages = max(1, min(1000, self.max_bytes // 4096 // 16))
-            conn.execute(f"PRAGMA wal_autocheckpoint = {pages}")
-            conn.execute(f"PRAGMA journal_size_limit = {pages * 4096}")
+            # The write-ahead log counts against max_bytes too (see _budget).
+            conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
+            conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
             conn.executescript(SCHEMA)
         except BaseException:
             conn.close()
@@ -443,7 +458,7 @@ class Ledger(Service):
         if kind == "upgrade":
             not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
         conn = self._db()
-        self._prune_bytes(conn, incoming=size)  # make room first: the file never grows past max_bytes
+        self._prune_bytes(conn, incoming=size)  # make room first: the files never grow past max_bytes
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(
@@ -517,11 +532,11 @@ class Ledger(Service):
 
     def _prune_bytes(self, conn: sqlite3.Connection, incoming: int = 0) -> None:
         """Delete the oldest changes (and older snapshots) until the database, with ``incoming`` bytes more,
-        is under ``max_bytes`` (to 90% of it, so that every write does not prune), and give the space back
+        is within its budget (to 90% of it, so that every write does not prune), and give the space back
         to the file system."""
-        if self.used_bytes(conn) + incoming <= self.max_bytes:
+        if self.used_bytes(conn) + incoming <= self._budget:
             return
-        target = self.max_bytes * 9 // 10 - incoming
+        target = self._budget * 9 // 10 - incoming
         while self.used_bytes(conn) > target:
             count = conn.execute("SELECT count(*) FROM changes").fetchone()[0]
             snapshots = conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]
@@ -627,12 +642,12 @@ class Ledger(Service):
             raise Unavailable(f"The change ledger cannot be read right now: {e}", retry_after=1) from e
 
     def _since(self, path: str, since: str, nb: dict[str, Any], hash_: str) -> dict[str, Any]:
+        if since == hash_:
+            return {"since": since, "since_known": True, "cells": []}
         conn = self._db()
         old = self._snapshot(conn, since)
         if old is None:
             return {"since": since, "since_known": False, "cells": []}
-        if since == hash_:
-            return {"since": since, "since_known": True, "cells": []}
         new = self._snapshot(conn, hash_)
         if new is None:
             self._remember(path, hash_, nb, None)
@@ -731,9 +746,10 @@ class Ledger(Service):
         return UndoPlan(entry, cells, row[ENTRY_NOT_UNDOABLE])
 
     def db_bytes(self) -> int:
-        """Bytes of the database file and its write-ahead log on disk."""
+        """Bytes of the database file and its write-ahead log on disk (what max_bytes bounds; the log's
+        index file, ``-shm``, is 32 KB more)."""
         total = 0
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal"):
             with contextlib.suppress(OSError):
                 total += os.path.getsize(self.db_path + suffix)
         return total
