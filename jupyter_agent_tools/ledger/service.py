@@ -172,6 +172,10 @@ class ChangeGroup:
     result: Recorded | None = None
     failed: bool = False
     pending: list[Future[Any]] = field(default_factory=list)
+    # Worker only: the version the last write left (its notebook, and its snapshot when derived), which
+    # is remembered once when the group ends (the versions in between are never answered to anyone).
+    last: dict[str, Any] | None = None
+    snapshot: Snapshot | None = None
 
     def fields(self) -> dict[str, Any]:
         """``change_id`` and ``recorded`` for the answer of the grouped writes (none: nothing written)."""
@@ -330,6 +334,9 @@ class Ledger(Service):
             _GROUP.reset(token)
             if group.pending:
                 await asyncio.gather(*(asyncio.wrap_future(f) for f in group.pending), return_exceptions=True)
+                if group.hash_after is not None and group.last is not None:
+                    self._known[group.hash_after] = None
+                    self._submit(self._remember, path, group.hash_after, group.last, None, group.snapshot)
                 if group.change is not None and group.change.cells:
                     assert group.hash_before is not None and group.hash_after is not None
                     group.result = await self._commit(
@@ -362,7 +369,6 @@ class Ledger(Service):
             group.pending.append(
                 self._submit(self._add_to_group, group, before, after, hash_before, hash_after)
             )
-            self.remember(path, hash_after, after, base=(hash_before, before))
             return None
         user, via = current_user(), current_via()
         action_kind = kind if undoes is None else f"undo {undoes}"
@@ -412,6 +418,12 @@ class Ledger(Service):
         group.change = change if group.change is None else merge(group.change, change)
         if group.hash_before is None:
             group.hash_before = hash_before
+        # The snapshot of the version this write left, from the previous one's (in memory only).
+        base = group.snapshot if group.hash_after == hash_before else None
+        if base is None and hash_before in self._snapshots:
+            base = self._snapshots[hash_before][0]
+        group.snapshot = snapshot_of(after, (before, base)) if base is not None else None
+        group.last = after
         group.hash_after = hash_after
 
     async def _commit(
@@ -531,38 +543,50 @@ class Ledger(Service):
         return int((pages - free) * page_size)
 
     def _prune_bytes(self, conn: sqlite3.Connection, incoming: int = 0) -> None:
-        """Delete the oldest changes (and older snapshots) until the database, with ``incoming`` bytes more,
-        is within its budget (to 90% of it, so that every write does not prune), and give the space back
-        to the file system."""
+        """Delete the oldest changes (and then older snapshots) until the database, with ``incoming`` bytes
+        more, is within its budget (to 90% of it, so that every write does not prune), and give the space
+        back to the file system. In steps of a quarter of the log's size, each checkpointed: a prune never
+        swells the write-ahead log past the room kept for it."""
         if self.used_bytes(conn) + incoming <= self._budget:
             return
         target = self._budget * 9 // 10 - incoming
+        step = max(4096, self._wal_bytes // 4)
         while self.used_bytes(conn) > target:
-            count = conn.execute("SELECT count(*) FROM changes").fetchone()[0]
-            snapshots = conn.execute("SELECT count(*) FROM snapshots").fetchone()[0]
-            if not count and not snapshots:
-                break
             conn.execute("BEGIN IMMEDIATE")
             try:
-                batch = max(1, count // 10)
-                rows = conn.execute("SELECT id, time FROM changes ORDER BY id LIMIT ?", (batch,)).fetchall()
-                self._delete_changes(conn, [r[0] for r in rows])
+                chosen, total = [], 0
+                for change_id, size in conn.execute("SELECT id, bytes FROM changes ORDER BY id LIMIT 500"):
+                    chosen.append(change_id)
+                    total += size
+                    if total >= step:
+                        break
+                self._delete_changes(conn, chosen)
                 oldest = conn.execute("SELECT min(time) FROM changes").fetchone()[0]
-                if oldest is None:
-                    conn.execute("DELETE FROM snapshots")
-                else:
-                    conn.execute(
-                        "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
-                        "ORDER BY time LIMIT ?)",
-                        (oldest, max(1, snapshots // 10)),
-                    )
+                removed = conn.execute(
+                    "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
+                    "ORDER BY time LIMIT 20)",
+                    (oldest if oldest is not None else float("inf"),),
+                ).rowcount
                 conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(Exception):
                     conn.execute("ROLLBACK")
                 raise
-            conn.execute("PRAGMA incremental_vacuum")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._vacuum(conn)
+            if not chosen and not removed:
+                break  # nothing left to prune
+
+    def _vacuum(self, conn: sqlite3.Connection) -> None:
+        """Give free pages back to the file system, a few at a time, checkpointing the log after each."""
+        pages = max(1, self._wal_bytes // 4096 // 4)
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        while free:
+            conn.execute(f"PRAGMA incremental_vacuum({pages})").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            left = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            if left >= free:
+                break  # a database made without incremental auto-vacuum keeps its free pages for reuse
+            free = left
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -591,8 +615,14 @@ class Ledger(Service):
         self._pending -= 1
 
     def _remember(
-        self, path: str, hash_: str, nb: dict[str, Any], base: tuple[str, dict[str, Any]] | None
+        self,
+        path: str,
+        hash_: str,
+        nb: dict[str, Any],
+        base: tuple[str, dict[str, Any]] | None,
+        made: Snapshot | None = None,
     ) -> None:
+        """Worker: keep the snapshot of version ``hash_`` (``made``: already computed)."""
         if hash_ in self._snapshots:
             self._snapshots.move_to_end(hash_)
             return
@@ -603,7 +633,7 @@ class Ledger(Service):
                 self._keep(hash_, Snapshot.decode(row[0]), row[1])
                 return
             known = self._snapshots.get(base[0]) if base is not None else None
-            snapshot = snapshot_of(nb, (base[1], known[0]) if base is not None and known else None)
+            snapshot = made or snapshot_of(nb, (base[1], known[0]) if base is not None and known else None)
             now = time.time()
             conn.execute(
                 "INSERT OR IGNORE INTO snapshots (hash, path, time, cells) VALUES (?, ?, ?, ?)",
