@@ -285,7 +285,7 @@ class AgentToolsApp(ExtensionApp):
     ledger_max_bytes = Int(
         256 * 1024 * 1024,
         help="Bytes the ledger's database may take; past it the oldest changes (of any notebook) are pruned "
-        "first. At least 65536.",
+        "first. At least 262144 (256 KiB).",
     ).tag(config=True)
 
     # -- service classes --
@@ -396,7 +396,7 @@ class AgentToolsApp(ExtensionApp):
 
     @validate("ledger_max_bytes")
     def _valid_ledger_bytes(self, proposal: Any) -> int:
-        return _in_range(proposal, 64 * 1024, 1024 * GIB)
+        return _in_range(proposal, 256 * 1024, 1024 * GIB)
 
     @validate("iopub_hwm")
     def _valid_hwm(self, proposal: Any) -> int:

@@ -47,6 +47,9 @@ from .since import Snapshot, attribute, compare, snapshot_of
 T = TypeVar("T")
 
 MIB = 1024 * 1024
+MIN_BYTES = 256 * 1024  # the smallest max_bytes: room for the log and a few changes
+# Pages kept free for what a write adds beyond its own bytes (index pages, page headers).
+SLACK_BYTES = 4 * 4096
 # Seconds a write waits for a database another connection holds locked before giving up (not recorded).
 LOCK_TIMEOUT = 0.2
 # Outputs whose JSON is larger than this are stored once, by content hash, and referred to.
@@ -219,7 +222,7 @@ class Ledger(Service):
 
     @validate("max_bytes")
     def _valid_max_bytes(self, proposal: Any) -> int:
-        return int(at_least(proposal, 64 * 1024))
+        return int(at_least(proposal, MIN_BYTES))
 
     def __init__(self, db_path: str | None = None, **kwargs: Any):
         super().__init__(**given(kwargs, db_path=db_path))
@@ -239,12 +242,6 @@ class Ledger(Service):
     def _wal_bytes(self) -> int:
         """The write-ahead log is checkpointed (and cut back) at a 16th of max_bytes, 4 MB at most."""
         return max(1, min(1000, self.max_bytes // 4096 // 16)) * 4096
-
-    @property
-    def _budget(self) -> int:
-        """Bytes of pages the database may use: max_bytes less room for the log and one transaction in it,
-        so that the file and its log together stay within max_bytes."""
-        return self.max_bytes - 2 * self._wal_bytes
 
     @property
     def enabled(self) -> bool:
@@ -280,7 +277,7 @@ class Ledger(Service):
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            # The write-ahead log counts against max_bytes too (see _budget).
+            # The write-ahead log counts against max_bytes too (see _make_room).
             conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
             conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
             conn.executescript(SCHEMA)
@@ -470,7 +467,7 @@ class Ledger(Service):
         if kind == "upgrade":
             not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
         conn = self._db()
-        self._prune_bytes(conn, incoming=size)  # make room first: the files never grow past max_bytes
+        self._make_room(conn, size)  # first: the files never grow past max_bytes
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(
@@ -505,7 +502,7 @@ class Ledger(Service):
             with contextlib.suppress(Exception):
                 conn.execute("ROLLBACK")
             raise
-        self._prune_bytes(conn)
+        self._settle(conn)
         return change_id
 
     def _prune_notebook(self, conn: sqlite3.Connection, path: str) -> None:
@@ -542,14 +539,23 @@ class Ledger(Service):
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         return int((pages - free) * page_size)
 
-    def _prune_bytes(self, conn: sqlite3.Connection, incoming: int = 0) -> None:
-        """Delete the oldest changes (and then older snapshots) until the database, with ``incoming`` bytes
-        more, is within its budget (to 90% of it, so that every write does not prune), and give the space
-        back to the file system. In steps of a quarter of the log's size, each checkpointed: a prune never
-        swells the write-ahead log past the room kept for it."""
-        if self.used_bytes(conn) + incoming <= self._budget:
-            return
-        target = self._budget * 9 // 10 - incoming
+    def _make_room(self, conn: sqlite3.Connection, incoming: int) -> None:
+        """Prune until a write of ``incoming`` bytes fits: in WAL mode a write lands in the log first (its
+        pages, about twice its bytes with index pages, on top of a log of up to its checkpoint size), then
+        in the file at the checkpoint; both together stay within ``max_bytes``."""
+        room = self.max_bytes - self._wal_bytes - 2 * (incoming + SLACK_BYTES)
+        if self.used_bytes(conn) > room:
+            self._prune_bytes(conn, room * 9 // 10)  # to 90% of it, so that every write does not prune
+
+    def _settle(self, conn: sqlite3.Connection) -> None:
+        """Near the limit, empty the log after a write (it would otherwise keep its checkpoint size)."""
+        if self.db_bytes() > self.max_bytes - 2 * self._wal_bytes:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _prune_bytes(self, conn: sqlite3.Connection, target: int) -> None:
+        """Delete the oldest changes (and then older snapshots) until the database's pages in use are at
+        most ``target`` bytes, and give the space back to the file system. In steps of a quarter of the
+        log's size, each checkpointed: a prune never swells the write-ahead log past the room kept for it."""
         step = max(4096, self._wal_bytes // 4)
         while self.used_bytes(conn) > target:
             conn.execute("BEGIN IMMEDIATE")
@@ -635,11 +641,28 @@ class Ledger(Service):
             known = self._snapshots.get(base[0]) if base is not None else None
             snapshot = made or snapshot_of(nb, (base[1], known[0]) if base is not None and known else None)
             now = time.time()
-            conn.execute(
-                "INSERT OR IGNORE INTO snapshots (hash, path, time, cells) VALUES (?, ?, ?, ?)",
-                (hash_, path, now, snapshot.encode()),
-            )
             self._keep(hash_, snapshot, now)
+            data = snapshot.encode()
+            if len(data) > self.max_bytes // MAX_ENTRY_SHARE:
+                return  # remembered in memory only: it would take too much of the database
+            self._make_room(conn, len(data))
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT OR IGNORE INTO snapshots (hash, path, time, cells) VALUES (?, ?, ?, ?)",
+                    (hash_, path, now, data),
+                )
+                conn.execute(
+                    "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE path = ? "
+                    "ORDER BY time DESC LIMIT -1 OFFSET ?)",
+                    (path, self.max_changes_per_notebook * SNAPSHOTS_PER_CHANGE),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+                raise
+            self._settle(conn)
         except Exception as e:
             self._failed("remember notebook versions", e)
 
