@@ -31,7 +31,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 
@@ -174,9 +174,8 @@ class ChangeGroup:
     hash_after: str | None = None
     result: Recorded | None = None
     failed: bool = False
-    pending: list[Future[Any]] = field(default_factory=list)
-    # Worker only: the version the last write left (its notebook, and its snapshot when derived), which
-    # is remembered once when the group ends (the versions in between are never answered to anyone).
+    # The version the last write left (its notebook, and its snapshot when derived), which is
+    # remembered once when the group ends (the versions in between are never answered to anyone).
     last: dict[str, Any] | None = None
     snapshot: Snapshot | None = None
 
@@ -329,22 +328,19 @@ class Ledger(Service):
             yield group
         finally:
             _GROUP.reset(token)
-            if group.pending:
-                await asyncio.gather(*(asyncio.wrap_future(f) for f in group.pending), return_exceptions=True)
-                if group.hash_after is not None and group.last is not None:
-                    self._known[group.hash_after] = None
-                    self._submit(self._remember, path, group.hash_after, group.last, None, group.snapshot)
-                if group.change is not None and group.change.cells:
-                    assert group.hash_before is not None and group.hash_after is not None
-                    group.result = await self._commit(
-                        path,
-                        group.kind,
-                        group.change,
-                        group.hash_before,
-                        group.hash_after,
-                        None,
-                        group.failed,
-                    )
+            if group.change is not None and group.change.cells:
+                assert group.hash_before is not None and group.hash_after is not None
+                group.result = await self._commit(
+                    path, group.kind, group.change, group.hash_before, group.hash_after, None, group.failed
+                )
+            if group.hash_after is not None and group.last is not None:  # after: the answer waits for it
+                self._known[group.hash_after] = None
+                self._submit(self._remember, path, group.hash_after, group.last, None, group.snapshot)
+
+    def grouping(self, path: str) -> bool:
+        """Whether writes to ``path`` made here join a group (see :meth:`group`)."""
+        group = _GROUP.get()
+        return self.enabled and group is not None and group.path == path
 
     async def record(
         self,
@@ -363,9 +359,9 @@ class Ledger(Service):
             return None
         group = _GROUP.get()
         if group is not None and group.path == path:
-            group.pending.append(
-                self._submit(self._add_to_group, group, before, after, hash_before, hash_after)
-            )
+            # Pure computation on the cells the write touched (no I/O): done here, not in the worker,
+            # which would only add a thread hop per write of the run (hashing holds the GIL anyway).
+            self._add_to_group(group, before, after, hash_before, hash_after)
             return None
         user, via = current_user(), current_via()
         action_kind = kind if undoes is None else f"undo {undoes}"
@@ -406,22 +402,23 @@ class Ledger(Service):
         hash_before: str,
         hash_after: str,
     ) -> None:
+        """Merge one write into its group's change (a bug here is logged; it never fails the write)."""
         try:
             change = diff(before, after)
+            group.change = change if group.change is None else merge(group.change, change)
+            if group.hash_before is None:
+                group.hash_before = hash_before
+            # The snapshot of the version this write left, from the previous one's (in memory only).
+            base = group.snapshot if group.hash_after == hash_before else None
+            if base is None:
+                cached = self._snapshots.get(hash_before)  # (a read of the worker's cache: atomic)
+                base = cached[0] if cached is not None else None
+            group.snapshot = snapshot_of(after, (before, base)) if base is not None else None
+            group.last = after
+            group.hash_after = hash_after
         except Exception:
             self.log.exception("change ledger: cannot compute a change of %s", group.path)
             group.failed = True
-            return
-        group.change = change if group.change is None else merge(group.change, change)
-        if group.hash_before is None:
-            group.hash_before = hash_before
-        # The snapshot of the version this write left, from the previous one's (in memory only).
-        base = group.snapshot if group.hash_after == hash_before else None
-        if base is None and hash_before in self._snapshots:
-            base = self._snapshots[hash_before][0]
-        group.snapshot = snapshot_of(after, (before, base)) if base is not None else None
-        group.last = after
-        group.hash_after = hash_after
 
     async def _commit(
         self,

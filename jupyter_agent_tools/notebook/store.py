@@ -478,8 +478,9 @@ class NotebookStore(Service):
 
         Each change is recorded (:meth:`Audit.notebook_changed`) as ``actions``, unless ``audited`` is
         False (a notebook run's intermediate output pushes: its final write of the cell is recorded), and
-        entered in the change ledger (``notes["change_id"]`` and ``notes["recorded"]``; writes inside
-        :meth:`grouped` become one entry). ``undoes``: the id of the change this one undoes.
+        entered in the change ledger (``notes["ledger"]``: its :class:`Recorded`); writes inside
+        :meth:`grouped` become one entry, unaudited ones included. ``undoes``: the id of the change this
+        one undoes.
         """
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
@@ -506,7 +507,7 @@ class NotebookStore(Service):
                         new_hash = loaded.apply(notebook)
                         if audited:
                             self._audit(path, actions, loaded, notebook, new_hash, live=True, undoes=undoes)
-                            await self._record(path, actions, loaded, notebook, new_hash, notes, undoes)
+                        await self._record(path, actions, loaded, notebook, new_hash, notes, undoes, audited)
                         return result, new_hash
                     if loaded.converted_from is not None and not upgrade:
                         raise BadRequest(needs_upgrade(path, loaded.converted_from))
@@ -519,10 +520,10 @@ class NotebookStore(Service):
                             _remember(self._nbformat_layout, saved, None, NBFORMAT_LAYOUT_MEMORY)
                         if notes is not None and loaded.converted_from is not None:
                             notes["upgraded_from"] = loaded.converted_from
+                        done = (["upgrade"] if loaded.converted_from is not None else []) + list(actions)
                         if audited:
-                            done = (["upgrade"] if loaded.converted_from is not None else []) + list(actions)
                             self._audit(path, done, loaded, notebook, saved, live=False, undoes=undoes)
-                            await self._record(path, done, loaded, notebook, saved, notes, undoes)
+                        await self._record(path, done, loaded, notebook, saved, notes, undoes, audited)
                         return result, saved
                     if expected_hash is not None:
                         raise _changed(path, expected_hash, current)
@@ -565,9 +566,14 @@ class NotebookStore(Service):
         new_hash: str,
         notes: dict[str, Any] | None,
         undoes: str | None,
+        audited: bool = True,
     ) -> None:
-        """Enter a write in the change ledger (see :meth:`change`)."""
+        """Enter a write in the change ledger (see :meth:`change`). A write that is not audited (a run's
+        outputs pushed to a live room while a cell runs) still joins its group: the run's one change
+        then starts from the outputs the cells had before the run."""
         if self.ledger is None or notebook is loaded.notebook:
+            return
+        if not audited and not self.ledger.grouping(path):
             return
         recorded = await self.ledger.record(
             path, loaded.notebook, notebook, loaded.hash, new_hash, kind=change_kind(actions), undoes=undoes
