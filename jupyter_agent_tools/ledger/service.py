@@ -300,7 +300,7 @@ class Ledger(Service):
                 error,
             )
         if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
-            self._reset()  # a corrupt file: open it again next time (it may have been replaced)
+            self._submit(self._reset)  # a corrupt file: open it again next time (it may be replaced)
 
     def _worked(self) -> None:
         if self._failing is not None:
@@ -309,6 +309,7 @@ class Ledger(Service):
             self.log.info("The change ledger (%s) records changes again.", self.db_path)
 
     def _reset(self) -> None:
+        """Worker: close the connection (the next use opens the file again)."""
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()
