@@ -12,7 +12,8 @@ each repetition measures, interleaved, on three identical copies of the notebook
   (``ledger_max_changes_per_notebook=0``): what recording each change in the ledger costs.
 
 Targets: agent edit <= 1.3x the nbformat floor at the median, and faster than the contents round trip;
-recording in the change ledger adds at most 10% (agent edit <= 1.1x agent edit, no ledger).
+recording in the change ledger adds at most 10% from 1,000 cells on (agent edit <= 1.1x agent edit, no
+ledger).
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ def make_notebook(n_cells: int, image_every: int, seed: int = 0) -> nbformat.Not
     )
     nb.nbformat_minor = 5
     return nb
+
+
+def n_cells_of(case: str) -> int:
+    """The number of cells a case's name starts with ("1000 cells (4.9 MB)" -> 1000)."""
+    return int(case.split()[0])
 
 
 def _content(i: int) -> str:
@@ -165,7 +171,10 @@ def run(options: argparse.Namespace) -> BenchResult:
     for case in dict.fromkeys(r.case for r in rows):
         result.add_ratio(case, AGENT, FLOOR, target=1.3, op="<=")
         result.add_ratio(case, AGENT, CONTENTS, target=1.0, op="<")
-        result.add_ratio(case, AGENT, NO_LEDGER, target=1.1, op="<=")
+        # Issue 26: recording adds at most 10% from 1,000 cells on; a small notebook's edit pays its fixed
+        # cost (one round trip to the ledger's thread and one SQLite commit, about 1 ms), shown untargeted.
+        small = n_cells_of(case) < 1000
+        result.add_ratio(case, AGENT, NO_LEDGER, target=None if small else 1.1, op="<=")
     notes.append(
         "nbformat floor = nbformat.read + set one cell's source + nbformat.write, in the benchmark process "
         "(both nbformat calls validate). agent edit = POST /api/agent/notebooks (parse, apply, validate, "
