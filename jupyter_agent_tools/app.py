@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from typing import Any, cast
 
@@ -20,6 +21,12 @@ from .eval.pool import KernelPool
 from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
+from .handlers.changes import (
+    ChangesHandler,
+    NotebookChangeHandler,
+    NotebookChangesHandler,
+    NotebookUndoHandler,
+)
 from .handlers.eval import EvalHandler
 from .handlers.mcp import McpHandler
 from .handlers.notebooks import (
@@ -36,6 +43,7 @@ from .handlers.sessions import (
     SessionListHandler,
 )
 from .handlers.tokens import TokenHandler, TokenListHandler
+from .ledger.service import Ledger
 from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
 from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
@@ -312,12 +320,31 @@ class AgentToolsApp(ExtensionApp):
         "in events.",
     ).tag(config=True)
 
+    # -- change ledger --
+    ledger_db_path = Unicode(
+        "",
+        help="The SQLite file of the change ledger (every change the extension makes to a notebook, for "
+        "review and undo). Empty: agent_tools_ledger.db in the Jupyter data directory.",
+    ).tag(config=True)
+
+    ledger_max_changes_per_notebook = Int(
+        200,
+        help="Changes the ledger keeps per notebook; the oldest are pruned first. 0: the ledger records "
+        "nothing (no undo, no 'since').",
+    ).tag(config=True)
+
+    ledger_max_bytes = Int(
+        256 * 1024 * 1024,
+        help="Bytes the ledger's database may take; past it the oldest changes (of any notebook) are pruned "
+        "first. At least 262144 (256 KiB).",
+    ).tag(config=True)
+
     # -- service classes --
     notebook_store_class = Type(
         default_value="jupyter_agent_tools.notebook.store.NotebookStore",
         klass=NotebookStore,
         help="The class that reads and edits notebooks (a subclass of NotebookStore). Built with "
-        "parent=the app and contents_manager, live, summary_max_chars, max_ops, busy_timeout, audit.",
+        "parent=the app and contents_manager, live, summary_max_chars, max_ops, busy_timeout, audit, ledger.",
     ).tag(config=True)
 
     artifact_store_class = Type(
@@ -359,6 +386,13 @@ class AgentToolsApp(ExtensionApp):
         "notebook_kernels, max_cell_bytes_stored.",
     ).tag(config=True)
 
+    ledger_class = Type(
+        default_value="jupyter_agent_tools.ledger.service.Ledger",
+        klass=Ledger,
+        help="The class that records notebook changes (a subclass of Ledger). Built with parent=the app "
+        "and db_path, max_changes_per_notebook, max_bytes.",
+    ).tag(config=True)
+
     @validate(
         "max_sessions",
         "max_output_bytes",
@@ -389,6 +423,7 @@ class AgentToolsApp(ExtensionApp):
         "per_call_pool_size",
         "stream_lag_grace",
         "notebook_kernel_idle_timeout",
+        "ledger_max_changes_per_notebook",
     )
     def _not_negative(self, proposal: Any) -> Any:
         return at_least(proposal, 0)
@@ -415,6 +450,10 @@ class AgentToolsApp(ExtensionApp):
     def _valid_html(self, proposal: Any) -> int:
         return _in_range(proposal, 1024, 16 * 1024 * 1024)
 
+    @validate("ledger_max_bytes")
+    def _valid_ledger_bytes(self, proposal: Any) -> int:
+        return _in_range(proposal, 256 * 1024, 1024 * GIB)
+
     @validate("iopub_hwm")
     def _valid_hwm(self, proposal: Any) -> int:
         return _in_range(proposal, 1, 100_000, "messages")
@@ -436,6 +475,7 @@ class AgentToolsApp(ExtensionApp):
         return _in_range(proposal, 1, MCP_MAX_SESSIONS, "sessions")
 
     audit: Audit
+    ledger: Ledger
     notebook_store: NotebookStore
     eval_service: EvalService
     notebook_runner: NotebookRunner
@@ -453,6 +493,12 @@ class AgentToolsApp(ExtensionApp):
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
         self.settings["jupyter_agent_tools_audit"] = audit
+        self.ledger = cast("type[Ledger]", self.ledger_class)(
+            parent=self,
+            max_changes_per_notebook=self.ledger_max_changes_per_notebook,
+            max_bytes=self.ledger_max_bytes,
+            **({"db_path": self.ledger_db_path} if self.ledger_db_path else {}),
+        )
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,
@@ -460,6 +506,7 @@ class AgentToolsApp(ExtensionApp):
             max_ops=self.max_ops_per_request,
             busy_timeout=self.notebook_busy_timeout,
             audit=audit,
+            ledger=self.ledger,
             live=LiveDocuments(
                 lambda: serverapp.web_app.settings,
                 mode=self.rtc_mode,
@@ -550,6 +597,15 @@ class AgentToolsApp(ExtensionApp):
                     rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/cells/(?P<cell>[^/]+)/outputs/(?P<n>[^/]+)",
                     NotebookOutputHandler,
                 ),
+                (rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes", NotebookChangesHandler),
+                (
+                    rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes/(?P<change_id>[^/]+)",
+                    NotebookChangeHandler,
+                ),
+                (
+                    rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes/(?P<change_id>[^/]+)/undo",
+                    NotebookUndoHandler,
+                ),
                 (rf"/api/agent/notebooks{path_regex}", NotebookHandler),
                 (r"/api/agent/eval", EvalHandler),
                 (r"/api/agent/sessions", SessionListHandler),
@@ -560,6 +616,7 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/tokens/(?P<name>[^/]+)", TokenHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
                 (r"/api/agent/mcp", McpHandler),
+                (r"/api/agent/changes", ChangesHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
@@ -571,5 +628,6 @@ class AgentToolsApp(ExtensionApp):
     async def stop_extension(self) -> None:
         """Shut down every kernel this extension started and remove its private artifacts."""
         await self.eval_service.shutdown()
+        await asyncio.to_thread(self.ledger.close)
         if self._own_artifacts_dir:
             self.eval_service.artifacts.remove_all()

@@ -236,8 +236,11 @@ def _read_call(
     cell_ids: Sequence[str] | None = None,
     include: Sequence[str] | None = None,
     text: bool = False,
+    since: str | None = None,
 ) -> _Call:
     call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}")
+    if since is not None:
+        call.params["since"] = since
     if include_binary:
         call.params["include_binary"] = "true"
     if start is not None:
@@ -286,6 +289,34 @@ def _token_call(
     if expires_in is not None:
         body["expires_in"] = expires_in
     return _Call("POST", "api/agent/tokens", body)
+
+
+def _changes_call(path: str, limit: int | None, before: str | None) -> _Call:
+    call = _Call("GET", f"api/agent/notebooks/{_quote_path(path)}/changes")
+    call.params.update(_drop_none(limit=str(limit) if limit is not None else None, before=before))
+    return call
+
+
+def _change_call(path: str, change_id: str, undo: bool = False, expected_hash: str | None = None) -> _Call:
+    url = f"api/agent/notebooks/{_quote_path(path)}/changes/{urllib.parse.quote(str(change_id), safe='')}"
+    if not undo:
+        return _Call("GET", url)
+    return _Call("POST", url + "/undo", _drop_none(expected_hash=expected_hash) or None)
+
+
+def _all_changes_call(since: str | None, limit: int | None) -> _Call:
+    call = _Call("GET", "api/agent/changes")
+    call.params.update(_drop_none(since=since, limit=str(limit) if limit is not None else None))
+    return call
+
+
+def _headers(token: str, client: str | None) -> dict[str, str]:
+    """The headers of every request: the token, and which program is calling (``cli`` is recorded as
+    such in the change ledger)."""
+    headers = {"Authorization": f"token {token}"} if token else {}
+    if client:
+        headers["X-Agent-Client"] = client
+    return headers
 
 
 def _error_from(response: httpx.Response, content: bytes) -> AgentAPIError:
@@ -339,9 +370,10 @@ class AgentClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        client: str | None = None,
     ):
         self.url, self.token = _base_url(url, token)
-        headers = {"Authorization": f"token {self.token}"} if self.token else {}
+        headers = _headers(self.token, client)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
 
     def __enter__(self) -> AgentClient:
@@ -470,10 +502,11 @@ class AgentClient:
         cell_ids: Sequence[str] | None = None,
         include: Sequence[str] | None = None,
         include_binary: bool = False,
+        since: str | None = None,
     ) -> NotebookAnswer:
         """``GET /api/agent/notebooks/{path}``: the notebook's cells (all, a page from ``start`` of at most
         ``limit``, or the ``cell_ids``: ids or ``@index``), ``cell_count`` and its ``hash``; ``include``:
-        ``tags``, ``metadata``, ``attachments``."""
+        ``tags``, ``metadata``, ``attachments``; ``since`` (an earlier answer's hash): ``changes_since``."""
         answer: NotebookAnswer = self._json(
             _read_call(
                 path,
@@ -482,6 +515,7 @@ class AgentClient:
                 limit=limit,
                 cell_ids=cell_ids,
                 include=include,
+                since=since,
             )
         )
         return answer
@@ -624,6 +658,31 @@ class AgentClient:
         except httpx.TransportError as e:
             raise _transport_error(e, self.url) from e
 
+    # -- the change ledger -----------------------------------------------------------------------------
+
+    def notebook_changes(
+        self, path: str, *, limit: int | None = None, before: str | None = None
+    ) -> dict[str, Any]:
+        """``GET .../changes``: the notebook's recorded changes, newest first (``before``: older than that
+        change id; the answer's ``next_before`` pages on)."""
+        answer: dict[str, Any] = self._json(_changes_call(path, limit, before))
+        return answer
+
+    def notebook_change(self, path: str, change_id: str) -> dict[str, Any]:
+        """``GET .../changes/{id}``: one change with each cell's before and after and source diffs."""
+        answer: dict[str, Any] = self._json(_change_call(path, change_id))
+        return answer
+
+    def undo_change(self, path: str, change_id: str, *, expected_hash: str | None = None) -> dict[str, Any]:
+        """``POST .../changes/{id}/undo``: undo one change (409 naming the cells changed since)."""
+        answer: dict[str, Any] = self._json(_change_call(path, change_id, True, expected_hash))
+        return answer
+
+    def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """``GET /api/agent/changes``: every notebook's changes, newest first (``since``: an ISO time)."""
+        answer: dict[str, Any] = self._json(_all_changes_call(since, limit))
+        return answer
+
 
 class AsyncAgentClient:
     """The asynchronous twin of :class:`AgentClient`: the same methods, awaited (streams are async
@@ -636,9 +695,10 @@ class AsyncAgentClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
+        client: str | None = None,
     ):
         self.url, self.token = _base_url(url, token)
-        headers = {"Authorization": f"token {self.token}"} if self.token else {}
+        headers = _headers(self.token, client)
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=headers, timeout=timeout, transport=transport
         )
@@ -760,6 +820,7 @@ class AsyncAgentClient:
         cell_ids: Sequence[str] | None = None,
         include: Sequence[str] | None = None,
         include_binary: bool = False,
+        since: str | None = None,
     ) -> NotebookAnswer:
         """See :meth:`AgentClient.read_notebook`."""
         answer: NotebookAnswer = await self._json(
@@ -770,6 +831,7 @@ class AsyncAgentClient:
                 limit=limit,
                 cell_ids=cell_ids,
                 include=include,
+                since=since,
             )
         )
         return answer
@@ -909,3 +971,29 @@ class AsyncAgentClient:
                     yield piece
         except httpx.TransportError as e:
             raise _transport_error(e, self.url) from e
+
+    # -- the change ledger -----------------------------------------------------------------------------
+
+    async def notebook_changes(
+        self, path: str, *, limit: int | None = None, before: str | None = None
+    ) -> dict[str, Any]:
+        """See :meth:`AgentClient.notebook_changes`."""
+        answer: dict[str, Any] = await self._json(_changes_call(path, limit, before))
+        return answer
+
+    async def notebook_change(self, path: str, change_id: str) -> dict[str, Any]:
+        """See :meth:`AgentClient.notebook_change`."""
+        answer: dict[str, Any] = await self._json(_change_call(path, change_id))
+        return answer
+
+    async def undo_change(
+        self, path: str, change_id: str, *, expected_hash: str | None = None
+    ) -> dict[str, Any]:
+        """See :meth:`AgentClient.undo_change`."""
+        answer: dict[str, Any] = await self._json(_change_call(path, change_id, True, expected_hash))
+        return answer
+
+    async def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """See :meth:`AgentClient.changes`."""
+        answer: dict[str, Any] = await self._json(_all_changes_call(since, limit))
+        return answer

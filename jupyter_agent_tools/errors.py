@@ -16,12 +16,20 @@ class AgentToolsError(Exception):
 
     status: int = 400
 
-    def __init__(self, message: str, status: int | None = None, *, retry_after: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        status: int | None = None,
+        *,
+        retry_after: int | None = None,
+        extra: dict[str, object] | None = None,
+    ):
         super().__init__(message)
         self.message = message
         if status is not None:
             self.status = status
         self.retry_after = retry_after
+        self.extra = extra or {}  # more fields of the JSON error answer (an undo's conflicts)
 
 
 class BadRequest(AgentToolsError):

@@ -147,6 +147,13 @@ def _paths() -> dict[str, Any]:
                         "json (default) or text: the same read as compact plain text (text/plain).",
                         {"type": "string", "enum": list(FORMATS)},
                     ),
+                    _query(
+                        "since",
+                        "The 'hash' of an earlier answer: the read also has 'changes_since', the cells "
+                        "edited, inserted, deleted or moved since that version and by whom (see the change "
+                        "ledger).",
+                        {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+                    ),
                 ],
                 "responses": {
                     "200": {
@@ -158,8 +165,8 @@ def _paths() -> dict[str, Any]:
                     },
                     "400": _error(
                         "Not a .ipynb path, a path too long for the file system, or the file is not a "
-                        "notebook (invalid JSON, no cells); a bad start, limit, cell_ids, include or "
-                        "format; a cell id shared by several cells (name one by @index)."
+                        "notebook (invalid JSON, no cells); a bad start, limit, cell_ids, include, "
+                        "format or since; a cell id shared by several cells (name one by @index)."
                     ),
                     "403": FORBIDDEN,
                     "404": _error(
@@ -316,6 +323,7 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        **_ledger_paths(notebook_path),
         "/api/agent/eval": {
             "post": {
                 "operationId": "evaluate",
@@ -506,6 +514,136 @@ def _paths() -> dict[str, Any]:
     }
 
 
+def _change_id() -> dict[str, Any]:
+    return {
+        "name": "change_id",
+        "in": "path",
+        "required": True,
+        "description": "A change's id, as a listing gives it (digits).",
+        "schema": {"type": "string"},
+    }
+
+
+LEDGER_UNAVAILABLE = _retry("The change ledger's database cannot be read right now (locked, corrupt).")
+
+
+def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
+    """The change ledger's routes: list, show and undo the changes the extension made."""
+    limit = _query(
+        "limit",
+        "Most changes in the answer (default 50), 1 to 1000.",
+        {"type": "integer", "minimum": 1, "maximum": 1000},
+    )
+    return {
+        "/api/agent/notebooks/{path}/changes": {
+            "parameters": [notebook_path],
+            "get": {
+                "operationId": "listNotebookChanges",
+                "summary": "The changes the extension made to a notebook, newest first",
+                "description": "Every edit batch, notebook run (one entry per run), clear_outputs, upgrade, "
+                "repair and undo, with who asked (user, via), a short summary and the cells it touched "
+                "(without their bodies). Kept up to ledger_max_changes_per_notebook per notebook.",
+                "tags": ["changes"],
+                "x-authorization": {"resource": "contents", "action": "read"},
+                "parameters": [
+                    limit,
+                    _query(
+                        "before",
+                        "Only changes older than this change id (the answer's next_before: the next page).",
+                        {"type": "string"},
+                    ),
+                ],
+                "responses": {
+                    "200": _json("The changes, newest first.", ref("ChangeList")),
+                    "400": _error("Not a .ipynb path, or a bad limit or before."),
+                    "403": FORBIDDEN,
+                    "404": _error("A hidden or outside-root path."),
+                    "503": LEDGER_UNAVAILABLE,
+                },
+            },
+        },
+        "/api/agent/notebooks/{path}/changes/{change_id}": {
+            "parameters": [notebook_path, _change_id()],
+            "get": {
+                "operationId": "readNotebookChange",
+                "summary": "One change with each cell's before and after, and a diff of each source",
+                "tags": ["changes"],
+                "x-authorization": {"resource": "contents", "action": "read"},
+                "responses": {
+                    "200": _json("The change.", ref("ChangeEntry")),
+                    "400": _error("Not a .ipynb path, or the change id is not a positive integer."),
+                    "403": FORBIDDEN,
+                    "404": _error("No such change of this notebook (unknown, pruned, or of another one)."),
+                    "503": LEDGER_UNAVAILABLE,
+                },
+            },
+        },
+        "/api/agent/notebooks/{path}/changes/{change_id}/undo": {
+            "parameters": [notebook_path, _change_id()],
+            "post": {
+                "operationId": "undoNotebookChange",
+                "summary": "Undo one change, as one atomic write (itself a change that can be undone)",
+                "description": "Puts back what the change changed, in the cells it touched only: removes "
+                "the cells it inserted, puts deleted and moved cells back where they were, restores "
+                "sources, metadata and outputs (the undo of a run restores the outputs the cells had). "
+                "Works on the live document of a notebook open in a collaborative room. Recorded with "
+                "'undoes' (undoing an undo is a redo). The body is optional.",
+                "tags": ["changes"],
+                "x-authorization": {"resource": "contents", "action": "write"},
+                "requestBody": {
+                    "required": False,
+                    "description": "Optional: expected_hash, as for edits.",
+                    "content": {JSON: {"schema": ref("UndoRequest")}},
+                },
+                "responses": {
+                    "200": _json("What was undone, and the new hash.", ref("UndoResult")),
+                    "400": _error(
+                        "The body is invalid, the change id is not a positive integer, or the change "
+                        "cannot be undone (cells without ids, an upgrade, a change of notebook metadata)."
+                    ),
+                    "403": FORBIDDEN,
+                    "404": _error("No such change of this notebook, or no such notebook."),
+                    "409": _error(
+                        "A cell the undo would touch changed since the change (a person, another agent, a "
+                        "later change): 'conflicts' names each cell and what changed; or expected_hash "
+                        "does not match. Nothing was written."
+                    ),
+                    "413": TOO_LARGE,
+                    "503": _retry(
+                        "The change ledger cannot be read, the notebook is being written by another "
+                        "program, or its collaborative room is loading."
+                    ),
+                },
+            },
+        },
+        "/api/agent/changes": {
+            "get": {
+                "operationId": "listChanges",
+                "summary": "The changes the extension made to every notebook, newest first",
+                "description": "What a review panel or an admin reads: the entries of every notebook (as "
+                "in the per-notebook listing), optionally only from a time on.",
+                "tags": ["changes"],
+                "x-authorization": {"resource": "contents", "action": "read"},
+                "parameters": [
+                    _query(
+                        "since",
+                        "Only changes recorded at or after this ISO 8601 time (UTC when it has no zone), "
+                        "e.g. 2026-01-31T12:00:00Z.",
+                        {"type": "string"},
+                    ),
+                    limit,
+                ],
+                "responses": {
+                    "200": _json("The changes, newest first.", ref("ChangeList")),
+                    "400": _error("A bad since (not an ISO 8601 time) or limit."),
+                    "403": FORBIDDEN,
+                    "503": LEDGER_UNAVAILABLE,
+                },
+            }
+        },
+    }
+
+
 @functools.cache
 def _document() -> dict[str, Any]:
     return {
@@ -524,6 +662,7 @@ def _document() -> dict[str, Any]:
             {"name": "eval", "description": "Run Python in kernel sessions."},
             {"name": "sessions", "description": "Eval sessions and their kernels."},
             {"name": "tokens", "description": "Agent tokens: scoped, revocable identities for agents."},
+            {"name": "changes", "description": "The change ledger: review and undo what was changed."},
             {"name": "meta", "description": "The API contract."},
         ],
         "paths": _paths(),

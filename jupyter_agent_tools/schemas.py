@@ -1010,10 +1010,157 @@ ANSWER_SCHEMAS["AgentTokenList"] = _obj(
     {"tokens": {"type": "array", "items": ref("AgentToken"), "description": "Oldest first."}}
 )
 
+
+# ------------------------------------------------------------------------------------------ change ledger
+
+CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair")
+CELL_CHANGES = ("edited", "inserted", "deleted", "moved", "outputs")
+VIAS = ("http", "mcp", "cli")
+_RECORDED = {
+    "change_id": {
+        **_STR_OR_NULL,
+        "description": "The change-ledger entry of this change (GET .../changes/{id}; undo it with POST "
+        ".../changes/{id}/undo); null when it was not recorded",
+    },
+    "recorded": {
+        **_BOOL,
+        "description": "false: the change was made but the ledger could not record it (its database is "
+        "locked, full or corrupt; the server log says why)",
+    },
+}
+LEDGER_SCHEMAS: dict[str, Any] = {
+    "UndoRequest": {
+        "type": "object",
+        "description": "An undo takes no body, or only expected_hash.",
+        "properties": {"expected_hash": dict(_EXPECTED_HASH)},
+        "additionalProperties": False,
+        "x-errors": {
+            "type": 'Request body must be a JSON object like {"expected_hash": "..."} (or no body)',
+            "additionalProperties": "unknown field {name!r} (an undo takes only 'expected_hash')",
+        },
+    },
+    "ChangeCell": _obj(
+        {
+            "id": {**_STR_OR_NULL, "description": "The cell's id (null before nbformat 4.5)"},
+            "what": {
+                "type": "array",
+                "items": {"type": "string", "enum": list(CELL_CHANGES)},
+                "description": "What happened to the cell (edited: source, metadata or type; outputs: "
+                "outputs or execution count)",
+            },
+            "index_before": {**_INT_OR_NULL, "description": "Its index before (null: inserted)"},
+            "index_after": {**_INT_OR_NULL, "description": "Its index after (null: deleted)"},
+            "before": {
+                "type": ["object", "null"],
+                "description": "Only in GET .../changes/{id}: the cell's fields the change changed, as they "
+                "were (source as one string; outputs larger than 4 KB as {$ref, bytes}); null: inserted",
+            },
+            "after": {
+                "type": ["object", "null"],
+                "description": "Only in GET .../changes/{id}: the same fields as the change left them; "
+                "null: deleted",
+            },
+            "diff": {
+                "type": "string",
+                "description": "Only in GET .../changes/{id}, for a changed source: a unified diff",
+            },
+        },
+        required=["id", "what", "index_before", "index_after"],
+    ),
+    "ChangeEntry": _obj(
+        {
+            "id": {"type": "string", "description": "The change's id (digits; newer changes: larger ids)"},
+            "time": {"type": "string", "format": "date-time", "description": "When it was recorded (UTC)"},
+            "path": _STR,
+            "user": {**_STR_OR_NULL, "description": "Who asked for it (the request's identity)"},
+            "via": {
+                "type": ["string", "null"],
+                "enum": [*VIAS, None],
+                "description": "The front door: http, mcp, or cli (the CLI says so)",
+            },
+            "kind": {"type": "string", "enum": list(CHANGE_KINDS)},
+            "action": {"type": "string", "description": "A short summary, e.g. 'edit 2 cells, insert 1'"},
+            "hash_before": _STR,
+            "hash_after": _STR,
+            "undoes": {**_STR_OR_NULL, "description": "For an undo: the id of the change it undid"},
+            "undoable": {
+                **_BOOL,
+                "description": "false: the change cannot be undone (cells without ids, an upgrade from "
+                "nbformat 3, a change of notebook metadata)",
+            },
+            "cells": {"type": "array", "items": ref("ChangeCell"), "description": "The cells it touched"},
+        },
+        description="One recorded change of a notebook.",
+    ),
+    "ChangeList": _obj(
+        {
+            "path": {"type": "string", "description": "Only for one notebook's changes"},
+            "changes": {"type": "array", "items": ref("ChangeEntry"), "description": "Newest first"},
+            "next_before": {
+                **_STR_OR_NULL,
+                "description": "Only for one notebook's changes: pass as 'before' for the next (older) page; "
+                "null at the end",
+            },
+        },
+        required=["changes"],
+    ),
+    "UndoResult": _obj(
+        {
+            "message": _STR,
+            "hash": {"type": "string", "description": "The notebook's hash after the undo"},
+            "undoes": {"type": "string", "description": "The id of the change undone"},
+            "cells": {"type": "array", "items": ref("ChangeCell"), "description": "The cells it put back"},
+            **_RECORDED,
+        },
+        required=["message", "hash", "undoes", "cells"],
+    ),
+    "ChangesSince": _obj(
+        {
+            "since": {"type": "string", "description": "The hash asked about"},
+            "since_known": {
+                **_BOOL,
+                "description": "false: the ledger does not know that version (never answered by this "
+                "server, or pruned): nothing is guessed, 'cells' is empty",
+            },
+            "cells": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "id": _STR_OR_NULL,
+                        "index": {**_INT_OR_NULL, "description": "Where the cell is now (null: deleted)"},
+                        "what": {"type": "array", "items": {"type": "string", "enum": list(CELL_CHANGES)}},
+                        "user": {
+                            **_STR_OR_NULL,
+                            "description": "Who changed it, when a recorded change explains its state; null: "
+                            "unknown (a person's edit through JupyterLab or the contents API)",
+                        },
+                        "via": {"type": ["string", "null"], "enum": [*VIAS, None]},
+                        "change_id": _STR_OR_NULL,
+                    }
+                ),
+                "description": "The cells edited, inserted, deleted, moved or given new outputs since",
+            },
+        },
+        description="What changed since an earlier version (a read with ?since=<hash>).",
+    ),
+}
+ANSWER_SCHEMAS["NotebookChangeResult"]["properties"].update(_RECORDED)
+ANSWER_SCHEMAS["NotebookRunResult"]["properties"].update(_RECORDED)
+ANSWER_SCHEMAS["NotebookRead"]["properties"]["changes_since"] = {
+    **ref("ChangesSince"),
+    "description": "Only with ?since=<hash>: which cells changed since that version, and by whom",
+}
+ANSWER_SCHEMAS["Error"]["properties"]["conflicts"] = {
+    "type": "array",
+    "items": _obj({"id": _STR_OR_NULL, "what": _STR}),
+    "description": "Only on the 409 of an undo: each cell changed since the change, and what changed",
+}
+
 SCHEMAS: dict[str, Any] = {
     **NOTEBOOK_SCHEMAS,
     **EVAL_SCHEMAS,
     **RUN_SCHEMAS,
     **TOKEN_SCHEMAS,
     **ANSWER_SCHEMAS,
+    **LEDGER_SCHEMAS,
 }

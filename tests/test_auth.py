@@ -117,6 +117,10 @@ ROUTES = [
     ("DELETE", "api/agent/tokens/bot", None, {WRITE_TOKENS}),
     ("POST", "api/agent/sessions/keep/interrupt", {}, {EXECUTE_KERNELS}),
     ("DELETE", "api/agent/sessions/keep", None, {EXECUTE_KERNELS}),
+    ("GET", "api/agent/notebooks/nb.ipynb/changes", None, {READ_CONTENTS}),
+    ("GET", "api/agent/notebooks/nb.ipynb/changes/1", None, {READ_CONTENTS}),
+    ("POST", "api/agent/notebooks/nb.ipynb/changes/1/undo", {}, {WRITE_CONTENTS}),
+    ("GET", "api/agent/changes", None, {READ_CONTENTS}),
 ]
 PAIRS = [
     ("read", "contents"),
@@ -131,6 +135,7 @@ PAIRS = [
 def _doc_path(url: str) -> str:
     url = url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace("{artifact}", "{artifact_id}")
     url = url.replace("tokens/bot", "tokens/{name}")
+    url = url.replace("/changes/1", "/changes/{change_id}")
     return "/" + url.replace("/cells/@0/outputs/0", "/cells/{cell}/outputs/{n}")
 
 
@@ -148,7 +153,15 @@ def test_routes_are_every_documented_operation_with_its_permission() -> None:
 
 
 async def _setup(http, auth: dict[str, str]) -> str:
-    """A session 'keep' with a truncated output: returns its artifact id."""
+    """A session 'keep' with a truncated output: returns its artifact id. The notebook's change 1 (the
+    ledger's first entry) inserts a markdown cell, which the routes' undo takes out again."""
+    status, answer, _ = await http(
+        "POST",
+        "api/agent/notebooks/nb.ipynb",
+        {"action": "insert", "content": "m", "cell_type": "markdown"},
+        auth,
+    )
+    assert status == 200 and answer["change_id"] == "1", answer
     status, answer, _ = await http("POST", "api/agent/eval", EVAL_BODY, auth)
     assert status == 200, answer
     return answer["cells"][0]["artifact_id"]

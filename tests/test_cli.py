@@ -1169,3 +1169,64 @@ def test_token_commands_and_an_agent_using_its_token(runtime_dir: Path, tmp_path
         # a JupyterHub user's API token is read from JUPYTERHUB_API_TOKEN (here: the server's own token)
         hub = run_cli("sessions", runtime=runtime_dir, JUPYTER_AGENT_URL=s.url, JUPYTERHUB_API_TOKEN=s.token)
         assert hub.returncode == 0, hub.stderr
+
+
+def test_nb_log_diff_undo(cli: Any, server: Server) -> None:
+    name = write_notebook(server, unique("ledger") + ".ipynb", ["a = 1", "b = 2"])
+    original = (server.root_dir / name).read_bytes()
+    edited = json.loads(cli("nb", "edit", name, "--cell", "cell0", "--content", "a = 10", "--json").stdout)
+    assert edited["recorded"] is True
+    change_id = edited["change_id"]
+    log = cli("nb", "log", name)
+    assert log.returncode == 0, log.stderr
+    assert f"change {change_id} " in log.stdout and "via cli: edit 1 cell; cells: cell0 edited" in log.stdout
+    listing = json.loads(cli("nb", "log", name, "--json").stdout)
+    assert [c["via"] for c in listing["changes"]] == ["cli"]  # the CLI says it is the CLI
+    diff = cli("nb", "diff", name, change_id)
+    assert diff.returncode == 0 and "-a = 1\n+a = 10\n" in diff.stdout and "cell cell0: edited" in diff.stdout
+    # a later change of that cell: refused, nothing written, exit 2 with the cell named
+    with server.client() as client:
+        client.json(
+            "POST", f"api/agent/notebooks/{name}", {"action": "edit", "cell_id": "cell0", "content": "p"}
+        )
+    before = (server.root_dir / name).read_bytes()
+    refused = cli("nb", "undo", name, change_id)
+    assert refused.returncode == 2 and "cell cell0: its source changed since" in refused.stderr
+    assert "(HTTP 409)" in refused.stderr and (server.root_dir / name).read_bytes() == before
+    latest = json.loads(cli("nb", "log", name, "--json", "--limit", "1").stdout)["changes"][0]["id"]
+    assert cli("nb", "undo", name, latest).returncode == 0
+    undone = cli("nb", "undo", name, change_id)
+    assert undone.returncode == 0, undone.stderr
+    assert undone.stdout.startswith(f"Undid change {change_id} (edit 1 cell) of {name}. Hash: ")
+    assert (server.root_dir / name).read_bytes() == original
+    assert cli("nb", "diff", name, "99999").returncode == 2  # 404
+    assert cli("nb", "undo", name, "x").returncode == 2  # 400
+
+
+def test_client_ledger_methods(server: Server) -> None:
+    name = write_notebook(server, unique("client") + ".ipynb", ["a = 1"])
+    with AgentClient(server.url, server.token) as client:
+        first = client.read_notebook(name)
+        edited = client.edit_notebook(name, {"action": "insert", "content": "x", "cell_id": "x"})
+        since = client.read_notebook(name, since=first["hash"])
+        assert since["changes_since"]["cells"][0]["id"] == "x"  # type: ignore[typeddict-item]
+        [entry] = client.notebook_changes(name)["changes"]
+        assert entry["id"] == edited["change_id"] and entry["via"] == "http"  # type: ignore[typeddict-item]
+        assert client.notebook_change(name, entry["id"])["cells"][0]["what"] == ["inserted"]
+        assert entry["id"] in [c["id"] for c in client.changes(limit=1000)["changes"]]
+        assert client.undo_change(name, entry["id"])["undoes"] == entry["id"]
+        with pytest.raises(AgentAPIError) as refused:
+            client.undo_change(name, entry["id"])  # the cell it inserted is gone: a conflict
+        assert refused.value.status == 409
+
+    async def use_async() -> None:
+        async with AsyncAgentClient(server.url, server.token, client="cli") as client:
+            await client.edit_notebook(name, {"action": "insert", "content": "y"})
+            listing = await client.notebook_changes(name, limit=1)
+            assert listing["changes"][0]["via"] == "cli"
+            change = await client.notebook_change(name, listing["changes"][0]["id"])
+            assert change["kind"] == "edit"
+            assert (await client.undo_change(name, change["id"]))["undoes"] == change["id"]
+            assert (await client.changes(since="2000-01-01T00:00:00Z"))["changes"]
+
+    asyncio.run(use_async())

@@ -107,6 +107,10 @@ OPERATIONS = [
     ("GET", "/api/agent/tokens"),
     ("POST", "/api/agent/tokens"),
     ("DELETE", "/api/agent/tokens/{name}"),
+    ("GET", "/api/agent/notebooks/{path}/changes"),
+    ("GET", "/api/agent/notebooks/{path}/changes/{change_id}"),
+    ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
+    ("GET", "/api/agent/changes"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

@@ -51,6 +51,8 @@ ROUTES = {
     "session_delete": ("DELETE", "/api/agent/sessions/{name}"),
     "artifact_read": ("GET", "/api/agent/artifacts/{artifact_id}"),
     "file_list": None,
+    "notebook_changes": ("GET", "/api/agent/notebooks/{path}/changes"),
+    "notebook_undo": ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
 }
 PAIRS = [("read", "contents"), ("write", "contents"), ("execute", "kernels"), ("read", "kernels")]
 
@@ -398,6 +400,40 @@ async def test_sdk_legacy_session_calls_every_tool(url, jp_auth_header, notebook
         assert hidden.is_error and "Directory not found" in text_of(hidden)
 
 
+async def test_sdk_reviews_and_undoes_changes(url, jp_auth_header, notebook, api) -> None:
+    """notebook_changes and notebook_undo, and since on notebook_read, through the SDK's client."""
+    original = notebook.read_bytes()
+    async with legacy(url, jp_auth_header) as session:
+        first = await session.call_tool("notebook_read", {"path": "nb.ipynb"})
+        edit = await session.call_tool(
+            "notebook_edit", {"path": "nb.ipynb", "action": "edit", "cell_id": "c1", "content": "print(2)"}
+        )
+        assert not edit.is_error and edit.structured_content["recorded"] is True, text_of(edit)
+        change_id = edit.structured_content["change_id"]
+        listing = await session.call_tool("notebook_changes", {"path": "nb.ipynb"})
+        assert not listing.is_error, text_of(listing)
+        [entry] = listing.structured_content["changes"]
+        assert (entry["id"], entry["via"], entry["action"]) == (change_id, "mcp", "edit 1 cell")
+        assert f"change {change_id} " in text_of(listing) and "c1 edited" in text_of(listing)
+        detail = await session.call_tool("notebook_changes", {"path": "nb.ipynb", "change_id": change_id})
+        assert "-print(1)\n+print(2)" in text_of(detail)
+        since = await session.call_tool(
+            "notebook_read", {"path": "nb.ipynb", "since": first.structured_content["hash"]}
+        )
+        [cell] = since.structured_content["changes_since"]["cells"]
+        assert (cell["id"], cell["via"], cell["change_id"]) == ("c1", "mcp", change_id)
+        assert "c1 edited (" in text_of(since) and f"via mcp, change {change_id})" in text_of(since)
+        undone = await session.call_tool("notebook_undo", {"path": "nb.ipynb", "change_id": change_id})
+        assert not undone.is_error, text_of(undone)
+        assert undone.structured_content["undoes"] == change_id
+        assert notebook.read_bytes() == original
+        again = await session.call_tool("notebook_undo", {"path": "nb.ipynb", "change_id": change_id})
+        assert again.is_error and "cell c1: its source changed since" in text_of(again)
+        assert notebook.read_bytes() == original
+        unknown = await session.call_tool("notebook_undo", {"path": "nb.ipynb", "change_id": "999"})
+        assert unknown.is_error and text_of(unknown).startswith("No change 999 of nb.ipynb")
+
+
 async def test_sdk_modern_client(url, jp_auth_header, notebook) -> None:
     async with modern(url, jp_auth_header) as client:
         assert client.session.protocol_version == MODERN
@@ -611,10 +647,16 @@ TOOL_CALLS: dict[str, dict[str, Any]] = {
     "session_delete": {"name": "keep"},
     "artifact_read": {"id": "{artifact}"},
     "file_list": {},
+    "notebook_changes": {"path": "nb.ipynb"},
+    "notebook_undo": {"path": "nb.ipynb", "change_id": "1"},  # the markdown cell _keep_session inserts
 }
 
 
 async def _keep_session(api: Any) -> str:
+    status, answer = await api(
+        "POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "m", "cell_type": "markdown"}
+    )
+    assert status == 200 and answer["change_id"] == "1", answer
     status, answer = await api(
         "POST", "eval", body={"cells": [{"code": "print('y' * 2000)"}], "session": "keep"}
     )

@@ -306,3 +306,32 @@ async def test_a_flood_reaches_the_room_bounded_by_max_run_cell_bytes(api, jp_ro
         flag.touch()
     answer = await asyncio.wait_for(running, 60)
     assert answer["cells"][0]["outputs_omitted"]["outputs"] == 300 - (len(outputs) - 1)
+
+
+async def test_the_run_is_one_change_without_the_persons_edits_and_undoes_live(api, jp_root_dir, connect):
+    flag = jp_root_dir.parent / "ledger.flag"
+    make(jp_root_dir, "ledger.ipynb", flag)
+    client = await connect("ledger.ipynb")
+    running = asyncio.create_task(run(api, "ledger.ipynb", cell_ids=["c0"]))
+    try:
+        await until(lambda: live_outputs(client, 0) != [], "the first output to reach the client")
+        client.type_at_end(2, "\nz += 1  # typed by a person")  # while the run writes outputs live
+
+        async def server_has_edit() -> bool:
+            _, read = await api("GET", "notebooks", "ledger.ipynb")
+            return bool(read["cells"][2]["source"].endswith("# typed by a person"))
+
+        await until(server_has_edit, "the person's edit to reach the room")
+    finally:
+        flag.touch()
+    answer = await asyncio.wait_for(running, 30)
+    assert answer["recorded"] is True
+    status, listing = await api("GET", "notebooks", "ledger.ipynb", "changes")
+    [entry] = listing["changes"]  # the run's clear, live pushes and final write: one change
+    assert entry["id"] == answer["change_id"] and entry["kind"] == "run"
+    assert [(c["id"], c["what"]) for c in entry["cells"]] == [("c0", ["outputs"])]  # not the person's edit
+    status, undone = await api("POST", "notebooks", "ledger.ipynb", "changes", entry["id"], "undo")
+    assert status == 200, undone
+    await until(lambda: live_outputs(client, 0) == [], "the client to see the outputs the cell had before")
+    assert live_count(client, 0) is None
+    assert client.sources()[2] == "z = 3\nz += 1  # typed by a person"

@@ -180,6 +180,7 @@ async def test_live_answer_equals_file_answer(jp_root_dir, api, connect):
         assert status == 200, live
         status, expected = await api("POST", "notebooks", file_name, body=batch)
         assert status == 200, expected
+        assert live.pop("change_id") != expected.pop("change_id")  # two changes: two ledger entries
         assert live == expected
         assert expected["hash"] == sha(file_path)
         # The room saves the live document; the file then has exactly the bytes the file edit wrote.
@@ -382,3 +383,55 @@ async def test_live_notebook_repair_of_notebook_fields_is_refused(jp_root_dir, a
     status, answer = await api("POST", "notebooks", "invalid.ipynb", body={**edit, "repair": True})
     assert status == 400, answer
     assert answer["message"].startswith("Notebook invalid.ipynb is open in a collaborative room")
+
+
+async def test_undo_goes_through_the_live_document(jp_root_dir, api, connect):
+    write(jp_root_dir, "undo.ipynb", sample())
+    client = await connect("undo.ipynb")
+    original = client.sources()
+    status, edited = await api(
+        "POST",
+        "notebooks",
+        "undo.ipynb",
+        body={
+            "ops": [
+                {"action": "edit", "cell_id": "cell-1", "content": "a = 10"},
+                {"action": "delete", "cell_id": "cell-3"},
+            ]
+        },
+    )
+    assert status == 200 and edited["recorded"] is True, edited
+    await until(lambda: len(client.sources()) == 3, "the client to see the edit")
+    status, undone = await api("POST", "notebooks", "undo.ipynb", "changes", edited["change_id"], "undo")
+    assert status == 200, undone
+    await until(lambda: client.sources() == original, "the client to see the undo")
+    assert client.cell_ids() == ["cell-0", "cell-1", "cell-2", "cell-3"]
+
+
+async def test_undo_after_a_persons_live_edit_is_409_and_writes_nothing(jp_root_dir, api, connect):
+    write(jp_root_dir, "person.ipynb", sample())
+    client = await connect("person.ipynb")
+    status, first = await api("GET", "notebooks", "person.ipynb")
+    status, edited = await api(
+        "POST", "notebooks", "person.ipynb", body={"action": "edit", "cell_id": "cell-1", "content": "a = 10"}
+    )
+    assert status == 200, edited
+    await until(lambda: client.sources()[1] == "a = 10", "the client to see the edit")
+    client.type_at_end(1, "  # typed by a person")
+
+    async def person_visible() -> Any:
+        _, read = await api("GET", "notebooks", "person.ipynb")
+        return read if read["cells"][1]["source"].endswith("# typed by a person") else None
+
+    now = await until(person_visible, "the person's edit to reach the room")
+    status, error = await api("POST", "notebooks", "person.ipynb", "changes", edited["change_id"], "undo")
+    assert status == 409, error
+    assert error["conflicts"] == [{"id": "cell-1", "what": "its source changed since"}]
+    assert "cell cell-1: its source changed since" in error["message"]
+    status, read = await api("GET", "notebooks", "person.ipynb")
+    assert read["hash"] == now["hash"]  # nothing written
+    assert client.sources()[1] == "a = 10  # typed by a person"
+    # what changed since the first read: the agent's edit, then the person's on top of it
+    status, read = await api("GET", "notebooks", "person.ipynb", params={"since": first["hash"]})
+    [cell] = read["changes_since"]["cells"]
+    assert (cell["id"], cell["what"], cell["user"]) == ("cell-1", ["edited"], None)

@@ -22,3 +22,17 @@ def current_user() -> str | None:
 def set_user(username: str | None) -> Token[str | None]:
     """Make ``username`` the acting user of this task (and of the tasks it starts)."""
     return _USER.set(username)
+
+
+# Which front door the request came through: "http", "mcp", or "cli" when the client says so.
+_VIA: ContextVar[str | None] = ContextVar("jupyter_agent_tools_via", default=None)
+
+
+def current_via() -> str | None:
+    """The front door of the request being served (http, mcp, cli), or None for the server's own work."""
+    return _VIA.get()
+
+
+def set_via(via: str | None) -> Token[str | None]:
+    """Make ``via`` the front door of this task (and of the tasks it starts)."""
+    return _VIA.set(via)

@@ -138,6 +138,7 @@ class Audit(Service):
         hash_before: str,
         hash_after: str,
         live: bool,
+        undoes: str | None = None,
     ) -> None:
         actions = list(actions)
         target = "live" if live else "file"
@@ -157,6 +158,8 @@ class Audit(Service):
             "hash_after": hash_after,
             "target": target,
         }
+        if undoes is not None:
+            data["undoes"] = undoes
         if self.include_code:
             wanted = set(ids)
             data["sources"] = {

@@ -199,6 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
     _run_display(run)
     _common(run, stream=True)
 
+    log = nbc.add_parser("log", help="the changes made to a notebook through the server, newest first")
+    log.add_argument("path", metavar="PATH", help=PATH_HELP)
+    log.add_argument("--limit", type=int, metavar="N", help="at most N changes (default 50)")
+    log.add_argument("--before", metavar="ID", help="only changes older than change ID")
+    _common(log)
+
+    diff = nbc.add_parser("diff", help="one change: each cell's what and source diff")
+    diff.add_argument("path", metavar="PATH", help=PATH_HELP)
+    diff.add_argument("change_id", metavar="ID", help="the change (nb log lists them)")
+    _common(diff)
+
+    undo = nbc.add_parser("undo", help="undo one change (refused if a cell it touched changed since)")
+    undo.add_argument("path", metavar="PATH", help=PATH_HELP)
+    undo.add_argument("change_id", metavar="ID", help="the change (nb log lists them)")
+    _expected_hash(undo)
+    _common(undo)
+
     sessions = commands.add_parser("sessions", help="list, interrupt or shut down eval sessions")
     sc = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
     listing = sc.add_parser("list", help="list the sessions (the default)")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client import AgentAPIError, AgentClient, EvalEvent
+from ..ledger.text import change_text, changes_text
 from . import exits
 from .args import parse
 from .cells import CodeCell, UsageError, parse_cell_ref, split_cells
@@ -131,6 +132,8 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         return nb_run(client, args, renderer)
     if args.nb_command == "output":
         return nb_output(client, args, renderer)
+    if args.nb_command in ("log", "diff", "undo"):
+        return nb_ledger(client, args, renderer)
     op, cell = notebook_op(args)
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
@@ -218,6 +221,20 @@ def nb_run(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
     )
     save = Path(args.save_images) if args.save_images else None
     return _run(renderer, events, RunPlan(None, save))
+
+
+def nb_ledger(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    """``nb log``, ``nb diff`` and ``nb undo``: the notebook's recorded changes."""
+    if args.nb_command == "log":
+        listing = client.notebook_changes(args.path, limit=args.limit, before=args.before)
+        renderer.done(changes_text(listing, args.path), listing)
+    elif args.nb_command == "diff":
+        entry = client.notebook_change(args.path, args.change_id)
+        renderer.done(change_text(entry), entry)
+    else:
+        answer = client.undo_change(args.path, args.change_id, expected_hash=args.expected_hash)
+        renderer.done(f"{answer['message']} Hash: {answer['hash']}", answer)
+    return exits.OK
 
 
 def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
@@ -355,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         renderer.error(str(e))
         return exits.UNREACHABLE
     try:
-        with AgentClient(server.url, server.token) as client:
+        with AgentClient(server.url, server.token, client="cli") as client:
             return COMMANDS[args.command](client, args, renderer)
     except UsageError as e:
         renderer.error(str(e))

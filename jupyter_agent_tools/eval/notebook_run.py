@@ -173,7 +173,11 @@ class NotebookRunner(Service):
             ready_within = kernels.ready_timeout if created else began + request.timeout - loop.time()
             await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
             deadline = (loop.time() if created else began) + request.timeout
-            result = await self._run_targets(path, session, targets, request, emit, cancel, notices, deadline)
+            async with self.store.grouped(path, "run") as group:  # one ledger entry for the whole run
+                result = await self._run_targets(
+                    path, session, targets, request, emit, cancel, notices, deadline
+                )
+            result.update(group.fields() if group is not None else {})
         finally:
             await session.end_turn()
         emit({"type": "result", "result": result})

@@ -17,6 +17,7 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 
 from ..audit import NO_AUDIT, Audit, set_user
+from ..audit.context import set_via
 from ..auth.context import set_paths
 from ..body import decode_json_body
 from ..errors import AgentToolsError
@@ -27,6 +28,9 @@ from ..errors import AgentToolsError
 PARSE_IN_THREAD_BYTES = 64 * 1024
 _PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-json")
 
+
+# The header a client sends to say which program it is; "cli" is recorded as such in the change ledger.
+CLIENT_HEADER = "X-Agent-Client"
 
 NO_CREDENTIALS = (
     "This route needs the server's token: send it as the header 'Authorization: token <TOKEN>' (the token "
@@ -99,6 +103,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
     """
 
     route_name = "unknown"
+    via = "http"  # the front door, as the change ledger records it (``cli`` when the client says so)
 
     @property
     def audit(self) -> Audit:
@@ -127,6 +132,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         set_user(acting_username(self))
         # an agent token's path globs (None for everyone else): the services check each path they get
         set_paths(getattr(self.current_user, "path_scope", None))
+        set_via("cli" if self.request.headers.get(CLIENT_HEADER, "").lower() == "cli" else self.via)
 
     def _unauthenticated(self) -> bool:
         """True once authentication ran and found no user (not a refused Host header)."""
@@ -185,7 +191,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         self.set_header("Content-Type", "application/json")
         if error.retry_after:
             self.set_header("Retry-After", str(error.retry_after))
-        reply = {"message": error.message, "reason": responses.get(error.status, "")}
+        reply = {**error.extra, "message": error.message, "reason": responses.get(error.status, "")}
         self.log.warning("wrote error: %r", error.message)
         self.finish(json.dumps(reply, ensure_ascii=False))
 

@@ -27,6 +27,7 @@ class McpHandler(AgentAPIHandler):
     """POST takes JSON-RPC messages; GET is 405 (no server-initiated stream); DELETE ends a session."""
 
     route_name = "mcp"
+    via = "mcp"
 
     _cancel: asyncio.Event | None = None
 

@@ -46,7 +46,7 @@ class NotebookHandler(AgentAPIHandler):
             format=arg("format"),
             include_binary=(arg("include_binary") or "").lower() in TRUE_VALUES,
         )
-        answer = await self.store.read(path, view=view)
+        answer = await self.store.read(path, view=view, since=arg("since"))
         if not view.text:
             self.write_json(answer)
             return

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import BadRequest
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
+from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
 from ..notebook.summary import base64_size, human_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
@@ -197,6 +198,7 @@ NOTEBOOK_READ_ARGUMENTS: dict[str, tuple[str, Any]] = {
     "limit": ("integer", None),
     "cell_ids": ("array", None),
     "include": ("array", None),
+    "since": ("string", None),
 }
 
 
@@ -209,7 +211,7 @@ async def _notebook_read(call: ToolCall) -> ToolResult:
         include=_strings(own["include"], "include"),
         include_binary=own["include_images"],
     )
-    answer = await call.services.notebook_store.read(own["path"], view=view)
+    answer = await call.services.notebook_store.read(own["path"], view=view, since=own["since"])
     images: list[Image] = []
     notes: list[str] = []
     for cell in answer["cells"]:
@@ -249,6 +251,10 @@ def _notebook_read_input() -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "string", "enum": list(INCLUDES)},
                 "description": "Extra cell fields: tags, metadata, attachments (names and sizes).",
+            },
+            "since": {
+                "type": "string",
+                "description": "An earlier answer's hash: also list cells changed since, and by whom.",
             },
         },
         ["path"],
@@ -541,6 +547,36 @@ def _notebook_run_input() -> dict[str, Any]:
     return result
 
 
+# ------------------------------------------------------------------------------------- change ledger
+
+
+async def _notebook_changes(call: ToolCall) -> ToolResult:
+    own, _ = options(
+        call.arguments,
+        {
+            "path": ("string", REQUIRED),
+            "change_id": ("string", None),
+            "limit": ("integer", None),
+            "before": ("string", None),
+        },
+    )
+    store = call.services.notebook_store
+    if own["change_id"] is not None:
+        entry = await store.change_detail(own["path"], own["change_id"])
+        answer = {"path": entry["path"], "changes": [entry], "next_before": None}
+        return ToolResult(change_text(entry), answer)
+    listing = await store.changes(own["path"], limit=own["limit"], before=own["before"])
+    return ToolResult(changes_text(listing, own["path"]), listing)
+
+
+async def _notebook_undo(call: ToolCall) -> ToolResult:
+    own, body = options(
+        call.arguments, {"path": ("string", REQUIRED), "change_id": ("string", REQUIRED)}, rest=True
+    )
+    answer = await call.services.notebook_store.undo(own["path"], own["change_id"], body)
+    return ToolResult(f"{answer['message']}\nhash: {answer['hash']}", answer)
+
+
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 _TOOLS: tuple[Tool, ...] = (
@@ -692,6 +728,43 @@ _TOOLS: tuple[Tool, ...] = (
         output_schema=FILE_LIST_OUTPUT,
         run=_file_list,
         annotations=READ_ONLY,
+    ),
+    Tool(
+        name="notebook_changes",
+        title="A notebook's changes",
+        description="A notebook's recorded changes (edits, runs, undos), newest first: who, how, which "
+        "cells. With change_id: its before/after and diffs.",
+        permissions=(("read", "contents"),),
+        input_schema=_object(
+            {
+                "path": {"type": "string"},
+                "change_id": {"type": "string"},
+                "limit": {"type": "integer"},
+                "before": {"type": "string", "description": "Older than this change_id."},
+            },
+            ["path"],
+        ),
+        output_schema=component("ChangeList"),
+        run=_notebook_changes,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="notebook_undo",
+        title="Undo a change",
+        description="Undo a change (change_id from an edit's answer or notebook_changes) as one atomic "
+        "edit; refused, naming the cells, if they changed since.",
+        permissions=(("write", "contents"),),
+        input_schema=_object(
+            {
+                "path": {"type": "string"},
+                "change_id": {"type": "string"},
+                "expected_hash": {"type": "string"},
+            },
+            ["path", "change_id"],
+        ),
+        output_schema=component("UndoResult"),
+        run=_notebook_undo,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     ),
 )
 

@@ -264,9 +264,29 @@ def render_text(answer: dict[str, Any], output_tool: str | None = None) -> str:
         )
     if answer.get("problems"):
         lines.append("# invalid as found (an edit must send repair: true): " + "; ".join(answer["problems"]))
+    if answer.get("changes_since"):
+        lines.append(since_text(answer["changes_since"]))
     for cell in cells:
         lines.append(_cell_text(cell, output_tool))
     return "\n".join(lines) + "\n"
+
+
+def since_text(since: dict[str, Any]) -> str:
+    """One line saying what changed since the version a read asked about (``changes_since``)."""
+    version = str(since.get("since", ""))[:12]
+    if not since.get("since_known"):
+        return f"# changes since {version}: unknown (the change ledger does not know that version)"
+    cells = since.get("cells") or []
+    if not cells:
+        return f"# changes since {version}: none"
+    parts = []
+    for cell in cells:
+        who = (
+            f"{cell['user']} via {cell['via']}, change {cell['change_id']}" if cell.get("user") else "unknown"
+        )
+        name = cell["id"] if cell.get("id") else f"@{cell.get('index')}"
+        parts.append(f"{name} {'+'.join(cell['what'])} ({who})")
+    return f"# changes since {version}: " + "; ".join(parts)
 
 
 def _cell_text(cell: dict[str, Any], output_tool: str | None) -> str:

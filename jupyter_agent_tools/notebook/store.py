@@ -15,11 +15,12 @@ live document instead of the file, through the same pipeline: read -> check ``ex
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,7 +35,10 @@ from ..audit import NO_AUDIT, Audit
 from ..auth.context import path_allowed
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
+from ..ledger.service import ChangeGroup, Ledger, Recorded, check_hash
+from ..ledger.undo import conflicts, inverse
 from ..traits import Service, at_least, given
+from ..validation import check
 from . import disk
 from .format import content_hash, parse_any_notebook, serialize_notebook
 from .layout import follow_source_style, render_edit
@@ -171,6 +175,7 @@ class NotebookStore(Service):
         3.0, help="Seconds to wait for a file that another writer is in the middle of writing."
     )
     audit = Instance(Audit, help="Records every change (audit event and metrics).")
+    ledger = Instance(Ledger, allow_none=True, help="Records every change for review and undo (None: off).")
 
     @default("audit")
     def _default_audit(self) -> Audit:
@@ -340,22 +345,46 @@ class NotebookStore(Service):
                 return await self._open(path)
 
     async def read(
-        self, path: str, *, include_binary: bool = False, view: ReadView | None = None
+        self,
+        path: str,
+        *,
+        include_binary: bool = False,
+        view: ReadView | None = None,
+        since: str | None = None,
     ) -> dict[str, Any]:
         """The notebook as an agent reads it: the cells ``view`` selects (all by default), summarized (see
-        :func:`~.reading.read_notebook`). A large notebook is summarized in a thread."""
+        :func:`~.reading.read_notebook`). A large notebook is summarized in a thread.
+
+        ``since`` (a hash an earlier answer gave): the answer's ``changes_since`` says which cells changed
+        since that version and by whom, when the change ledger knows (see :meth:`Ledger.changes_since`)."""
+        if since is not None:
+            since = check_hash(since)
         loaded = await self._read(path)
         if view is None:
             view = ReadView(include_binary=include_binary)
         args = (loaded.notebook, loaded.path, loaded.hash, self.summary_max_chars, view)
         answer = await _off_loop_if_large(loaded.text, read_notebook, *args)
         answer.update(await self._fidelity(loaded))
+        self._remember(loaded)
+        if since is not None:
+            if self.ledger is None:
+                answer["changes_since"] = {"since": since, "since_known": False, "cells": []}
+            else:
+                answer["changes_since"] = await self.ledger.changes_since(
+                    loaded.path, since, loaded.notebook, loaded.hash
+                )
         return answer
+
+    def _remember(self, loaded: LoadedNotebook | LiveNotebook) -> None:
+        """Let the ledger remember the version a caller is answered (for a later read's ``since``)."""
+        if self.ledger is not None:
+            self.ledger.remember(loaded.path, loaded.hash, loaded.notebook)
 
     async def read_output(self, path: str, cell: str, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """(output ``n`` of cell ``cell`` as stored, the answer of the output route); see
         :func:`~.reading.read_output`. ``cell`` is a cell id or ``@index``."""
         loaded = await self._read(path)
+        self._remember(loaded)
         return read_output(loaded.notebook, loaded.path, loaded.hash, cell, n)
 
     async def _fidelity(self, loaded: LoadedNotebook | LiveNotebook) -> dict[str, Any]:
@@ -387,6 +416,7 @@ class NotebookStore(Service):
                 )
             async with self._lock(path):
                 loaded = await self._open(path)
+        self._remember(loaded)
         if writable:
             if isinstance(loaded, LoadedNotebook) and loaded.converted_from is not None:
                 raise BadRequest(needs_upgrade(path, loaded.converted_from))
@@ -428,6 +458,7 @@ class NotebookStore(Service):
             answer["repairs"] = list(repairs)
             if repairs:
                 answer["message"] += f" Repaired {len(repairs)} problem(s) found in the notebook first."
+        answer.update(_recorded_fields(notes))
         return answer
 
     async def change(
@@ -440,6 +471,7 @@ class NotebookStore(Service):
         notes: dict[str, Any] | None = None,
         actions: Sequence[str] = ("change",),
         audited: bool = True,
+        undoes: str | None = None,
     ) -> tuple[T, str]:
         """Change a notebook atomically: ``transform(notebook, hash)`` gives the new notebook and a result;
         the new notebook is validated and saved once (or applied to the live document). Returns the
@@ -455,7 +487,10 @@ class NotebookStore(Service):
         is refused with a message naming its problems.
 
         Each change is recorded (:meth:`Audit.notebook_changed`) as ``actions``, unless ``audited`` is
-        False (a notebook run's intermediate output pushes: its final write of the cell is recorded).
+        False (a notebook run's intermediate output pushes: its final write of the cell is recorded), and
+        entered in the change ledger (``notes["ledger"]``: its :class:`Recorded`); writes inside
+        :meth:`grouped` become one entry, unaudited ones included. ``undoes``: the id of the change this
+        one undoes.
         """
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
@@ -481,7 +516,8 @@ class NotebookStore(Service):
                         validate_notebook(notebook, path, loaded.notebook)
                         new_hash = loaded.apply(notebook)
                         if audited:
-                            self._audit(path, actions, loaded, notebook, new_hash, live=True)
+                            self._audit(path, actions, loaded, notebook, new_hash, live=True, undoes=undoes)
+                        await self._record(path, actions, loaded, notebook, new_hash, notes, undoes, audited)
                         return result, new_hash
                     if loaded.converted_from is not None and not upgrade:
                         raise BadRequest(needs_upgrade(path, loaded.converted_from))
@@ -494,9 +530,10 @@ class NotebookStore(Service):
                             _remember(self._nbformat_layout, saved, None, NBFORMAT_LAYOUT_MEMORY)
                         if notes is not None and loaded.converted_from is not None:
                             notes["upgraded_from"] = loaded.converted_from
+                        done = (["upgrade"] if loaded.converted_from is not None else []) + list(actions)
                         if audited:
-                            done = (["upgrade"] if loaded.converted_from is not None else []) + list(actions)
-                            self._audit(path, done, loaded, notebook, saved, live=False)
+                            self._audit(path, done, loaded, notebook, saved, live=False, undoes=undoes)
+                        await self._record(path, done, loaded, notebook, saved, notes, undoes, audited)
                         return result, saved
                     if expected_hash is not None:
                         raise _changed(path, expected_hash, current)
@@ -515,6 +552,7 @@ class NotebookStore(Service):
         new_hash: str,
         *,
         live: bool,
+        undoes: str | None = None,
     ) -> None:
         if notebook is loaded.notebook:
             return  # the transform changed nothing (a run's cell that was deleted meanwhile)
@@ -526,7 +564,102 @@ class NotebookStore(Service):
             hash_before=loaded.hash,
             hash_after=new_hash,
             live=live,
+            undoes=undoes,
         )
+
+    async def _record(
+        self,
+        path: str,
+        actions: Sequence[str],
+        loaded: LoadedNotebook | LiveNotebook,
+        notebook: dict[str, Any],
+        new_hash: str,
+        notes: dict[str, Any] | None,
+        undoes: str | None,
+        audited: bool = True,
+    ) -> None:
+        """Enter a write in the change ledger (see :meth:`change`). A write that is not audited (a run's
+        outputs pushed to a live room while a cell runs) still joins its group: the run's one change
+        then starts from the outputs the cells had before the run."""
+        if self.ledger is None or notebook is loaded.notebook:
+            return
+        if not audited and not self.ledger.grouping(path):
+            return
+        recorded = await self.ledger.record(
+            path, loaded.notebook, notebook, loaded.hash, new_hash, kind=change_kind(actions), undoes=undoes
+        )
+        if recorded is not None and notes is not None:
+            notes["ledger"] = recorded
+
+    @contextlib.asynccontextmanager
+    async def grouped(self, path: str, kind: str) -> AsyncIterator[ChangeGroup | None]:
+        """Writes to ``path`` inside the block (and the tasks it starts) are one ledger entry (a notebook
+        run: one change, not one per cell); ``group.fields()`` then has its id. None: no ledger."""
+        if self.ledger is None or not self.ledger.enabled:
+            yield None
+            return
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+        async with self.ledger.group(path, kind) as group:
+            yield group
+
+    async def changes(
+        self, path: str, *, limit: int | None = None, before: str | None = None
+    ) -> dict[str, Any]:
+        """The recorded changes of ``path``, newest first (see :meth:`Ledger.notebook_changes`)."""
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+        if self.ledger is None:
+            return {"path": path, "changes": [], "next_before": None}
+        return await self.ledger.notebook_changes(path, limit=limit, before=before)
+
+    async def change_detail(self, path: str, change_id: str) -> dict[str, Any]:
+        """One recorded change of ``path`` with its cells' before and after (see :meth:`Ledger.get`)."""
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+        if self.ledger is None:
+            raise NotFound(f"No change {change_id} of {path}: the change ledger is off on this server")
+        return await self.ledger.get(path, change_id)
+
+    async def undo(self, path: str, change_id: str, body: Any = None) -> dict[str, Any]:
+        """Undo change ``change_id`` of ``path`` as one atomic write, itself recorded (with ``undoes``).
+
+        409 naming the cells when any cell it would touch changed since that change; nothing is written.
+        ``body``: nothing, or ``{"expected_hash": ...}`` as for edits.
+        """
+        expected_hash = parse_undo_request(body)
+        if self.ledger is None:
+            raise NotFound(f"No change {change_id} of {path}: the change ledger is off on this server")
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+        plan = await self.ledger.plan(path, change_id)
+        entry = plan.entry
+        if plan.not_undoable is not None:
+            raise BadRequest(f"Change {entry['id']} of {path} cannot be undone: {plan.not_undoable}")
+
+        def transform(nb: dict[str, Any], _hash: str) -> tuple[dict[str, Any], None]:
+            found = conflicts(plan.cells, nb)
+            if found:
+                named = "; ".join(f"cell {c.id}: {c.what}" for c in found)
+                raise Conflict(
+                    f"Change {entry['id']} of {path} cannot be undone: {named}. Nothing was written; read "
+                    "the notebook and change those cells yourself, or undo the later change first",
+                    extra={"conflicts": [c.as_dict() for c in found]},
+                )
+            return inverse(plan.cells, nb), None
+
+        notes: dict[str, Any] = {}
+        _, new_hash = await self.change(
+            path, transform, expected_hash=expected_hash, actions=["undo"], notes=notes, undoes=entry["id"]
+        )
+        answer = {
+            "message": f"Undid change {entry['id']} ({entry['action']}) of {path}.",
+            "hash": new_hash,
+            "undoes": entry["id"],
+            "cells": entry["cells"],
+        }
+        answer.update(_recorded_fields(notes))
+        return answer
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
         """Save ``text`` over ``loaded`` unless the file changed since it was read.
@@ -581,6 +714,35 @@ class NotebookStore(Service):
         if callable(emit):
             emit(data={"action": "save", "path": path})
         return content_hash(data), ""
+
+
+def change_kind(actions: Sequence[str]) -> str:
+    """What kind of change a write with these actions is, as the ledger lists it."""
+    if "undo" in actions:
+        return "undo"
+    if any(a.startswith("run_") for a in actions):
+        return "run"
+    if "upgrade" in actions:
+        return "upgrade"
+    if "repair" in actions:
+        return "repair"
+    if actions and all(a == "clear_outputs" for a in actions):
+        return "clear_outputs"
+    return "edit"
+
+
+def parse_undo_request(body: Any) -> str | None:
+    """The ``expected_hash`` of an undo's body (none, ``{}`` or ``{"expected_hash": str}``); 400 otherwise."""
+    if body is None:
+        return None
+    check("UndoRequest", body)
+    value = body.get("expected_hash")
+    return value if isinstance(value, str) else None
+
+
+def _recorded_fields(notes: dict[str, Any]) -> dict[str, Any]:
+    recorded = notes.get("ledger")
+    return recorded.fields() if isinstance(recorded, Recorded) else {}
 
 
 def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:

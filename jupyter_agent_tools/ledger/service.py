@@ -1,0 +1,920 @@
+"""The change ledger: every change this extension makes to a notebook, kept in an embedded SQLite database.
+
+The database lives in the server's data directory (``jupyter_data_dir()``, the way jupyter_server_fileid
+keeps its ids) unless ``db_path`` names another file; it is in WAL mode, so readers never wait for the
+writer and entries survive restarts. It is bounded: at most ``max_changes_per_notebook`` entries per
+notebook and ``max_bytes`` in all, the oldest pruned first. Outputs larger than
+:data:`INLINE_OUTPUT_BYTES` are stored once by content hash, however many changes refer to them.
+
+Every hash the extension answers with is remembered as a snapshot (:mod:`.since`): per-cell hashes,
+not copies, so a read can say what changed since any earlier answer.
+
+The ledger is never on the data path: all database work runs in one worker thread, and when the
+database is locked, full or corrupt, a change is still made; it is answered ``"recorded": false`` and
+the failure is logged once (until recording works again). A locked database is waited for at most
+:data:`LOCK_TIMEOUT` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import difflib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar, cast
+
+from traitlets import Int, Unicode, default, validate
+
+from ..audit.context import current_user, current_via
+from ..errors import BadRequest, NotFound, Unavailable
+from ..notebook.format import join_source
+from ..traits import Service, at_least, given
+from .changes import PARTS, CellChange, Digest, NotebookChange, diff, dumps, merge, summarize
+from .since import Snapshot, attribute, compare, snapshot_of
+
+T = TypeVar("T")
+
+MIB = 1024 * 1024
+MIN_BYTES = 256 * 1024  # the smallest max_bytes: room for the log and a few changes
+# Pages kept free for what a write adds beyond its own bytes (index pages, page headers).
+SLACK_BYTES = 4 * 4096
+# Seconds a write waits for a database another connection holds locked before giving up (not recorded).
+LOCK_TIMEOUT = 0.2
+# Outputs whose JSON is larger than this are stored once, by content hash, and referred to.
+INLINE_OUTPUT_BYTES = 4096
+# Snapshots (notebook versions) kept per notebook, as a multiple of max_changes_per_notebook.
+SNAPSHOTS_PER_CHANGE = 2
+# Cells of snapshots kept in memory (the latest versions of the notebooks being edited).
+SNAPSHOT_MEMORY_CELLS = 100_000
+# Hashes known to be remembered, so that reading an unchanged notebook again costs nothing.
+KNOWN_HASHES = 10_000
+# Snapshots waiting for the worker; past it new ones are dropped (a read does not wait for them).
+MAX_PENDING_SNAPSHOTS = 32
+# Most entries one listing answers.
+MAX_LIST_LIMIT = 1000
+DEFAULT_LIST_LIMIT = 50
+# An entry larger than this share of max_bytes is not recorded (it would prune everything else).
+MAX_ENTRY_SHARE = 4
+ID_PATTERN_DIGITS = 15
+HASH_CHARS = 64
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    path TEXT NOT NULL,
+    user TEXT,
+    via TEXT,
+    kind TEXT NOT NULL,
+    action TEXT NOT NULL,
+    hash_before TEXT NOT NULL,
+    hash_after TEXT NOT NULL,
+    undoes INTEGER,
+    not_undoable TEXT,
+    cells TEXT NOT NULL,
+    body BLOB NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS changes_by_path ON changes (path, id);
+CREATE INDEX IF NOT EXISTS changes_by_time ON changes (time);
+CREATE TABLE IF NOT EXISTS blobs (hash TEXT PRIMARY KEY, data BLOB NOT NULL, bytes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS change_blobs (
+    change_id INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    PRIMARY KEY (change_id, hash)
+);
+CREATE INDEX IF NOT EXISTS change_blobs_by_hash ON change_blobs (hash);
+CREATE TABLE IF NOT EXISTS snapshots (
+    hash TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    time REAL NOT NULL,
+    cells BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS snapshots_by_path ON snapshots (path, time);
+"""
+
+
+def iso_time(t: float) -> str:
+    """``t`` (seconds since the epoch) as ISO 8601 UTC with milliseconds."""
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(value: str, name: str = "since") -> float:
+    """An ISO 8601 time (UTC when it has no zone) as seconds since the epoch; 400 naming ``name``."""
+    text = value.strip()
+    try:
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        raise BadRequest(
+            f"'{name}' must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got {value[:60]!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
+def parse_change_id(value: str) -> int:
+    """A change id from a route or query (a positive integer as text); 400 otherwise."""
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > ID_PATTERN_DIGITS or int(text) < 1:
+        raise BadRequest(f"A change id is a positive integer such as '12', got {value[:60]!r}")
+    return int(text)
+
+
+def check_hash(value: str, name: str = "since") -> str:
+    """A notebook hash as the extension answers it (64 hex digits); 400 otherwise."""
+    text = value.strip().lower()
+    if len(text) != HASH_CHARS or any(c not in "0123456789abcdef" for c in text):
+        raise BadRequest(
+            f"'{name}' must be a notebook hash as a read or an edit answered it (64 hex digits), "
+            f"got {value[:80]!r}"
+        )
+    return text
+
+
+def list_limit(value: int | None) -> int:
+    if value is None:
+        return DEFAULT_LIST_LIMIT
+    if not 1 <= value <= MAX_LIST_LIMIT:
+        raise BadRequest(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}, got {value}")
+    return value
+
+
+@dataclass
+class Recorded:
+    """Whether a change was recorded, and its id."""
+
+    change_id: str | None
+    recorded: bool
+
+    def fields(self) -> dict[str, Any]:
+        return {"change_id": self.change_id, "recorded": self.recorded}
+
+
+@dataclass
+class ChangeGroup:
+    """Several writes recorded as one change (a notebook run): see :meth:`Ledger.group`."""
+
+    path: str
+    kind: str
+    change: NotebookChange | None = None
+    hash_before: str | None = None
+    hash_after: str | None = None
+    result: Recorded | None = None
+    failed: bool = False
+    # The version the last write left (its notebook, and its snapshot when derived), which is
+    # remembered once when the group ends (the versions in between are never answered to anyone).
+    last: dict[str, Any] | None = None
+    snapshot: Snapshot | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """``change_id`` and ``recorded`` for the answer of the grouped writes (none: nothing written)."""
+        return self.result.fields() if self.result is not None else {}
+
+
+_GROUP: contextvars.ContextVar[ChangeGroup | None] = contextvars.ContextVar(
+    "jupyter_agent_tools_change_group", default=None
+)
+
+
+@dataclass
+class UndoPlan:
+    """A recorded change as an undo needs it: its summary fields and its cells with their bodies."""
+
+    entry: dict[str, Any]
+    cells: list[CellChange]
+    not_undoable: str | None
+
+
+class Ledger(Service):
+    """Records notebook changes in SQLite and answers what changed; see the module doc.
+
+    The application builds the class named by ``AgentToolsApp.ledger_class`` with ``parent=app`` and
+    ``db_path``, ``max_changes_per_notebook``, ``max_bytes``.
+    """
+
+    db_path = Unicode(help="The SQLite file ('': agent_tools_ledger.db in the Jupyter data directory).")
+    max_changes_per_notebook = Int(200, help="Changes kept per notebook, the oldest pruned first (0: off).")
+    max_bytes = Int(256 * MIB, help="Bytes the database may take, the oldest changes pruned first.")
+
+    @default("db_path")
+    def _default_db_path(self) -> str:
+        from jupyter_core.paths import jupyter_data_dir
+
+        return os.path.join(jupyter_data_dir(), "agent_tools_ledger.db")
+
+    @validate("max_changes_per_notebook")
+    def _valid_max_changes(self, proposal: Any) -> int:
+        return int(at_least(proposal, 0))
+
+    @validate("max_bytes")
+    def _valid_max_bytes(self, proposal: Any) -> int:
+        return int(at_least(proposal, MIN_BYTES))
+
+    def __init__(self, db_path: str | None = None, **kwargs: Any):
+        super().__init__(**given(kwargs, db_path=db_path))
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-ledger")
+        self._conn: sqlite3.Connection | None = None  # the worker thread's own
+        self._failing: str | None = None  # what failed last (logged once until it works again)
+        self._fail_lock = threading.Lock()
+        # Worker thread only: the latest snapshots (notebook hash -> (snapshot, time)).
+        self._snapshots: OrderedDict[str, tuple[Snapshot, float]] = OrderedDict()
+        self._snapshot_cells = 0
+        # Event loop only: hashes already remembered; snapshots queued for the worker.
+        self._known: OrderedDict[str, None] = OrderedDict()
+        self._pending = 0
+        self._closed = False
+
+    @property
+    def _wal_bytes(self) -> int:
+        """The write-ahead log is checkpointed (and cut back) at a 16th of max_bytes, 4 MB at most."""
+        return max(1, min(1000, self.max_bytes // 4096 // 16)) * 4096
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_changes_per_notebook > 0 and not self._closed
+
+    # -- the worker ------------------------------------------------------------------------------
+
+    def _submit(self, func: Callable[..., T], *args: Any) -> Future[T]:
+        try:
+            return self._executor.submit(func, *args)
+        except RuntimeError as e:  # the server is stopping and the worker is gone: not recorded
+            failed: Future[T] = Future()
+            failed.set_exception(e)
+            return failed
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self._submit(func, *args))
+
+    def _db(self) -> sqlite3.Connection:
+        """The worker's connection, opened (and the schema made) on first use."""
+        if self._conn is not None:
+            return self._conn
+        path = self.db_path
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        new = not os.path.exists(path)
+        conn = sqlite3.connect(path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
+        try:
+            if new:
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o600)  # sources and outputs: the server's user only
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            # The write-ahead log counts against max_bytes too (see _make_room).
+            conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
+            conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
+            conn.executescript(SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _failed(self, what: str, error: BaseException) -> None:
+        """Log a failure of the database once (until it works again)."""
+        with self._fail_lock:
+            first = self._failing is None
+            self._failing = what
+        if first:
+            self.log.warning(
+                "The change ledger (%s) cannot %s: %s. Changes are still made; they are answered "
+                '"recorded": false until the ledger works again.',
+                self.db_path,
+                what,
+                error,
+            )
+        if isinstance(error, sqlite3.DatabaseError) and not isinstance(error, sqlite3.OperationalError):
+            self._submit(self._reset)  # a corrupt file: open it again next time (it may be replaced)
+
+    def _worked(self) -> None:
+        if self._failing is not None:
+            with self._fail_lock:
+                self._failing = None
+            self.log.info("The change ledger (%s) records changes again.", self.db_path)
+
+    def _reset(self) -> None:
+        """Worker: close the connection (the next use opens the file again)."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    # -- recording -------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def group(self, path: str, kind: str) -> AsyncIterator[ChangeGroup]:
+        """Record the writes to ``path`` made inside the block (and the tasks it starts) as one change.
+
+        ``group.fields()`` after the block: the change's id and whether it was recorded.
+        """
+        group = ChangeGroup(path, kind)
+        token = _GROUP.set(group)
+        try:
+            yield group
+        finally:
+            _GROUP.reset(token)
+            if group.change is not None and group.change.cells:
+                assert group.hash_before is not None and group.hash_after is not None
+                group.result = await self._commit(
+                    path, group.kind, group.change, group.hash_before, group.hash_after, None, group.failed
+                )
+            if group.hash_after is not None and group.last is not None:  # after: the answer waits for it
+                self._known[group.hash_after] = None
+                self._submit(self._remember, path, group.hash_after, group.last, None, group.snapshot)
+
+    def grouping(self, path: str) -> bool:
+        """Whether writes to ``path`` made here join a group (see :meth:`group`)."""
+        group = _GROUP.get()
+        return self.enabled and group is not None and group.path == path
+
+    async def record(
+        self,
+        path: str,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        hash_before: str,
+        hash_after: str,
+        *,
+        kind: str = "edit",
+        undoes: str | None = None,
+    ) -> Recorded | None:
+        """Record one write of ``path`` (from ``before`` to ``after``); None when it is part of a group
+        (see :meth:`group`) or the ledger is off."""
+        if not self.enabled:
+            return None
+        group = _GROUP.get()
+        if group is not None and group.path == path:
+            # Pure computation on the cells the write touched (no I/O): done here, not in the worker,
+            # which would only add a thread hop per write of the run (hashing holds the GIL anyway).
+            self._add_to_group(group, before, after, hash_before, hash_after)
+            return None
+        user, via = current_user(), current_via()
+        action_kind = kind if undoes is None else f"undo {undoes}"
+        args = (path, kind, action_kind, before, after, hash_before, hash_after, undoes, user, via)
+        recording = self._submit(self._record_one, *args)  # first: the answer waits for it, not a snapshot
+        self.remember(path, hash_after, after, base=(hash_before, before))
+        try:
+            change_id = await asyncio.wrap_future(recording)
+        except Exception as e:
+            self._failed("record changes", e)
+            return Recorded(None, False)
+        self._worked()
+        return Recorded(str(change_id), True)
+
+    def _record_one(
+        self,
+        path: str,
+        kind: str,
+        action_kind: str,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        hash_before: str,
+        hash_after: str,
+        undoes: str | None,
+        user: str | None,
+        via: str | None,
+    ) -> int:
+        """Worker: what one write did, entered in the database (one round trip from the event loop)."""
+        change = diff(before, after)
+        action = summarize(change, action_kind)
+        return self._insert(path, kind, action, change, hash_before, hash_after, undoes, user, via, False)
+
+    def _add_to_group(
+        self,
+        group: ChangeGroup,
+        before: dict[str, Any],
+        after: dict[str, Any],
+        hash_before: str,
+        hash_after: str,
+    ) -> None:
+        """Merge one write into its group's change (a bug here is logged; it never fails the write)."""
+        try:
+            change = diff(before, after)
+            group.change = change if group.change is None else merge(group.change, change)
+            if group.hash_before is None:
+                group.hash_before = hash_before
+            # The snapshot of the version this write left, from the previous one's (in memory only).
+            base = group.snapshot if group.hash_after == hash_before else None
+            if base is None:
+                cached = self._snapshots.get(hash_before)  # (a read of the worker's cache: atomic)
+                base = cached[0] if cached is not None else None
+            group.snapshot = snapshot_of(after, (before, base)) if base is not None else None
+            group.last = after
+            group.hash_after = hash_after
+        except Exception:
+            self.log.exception("change ledger: cannot compute a change of %s", group.path)
+            group.failed = True
+
+    async def _commit(
+        self,
+        path: str,
+        kind: str,
+        change: NotebookChange,
+        hash_before: str,
+        hash_after: str,
+        undoes: str | None,
+        incomplete: bool,
+    ) -> Recorded:
+        user, via = current_user(), current_via()
+        action = summarize(change, kind if undoes is None else f"undo {undoes}")
+        args = (path, kind, action, change, hash_before, hash_after, undoes, user, via, incomplete)
+        try:
+            change_id = await self._run(self._insert, *args)
+        except Exception as e:
+            self._failed("record changes", e)
+            return Recorded(None, False)
+        self._worked()
+        return Recorded(str(change_id), True)
+
+    def _insert(
+        self,
+        path: str,
+        kind: str,
+        action: str,
+        change: NotebookChange,
+        hash_before: str,
+        hash_after: str,
+        undoes: str | None,
+        user: str | None,
+        via: str | None,
+        incomplete: bool,
+    ) -> int:
+        summary, body, blobs = _encode(change.cells)
+        size = len(summary) + len(body) + sum(len(b) for b in blobs.values())
+        if size > self.max_bytes // MAX_ENTRY_SHARE:
+            raise ValueError(f"the change takes {size} bytes, more than max_bytes / {MAX_ENTRY_SHARE}")
+        not_undoable = change.not_undoable
+        if incomplete:
+            not_undoable = "some of its writes could not be recorded"
+        if kind == "upgrade":
+            not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
+        conn = self._db()
+        self._make_room(conn, size)  # first: the files never grow past max_bytes
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            cursor = conn.execute(
+                "INSERT INTO changes (time, path, user, via, kind, action, hash_before, hash_after, undoes, "
+                "not_undoable, cells, body, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    time.time(),
+                    path,
+                    user,
+                    via,
+                    kind,
+                    action,
+                    hash_before,
+                    hash_after,
+                    int(undoes) if undoes is not None else None,
+                    not_undoable,
+                    summary,
+                    body,
+                    size,
+                ),
+            )
+            change_id = int(cast(int, cursor.lastrowid))
+            for blob_hash, data in blobs.items():
+                conn.execute(
+                    "INSERT OR IGNORE INTO blobs (hash, data, bytes) VALUES (?, ?, ?)",
+                    (blob_hash, data, len(data)),
+                )
+                conn.execute("INSERT OR IGNORE INTO change_blobs VALUES (?, ?)", (change_id, blob_hash))
+            self._prune_notebook(conn, path)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            raise
+        self._settle(conn)
+        return change_id
+
+    def _prune_notebook(self, conn: sqlite3.Connection, path: str) -> None:
+        """Keep the newest ``max_changes_per_notebook`` changes and twice as many snapshots of ``path``."""
+        keep = self.max_changes_per_notebook
+        old = [
+            row[0]
+            for row in conn.execute(
+                "SELECT id FROM changes WHERE path = ? ORDER BY id DESC LIMIT -1 OFFSET ?", (path, keep)
+            )
+        ]
+        self._delete_changes(conn, old)
+        conn.execute(
+            "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE path = ? "
+            "ORDER BY time DESC LIMIT -1 OFFSET ?)",
+            (path, keep * SNAPSHOTS_PER_CHANGE),
+        )
+
+    @staticmethod
+    def _delete_changes(conn: sqlite3.Connection, ids: list[int]) -> None:
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            conn.execute(f"DELETE FROM changes WHERE id IN ({marks})", chunk)
+            conn.execute(f"DELETE FROM change_blobs WHERE change_id IN ({marks})", chunk)
+        if ids:
+            conn.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT hash FROM change_blobs)")
+
+    def used_bytes(self, conn: sqlite3.Connection | None = None) -> int:
+        """Bytes of the database's pages in use (worker thread)."""
+        conn = conn or self._db()
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return int((pages - free) * page_size)
+
+    def _make_room(self, conn: sqlite3.Connection, incoming: int) -> None:
+        """Prune until a write of ``incoming`` bytes fits: in WAL mode a write lands in the log first (its
+        pages, about twice its bytes with index pages, on top of a log of up to its checkpoint size), then
+        in the file at the checkpoint; both together stay within ``max_bytes``."""
+        room = self.max_bytes - self._wal_bytes - 2 * (incoming + SLACK_BYTES)
+        if self.used_bytes(conn) > room:
+            self._prune_bytes(conn, room * 9 // 10)  # to 90% of it, so that every write does not prune
+
+    def _settle(self, conn: sqlite3.Connection) -> None:
+        """Near the limit, empty the log after a write (it would otherwise keep its checkpoint size)."""
+        if self.db_bytes() > self.max_bytes - 2 * self._wal_bytes:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def _prune_bytes(self, conn: sqlite3.Connection, target: int) -> None:
+        """Delete the oldest changes (and then older snapshots) until the database's pages in use are at
+        most ``target`` bytes, and give the space back to the file system. In steps of a quarter of the
+        log's size, each checkpointed: a prune never swells the write-ahead log past the room kept for it."""
+        step = max(4096, self._wal_bytes // 4)
+        while self.used_bytes(conn) > target:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                chosen, total = [], 0
+                for change_id, size in conn.execute("SELECT id, bytes FROM changes ORDER BY id LIMIT 500"):
+                    chosen.append(change_id)
+                    total += size
+                    if total >= step:
+                        break
+                self._delete_changes(conn, chosen)
+                oldest = conn.execute("SELECT min(time) FROM changes").fetchone()[0]
+                removed = conn.execute(
+                    "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
+                    "ORDER BY time LIMIT 20)",
+                    (oldest if oldest is not None else float("inf"),),
+                ).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+                raise
+            self._vacuum(conn)
+            if not chosen and not removed:
+                break  # nothing left to prune
+
+    def _vacuum(self, conn: sqlite3.Connection) -> None:
+        """Give free pages back to the file system, a few at a time, checkpointing the log after each."""
+        pages = max(1, self._wal_bytes // 4096 // 4)
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        while free:
+            conn.execute(f"PRAGMA incremental_vacuum({pages})").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            left = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            if left >= free:
+                break  # a database made without incremental auto-vacuum keeps its free pages for reuse
+            free = left
+
+    # -- snapshots -------------------------------------------------------------------------------
+
+    def remember(
+        self, path: str, hash_: str, nb: dict[str, Any], base: tuple[str, dict[str, Any]] | None = None
+    ) -> None:
+        """Remember the cells' hashes of the version ``hash_`` of ``path`` (not waited for; dropped when
+        the worker is far behind). ``base``: an earlier version (hash, notebook) it was made from."""
+        if not self.enabled or hash_ in self._known or self._pending >= MAX_PENDING_SNAPSHOTS:
+            if hash_ in self._known:
+                self._known.move_to_end(hash_)
+            return
+        self._known[hash_] = None
+        while len(self._known) > KNOWN_HASHES:
+            self._known.popitem(last=False)
+        self._pending += 1
+        loop = asyncio.get_running_loop()
+
+        def done(_: Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._remembered)
+
+        self._submit(self._remember, path, hash_, nb, base).add_done_callback(done)
+
+    def _remembered(self) -> None:
+        self._pending -= 1
+
+    def _remember(
+        self,
+        path: str,
+        hash_: str,
+        nb: dict[str, Any],
+        base: tuple[str, dict[str, Any]] | None,
+        made: Snapshot | None = None,
+    ) -> None:
+        """Worker: keep the snapshot of version ``hash_`` (``made``: already computed)."""
+        if hash_ in self._snapshots:
+            self._snapshots.move_to_end(hash_)
+            return
+        try:
+            conn = self._db()
+            row = conn.execute("SELECT cells, time FROM snapshots WHERE hash = ?", (hash_,)).fetchone()
+            if row is not None:
+                self._keep(hash_, Snapshot.decode(row[0]), row[1])
+                return
+            known = self._snapshots.get(base[0]) if base is not None else None
+            snapshot = made or snapshot_of(nb, (base[1], known[0]) if base is not None and known else None)
+            now = time.time()
+            self._keep(hash_, snapshot, now)
+            data = snapshot.encode()
+            if len(data) > self.max_bytes // MAX_ENTRY_SHARE:
+                return  # remembered in memory only: it would take too much of the database
+            self._make_room(conn, len(data))
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT OR IGNORE INTO snapshots (hash, path, time, cells) VALUES (?, ?, ?, ?)",
+                    (hash_, path, now, data),
+                )
+                conn.execute(
+                    "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE path = ? "
+                    "ORDER BY time DESC LIMIT -1 OFFSET ?)",
+                    (path, self.max_changes_per_notebook * SNAPSHOTS_PER_CHANGE),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.execute("ROLLBACK")
+                raise
+            self._settle(conn)
+        except Exception as e:
+            self._failed("remember notebook versions", e)
+
+    def _keep(self, hash_: str, snapshot: Snapshot, when: float) -> None:
+        self._snapshots[hash_] = (snapshot, when)
+        self._snapshot_cells += len(snapshot)
+        while self._snapshot_cells > SNAPSHOT_MEMORY_CELLS and len(self._snapshots) > 1:
+            _, (dropped, _) = self._snapshots.popitem(last=False)
+            self._snapshot_cells -= len(dropped)
+
+    def _snapshot(self, conn: sqlite3.Connection, hash_: str) -> tuple[Snapshot, float] | None:
+        found = self._snapshots.get(hash_)
+        if found is not None:
+            return found
+        row = conn.execute("SELECT cells, time FROM snapshots WHERE hash = ?", (hash_,)).fetchone()
+        if row is None:
+            return None
+        self._keep(hash_, Snapshot.decode(row[0]), row[1])
+        return self._snapshots[hash_]
+
+    async def changes_since(self, path: str, since: str, nb: dict[str, Any], hash_: str) -> dict[str, Any]:
+        """``changes_since`` of a read: the cells changed since the version ``since`` of ``path``, and by
+        whom when a recorded change explains them (see :func:`.since.attribute`)."""
+        if not self.enabled:
+            return {"since": since, "since_known": False, "cells": []}
+        try:
+            return await self._run(self._since, path, since, nb, hash_)
+        except Exception as e:
+            self._failed("read notebook versions", e)
+            raise Unavailable(f"The change ledger cannot be read right now: {e}", retry_after=1) from e
+
+    def _since(self, path: str, since: str, nb: dict[str, Any], hash_: str) -> dict[str, Any]:
+        if since == hash_:
+            return {"since": since, "since_known": True, "cells": []}
+        conn = self._db()
+        old = self._snapshot(conn, since)
+        if old is None:
+            return {"since": since, "since_known": False, "cells": []}
+        new = self._snapshot(conn, hash_)
+        if new is None:
+            self._remember(path, hash_, nb, None)
+            new = self._snapshot(conn, hash_)
+        assert new is not None
+        cells = compare(old[0], new[0])
+        rows = conn.execute(
+            "SELECT id, user, via, cells FROM changes WHERE path = ? AND time >= ? ORDER BY id DESC LIMIT ?",
+            (path, old[1], max(1, self.max_changes_per_notebook)),
+        ).fetchall()
+        entries = [
+            {
+                "id": str(row[0]),
+                "user": row[1],
+                "via": row[2],
+                "by_id": {c["id"]: c for c in json.loads(row[3]) if c.get("id") is not None},
+            }
+            for row in rows
+        ]
+        return {"since": since, "since_known": True, "cells": attribute(cells, entries)}
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    async def _read(self, func: Callable[..., T], *args: Any) -> T:
+        try:
+            return await self._run(func, *args)
+        except (NotFound, BadRequest):
+            raise
+        except Exception as e:
+            self._failed("read changes", e)
+            raise Unavailable(f"The change ledger cannot be read right now: {e}", retry_after=1) from e
+
+    async def notebook_changes(
+        self, path: str, *, limit: int | None = None, before: str | None = None
+    ) -> dict[str, Any]:
+        """The changes of ``path``, newest first (``before``: only older than that change id)."""
+        count = list_limit(limit)
+        below = parse_change_id(before) if before is not None else None
+        rows = await self._read(self._select, "path = ?", [path], below, count)
+        return {"path": path, "changes": rows, "next_before": rows[-1]["id"] if len(rows) == count else None}
+
+    async def recent(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """The changes of every notebook, newest first (``since``: from that ISO time on)."""
+        count = list_limit(limit)
+        where, args = "1", []
+        if since is not None:
+            where, args = "time >= ?", [parse_time(since)]
+        rows = await self._read(self._select, where, args, None, count)
+        return {"changes": rows}
+
+    def _select(self, where: str, args: list[Any], below: int | None, limit: int) -> list[dict[str, Any]]:
+        if below is not None:
+            where, args = f"{where} AND id < ?", [*args, below]
+        rows = self._db().execute(
+            f"SELECT {ENTRY_COLUMNS} FROM changes WHERE {where} ORDER BY id DESC LIMIT ?",
+            [*args, limit],
+        )
+        return [_entry(row) for row in rows]
+
+    async def get(self, path: str, change_id: str) -> dict[str, Any]:
+        """One change of ``path`` with each cell's before and after and a diff of each changed source."""
+        plan = await self.plan(path, change_id)
+        entry = dict(plan.entry)
+        entry["cells"] = [
+            {**summary, **_bodies(cell)} for summary, cell in zip(entry["cells"], plan.cells, strict=True)
+        ]
+        return entry
+
+    async def plan(self, path: str, change_id: str) -> UndoPlan:
+        """A change of ``path`` with its cells' bodies (outputs kept by reference are read back); 404 for
+        an unknown id or a change of another notebook."""
+        number = parse_change_id(change_id)
+        if self.max_changes_per_notebook <= 0:
+            raise NotFound(f"No change {change_id} of {path}: the change ledger is off on this server")
+        found = await self._read(self._plan, number)
+        if found is None or found.entry["path"] != path:
+            raise NotFound(f"No change {number} of {path} (list them: GET .../changes)")
+        return found
+
+    def _plan(self, number: int) -> UndoPlan | None:
+        conn = self._db()
+        row = conn.execute(f"SELECT {ENTRY_COLUMNS}, body FROM changes WHERE id = ?", (number,)).fetchone()
+        if row is None:
+            return None
+        entry = _entry(row[:-1])
+        summaries = json.loads(row[ENTRY_CELLS])
+        bodies = json.loads(zlib.decompress(row[-1]))
+
+        def blob(ref: str) -> Any:
+            found = conn.execute("SELECT data FROM blobs WHERE hash = ?", (ref,)).fetchone()
+            if found is None:
+                raise NotFound(f"Change {number} refers to outputs that are no longer kept")
+            return json.loads(zlib.decompress(found[0]))
+
+        cells = [_decode_cell(s, b, blob) for s, b in zip(summaries, bodies, strict=True)]
+        return UndoPlan(entry, cells, row[ENTRY_NOT_UNDOABLE])
+
+    def db_bytes(self) -> int:
+        """Bytes of the database file and its write-ahead log on disk (what max_bytes bounds; the log's
+        index file, ``-shm``, is 32 KB more)."""
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(self.db_path + suffix)
+        return total
+
+    def close(self) -> None:
+        """Finish the queued work and close the database (the server is stopping)."""
+        self._closed = True
+        self._executor.submit(self._reset)
+        self._executor.shutdown(wait=True)
+
+
+ENTRY_COLUMNS = (
+    "id, time, path, user, via, kind, action, hash_before, hash_after, undoes, not_undoable, cells"
+)
+ENTRY_NOT_UNDOABLE = 10
+ENTRY_CELLS = 11
+
+
+def _entry(row: Any) -> dict[str, Any]:
+    cells = json.loads(row[ENTRY_CELLS])
+    return {
+        "id": str(row[0]),
+        "time": iso_time(row[1]),
+        "path": row[2],
+        "user": row[3],
+        "via": row[4],
+        "kind": row[5],
+        "action": row[6],
+        "hash_before": row[7],
+        "hash_after": row[8],
+        "undoes": str(row[9]) if row[9] is not None else None,
+        "undoable": row[ENTRY_NOT_UNDOABLE] is None,
+        "cells": [{k: c[k] for k in ("id", "what", "index_before", "index_after")} for c in cells],
+    }
+
+
+def _encode(cells: list[CellChange]) -> tuple[str, bytes, dict[str, bytes]]:
+    """(the cells' summary as JSON, their bodies compressed, outputs stored apart by hash)."""
+    blobs: dict[str, bytes] = {}
+
+    def part(name: str, value: dict[str, Any]) -> Any:
+        if name != "outputs" or not value:
+            return value
+        data = dumps(value)
+        if len(data) <= INLINE_OUTPUT_BYTES:
+            return value
+        ref = hashlib.sha256(data).hexdigest()
+        if ref not in blobs:
+            blobs[ref] = zlib.compress(data, 1)
+        return {"$ref": ref, "bytes": len(data)}
+
+    summary = [
+        {
+            "id": c.id,
+            "what": c.what,
+            "index_before": c.index_before,
+            "index_after": c.index_after,
+            "prev": c.prev,
+            "digest": list(c.digest) if c.digest is not None else None,
+        }
+        for c in cells
+    ]
+    bodies = [
+        {
+            "before": {name: part(name, value) for name, value in c.before.items()},
+            "after": {name: part(name, value) for name, value in c.after.items()},
+        }
+        for c in cells
+    ]
+    return json.dumps(summary), zlib.compress(dumps(bodies), 1), blobs
+
+
+def _decode_cell(summary: dict[str, Any], body: dict[str, Any], blob: Callable[[str], Any]) -> CellChange:
+    def part(value: dict[str, Any]) -> dict[str, Any]:
+        if set(value) == {"$ref", "bytes"}:
+            return cast(dict[str, Any], blob(value["$ref"]))
+        return value
+
+    digest = summary.get("digest")
+    return CellChange(
+        summary.get("id"),
+        list(summary["what"]),
+        summary.get("index_before"),
+        summary.get("index_after"),
+        summary.get("prev"),
+        {name: part(value) for name, value in body["before"].items()},
+        {name: part(value) for name, value in body["after"].items()},
+        cast(Digest, tuple(digest)) if digest is not None else None,
+    )
+
+
+def _shown(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """A cell's changed parts as an answer shows them: one dict of cell fields, the source as one string."""
+    if not parts:
+        return None
+    shown: dict[str, Any] = {}
+    for name in PARTS:
+        for key, value in (parts.get(name) or {}).items():
+            shown[key] = join_source(value) if key == "source" else value
+    return shown
+
+
+def _bodies(cell: CellChange) -> dict[str, Any]:
+    before, after = _shown(cell.before), _shown(cell.after)
+    fields: dict[str, Any] = {"before": before, "after": after}
+    old = before.get("source") if before else None
+    new = after.get("source") if after else None
+    if old is not None or new is not None:
+        name = cell.id or f"@{cell.index_after if cell.index_after is not None else cell.index_before}"
+        lines = difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            (new or "").splitlines(keepends=True),
+            fromfile=f"{name} (before)",
+            tofile=f"{name} (after)",
+        )
+        fields["diff"] = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return fields

@@ -1,0 +1,440 @@
+"""The change ledger against a real server, real kernels and a real SQLite database (no mocks).
+
+Every change the extension makes is recorded; it can be listed, shown with a diff and undone (the file's
+bytes come back exactly), unless a cell it touched changed since (409 naming the cell, nothing written).
+A read with ``since`` says what changed since an earlier answer and by whom. The ledger is never on the
+data path: a locked database does not fail an edit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from contract import Contract
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from jupyter_agent_tools.openapi import openapi_document
+
+pytestmark = pytest.mark.timeout(180)
+CONTRACT = Contract(openapi_document())
+NB = "/api/agent/notebooks/{path}"
+CHANGES = NB + "/changes"
+CHANGE = CHANGES + "/{change_id}"
+UNDO = CHANGE + "/undo"
+
+
+@pytest.fixture
+def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
+    return {
+        "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+        "AgentToolsApp": {"ledger_db_path": str(jp_root_dir.parent / "ledger" / "ledger.db")},
+    }
+
+
+def sample() -> nbformat.NotebookNode:
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# Title", id="md"),
+            new_code_cell(
+                "a = 1\nprint(a)",
+                id="one",
+                execution_count=1,
+                outputs=[new_output("stream", name="stdout", text="1\n")],
+            ),
+            new_code_cell("b = 2", id="two"),
+            new_code_cell("c = 3", id="three"),
+        ]
+    )
+    nb.nbformat_minor = 5
+    return nb
+
+
+def write(root: Path, name: str = "nb.ipynb", nb: Any = None) -> Path:
+    path = root / name
+    nbformat.write(nb if nb is not None else sample(), str(path))
+    return path
+
+
+def app_of(jp_serverapp: Any) -> Any:
+    return jp_serverapp.web_app.settings["jupyter_agent_tools"]
+
+
+@pytest.fixture
+def call(api):
+    """An agent call whose answer is checked against the OpenAPI document."""
+
+    async def _call(method: str, route: str, *parts: str, **kw: Any) -> tuple[int, Any]:
+        status, answer = await api(method, *parts, **kw)
+        CONTRACT.assert_response(method, route, status, answer)
+        return status, answer
+
+    return _call
+
+
+EDIT = {
+    "ops": [
+        {"action": "edit", "cell_id": "one", "content": "a = 10\nprint(a)"},
+        {"action": "insert", "cell_index": 2, "content": "new = True", "cell_id": "new"},
+        {"action": "delete", "cell_id": "three"},
+        {"action": "move", "cell_id": "md", "to_index": 3},
+    ]
+}
+
+
+async def test_edit_list_diff_undo_restores_the_bytes(jp_root_dir, call):
+    path = write(jp_root_dir)
+    original = path.read_bytes()
+    status, edited = await call("POST", NB, "notebooks", "nb.ipynb", body=EDIT)
+    assert status == 200, edited
+    assert edited["recorded"] is True and edited["change_id"]
+    change_id = edited["change_id"]
+
+    status, listing = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes")
+    assert status == 200
+    [entry] = listing["changes"]
+    assert entry["id"] == change_id and entry["path"] == "nb.ipynb"
+    assert entry["kind"] == "edit" and entry["via"] == "http" and entry["user"]
+    assert entry["action"] == "edit 1 cell, insert 1, delete 1, move 1"
+    assert entry["hash_after"] == edited["hash"] and entry["undoable"] is True
+    whats = {c["id"]: c["what"] for c in entry["cells"]}
+    assert whats == {"one": ["edited"], "new": ["inserted"], "three": ["deleted"], "md": ["moved"]}
+    assert "before" not in entry["cells"][0]  # a listing has no bodies
+
+    status, detail = await call("GET", CHANGE, "notebooks", "nb.ipynb", "changes", change_id)
+    assert status == 200
+    cells = {c["id"]: c for c in detail["cells"]}
+    assert cells["one"]["before"] == {"source": "a = 1\nprint(a)"}
+    assert cells["one"]["after"] == {"source": "a = 10\nprint(a)"}
+    assert "-a = 1\n+a = 10\n" in cells["one"]["diff"]
+    assert cells["three"]["after"] is None and cells["three"]["before"]["source"] == "c = 3"
+    assert cells["new"]["before"] is None and "+new = True" in cells["new"]["diff"]
+
+    status, undone = await call("POST", UNDO, "notebooks", "nb.ipynb", "changes", change_id, "undo")
+    assert status == 200, undone
+    assert path.read_bytes() == original
+    assert undone["undoes"] == change_id and undone["recorded"] is True
+    status, listing = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes")
+    newest = listing["changes"][0]
+    assert newest["id"] == undone["change_id"] and newest["undoes"] == change_id and newest["kind"] == "undo"
+
+    # undoing the undo is a redo
+    status, redone = await call("POST", UNDO, "notebooks", "nb.ipynb", "changes", undone["change_id"], "undo")
+    assert status == 200, redone
+    assert redone["hash"] == edited["hash"]
+
+
+async def test_person_edit_through_contents_api_is_a_409_naming_the_cell(jp_root_dir, call, jp_fetch):
+    path = write(jp_root_dir)
+    status, edited = await call("POST", NB, "notebooks", "nb.ipynb", body=EDIT)
+    assert status == 200
+    # A person edits the cell the agent edited, through the contents API (what JupyterLab's save does).
+    response = await jp_fetch("api", "contents", "nb.ipynb", params={"type": "notebook", "content": "1"})
+    model = json.loads(response.body)
+    nb = model["content"]
+    for cell in nb["cells"]:
+        cell["metadata"].pop("trusted", None)
+        if cell["id"] == "one":
+            cell["source"] = "a = 'person'"
+    body = json.dumps({"type": "notebook", "format": "json", "content": nb})
+    await jp_fetch("api", "contents", "nb.ipynb", method="PUT", body=body)
+    before = path.read_bytes()
+
+    status, error = await call(
+        "POST", UNDO, "notebooks", "nb.ipynb", "changes", edited["change_id"], "undo", body={}
+    )
+    assert status == 409, error
+    assert "cell one: its source changed since" in error["message"]
+    assert error["conflicts"] == [{"id": "one", "what": "its source changed since"}]
+    assert path.read_bytes() == before  # nothing written
+
+
+async def test_read_since_names_a_persons_edits_and_the_agents(jp_root_dir, call, jp_fetch):
+    write(jp_root_dir)
+    status, first = await call("GET", NB, "notebooks", "nb.ipynb")
+    assert status == 200
+    status, edited = await call(
+        "POST", NB, "notebooks", "nb.ipynb", body={"action": "edit", "cell_id": "two", "content": "b = 20"}
+    )
+    assert status == 200
+    response = await jp_fetch("api", "contents", "nb.ipynb", params={"type": "notebook", "content": "1"})
+    nb = json.loads(response.body)["content"]
+    for cell in nb["cells"]:
+        cell["metadata"].pop("trusted", None)
+    nb["cells"][3]["source"] = "c = 'by a person'"
+    del nb["cells"][0]
+    body = json.dumps({"type": "notebook", "format": "json", "content": nb})
+    await jp_fetch("api", "contents", "nb.ipynb", method="PUT", body=body)
+
+    status, read = await call("GET", NB, "notebooks", "nb.ipynb", params={"since": first["hash"]})
+    assert status == 200
+    since = read["changes_since"]
+    assert since["since"] == first["hash"] and since["since_known"] is True
+    by_id = {c["id"]: c for c in since["cells"]}
+    assert by_id["two"]["what"] == ["edited"] and by_id["two"]["via"] == "http"
+    assert by_id["two"]["user"] and by_id["two"]["change_id"] == edited["change_id"]
+    assert by_id["three"]["what"] == ["edited"] and by_id["three"]["user"] is None
+    assert by_id["md"]["what"] == ["deleted"] and by_id["md"]["user"] is None
+    assert set(by_id) == {"two", "three", "md"}
+
+    # a hash the ledger never answered: said so, nothing guessed
+    status, read = await call("GET", NB, "notebooks", "nb.ipynb", params={"since": "0" * 64})
+    assert status == 200
+    assert read["changes_since"] == {"since": "0" * 64, "since_known": False, "cells": []}
+    status, read = await call("GET", NB, "notebooks", "nb.ipynb", params={"since": read["hash"]})
+    assert read["changes_since"]["cells"] == [] and read["changes_since"]["since_known"] is True
+
+
+async def test_bad_ids_times_and_hashes_are_4xx(jp_root_dir, call):
+    write(jp_root_dir)
+    write(jp_root_dir, "other.ipynb")
+    status, edited = await call(
+        "POST", NB, "notebooks", "other.ipynb", body={"action": "insert", "content": "x"}
+    )
+    assert status == 200
+    other_id = edited["change_id"]
+    for change_id, want in (("99999", 404), (other_id, 404), ("abc", 400), ("-1", 400), ("0", 400)):
+        status, error = await call("GET", CHANGE, "notebooks", "nb.ipynb", "changes", change_id)
+        assert status == want, (change_id, error)
+        status, error = await call("POST", UNDO, "notebooks", "nb.ipynb", "changes", change_id, "undo")
+        assert status == want, (change_id, error)
+    status, error = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes", params={"before": "x"})
+    assert status == 400
+    status, error = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes", params={"limit": "0"})
+    assert status == 400
+    status, error = await call("GET", "/api/agent/changes", "changes", params={"since": "yesterday"})
+    assert status == 400 and "ISO 8601" in error["message"]
+    status, error = await call("GET", NB, "notebooks", "nb.ipynb", params={"since": "abc"})
+    assert status == 400 and "64 hex digits" in error["message"]
+    status, error = await call(
+        "POST", UNDO, "notebooks", "other.ipynb", "changes", other_id, "undo", body={"nope": 1}
+    )
+    assert status == 400 and "nope" in error["message"]
+    status, error = await call(
+        "POST", UNDO, "notebooks", "other.ipynb", "changes", other_id, "undo", body={"expected_hash": "0"}
+    )
+    assert status == 409
+
+
+async def test_changes_across_notebooks_newest_first(jp_root_dir, call):
+    write(jp_root_dir)
+    write(jp_root_dir, "other.ipynb")
+    ids = []
+    for name in ("nb.ipynb", "other.ipynb", "nb.ipynb"):
+        status, edited = await call("POST", NB, "notebooks", name, body={"action": "insert", "content": "x"})
+        ids.append(edited["change_id"])
+    status, listing = await call("GET", "/api/agent/changes", "changes")
+    assert status == 200
+    assert [c["id"] for c in listing["changes"]] == ids[::-1]
+    assert [c["path"] for c in listing["changes"]] == ["nb.ipynb", "other.ipynb", "nb.ipynb"]
+    first_time = listing["changes"][-1]["time"]
+    status, listing = await call("GET", "/api/agent/changes", "changes", params={"since": first_time})
+    assert len(listing["changes"]) == 3
+    status, listing = await call(
+        "GET", "/api/agent/changes", "changes", params={"since": "2999-01-01T00:00Z"}
+    )
+    assert listing["changes"] == []
+    status, page = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes", params={"limit": "1"})
+    assert [c["id"] for c in page["changes"]] == [ids[2]] and page["next_before"] == ids[2]
+    params = {"limit": "1", "before": page["next_before"]}
+    status, page = await call("GET", CHANGES, "notebooks", "nb.ipynb", "changes", params=params)
+    assert [c["id"] for c in page["changes"]] == [ids[0]]
+
+
+async def test_undo_emits_the_change_event_with_undoes(jp_root_dir, api, agent_audit_events):
+    write(jp_root_dir)
+    status, edited = await api("POST", "notebooks", "nb.ipynb", body={"action": "delete", "cell_id": "two"})
+    status, undone = await api("POST", "notebooks", "nb.ipynb", "changes", edited["change_id"], "undo")
+    assert status == 200, undone
+    events = agent_audit_events("notebook_change")
+    assert [e.get("undoes") for e in events] == [None, edited["change_id"]]
+    assert events[-1]["actions"] == ["undo"] and events[-1]["cell_ids"] == ["two"]
+
+
+async def test_clear_outputs_is_recorded_and_undone(jp_root_dir, api):
+    path = write(jp_root_dir)
+    original = path.read_bytes()
+    status, cleared = await api(
+        "POST", "notebooks", "nb.ipynb", body={"action": "clear_outputs", "all": True}
+    )
+    assert status == 200
+    status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+    entry = listing["changes"][0]
+    assert entry["kind"] == "clear_outputs" and entry["cells"][0]["what"] == ["outputs"]
+    status, _ = await api("POST", "notebooks", "nb.ipynb", "changes", cleared["change_id"], "undo")
+    assert status == 200 and path.read_bytes() == original
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [
+        {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"ledger_max_changes_per_notebook": 3},
+        }
+    ],
+)
+async def test_oldest_changes_are_pruned_first(jp_root_dir, api):
+    write(jp_root_dir)
+    ids = []
+    for i in range(5):
+        status, edited = await api(
+            "POST", "notebooks", "nb.ipynb", body={"action": "edit", "cell_id": "two", "content": f"b = {i}"}
+        )
+        ids.append(edited["change_id"])
+    status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+    assert [c["id"] for c in listing["changes"]] == ids[:1:-1]
+    status, error = await api("GET", "notebooks", "nb.ipynb", "changes", ids[0])
+    assert status == 404 and "No change" in error["message"]
+
+
+async def test_a_locked_database_does_not_fail_an_edit(jp_root_dir, api, jp_serverapp):
+    path = write(jp_root_dir)
+    ledger = app_of(jp_serverapp).ledger
+    status, first = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "1"})
+    assert first["recorded"] is True
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    ledger.log.addHandler(handler)
+    holder = sqlite3.connect(ledger.db_path, timeout=0)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another program holds the database locked, for real
+        answers = []
+        for content in ("2", "3"):
+            status, answer = await api(
+                "POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": content}
+            )
+            assert status == 200, answer
+            answers.append(answer)
+        assert [a["recorded"] for a in answers] == [False, False]
+        assert [a["change_id"] for a in answers] == [None, None]
+        assert [c["source"] for c in nbformat.read(str(path), as_version=4).cells][-2:] == ["2", "3"]
+    finally:
+        holder.rollback()
+        holder.close()
+    warnings = [line for line in lines if line.startswith("The change ledger") and "cannot" in line]
+    assert len(warnings) == 1, lines  # logged once
+    status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "4"})
+    assert answer["recorded"] is True
+    ledger.log.removeHandler(handler)
+
+
+async def test_via_is_cli_when_the_client_says_so(jp_root_dir, api):
+    write(jp_root_dir)
+    status, edited = await api(
+        "POST",
+        "notebooks",
+        "nb.ipynb",
+        body={"action": "insert", "content": "x"},
+        headers={"X-Agent-Client": "cli"},
+    )
+    assert status == 200 and edited["recorded"] is True
+    status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+    assert status == 200 and listing["changes"][0]["via"] == "cli"
+
+
+async def test_undo_of_a_run_restores_the_earlier_outputs(jp_root_dir, api, jp_serverapp):
+    nb = sample()
+    nb.cells[2].outputs = [new_output("stream", name="stdout", text="stale\n")]
+    nb.cells[2].execution_count = 7
+    path = write(jp_root_dir, nb=nb)
+    original = path.read_bytes()
+    try:
+        status, ran = await api("POST", "notebooks", "nb.ipynb", "run", body={"all": True, "timeout": 60})
+        assert status == 200, ran
+        assert [c["status"] for c in ran["cells"]] == ["skipped", "complete", "complete", "complete"]
+        assert ran["recorded"] is True
+        status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+        [entry] = listing["changes"]  # one entry for the whole run, not one per cell or write
+        assert entry["id"] == ran["change_id"] and entry["kind"] == "run"
+        assert entry["action"] == "run: outputs of 3 cells" and entry["hash_after"] == ran["hash"]
+        assert {c["id"]: c["what"] for c in entry["cells"]} == {
+            "one": ["outputs"],
+            "two": ["outputs"],
+            "three": ["outputs"],
+        }
+        assert path.read_bytes() != original
+        status, undone = await api("POST", "notebooks", "nb.ipynb", "changes", ran["change_id"], "undo")
+        assert status == 200, undone
+        assert path.read_bytes() == original  # the outputs and execution counts the cells had before
+    finally:
+        for kernel_id in list(jp_serverapp.kernel_manager.list_kernel_ids()):
+            await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
+
+
+@pytest.mark.parametrize(
+    "jp_server_config",
+    [
+        {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "AgentToolsApp": {"ledger_max_bytes": 256 * 1024},
+        }
+    ],
+)
+async def test_the_database_stays_within_its_byte_limit(jp_root_dir, api, jp_serverapp):
+    write(jp_root_dir)
+    ledger = app_of(jp_serverapp).ledger
+    ids = []
+    for i in range(150):
+        content = f"# edit {i}\n" + os.urandom(2000).hex()  # 4 KB that do not compress, each time
+        status, edited = await api(
+            "POST", "notebooks", "nb.ipynb", body={"action": "edit", "cell_id": "two", "content": content}
+        )
+        assert status == 200 and edited["recorded"] is True, edited
+        ids.append(edited["change_id"])
+        await api("GET", "notebooks", "nb.ipynb")  # a read: its hash is remembered too
+        assert ledger.db_bytes() <= 256 * 1024, (i, ledger.db_bytes())  # the file and its log
+    status, listing = await api("GET", "notebooks", "nb.ipynb", "changes", params={"limit": "1000"})
+    kept = [c["id"] for c in listing["changes"]]
+    assert 10 < len(kept) < 150  # the oldest were pruned, first
+    assert kept == ids[::-1][: len(kept)]
+    status, detail = await api("GET", "notebooks", "nb.ipynb", "changes", kept[0])
+    assert status == 200 and detail["cells"][0]["after"]["source"].startswith("# edit 149")
+
+
+def test_changes_survive_a_server_restart(tmp_path: Path) -> None:
+    from jupyter_agent_tools.testing.server import jupyter_server
+
+    root = tmp_path / "root"
+    root.mkdir()
+    original = write(root).read_bytes()
+    args = [f"--AgentToolsApp.ledger_db_path={tmp_path / 'ledger.db'}"]
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        edited = client.json("POST", "api/agent/notebooks/nb.ipynb", {"action": "delete", "cell_id": "two"})
+        assert edited["recorded"] is True
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        listing = client.json("GET", "api/agent/notebooks/nb.ipynb/changes")
+        assert [c["id"] for c in listing["changes"]] == [edited["change_id"]]
+        read = client.json("GET", f"api/agent/notebooks/nb.ipynb?since={edited['hash']}")
+        assert read["changes_since"]["since_known"] is True  # versions answered before are remembered
+        client.json("POST", f"api/agent/notebooks/nb.ipynb/changes/{edited['change_id']}/undo")
+    assert (root / "nb.ipynb").read_bytes() == original
+
+
+@pytest.fixture
+def corrupt_db(jp_root_dir: Path) -> Path:
+    """The ledger file this module's servers use, corrupt (the ledger opens it at its first use)."""
+    path = jp_root_dir.parent / "ledger" / "ledger.db"
+    path.parent.mkdir()
+    path.write_bytes(b"this is not an SQLite database" * 200)
+    return path
+
+
+async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir, api, jp_serverapp):
+    path = write(jp_root_dir)
+    assert app_of(jp_serverapp).ledger.db_path == str(corrupt_db)
+    status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "1"})
+    assert status == 200 and answer["recorded"] is False and answer["change_id"] is None
+    assert nbformat.read(str(path), as_version=4).cells[-1].source == "1"
+    status, error = await api("GET", "notebooks", "nb.ipynb", "changes")
+    assert status == 503 and "cannot be read" in error["message"]
+    corrupt_db.unlink()  # an admin removes the broken file: the next change makes a new one
+    status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
+    assert status == 200 and answer["recorded"] is True, answer
