@@ -624,6 +624,7 @@ class AgentToolsApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         self.eval_service.sessions.start()
+        self.ledger.start()
 
     async def stop_extension(self) -> None:
         """Shut down every kernel this extension started and remove its private artifacts."""

@@ -246,6 +246,19 @@ class Ledger(Service):
     def enabled(self) -> bool:
         return self.max_changes_per_notebook > 0 and not self._closed
 
+    def start(self) -> None:
+        """Open the database in the worker now (at server start), so the server's descriptors are steady
+        from then on rather than growing by the database's three files at the first change or read. A
+        database that cannot be opened is logged once and tried again at the next change."""
+        if self.enabled:
+            self._submit(self._open_quietly)
+
+    def _open_quietly(self) -> None:
+        try:
+            self._db()
+        except Exception as e:
+            self._failed("open its database", e)
+
     # -- the worker ------------------------------------------------------------------------------
 
     def _submit(self, func: Callable[..., T], *args: Any) -> Future[T]:
