@@ -382,6 +382,10 @@ class Ledger(Service):
         args = (path, kind, action_kind, before, after, hash_before, hash_after, undoes, user, via)
         recording = self._submit(self._record_one, *args)  # first: the answer waits for it, not a snapshot
         self.remember(path, hash_after, after, base=(hash_before, before))
+        return await self._recorded(recording)
+
+    async def _recorded(self, recording: Future[int]) -> Recorded:
+        """What a submitted insert answers: its change id, or not recorded (logged once)."""
         try:
             change_id = await asyncio.wrap_future(recording)
         except Exception as e:
@@ -447,13 +451,7 @@ class Ledger(Service):
         user, via = current_user(), current_via()
         action = summarize(change, kind if undoes is None else f"undo {undoes}")
         args = (path, kind, action, change, hash_before, hash_after, undoes, user, via, incomplete)
-        try:
-            change_id = await self._run(self._insert, *args)
-        except Exception as e:
-            self._failed("record changes", e)
-            return Recorded(None, False)
-        self._worked()
-        return Recorded(str(change_id), True)
+        return await self._recorded(self._submit(self._insert, *args))
 
     def _insert(
         self,
