@@ -28,6 +28,7 @@ from .handlers.changes import (
     NotebookUndoHandler,
 )
 from .handlers.eval import EvalHandler
+from .handlers.files import FilesHandler
 from .handlers.mcp import McpHandler
 from .handlers.notebooks import (
     NOTEBOOK_PATH_REGEX,
@@ -502,6 +503,7 @@ class AgentToolsApp(ExtensionApp):
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,
+            kernel_spec_manager=serverapp.kernel_spec_manager,
             summary_max_chars=self.summary_max_chars,
             max_ops=self.max_ops_per_request,
             busy_timeout=self.notebook_busy_timeout,
@@ -617,6 +619,7 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
                 (r"/api/agent/mcp", McpHandler),
                 (r"/api/agent/changes", ChangesHandler),
+                (r"/api/agent/files", FilesHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
