@@ -68,7 +68,7 @@ async def list_files(
     """
     path = path.strip("/")
     if normalize(path) != path:
-        raise BadRequest(f"'path' must be a folder under the server root, without '.' or '..': {path[:200]!r}")
+        raise BadRequest(f"'path' must be a folder under the root, without '.' or '..': {path[:200]!r}")
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest(f"'limit' must be from 1 to {MAX_LIMIT}, got {limit}")
     if max_depth is not None and not 1 <= max_depth <= MAX_DEPTH:
@@ -88,7 +88,7 @@ async def list_files(
             raise BadRequest(f"'start' has {len(start)} characters; at most {MAX_START_CHARS}")
         relative = _relative(start.strip("/"), path)
         if relative is None:
-            raise BadRequest(f"'start' must be a path under {path or 'the root'} (a next_start), got {start!r}")
+            raise BadRequest(f"'start' must be a path under {path or 'the root'} (a next_start): {start!r}")
         cursor = relative.split("/") if relative else []
     scope = current_paths()  # an agent token's path globs: only what lies inside them is listed
     root = getattr(contents_manager, "root_dir", None)

@@ -545,7 +545,7 @@ def _files_paths() -> dict[str, Any]:
                 "tags": ["files"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [
-                    _query("path", "The folder, relative to the root (default: the root).", {"type": "string"}),
+                    _query("path", "The folder, relative to the root (default: root).", {"type": "string"}),
                     _query(
                         "glob",
                         "Only paths (relative to 'path') matching it: * ? [...] within a name, ** for any "

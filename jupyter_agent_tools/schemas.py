@@ -237,7 +237,7 @@ NOTEBOOK_SCHEMAS["NotebookCreateRequest"] = {
 }
 NOTEBOOK_SCHEMAS["NotebookChangeRequest"] = {
     "description": "One operation, a batch ``{\"ops\": [...]}`` (a body with 'ops' is a batch), or "
-    "``{\"action\": \"create\"}``.",
+    '``{"action": "create"}``.',
     "oneOf": [ref("NotebookOpRequest"), ref("NotebookBatchRequest"), ref("NotebookCreateRequest")],
 }
 

@@ -634,8 +634,9 @@ _TOOLS: tuple[Tool, ...] = (
         name="notebook_edit",
         title="Edit a notebook",
         description="Change a notebook cell by cell: edit a cell's source (outputs kept), replace text in "
-        "it, insert, delete or move cells; or create a notebook. Send one operation (action plus cell_index or cell_id, content, cell_type, to_index) "
-        "or several as 'ops' (all applied or none). With expected_hash (from notebook_read) nothing changes "
+        "it, insert, delete or move cells; or create a notebook. Send one operation (action plus "
+        "cell_index or cell_id, content, cell_type, to_index) or several as 'ops' (all applied or none). "
+        "With expected_hash (from notebook_read) nothing changes "
         "if the notebook changed since. Works on the live document when the notebook is open in "
         "JupyterLab. The file keeps its own JSON layout. An nbformat 3 file needs upgrade: true; a "
         "notebook invalid as found (notebook_read lists its 'problems') needs repair: true. Returns what "

@@ -41,8 +41,8 @@ from ..ledger.undo import conflicts, inverse
 from ..traits import Service, at_least, given
 from ..validation import check
 from . import disk
-from .create import parse_create_request
 from .create import new_notebook as build_notebook
+from .create import parse_create_request
 from .format import content_hash, parse_any_notebook, serialize_notebook
 from .layout import follow_source_style, render_edit
 from .live import LiveDocuments, LiveNotebook
@@ -418,7 +418,8 @@ class NotebookStore(Service):
             if writable and self._escapes_root(path):
                 raise AgentToolsError(
                     f"Refusing to run {path}: it resolves outside the server's root (it is a link to a file "
-                    "outside it), and a run writes its outputs into the notebook; nothing was run", 403
+                    "outside it), and a run writes its outputs into the notebook; nothing was run",
+                    403,
                 )
             async with self._lock(path):
                 loaded = await self._open(path)
@@ -484,7 +485,7 @@ class NotebookStore(Service):
                 await self._make_parents(path, request.parents)
                 if self._escapes_root(path):
                     raise AgentToolsError(
-                        f"Refusing to create {path}: its folder is a link to a folder outside the server root",
+                        f"Refusing to create {path}: its folder links to a folder outside the server root",
                         403,
                     )
                 new_hash = await self._create_file(path, text)
@@ -525,7 +526,8 @@ class NotebookStore(Service):
         if not isinstance(found, dict):
             installed = ", ".join(sorted(specs)) if isinstance(specs, dict) else ""
             raise BadRequest(f"No such kernel: {name[:100]!r} (installed: {installed or 'none'})")
-        spec = found.get("spec") if isinstance(found.get("spec"), dict) else found
+        raw = found.get("spec")
+        spec: dict[str, Any] = raw if isinstance(raw, dict) else found
         return {
             "name": name,
             "display_name": str(spec.get("display_name") or name),
