@@ -304,6 +304,36 @@ def _change_call(path: str, change_id: str, undo: bool = False, expected_hash: s
     return _Call("POST", url + "/undo", _drop_none(expected_hash=expected_hash) or None)
 
 
+def _create_call(
+    path: str, cells: Sequence[Mapping[str, str]] | None, kernel_name: str | None, parents: bool
+) -> _Call:
+    body: dict[str, Any] = {"action": "create"}
+    if cells:
+        body["cells"] = [dict(cell) for cell in cells]
+    if kernel_name is not None:
+        body["kernel_name"] = kernel_name
+    if parents:
+        body["parents"] = True
+    return _Call("POST", f"api/agent/notebooks/{_quote_path(path)}", body)
+
+
+def _files_call(
+    path: str, glob: str | None, max_depth: int | None, recursive: bool, start: str | None, limit: int | None
+) -> _Call:
+    call = _Call("GET", "api/agent/files")
+    call.params.update(
+        _drop_none(
+            path=path or None,
+            glob=glob,
+            max_depth=str(max_depth) if max_depth is not None else None,
+            recursive="true" if recursive else None,
+            start=start,
+            limit=str(limit) if limit is not None else None,
+        )
+    )
+    return call
+
+
 def _all_changes_call(since: str | None, limit: int | None) -> _Call:
     call = _Call("GET", "api/agent/changes")
     call.params.update(_drop_none(since=since, limit=str(limit) if limit is not None else None))
@@ -683,6 +713,52 @@ class AgentClient:
         answer: dict[str, Any] = self._json(_all_changes_call(since, limit))
         return answer
 
+    # -- creating notebooks, finding files ---------------------------------------------------------------
+
+    def create_notebook(
+        self,
+        path: str,
+        cells: Sequence[Mapping[str, str]] | None = None,
+        *,
+        kernel_name: str | None = None,
+        parents: bool = False,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/notebooks/{path}`` with ``{"action": "create"}``: a new notebook (409 if the
+        path exists; ``parents``: make missing folders). ``cells``: ``[{"cell_type", "source"}]``.
+        Returns the notebook as a read answers it, with ``message`` and ``change_id``."""
+        answer: dict[str, Any] = self._json(_create_call(path, cells, kernel_name, parents))
+        return answer
+
+    def replace_in_cell(
+        self,
+        path: str,
+        cell: int | str,
+        old: str,
+        new: str,
+        *,
+        all: bool = False,
+        expected_hash: str | None = None,
+    ) -> EditAnswer:
+        """The ``replace`` edit: ``old`` -> ``new`` in one cell (an index or an id); ``old`` must match
+        once, or every match is replaced with ``all`` (else 400 listing the matches' lines)."""
+        op: dict[str, Any] = {"action": "replace", "old": old, "new": new, "all": all}
+        op["cell_index" if isinstance(cell, int) else "cell_id"] = cell
+        return self.edit_notebook(path, op, expected_hash=expected_hash)
+
+    def list_files(
+        self,
+        path: str = "",
+        *,
+        glob: str | None = None,
+        max_depth: int | None = None,
+        recursive: bool = False,
+        start: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """``GET /api/agent/files``: a page of a folder's entries (``next_start``: the next page's start)."""
+        answer: dict[str, Any] = self._json(_files_call(path, glob, max_depth, recursive, start, limit))
+        return answer
+
 
 class AsyncAgentClient:
     """The asynchronous twin of :class:`AgentClient`: the same methods, awaited (streams are async
@@ -996,4 +1072,47 @@ class AsyncAgentClient:
     async def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
         """See :meth:`AgentClient.changes`."""
         answer: dict[str, Any] = await self._json(_all_changes_call(since, limit))
+        return answer
+
+    # -- creating notebooks, finding files ---------------------------------------------------------------
+
+    async def create_notebook(
+        self,
+        path: str,
+        cells: Sequence[Mapping[str, str]] | None = None,
+        *,
+        kernel_name: str | None = None,
+        parents: bool = False,
+    ) -> dict[str, Any]:
+        """See :meth:`AgentClient.create_notebook`."""
+        answer: dict[str, Any] = await self._json(_create_call(path, cells, kernel_name, parents))
+        return answer
+
+    async def replace_in_cell(
+        self,
+        path: str,
+        cell: int | str,
+        old: str,
+        new: str,
+        *,
+        all: bool = False,
+        expected_hash: str | None = None,
+    ) -> EditAnswer:
+        """See :meth:`AgentClient.replace_in_cell`."""
+        op: dict[str, Any] = {"action": "replace", "old": old, "new": new, "all": all}
+        op["cell_index" if isinstance(cell, int) else "cell_id"] = cell
+        return await self.edit_notebook(path, op, expected_hash=expected_hash)
+
+    async def list_files(
+        self,
+        path: str = "",
+        *,
+        glob: str | None = None,
+        max_depth: int | None = None,
+        recursive: bool = False,
+        start: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """See :meth:`AgentClient.list_files`."""
+        answer: dict[str, Any] = await self._json(_files_call(path, glob, max_depth, recursive, start, limit))
         return answer

@@ -643,7 +643,10 @@ _TOOLS: tuple[Tool, ...] = (
         "was done and the new hash.",
         permissions=(("write", "contents"),),
         input_schema=_notebook_edit_input(),
-        output_schema=component("NotebookChangeResult"),
+        output_schema={  # create answers as a read does
+            "type": "object",
+            "anyOf": [component("NotebookChangeResult"), component("NotebookCreated")],
+        },
         run=_notebook_edit,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     ),
