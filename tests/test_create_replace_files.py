@@ -24,6 +24,7 @@ from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 pytestmark = pytest.mark.timeout(240)
 REPO = Path(__file__).resolve().parent.parent
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
         nbformat.write(nb, str(root / name))
     (root / "proj" / "notes.txt").write_text("hello")
+    (root / "media dir").mkdir()
+    outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="hi\n"),
+        nbformat.v4.new_output("display_data", data={"image/png": PNG, "text/plain": "<Figure>"}),
+    ]
+    cell = nbformat.v4.new_code_cell("show()", id="fig", execution_count=1, outputs=outputs)
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(root / "media dir" / "img é.ipynb"))
     (root / "proj" / ".secret.ipynb").write_text("{}")
     with jupyter_server(root_dir=root) as running:
         yield running
@@ -287,6 +295,60 @@ def test_mcp_create_replace_and_file_list(server) -> None:
     assert [e["path"] for e in listed.structured_content["entries"]] == ["m/new.ipynb"]
     assert paged.structured_content["truncated"] and paged.structured_content["next_start"] == "proj/deep"
     assert "start='proj/deep'" in paged.content[0].text
+
+
+# ------------------------------------------------------------------------------------ MCP resources
+
+
+async def _resources(server: Server) -> dict[str, Any]:
+    url = server.url + "api/agent/mcp"
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"token {server.token}"}) as http,
+        streamable_http_client(url, http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        init = await session.initialize()
+        listed = await session.list_resources()
+        templates = await session.list_resource_templates()
+        uri = next(r.uri for r in listed.resources if str(r.name) == "media dir/img é.ipynb")
+        notebook = await session.read_resource(uri)
+        output = await session.read_resource(f"{uri}/cells/fig/outputs/1")
+        stream = await session.read_resource(f"{uri}/cells/@0/outputs/0")
+        missing = []
+        for bad in (f"{uri}/cells/fig/outputs/9", "jupyter://notebooks/.hidden/h.ipynb", "file:///etc/passwd"):
+            try:
+                await session.read_resource(bad)
+            except Exception as e:  # the SDK raises McpError with the JSON-RPC error
+                missing.append(e)
+        return {
+            "init": init,
+            "listed": listed,
+            "templates": templates,
+            "notebook": notebook,
+            "output": output,
+            "stream": stream,
+            "missing": missing,
+        }
+
+
+def test_mcp_resources_list_read_and_templates(server) -> None:
+    got = asyncio.run(_resources(server))
+    assert got["init"].capabilities.resources is not None
+    names = [str(r.name) for r in got["listed"].resources]
+    assert "proj/a.ipynb" in names and not any(".hidden" in n or ".secret" in n for n in names)
+    first = next(r for r in got["listed"].resources if str(r.name) == "proj/a.ipynb")
+    assert str(first.uri) == "jupyter://notebooks/proj/a.ipynb" and first.mime_type == "text/plain"
+    assert first.size == (server.root_dir / "proj" / "a.ipynb").stat().st_size
+    templates = {str(t.uri_template) for t in got["templates"].resource_templates}
+    assert "jupyter://notebooks/{+path}/cells/{cell}/outputs/{n}" in templates
+    text = got["notebook"].contents[0]
+    assert text.mime_type == "text/plain" and "show()" in text.text and "img é.ipynb" in text.text
+    by_mime = {c.mime_type: c for c in got["output"].contents}
+    assert by_mime["image/png"].blob == PNG and by_mime["text/plain"].text == "<Figure>"
+    assert got["stream"].contents[0].text == "hi\n"
+    assert len(got["missing"]) == 3
+    for error in got["missing"]:
+        assert getattr(error, "error", None) is not None and error.error.code == -32002, error
 
 
 # -------------------------------------------------------------------------------------------- CLI

@@ -242,7 +242,10 @@ def test_tools_wrap_their_routes_schemas_and_permissions() -> None:
     assert eval_input["properties"].pop("include_images")["type"] == "boolean"
     assert eval_input == without_null(component("EvalRequest"))
     assert by_name["notebook_read"].output_schema == portable(component("NotebookRead"))
-    assert by_name["notebook_edit"].output_schema == portable(component("NotebookChangeResult"))
+    assert by_name["notebook_edit"].output_schema == portable(
+        {"type": "object", "anyOf": [component("NotebookChangeResult"), component("NotebookCreated")]}
+    )
+    assert by_name["file_list"].output_schema == portable(component("FileList"))
     assert by_name["session_list"].output_schema == portable(component("SessionList"))
 
 

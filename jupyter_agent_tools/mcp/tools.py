@@ -638,7 +638,7 @@ _TOOLS: tuple[Tool, ...] = (
         "cell_index or cell_id, content, cell_type, to_index) or several as 'ops' (all applied or none). "
         "With expected_hash (from notebook_read) nothing changes "
         "if the notebook changed since. Works on the live document when the notebook is open in "
-        "JupyterLab. The file keeps its own JSON layout. An nbformat 3 file needs upgrade: true; a "
+        "JupyterLab. An nbformat 3 file needs upgrade: true; a "
         "notebook invalid as found (notebook_read lists its 'problems') needs repair: true. Returns what "
         "was done and the new hash.",
         permissions=(("write", "contents"),),
