@@ -20,9 +20,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
 from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
+from jupyter_agent_tools.notebook.create import parse_create_request
 from jupyter_agent_tools.notebook.operations import parse_edit_request
 from jupyter_agent_tools.openapi import openapi_document, operations
-from jupyter_agent_tools.notebook.create import parse_create_request
 from jupyter_agent_tools.schemas import SCHEMAS, is_create_request, notebook_request_schema
 from jupyter_agent_tools.validation import first_error
 
@@ -223,7 +223,11 @@ VALID_NOTEBOOK_BODIES = [
     {"action": "replace", "cell_id": "c", "old": "a", "new": "b", "all": True, "expected_hash": "h"},
     {"ops": [{"action": "replace", "cell_id": "q", "old": "x", "new": "y", "all": False}]},
     {"action": "create"},
-    {"action": "create", "cells": [{"source": "1"}, {"cell_type": "markdown", "source": ""}], "parents": True},
+    {
+        "action": "create",
+        "cells": [{"source": "1"}, {"cell_type": "markdown", "source": ""}],
+        "parents": True,
+    },
     {"action": "create", "kernel_name": "python3", "parents": False, "cells": []},
 ]
 VALID_EVAL_BODIES = [
