@@ -56,6 +56,7 @@ async def list_files(
     glob: str | None = None,
     max_depth: int | None = None,
     start: str | None = None,
+    outside_top: bool = False,
 ) -> dict[str, Any]:
     """``{"path", "entries": [{"path", "type", "size", "last_modified"}], "truncated", "next_start"}``.
 
@@ -65,6 +66,9 @@ async def list_files(
     matched against each path relative to ``path``: ``**/*.ipynb`` is every notebook below it. At most
     ``limit`` entries; ``truncated`` then says more may exist and ``next_start`` is the ``start`` of the
     next page (the last path examined).
+
+    Under an agent token's path globs a folder outside them is a 404, unless ``outside_top`` (MCP's
+    ``resources/list`` of the root): then only what lies inside them is listed.
     """
     path = path.strip("/")
     if normalize(path) != path:
@@ -92,7 +96,7 @@ async def list_files(
         cursor = relative.split("/") if relative else []
     scope = current_paths()  # an agent token's path globs: only what lies inside them is listed
     root = getattr(contents_manager, "root_dir", None)
-    if scope is not None and not scope.allows(path, root):
+    if scope is not None and not outside_top and not scope.allows(path, root):
         raise NotFound(f"Directory not found: {path or '/'}")
     walk = _Walk(path, pattern, depth, limit, root, [])
     await _walk(contents_manager, walk, path, 1, cursor, top=True)

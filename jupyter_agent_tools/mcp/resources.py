@@ -83,7 +83,9 @@ async def list_resources(services: Services, cursor: str | None) -> dict[str, An
     """One page of the notebooks the caller may read (``nextCursor`` when there are more)."""
     manager = services.notebook_store.contents_manager
     try:
-        page = await list_files(manager, "", glob="**/*.ipynb", limit=PAGE, start=cursor or None)
+        page = await list_files(
+            manager, "", glob="**/*.ipynb", limit=PAGE, start=cursor or None, outside_top=True
+        )
     except BadRequest as e:
         raise BadRequest(f"Invalid cursor: {e.message}") from None
     resources = []
