@@ -14,6 +14,7 @@ directories, and answers what it found so far with ``next_start`` when it stops 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import inspect
 import re
 from dataclasses import dataclass
@@ -124,9 +125,10 @@ async def _walk(cm: Any, walk: _Walk, directory: str, depth: int, cursor: list[s
     """List ``directory`` (at ``depth``) and, depth-first, its subdirectories; entries before ``cursor``
     (the path a previous page stopped at, as segments relative to this directory) are skipped."""
     scope = current_paths()
-    items = sorted(await _listing(cm, directory, top=top), key=_name)
-    for item in items:
-        name = _name(item)
+    names, items = await _listing(cm, directory, top=top)
+    first = bisect.bisect_left(names, cursor[0]) if cursor else 0  # what a previous page went past
+    for i in range(first, len(items)):
+        name, item = names[i], items[i]
         after: list[str] = []
         if cursor:
             if name < cursor[0]:
@@ -154,13 +156,14 @@ async def _walk(cm: Any, walk: _Walk, directory: str, depth: int, cursor: list[s
                 return
 
 
-async def _listing(contents_manager: Any, path: str, *, top: bool) -> list[dict[str, Any]]:
+async def _listing(contents_manager: Any, path: str, *, top: bool) -> tuple[list[str], list[dict[str, Any]]]:
+    """The entries of a folder sorted by name, and their names."""
     try:
-        model = await _get_directory(contents_manager, path)
+        return await _get_directory(contents_manager, path)
     except Exception as e:  # the contents manager's tornado HTTPError (404 hidden or missing, 400 a file)
         status = getattr(e, "status_code", None)
         if not top and status in (400, 403, 404):
-            return []  # vanished or unreadable while walking: skip it
+            return [], []  # vanished or unreadable while walking: skip it
         if status == 404:
             raise NotFound(f"Directory not found: {path or '/'}") from None
         if status == 400:
@@ -168,21 +171,31 @@ async def _listing(contents_manager: Any, path: str, *, top: bool) -> list[dict[
         if isinstance(status, int) and 400 <= status < 500:
             raise AgentToolsError(getattr(e, "log_message", None) or str(e), status) from None
         raise
-    content = model.get("content")
-    return [item for item in content if isinstance(item, dict)] if isinstance(content, list) else []
 
 
-async def _get_directory(cm: Any, path: str) -> dict[str, Any]:
-    """``cm.get(path)`` as a directory: in a thread for jupyter_server's own synchronous file contents
-    manager (a directory of many entries is a stat per entry), as it comes otherwise (an async manager
-    does its own I/O off the loop), then a turn for the other requests."""
+def _sorted_entries(model: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    content = model.get("content") if isinstance(model, dict) else None
+    items = [item for item in content if isinstance(item, dict)] if isinstance(content, list) else []
+    items.sort(key=_name)
+    return [_name(item) for item in items], items
+
+
+async def _get_directory(cm: Any, path: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """``cm.get(path)`` as a directory, its entries sorted: in a thread for jupyter_server's own
+    synchronous file contents manager (a directory of many entries is a stat per entry), as it comes
+    otherwise (an async manager does its own I/O off the loop), then a turn for the other requests."""
     get = cm.get
     if not inspect.iscoroutinefunction(get) and _is_file_manager(cm):
-        model = await asyncio.to_thread(get, path, content=True, type="directory")
-    else:
-        model = await ensure_async(get(path, content=True, type="directory"))
-        await asyncio.sleep(0)
-    return model if isinstance(model, dict) else {}
+
+        def fetch() -> tuple[list[str], list[dict[str, Any]]]:
+            return _sorted_entries(get(path, content=True, type="directory"))
+
+        return await asyncio.to_thread(fetch)
+    model = await ensure_async(get(path, content=True, type="directory"))
+    await asyncio.sleep(0)
+    if isinstance(model, dict) and len(model.get("content") or ()) > 10_000:
+        return await asyncio.to_thread(_sorted_entries, model)
+    return _sorted_entries(model)
 
 
 def _is_file_manager(cm: Any) -> bool:

@@ -315,7 +315,11 @@ async def _resources(server: Server) -> dict[str, Any]:
         output = await session.read_resource(f"{uri}/cells/fig/outputs/1")
         stream = await session.read_resource(f"{uri}/cells/@0/outputs/0")
         missing = []
-        for bad in (f"{uri}/cells/fig/outputs/9", "jupyter://notebooks/.hidden/h.ipynb", "file:///etc/passwd"):
+        for bad in (
+            f"{uri}/cells/fig/outputs/9",
+            "jupyter://notebooks/.hidden/h.ipynb",
+            "file:///etc/passwd",
+        ):
             try:
                 await session.read_resource(bad)
             except Exception as e:  # the SDK raises McpError with the JSON-RPC error
@@ -388,3 +392,36 @@ def test_cli_nb_create_nb_replace_and_files(server) -> None:
     assert files.stdout.splitlines()[0].startswith("c/cli.ipynb\t") and "(more: --start" in files.stdout
     as_json = cli(server, "files", "proj", "--json")
     assert {e["path"] for e in json.loads(as_json.stdout)["entries"]} >= {"proj/a.ipynb", "proj/deep"}
+
+
+def test_a_listing_examines_a_bounded_number_of_entries_and_resumes(tmp_path, monkeypatch) -> None:
+    """No server: the walk stops after MAX_SCANNED entries with next_start, and pages resume without
+    losing or repeating an entry, through jupyter_server's own file contents manager (listed in threads)."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    from jupyter_agent_tools import files
+
+    for d in range(6):
+        (tmp_path / f"d{d}").mkdir()
+        for f in range(30):
+            (tmp_path / f"d{d}" / f"n{f:02}.ipynb").write_text("{}")
+            (tmp_path / f"d{d}" / f"t{f:02}.txt").write_text("x")
+    monkeypatch.setattr(files, "MAX_SCANNED", 50)
+    cm = FileContentsManager(root_dir=str(tmp_path))
+
+    async def walk() -> tuple[list[str], int]:
+        seen: list[str] = []
+        start, calls = None, 0
+        while True:
+            calls += 1
+            page = await files.list_files(cm, "", glob="**/*.ipynb", limit=1000, start=start)
+            assert len(page["entries"]) <= 50
+            seen += [e["path"] for e in page["entries"]]
+            start = page["next_start"]
+            if start is None:
+                return seen, calls
+
+    seen, calls = asyncio.run(walk())
+    expected = [f"d{d}/n{f:02}.ipynb" for d in range(6) for f in range(30)]
+    assert seen == expected  # every notebook once, in order, although each call stopped after 50 entries
+    assert calls >= (6 * 61) // 50  # 366 entries examined (6 folders, 360 files), 50 per call
