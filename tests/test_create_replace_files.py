@@ -425,3 +425,21 @@ def test_a_listing_examines_a_bounded_number_of_entries_and_resumes(tmp_path, mo
     expected = [f"d{d}/n{f:02}.ipynb" for d in range(6) for f in range(30)]
     assert seen == expected  # every notebook once, in order, although each call stopped after 50 entries
     assert calls >= (6 * 61) // 50  # 366 entries examined (6 folders, 360 files), 50 per call
+
+
+def test_hidden_files_are_listed_only_where_the_contents_manager_allows_them(tmp_path) -> None:
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    from jupyter_agent_tools.files import list_files
+
+    (tmp_path / ".hid").mkdir()
+    (tmp_path / ".hid" / "h.ipynb").write_text("{}")
+    (tmp_path / "v.ipynb").write_text("{}")
+
+    async def paths(allow_hidden: bool) -> list[str]:
+        cm = FileContentsManager(root_dir=str(tmp_path), allow_hidden=allow_hidden)
+        page = await list_files(cm, "", glob="**/*.ipynb")
+        return [e["path"] for e in page["entries"]]
+
+    assert asyncio.run(paths(False)) == ["v.ipynb"]
+    assert asyncio.run(paths(True)) == [".hid/h.ipynb", "v.ipynb"]

@@ -39,7 +39,7 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAW
 ACCEPT = "application/json, text/event-stream"
 MODERN = MODERN_VERSIONS[-1]
 LATEST_LEGACY = LEGACY_VERSIONS[-1]
-# The route each tool wraps (file_list: the contents manager's listing, authorized like GET /api/contents)
+# The route each tool wraps
 ROUTES = {
     "eval": ("POST", "/api/agent/eval"),
     "notebook_read": ("GET", "/api/agent/notebooks/{path}"),
@@ -50,7 +50,7 @@ ROUTES = {
     "session_interrupt": ("POST", "/api/agent/sessions/{name}/interrupt"),
     "session_delete": ("DELETE", "/api/agent/sessions/{name}"),
     "artifact_read": ("GET", "/api/agent/artifacts/{artifact_id}"),
-    "file_list": None,
+    "file_list": ("GET", "/api/agent/files"),
     "notebook_changes": ("GET", "/api/agent/notebooks/{path}/changes"),
     "notebook_undo": ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
 }
