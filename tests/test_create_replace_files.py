@@ -36,6 +36,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
         nbformat.write(nb, str(root / name))
     (root / "proj" / "notes.txt").write_text("hello")
+    outside = tmp_path_factory.mktemp("outside-root")
+    (root / "out").symlink_to(outside, target_is_directory=True)
     (root / "media dir").mkdir()
     outputs = [
         nbformat.v4.new_output("stream", name="stdout", text="hi\n"),
@@ -132,6 +134,15 @@ def test_create_refuses_what_it_must(server, client) -> None:
     assert got in (400, 404), answer
     assert not (server.root_dir.parent / "out.ipynb").exists() and not (server.root_dir / "x.ipynb").exists()
     assert not (server.root_dir / "proj" / ".new.ipynb").exists()
+    # a folder that links outside the root: refused before anything is made there
+    outside = (server.root_dir / "out").resolve()
+    for path, body in (
+        ("out/x.ipynb", {"action": "create"}),
+        ("out/n/x.ipynb", {"action": "create", "parents": True}),
+    ):
+        got, answer = raw(server, "POST", f"api/agent/notebooks/{path}", body)
+        assert got == 403 and "outside the server root" in answer["message"], answer
+    assert list(outside.iterdir()) == []
 
 
 def test_create_then_edit_and_client_method(client, server) -> None:

@@ -482,12 +482,12 @@ class NotebookStore(Service):
             validate_notebook(notebook, path)
             text = serialize_notebook(notebook)
             async with self._lock(path):
-                await self._make_parents(path, request.parents)
-                if self._escapes_root(path):
+                if self._escapes_root(path):  # (before any folder is made)
                     raise AgentToolsError(
                         f"Refusing to create {path}: its folder links to a folder outside the server root",
                         403,
                     )
+                await self._make_parents(path, request.parents)
                 new_hash = await self._create_file(path, text)
         _remember(self._nbformat_layout, new_hash, None, NBFORMAT_LAYOUT_MEMORY)
         empty = {**notebook, "cells": []}
