@@ -839,6 +839,28 @@ async def test_malformed_messages_get_json_rpc_errors_never_a_500(rpc) -> None:
     assert (await rpc(request(9, "ping"), session))[1] == {"jsonrpc": "2.0", "id": 9, "result": {}}
 
 
+async def test_resources_in_the_modern_era(rpc: Rpc, notebook: Path) -> None:
+    """resources/* without a session (2026-07-28): server/discover names the capability; a read of a
+    notebook and of one of its outputs (the image as a blob), with Mcp-Name mirroring the URI."""
+    body, headers = modern_request(1, "server/discover")
+    status, answer, _ = await rpc(body, headers)
+    assert status == 200 and "resources" in answer["result"]["capabilities"], answer
+    body, headers = modern_request(2, "resources/list")
+    status, answer, _ = await rpc(body, headers)
+    assert status == 200 and [r["name"] for r in answer["result"]["resources"]] == ["nb.ipynb"], answer
+    assert answer["result"]["resultType"] == "complete"
+    uri = "jupyter://notebooks/nb.ipynb/cells/c1/outputs/1"
+    body, headers = modern_request(3, "resources/read", uri=uri)
+    status, answer, _ = await rpc(body, {**headers, "Mcp-Name": uri})
+    assert status == 200, answer
+    blobs = {c["mimeType"]: c for c in answer["result"]["contents"]}
+    assert blobs["image/png"]["blob"] == PNG and blobs["image/png"]["uri"] == uri
+    DenyOne.denied = {("read", "contents")}
+    body, headers = modern_request(4, "resources/list")
+    status, answer, _ = await rpc(body, headers)
+    assert "Permission denied" in answer["error"]["message"], answer
+
+
 async def test_modern_header_rules(rpc) -> None:
     body, headers = modern_request(1, "tools/call", name="session_list", arguments={})
     cases: list[tuple[dict[str, Any], dict[str, str], int, int]] = [
@@ -857,7 +879,7 @@ async def test_modern_header_rules(rpc) -> None:
         ),
         (request(1, "tools/list"), {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}, 400, -32602),
         (modern_request(1, "ping")[0], modern_request(1, "ping")[1], 404, -32601),
-        (modern_request(1, "resources/list")[0], modern_request(1, "resources/list")[1], 404, -32601),
+        (modern_request(1, "prompts/list")[0], modern_request(1, "prompts/list")[1], 404, -32601),
         (
             {**body, "params": {**body["params"], "name": "nope"}},
             {**headers, "Mcp-Name": "nope"},
