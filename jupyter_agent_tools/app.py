@@ -21,6 +21,7 @@ from .eval.pool import KernelPool
 from .eval.recovery import KernelRecovery
 from .eval.service import EvalService
 from .eval.sessions import SessionManager
+from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
     NotebookChangeHandler,
@@ -37,7 +38,6 @@ from .handlers.notebooks import (
 )
 from .handlers.openapi import OpenAPIHandler, UnknownRouteHandler
 from .handlers.sessions import (
-    ArtifactHandler,
     SessionHandler,
     SessionInterruptHandler,
     SessionListHandler,

@@ -42,6 +42,28 @@ SESSION_DIR_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 ARTIFACT_ID = re.compile(r"^(?P<session>[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})\.[0-9a-f]{32}$")
 
 
+@dataclass(frozen=True)
+class TextPage:
+    """A page of an artifact's text: ``size`` bytes from byte ``offset`` of ``total``; ``next_offset`` is
+    where the next page starts (None at the end)."""
+
+    offset: int
+    size: int
+    total: int
+    next_offset: int | None
+    text: str
+
+
+def utf8_boundary(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # a character's first byte
+            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
+
+
 class ArtifactFile(Protocol):
     """What a spill writes to: an :class:`ArtifactWriter` (or any binary file)."""
 
@@ -243,6 +265,25 @@ class ArtifactStore(Service):
             total = os.fstat(handle.fileno()).st_size
             handle.seek(max(0, offset))
             return handle.read(max(0, limit)), total
+
+    def read_text_page(self, artifact_id: str, offset: int, limit: int) -> TextPage:
+        """Up to ``limit`` bytes of an artifact as text from about byte ``offset``, never cutting a UTF-8
+        character: a page that starts inside one begins at the next, one that would end inside one ends
+        before it (``next_offset`` continues exactly there)."""
+        data, total = self.read_range(artifact_id, offset, limit)
+        start = 0
+        while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
+            start += 1  # an offset inside a character: begin at the next one
+        begin = min(max(0, offset), total) + start
+        data = data[start:]
+        end = len(data) if begin + len(data) >= total else utf8_boundary(data)
+        return TextPage(
+            offset=begin,
+            size=end,
+            total=total,
+            next_offset=begin + end if begin + end < total else None,
+            text=data[:end].decode("utf-8", errors="replace"),
+        )
 
     def remove_session(self, session: str) -> None:
         """Remove every artifact of a session (its directory, only if it is really ours)."""

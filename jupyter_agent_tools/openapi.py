@@ -426,10 +426,25 @@ def _paths() -> dict[str, Any]:
                 "summary": "The full output of a truncated cell",
                 "tags": ["eval"],
                 "x-authorization": {"resource": "kernels", "action": "read"},
+                "parameters": [
+                    {
+                        "name": "Range",
+                        "in": "header",
+                        "required": False,
+                        "description": "One byte range (bytes=START-END, bytes=START-, bytes=-LAST): "
+                        "the answer is 206 with that part (a range may cut a UTF-8 character). Several "
+                        "ranges or another unit are ignored (the whole text, 200).",
+                        "schema": {"type": "string"},
+                    }
+                ],
                 "responses": {
                     "200": {
                         "description": "The full sanitized output text; for an omitted display its data "
                         "as text (base64, SVG, JSON); for cut HTML the whole HTML.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    "206": {
+                        "description": "The byte range asked for (Content-Range: bytes START-END/TOTAL).",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
                     "403": FORBIDDEN,
@@ -437,6 +452,7 @@ def _paths() -> dict[str, Any]:
                         "No such artifact (artifacts go with their session, expire, and the oldest go "
                         "past artifacts_max_bytes)."
                     ),
+                    "416": _error("The range starts past the artifact's end (Content-Range: bytes */TOTAL)."),
                 },
             },
         },

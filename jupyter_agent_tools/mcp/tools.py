@@ -399,16 +399,6 @@ async def _session_delete(call: ToolCall) -> ToolResult:
     return ToolResult(f"Session {own['name']!r} and its kernel were shut down; its artifacts are removed.")
 
 
-def _utf8_boundary(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # a character's first byte
-            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
-            return len(data) if back >= need else len(data) - back
-    return len(data)
-
-
 async def _artifact_read(call: ToolCall) -> ToolResult:
     own, _ = options(
         call.arguments,
@@ -417,15 +407,8 @@ async def _artifact_read(call: ToolCall) -> ToolResult:
     if own["offset"] < 0:
         raise BadRequest("'offset' must be at least 0")
     limit = min(max(own["limit"], MIN_ARTIFACT_PAGE), MAX_ARTIFACT_PAGE)
-    data, total = call.services.eval_service.artifacts.read_range(own["id"], own["offset"], limit)
-    start = 0
-    while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
-        start += 1  # an offset inside a character: begin at the next one
-    offset = min(own["offset"], total) + start
-    data = data[start:]
-    end = len(data) if offset + len(data) >= total else _utf8_boundary(data)
-    text = data[:end].decode("utf-8", errors="replace")
-    next_offset = offset + end if offset + end < total else None
+    page = call.services.eval_service.artifacts.read_text_page(own["id"], own["offset"], limit)
+    offset, end, total, next_offset = page.offset, page.size, page.total, page.next_offset
     more = f"more: artifact_read with offset {next_offset}" if next_offset is not None else "end"
     answer = {
         "artifact_id": own["id"],
@@ -433,10 +416,10 @@ async def _artifact_read(call: ToolCall) -> ToolResult:
         "bytes": end,
         "total_bytes": total,
         "next_offset": next_offset,
-        "text": text,
+        "text": page.text,
     }
     return ToolResult(
-        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{text}", answer
+        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{page.text}", answer
     )
 
 

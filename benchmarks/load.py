@@ -32,7 +32,7 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .server import Server, jupyter_server
+from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 NOTEBOOKS = ("shared-a.ipynb", "shared-b.ipynb")
 CONTENTS_NOTEBOOK = "saved-by-contents-api.ipynb"  # written through /api/contents, read through ours
