@@ -1,6 +1,6 @@
 """JSON Schemas (2020-12) of every request and answer of the agent routes: the one source of truth.
 
-The OpenAPI document (:mod:`jupyter_agent_tools.openapi`) publishes these dicts as its
+The OpenAPI document (:mod:`jupyter_agent_tools.api_document`) publishes these dicts as its
 ``components/schemas``, and request bodies are validated against the very same dicts
 (:mod:`jupyter_agent_tools.validation`). Nothing here does I/O or imports Tornado.
 

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 from tornado.httpclient import HTTPClientError
 
+from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
 from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
 from jupyter_agent_tools.notebook.operations import parse_edit_request
-from jupyter_agent_tools.openapi import openapi_document, operations
 from jupyter_agent_tools.schemas import SCHEMAS, notebook_request_schema
 from jupyter_agent_tools.validation import first_error
 

@@ -20,7 +20,7 @@ import pytest
 from contract import Contract
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from jupyter_agent_tools.openapi import openapi_document
+from jupyter_agent_tools.api_document import openapi_document
 
 pytestmark = pytest.mark.timeout(180)
 CONTRACT = Contract(openapi_document())

@@ -18,7 +18,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from samples import KERNELSPEC, PNG
 from test_notebook_run import make, run, stored
 
-from jupyter_agent_tools.openapi import openapi_document
+from jupyter_agent_tools.api_document import openapi_document
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jupyter_agent_tools.testing.server import jupyter_server

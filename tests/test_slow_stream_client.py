@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from contract import NDJSON, Contract
 
-from jupyter_agent_tools.openapi import openapi_document
+from jupyter_agent_tools.api_document import openapi_document
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jupyter_agent_tools.testing.server import jupyter_server

@@ -24,8 +24,8 @@ from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_b
 from ..notebook.summary import base64_size, human_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
 from ..validation import json_type, short_repr
-from .schemas import component, portable, without_image_data, without_null
-from .schemas import field as schema_field
+from .tool_schemas import component, portable, without_image_data, without_null
+from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
     from ..eval.notebook_run import NotebookRunner
