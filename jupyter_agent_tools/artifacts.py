@@ -259,6 +259,10 @@ class ArtifactStore(Service):
             )
         return path
 
+    def size(self, artifact_id: str) -> int:
+        """An artifact's size in bytes, or :class:`NotFound`."""
+        return self.path(artifact_id).stat().st_size
+
     def read_range(self, artifact_id: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to ``limit`` bytes of an artifact from byte ``offset``, and the artifact's size in bytes."""
         with self.path(artifact_id).open("rb") as handle:

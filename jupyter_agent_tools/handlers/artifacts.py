@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 from jupyter_server.auth.decorator import authorized
@@ -46,26 +45,26 @@ class ArtifactHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("read")
     async def get(self, artifact_id: str) -> None:
-        path = self.service.artifacts.path(artifact_id)
-        with path.open("rb") as handle:
-            total = os.fstat(handle.fileno()).st_size
-            self.set_header("Accept-Ranges", "bytes")
-            try:
-                wanted = byte_range(self.request.headers.get("Range"), total)
-            except ValueError:
-                self.set_header("Content-Range", f"bytes */{total}")
-                message = f"Range not satisfiable: artifact {artifact_id} has {total} bytes"
-                self.write_json({"message": message, "reason": "Range Not Satisfiable"}, 416)
-                return
-            start, stop = wanted or (0, total)
-            if wanted is not None:
-                self.set_status(206)
-                self.set_header("Content-Range", f"bytes {start}-{stop - 1}/{total}")
-            self.set_header("Content-Type", "text/plain; charset=utf-8")
-            handle.seek(start)
-            left = stop - start
-            while left > 0 and (chunk := handle.read(min(CHUNK, left))):
-                left -= len(chunk)
-                self.write(chunk)
-                await self.flush()
+        artifacts = self.service.artifacts
+        total = artifacts.size(artifact_id)
+        self.set_header("Accept-Ranges", "bytes")
+        try:
+            wanted = byte_range(self.request.headers.get("Range"), total)
+        except ValueError:
+            self.set_header("Content-Range", f"bytes */{total}")
+            message = f"Range not satisfiable: artifact {artifact_id} has {total} bytes"
+            self.write_json({"message": message, "reason": "Range Not Satisfiable"}, 416)
+            return
+        start, stop = wanted or (0, total)
+        if wanted is not None:
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {start}-{stop - 1}/{total}")
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        while start < stop:
+            chunk, _ = artifacts.read_range(artifact_id, start, min(CHUNK, stop - start))
+            if not chunk:
+                break
+            start += len(chunk)
+            self.write(chunk)
+            await self.flush()
         self.finish()
