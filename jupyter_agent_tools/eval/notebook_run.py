@@ -38,7 +38,7 @@ from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore
-from ..notebook.summary import base64_size, is_textual, joined_text
+from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least, given
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .messages import CellOutcome, format_combined_output, needs_worker
@@ -657,7 +657,7 @@ def _images(
             raw = joined_text(value) if mime.startswith("image/") else None
             if raw is None:
                 continue
-            size = len(raw.encode("utf-8", "replace")) if is_textual(mime) else base64_size(raw)
+            size = data_size(mime, raw)
             image: dict[str, Any] = {
                 "type": "image",
                 "mime": mime,

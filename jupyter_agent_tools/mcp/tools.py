@@ -21,7 +21,7 @@ from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
 from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
-from ..notebook.summary import base64_size, human_size, is_textual, joined_text
+from ..notebook.summary import base64_size, data_size, human_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
 from ..validation import json_type, short_repr
 from .tool_schemas import component, portable, without_image_data, without_null
@@ -121,13 +121,6 @@ def options(
 # -------------------------------------------------------------------------------------------- images
 
 
-def _decoded_size(mime: str, data: str) -> int:
-    if mime == "image/svg+xml":
-        return len(data.encode("utf-8"))
-    compact = data.rstrip()
-    return max(0, len(compact) * 3 // 4 - (len(compact) - len(compact.rstrip("="))))
-
-
 def _take_image(mime: str, data: str, size: int, include: bool, images: list[Image]) -> str:
     """Attach an image when asked and possible; the placeholder text that says what happened."""
     what = f"{mime} image, {human_size(size)}"
@@ -170,7 +163,7 @@ async def _eval(call: ToolCall) -> ToolResult:
         for display in cell.get("displays", []):
             if display.get("type") == "image" and "data" in display:  # (a placeholder has no data)
                 mime, data = str(display.get("mime")), str(display.get("data") or "")
-                size = _decoded_size(mime, data)
+                size = data_size(mime, data)
                 placeholder = _take_image(mime, data, size, own["include_images"], images)
                 notes.append(f"cell {cell.get('index', 0) + 1}: {placeholder}")
                 display = {"type": "image", "mime": mime, "bytes": size}

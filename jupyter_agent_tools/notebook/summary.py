@@ -53,6 +53,11 @@ def base64_size(data: str) -> int:
     return max(0, compact * 3 // 4 - (len(stripped) - len(stripped.rstrip("="))))
 
 
+def data_size(mime: str, data: str) -> int:
+    """Bytes an output's ``data`` for ``mime`` stands for: UTF-8 text as it is, anything else base64."""
+    return len(data.encode("utf-8", "replace")) if is_textual(mime) else base64_size(data)
+
+
 def _binary_size(data: Any) -> int:
     raw = joined_text(data)
     return 0 if raw is None else base64_size(raw)
