@@ -254,6 +254,27 @@ def test_client_against_server(server: Server) -> None:
     assert refused.value.status == 403
 
 
+def test_blocking_client_interrupted_closes_the_stream(server: Server) -> None:
+    """Ctrl-C while the blocking client waits for the next event cancels that wait on the client's own
+    loop and closes the connection before KeyboardInterrupt reaches the caller: the server stops the run
+    (the session answers a new call at once) and the client still works."""
+    session = unique("ctrlc")
+    with AgentClient(server.url, server.token) as client:
+        events = client.stream_eval("import time\nprint('go', flush=True)\ntime.sleep(60)", session=session)
+        assert next(events)["type"] == "cell_start"
+        assert next(events)["type"] == "chunk"
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # as Ctrl-C does
+        timer.start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            next(events)
+        assert time.monotonic() - began < 5
+        events.close()
+        result = client.eval("print('after')", session=session, timeout=20)
+        assert result["output"] == "after\n" and not result["cancelled"], result
+        client.delete_session(session)
+
+
 def test_async_client(server: Server) -> None:
     async def main() -> tuple[str, list[str]]:
         async with AsyncAgentClient(server.url, server.token) as client:

@@ -21,8 +21,9 @@ from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
 from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
-from ..notebook.summary import base64_size, data_size, human_size, is_textual, joined_text
+from ..notebook.summary import base64_size, data_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES
+from ..text import human_size
 from ..validation import json_type, short_repr
 from .tool_schemas import component, portable, without_image_data, without_null
 from .tool_schemas import field as schema_field

@@ -32,8 +32,7 @@ from uuid import uuid4
 
 from ..artifacts import ArtifactOpener
 from ..eval.sink import Spill, compact_line
-from ..text import resolve_carriage_returns
-from .summary import human_size
+from ..text import human_size, resolve_carriage_returns
 
 SPLIT_MIMES = ("application/javascript", "image/svg+xml")  # nbformat splits these besides text/*
 TEXT_MIMES_TO_BOUND = ("text/plain", "text/html", "text/markdown", "text/latex")

@@ -63,17 +63,6 @@ def _binary_size(data: Any) -> int:
     return 0 if raw is None else base64_size(raw)
 
 
-def human_size(size: int | None) -> str:
-    """``size`` bytes for a person or a model: 512 bytes, 1.5 KB, 2.0 MB."""
-    if size is None:
-        return "size unknown"
-    if size < 1024:
-        return f"{size} bytes"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.1f} KB"
-    return f"{size / 1024 / 1024:.1f} MB"
-
-
 def _plain(value: Any) -> Any:
     return strip_ansi(value) if isinstance(value, str) else value
 

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from ...notebook.summary import human_size
+from ...text import human_size
 
 EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/svg+xml": ".svg"}
 

@@ -21,7 +21,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ...client import AgentAPIError, EvalEvent
-from ...notebook.summary import human_size
+from ...text import human_size
 from . import NotebookCall, RunPlan, stream_failure
 from .images import Saver, describe
 from .plain import SESSION_COLUMNS, PlainRenderer, output_lines, pool_line, session_cell
