@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -31,10 +32,10 @@ from typing import Any, Protocol
 from uuid import uuid4
 
 from traitlets import Callable as CallableTrait
-from traitlets import Float, Instance, Int, validate
+from traitlets import Float, Instance, Int, Unicode, default, validate
 
 from .errors import NotFound
-from .traits import Service, at_least, given
+from .traits import Service, at_least
 
 # The same rule as the API's session names (schemas.SESSION_NAME_PATTERN): a first character that is not
 # a dot, so no name is ".", ".." or hidden.
@@ -169,14 +170,27 @@ class ArtifactWriter:
 class ArtifactStore(Service):
     """Creates, reads and removes artifact files under one root directory.
 
-    ``ArtifactStore(root)`` or ``ArtifactStore(parent=app, root=root, retention=..., max_bytes=...)``;
-    the application builds the class named by ``AgentToolsApp.artifact_store_class``. Thread-safe: a
+    ``ArtifactStore(root=path)``, or ``ArtifactStore(parent=app)`` for the directory configured as
+    ``c.ArtifactStore.root_dir``; the application builds the class named by
+    ``AgentToolsApp.artifact_store_class``. Thread-safe: a
     spill may be written from a worker thread.
     """
 
-    root = Instance(Path, help="The directory holding one subdirectory per session.")
-    retention = Float(24 * 3600.0, help="Seconds an artifact is kept at most (0: until its session goes).")
-    max_bytes = Int(1024**3, help="Bytes all artifacts hold at most (0: no cap).")
+    root_dir = Unicode(
+        "",
+        help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
+        "when the server stops.",
+    ).tag(config=True)
+    root = Instance(Path, help="The directory holding one subdirectory per session (default: root_dir).")
+    retention = Float(
+        24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
+    ).tag(config=True)
+    max_bytes = Int(
+        1024**3,
+        help="Bytes all artifacts hold at most. A spill that would pass it first removes the oldest "
+        "artifacts of idle sessions (never those of a running call); what still does not fit is cut, and "
+        "the cell's notice says its artifact is incomplete. 0: no cap.",
+    ).tag(config=True)
     running_calls = CallableTrait(
         None,
         allow_none=True,
@@ -184,6 +198,15 @@ class ArtifactStore(Service):
         "call); the cap never removes what a running call wrote. Called from any thread; the session "
         "manager sets it.",
     )
+
+    owns_root = False  # True: a private temporary directory, removed by remove_all at server stop
+
+    @default("root")
+    def _default_root(self) -> Path:
+        if self.root_dir:
+            return Path(self.root_dir)
+        self.owns_root = True
+        return Path(tempfile.mkdtemp(prefix="jupyter-agent-artifacts-"))
 
     @validate("retention")
     def _valid_retention(self, proposal: Any) -> float:
@@ -193,19 +216,10 @@ class ArtifactStore(Service):
     def _valid_max_bytes(self, proposal: Any) -> int:
         return int(at_least(proposal, 0))
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | None = None,
-        retention: float | None = None,
-        max_bytes: int | None = None,
-        **kwargs: Any,
-    ):
-        kwargs = given(kwargs, root=root, retention=retention, max_bytes=max_bytes)
-        if "root" in kwargs:
+    def __init__(self, **kwargs: Any):
+        if kwargs.get("root") is not None:
             kwargs["root"] = Path(kwargs["root"])
         super().__init__(**kwargs)
-        if self.root is None:
-            raise TypeError("ArtifactStore needs a root directory")
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._real_root = self.root.resolve()
         self._lock = threading.Lock()
@@ -255,7 +269,7 @@ class ArtifactStore(Service):
         if not path.is_file() or not self._owns(path, depth=2):
             raise NotFound(
                 f"Artifact not found: {artifact_id} (artifacts are removed with their session, after "
-                "artifact_retention, and oldest first past artifacts_max_bytes)"
+                "ArtifactStore.retention, and oldest first past ArtifactStore.max_bytes)"
             )
         return path
 

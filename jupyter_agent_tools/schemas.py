@@ -744,7 +744,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     ),
     "PoolInfo": _obj(
         {
-            "size": {"type": "integer", "description": "per_call_pool_size: kernels kept ready (0: none)"},
+            "size": {"type": "integer", "description": "KernelPool.size: kernels kept ready (0: none)"},
             "ready": {"type": "integer", "description": "started kernels waiting to be taken"},
             "starting": {"type": "integer", "description": "kernels being started into the pool"},
             "kernel_name": {**_STR_OR_NULL, "description": "the kernel spec pooled (the default one)"},
@@ -878,7 +878,8 @@ ANSWER_SCHEMAS["NotebookRunCellResult"] = {
                 {"type": "null"},
             ],
             "description": "What the notebook does not store because the cell's outputs reached "
-            "max_run_cell_bytes (a placeholder output there says the same); null when all is stored",
+            "NotebookRunner.max_cell_bytes_stored (a placeholder output there says the same); null when all "
+            "is stored",
         },
     },
     "required": [

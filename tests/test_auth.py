@@ -45,7 +45,8 @@ def jp_server_config() -> dict[str, Any]:
             "authorizer_class": AgentAuthorizer,
         },
         "AgentAuthorizer": {"authorizer_class": DenyOne},
-        "AgentToolsApp": {"max_sessions": 2, "max_output_bytes": 256},
+        "SessionManager": {"max_sessions": 2},
+        "EvalService": {"max_output_bytes": 256},
     }
 
 

@@ -50,7 +50,7 @@ SHOW_IMAGE = (
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("cli-root")
     (root / "sub" / "deeper").mkdir(parents=True)
-    with jupyter_server(root_dir=root, extra_args=[f"--AgentToolsApp.max_output_bytes={MAX_OUTPUT}"]) as s:
+    with jupyter_server(root_dir=root, extra_args=[f"--EvalService.max_output_bytes={MAX_OUTPUT}"]) as s:
         yield s
 
 
@@ -639,6 +639,7 @@ def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_
     saved = out / "cell1-1.png"
     assert saved.read_bytes() == base64.b64decode(PNG_1X1)
     assert f"[image/png 1x1, 70 bytes] saved to {saved}" in done.stderr
+
 
 
 # -- sessions and artifacts ------------------------------------------------------------------------------

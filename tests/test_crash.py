@@ -246,7 +246,7 @@ def test_kill_inside_a_contents_api_save_is_restored_once_the_save_is_over(tmp_p
         kill_inside_a_save(server, arm, signal_file, "PUT", "api/contents/crash.ipynb", model)
     assert sources_of(path.read_text()) is None  # the kill did cut the write
     assert sources_of(copy.read_text()) == ["a = 1", "b = 2"]
-    busy = ["--AgentToolsApp.notebook_busy_timeout=0.2"]
+    busy = ["--NotebookStore.busy_timeout=0.2"]
     with jupyter_server(root, extra_args=busy) as server, server.client() as client:
         os.utime(path)  # as if the kill had just happened (the server may take long to start)
         status, body = client.request("GET", "api/agent/notebooks/crash.ipynb")
