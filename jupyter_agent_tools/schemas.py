@@ -169,7 +169,7 @@ NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
             "type": "array",
             "items": ref("CellOp"),
             "minItems": 1,
-            "description": "1..max_ops_per_request (default 1000) operations.",
+            "description": "1..NotebookStore.max_ops (default 1000) operations.",
             "x-errors": {
                 "type": "'ops' must be a non-empty array of operations",
                 "minItems": "'ops' must be a non-empty array of operations",
