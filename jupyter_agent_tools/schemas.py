@@ -1,6 +1,6 @@
 """JSON Schemas (2020-12) of every request and answer of the agent routes: the one source of truth.
 
-The OpenAPI document (:mod:`jupyter_agent_tools.openapi`) publishes these dicts as its
+The OpenAPI document (:mod:`jupyter_agent_tools.api_document`) publishes these dicts as its
 ``components/schemas``, and request bodies are validated against the very same dicts
 (:mod:`jupyter_agent_tools.validation`). Nothing here does I/O or imports Tornado.
 
@@ -187,7 +187,7 @@ NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
             "type": "array",
             "items": ref("CellOp"),
             "minItems": 1,
-            "description": "1..max_ops_per_request (default 1000) operations.",
+            "description": "1..NotebookStore.max_ops (default 1000) operations.",
             "x-errors": {
                 "type": "'ops' must be a non-empty array of operations",
                 "minItems": "'ops' must be a non-empty array of operations",
@@ -802,7 +802,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     ),
     "PoolInfo": _obj(
         {
-            "size": {"type": "integer", "description": "per_call_pool_size: kernels kept ready (0: none)"},
+            "size": {"type": "integer", "description": "KernelPool.size: kernels kept ready (0: none)"},
             "ready": {"type": "integer", "description": "started kernels waiting to be taken"},
             "starting": {"type": "integer", "description": "kernels being started into the pool"},
             "kernel_name": {**_STR_OR_NULL, "description": "the kernel spec pooled (the default one)"},
@@ -936,7 +936,8 @@ ANSWER_SCHEMAS["NotebookRunCellResult"] = {
                 {"type": "null"},
             ],
             "description": "What the notebook does not store because the cell's outputs reached "
-            "max_run_cell_bytes (a placeholder output there says the same); null when all is stored",
+            "NotebookRunner.max_cell_bytes_stored (a placeholder output there says the same); null when all "
+            "is stored",
         },
     },
     "required": [

@@ -48,7 +48,8 @@ def jp_server_config() -> dict[str, Any]:
             "jpserver_extensions": {"jupyter_agent_tools": True, "jupyter_server_terminals": True},
             **AGENT_CLASSES,
         },
-        "AgentToolsApp": {"per_call_pool_size": 0, "max_sessions": 2},
+        "KernelPool": {"size": 0},
+        "SessionManager": {"max_sessions": 2},
     }
 
 

@@ -16,13 +16,14 @@ from contract import JSON, NDJSON, Contract
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from tornado.httpclient import HTTPClientError
 
+from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
 from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
 from jupyter_agent_tools.notebook.create import parse_create_request
 from jupyter_agent_tools.notebook.operations import parse_edit_request
-from jupyter_agent_tools.openapi import openapi_document, operations
 from jupyter_agent_tools.schemas import SCHEMAS, is_create_request, notebook_request_schema
 from jupyter_agent_tools.validation import first_error
 
@@ -39,12 +40,9 @@ from samples import PNG_1PX as PNG  # noqa: E402
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {
-            "max_sessions": 2,
-            "max_output_bytes": 1024,
-            "max_body_bytes": 64 * 1024,
-            "stream_heartbeat_interval": 0.2,
-        },
+        "AgentToolsApp": {"max_body_bytes": 64 * 1024, "stream_heartbeat_interval": 0.2},
+        "SessionManager": {"max_sessions": 2},
+        "EvalService": {"max_output_bytes": 1024},
     }
 
 
@@ -455,6 +453,34 @@ async def test_eval_answers_conform(api, jp_fetch) -> None:
     assert response.headers["Content-Type"].startswith("text/plain")
     CONTRACT.assert_response(
         "GET", "/api/agent/artifacts/{artifact_id}", 200, response.body.decode(), "text/plain"
+    )
+    whole = response.body
+    assert response.headers["Accept-Ranges"] == "bytes"
+    size = len(whole)
+    for asked, first, last in (
+        ("bytes=10-19", 10, 19),
+        ("bytes=-5", size - 5, size - 1),
+        ("bytes=20-", 20, size - 1),
+    ):
+        ranged = await jp_fetch("api", "agent", "artifacts", cell["artifact_id"], headers={"Range": asked})
+        assert ranged.code == 206 and ranged.body == whole[first : last + 1], asked
+        assert ranged.headers["Content-Range"] == f"bytes {first}-{last}/{size}", asked
+        CONTRACT.assert_response(
+            "GET", "/api/agent/artifacts/{artifact_id}", 206, ranged.body.decode(), "text/plain"
+        )
+    ignored = await jp_fetch(
+        "api", "agent", "artifacts", cell["artifact_id"], headers={"Range": "bytes=0-1,5-6"}
+    )
+    assert ignored.code == 200 and ignored.body == whole
+    with pytest.raises(HTTPClientError) as past:
+        await jp_fetch(
+            "api", "agent", "artifacts", cell["artifact_id"], headers={"Range": f"bytes={len(whole)}-"}
+        )
+    assert past.value.code == 416
+    assert past.value.response.headers["Content-Range"] == f"bytes */{len(whole)}"
+    assert "Range not satisfiable" in json.loads(past.value.response.body)["message"]
+    CONTRACT.assert_response(
+        "GET", "/api/agent/artifacts/{artifact_id}", 416, json.loads(past.value.response.body)
     )
     status, missing = await api("GET", "artifacts", "contract.0123")
     CONTRACT.assert_response("GET", "/api/agent/artifacts/{artifact_id}", status, missing)

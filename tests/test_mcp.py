@@ -29,10 +29,10 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import methods as wire
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from jupyter_agent_tools.mcp.schemas import component, portable, without_null
+from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.mcp.server import LEGACY_VERSIONS, MODERN_VERSIONS
+from jupyter_agent_tools.mcp.tool_schemas import component, portable, without_null
 from jupyter_agent_tools.mcp.tools import TOOLS
-from jupyter_agent_tools.openapi import openapi_document, operations
 
 pytestmark = pytest.mark.timeout(240)
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -72,12 +72,9 @@ class DenyOne(Authorizer):
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}, "authorizer_class": DenyOne},
-        "AgentToolsApp": {
-            "max_sessions": 3,
-            "max_output_bytes": 1024,
-            "max_body_bytes": 64 * 1024,
-            "stream_heartbeat_interval": 0.3,
-        },
+        "AgentToolsApp": {"max_body_bytes": 64 * 1024, "stream_heartbeat_interval": 0.3},
+        "SessionManager": {"max_sessions": 3},
+        "EvalService": {"max_output_bytes": 1024},
     }
 
 

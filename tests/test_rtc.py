@@ -48,7 +48,7 @@ def jp_server_config(jp_root_dir: Path, save_delay: float | None, rtc_mode: str)
                 "jupyter_server_fileid": True,
             }
         },
-        "AgentToolsApp": {"rtc_mode": rtc_mode},
+        "LiveDocuments": {"mode": rtc_mode},
         "YDocExtension": {
             "document_save_delay": save_delay,
             "file_poll_interval": 0.2,
@@ -335,7 +335,7 @@ async def test_rtc_mode_never_writes_the_file(jp_root_dir, api, connect, jp_serv
     path = write(jp_root_dir, "never.ipynb", sample())
     client = await connect("never.ipynb")
     app = jp_serverapp.extension_manager.extension_apps["jupyter_agent_tools"]
-    assert {a.rtc_mode for a in app} == {"never"}
+    assert {a.notebook_store.live.mode for a in app} == {"never"}
     status, answer = await api(
         "POST", "notebooks", "never.ipynb", body={"action": "insert", "content": "to disk"}
     )

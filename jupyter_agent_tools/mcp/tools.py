@@ -22,11 +22,12 @@ from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
 from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
-from ..notebook.summary import base64_size, human_size, is_textual, joined_text
+from ..notebook.summary import base64_size, data_size, is_textual, joined_text
 from ..schemas import ACTIONS, CELL_TYPES, is_create_request
+from ..text import human_size
 from ..validation import json_type, short_repr
-from .schemas import component, portable, without_image_data, without_null
-from .schemas import field as schema_field
+from .tool_schemas import component, portable, without_image_data, without_null
+from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
     from ..eval.notebook_run import NotebookRunner
@@ -122,13 +123,6 @@ def options(
 # -------------------------------------------------------------------------------------------- images
 
 
-def _decoded_size(mime: str, data: str) -> int:
-    if mime == "image/svg+xml":
-        return len(data.encode("utf-8"))
-    compact = data.rstrip()
-    return max(0, len(compact) * 3 // 4 - (len(compact) - len(compact.rstrip("="))))
-
-
 def _take_image(mime: str, data: str, size: int, include: bool, images: list[Image]) -> str:
     """Attach an image when asked and possible; the placeholder text that says what happened."""
     what = f"{mime} image, {human_size(size)}"
@@ -171,7 +165,7 @@ async def _eval(call: ToolCall) -> ToolResult:
         for display in cell.get("displays", []):
             if display.get("type") == "image" and "data" in display:  # (a placeholder has no data)
                 mime, data = str(display.get("mime")), str(display.get("data") or "")
-                size = _decoded_size(mime, data)
+                size = data_size(mime, data)
                 placeholder = _take_image(mime, data, size, own["include_images"], images)
                 notes.append(f"cell {cell.get('index', 0) + 1}: {placeholder}")
                 display = {"type": "image", "mime": mime, "bytes": size}
@@ -416,16 +410,6 @@ async def _session_delete(call: ToolCall) -> ToolResult:
     return ToolResult(f"Session {own['name']!r} and its kernel were shut down; its artifacts are removed.")
 
 
-def _utf8_boundary(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # a character's first byte
-            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
-            return len(data) if back >= need else len(data) - back
-    return len(data)
-
-
 async def _artifact_read(call: ToolCall) -> ToolResult:
     own, _ = options(
         call.arguments,
@@ -434,15 +418,8 @@ async def _artifact_read(call: ToolCall) -> ToolResult:
     if own["offset"] < 0:
         raise BadRequest("'offset' must be at least 0")
     limit = min(max(own["limit"], MIN_ARTIFACT_PAGE), MAX_ARTIFACT_PAGE)
-    data, total = call.services.eval_service.artifacts.read_range(own["id"], own["offset"], limit)
-    start = 0
-    while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
-        start += 1  # an offset inside a character: begin at the next one
-    offset = min(own["offset"], total) + start
-    data = data[start:]
-    end = len(data) if offset + len(data) >= total else _utf8_boundary(data)
-    text = data[:end].decode("utf-8", errors="replace")
-    next_offset = offset + end if offset + end < total else None
+    page = call.services.eval_service.artifacts.read_text_page(own["id"], own["offset"], limit)
+    offset, end, total, next_offset = page.offset, page.size, page.total, page.next_offset
     more = f"more: artifact_read with offset {next_offset}" if next_offset is not None else "end"
     answer = {
         "artifact_id": own["id"],
@@ -450,10 +427,10 @@ async def _artifact_read(call: ToolCall) -> ToolResult:
         "bytes": end,
         "total_bytes": total,
         "next_offset": next_offset,
-        "text": text,
+        "text": page.text,
     }
     return ToolResult(
-        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{text}", answer
+        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{page.text}", answer
     )
 
 

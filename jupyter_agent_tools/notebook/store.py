@@ -38,7 +38,7 @@ from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..ledger.service import ChangeGroup, Ledger, Recorded, check_hash
 from ..ledger.undo import conflicts, inverse
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least
 from ..validation import check
 from . import disk
 from .create import new_notebook as build_notebook
@@ -165,18 +165,23 @@ class NotebookStore(Service):
     """Reads and edits notebooks through a jupyter_server contents manager.
 
     The application builds the class named by ``AgentToolsApp.notebook_store_class`` with
-    ``parent=app`` and every setting below as a keyword.
+    ``parent=app`` and its collaborators; the settings are ``c.NotebookStore.*``.
     """
 
     contents_manager = AnyTrait(help="The server's contents manager (reads and saves the files).")
     live = Instance(LiveDocuments, allow_none=True, help="Where notebooks open in RTC rooms are edited.")
     summary_max_chars = Int(
-        2000, help="Characters of each text output shown when a notebook is read (0 or less: no limit)."
-    )
-    max_ops = Int(1000, help="Most cell operations accepted in one batch edit.")
+        2000,
+        help="Characters of each text output (stream, result, traceback) shown when an agent reads a "
+        "notebook; longer text is cut with a note. 0 means no limit.",
+    ).tag(config=True)
+    max_ops = Int(1000, help="Most cell operations accepted in one batch edit request.").tag(config=True)
     busy_timeout = Float(
-        3.0, help="Seconds to wait for a file that another writer is in the middle of writing."
-    )
+        3.0,
+        help="Seconds a notebook read or edit waits for a file that another writer (JupyterLab saving "
+        "through /api/contents, an editor) is in the middle of writing; past it the request answers 503 "
+        "with Retry-After. Reads never treat such a file as corrupt.",
+    ).tag(config=True)
     audit = Instance(Audit, help="Records every change (audit event and metrics).")
     ledger = Instance(Ledger, allow_none=True, help="Records every change for review and undo (None: off).")
     kernel_spec_manager = AnyTrait(
@@ -195,8 +200,8 @@ class NotebookStore(Service):
     def _valid_busy_timeout(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-    def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
-        super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._swept: set[str] = set()  # files whose leftovers of killed saves were looked for
         # Hashes of texts this store wrote in nbformat's own layout (bounded): editing such a text again

@@ -61,8 +61,8 @@ def _retry(description: str) -> dict[str, Any]:
 
 
 NOTEBOOK_BUSY = _retry(
-    "The notebook's collaborative room is still loading it (rtc_mode auto), or another writer (the contents "
-    "API, an editor) is in the middle of writing the file, which does not parse yet: retry."
+    "The notebook's collaborative room is still loading it (LiveDocuments.mode auto), or another writer "
+    "(the contents API, an editor) is in the middle of writing the file, which does not parse yet: retry."
 )
 FORBIDDEN = _error(
     "Not authenticated (no or wrong token; an expired or revoked agent token; a cookie request without its "
@@ -296,15 +296,15 @@ def _paths() -> dict[str, Any]:
                 "description": "The kernel of the notebook's jupyter_server session (created as JupyterLab "
                 "would when there is none). Cells run in notebook order; their outputs are stored as "
                 "nbformat outputs (old ones cleared when a cell starts, saved when it ends), at most "
-                "max_run_cell_bytes per cell: past it one placeholder output says what was left out and "
-                "the artifact that holds it. Answers one "
+                "NotebookRunner.max_cell_bytes_stored per cell: past it one placeholder output says what was "
+                "left out and the artifact that holds it. Answers one "
                 f"JSON result, or with 'Accept: {NDJSON}' the eval event stream; closing it interrupts. "
                 "Images in the answer are {type, mime, bytes, url} (url: the output route); their base64 "
                 "only with include_images. A kernel death ends the run (restarted: true); nothing is "
                 "re-run. A cell that does not stop after the interrupt gets the kernel restarted in place "
                 "(same id; the output names the cell). A notebook deleted during the run still answers 200 "
                 "(outputs_error says its outputs could not be written). Kernels runs started are shut down "
-                "when unused (notebook_kernel_idle_timeout, max_notebook_kernels).",
+                "when unused (NotebookKernels.idle_timeout, NotebookKernels.max_kernels).",
                 "tags": ["notebooks"],
                 "x-authorization": [
                     {"resource": "contents", "action": "write"},
@@ -440,17 +440,33 @@ def _paths() -> dict[str, Any]:
                 "summary": "The full output of a truncated cell",
                 "tags": ["eval"],
                 "x-authorization": {"resource": "kernels", "action": "read"},
+                "parameters": [
+                    {
+                        "name": "Range",
+                        "in": "header",
+                        "required": False,
+                        "description": "One byte range (bytes=START-END, bytes=START-, bytes=-LAST): "
+                        "the answer is 206 with that part (a range may cut a UTF-8 character). Several "
+                        "ranges or another unit are ignored (the whole text, 200).",
+                        "schema": {"type": "string"},
+                    }
+                ],
                 "responses": {
                     "200": {
                         "description": "The full sanitized output text; for an omitted display its data "
                         "as text (base64, SVG, JSON); for cut HTML the whole HTML.",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
+                    "206": {
+                        "description": "The byte range asked for (Content-Range: bytes START-END/TOTAL).",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
                     "403": FORBIDDEN,
                     "404": _error(
                         "No such artifact (artifacts go with their session, expire, and the oldest go "
-                        "past artifacts_max_bytes)."
+                        "past ArtifactStore.max_bytes)."
                     ),
+                    "416": _error("The range starts past the artifact's end (Content-Range: bytes */TOTAL)."),
                 },
             },
         },
@@ -611,7 +627,7 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                 "summary": "The changes the extension made to a notebook, newest first",
                 "description": "Every edit batch, notebook run (one entry per run), clear_outputs, upgrade, "
                 "repair and undo, with who asked (user, via), a short summary and the cells it touched "
-                "(without their bodies). Kept up to ledger_max_changes_per_notebook per notebook.",
+                "(without their bodies). Kept up to Ledger.max_changes_per_notebook per notebook.",
                 "tags": ["changes"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [
