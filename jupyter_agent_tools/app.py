@@ -27,6 +27,7 @@ from .handlers.changes import (
     NotebookUndoHandler,
 )
 from .handlers.eval import EvalHandler
+from .handlers.files import FilesHandler
 from .handlers.mcp import McpHandler
 from .handlers.notebooks import (
     NOTEBOOK_PATH_REGEX,
@@ -235,6 +236,7 @@ class AgentToolsApp(ExtensionApp):
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,
+            kernel_spec_manager=serverapp.kernel_spec_manager,
             audit=audit,
             ledger=self.ledger,
             live=LiveDocuments(parent=self, settings=lambda: serverapp.web_app.settings),
@@ -300,6 +302,7 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
                 (r"/api/agent/mcp", McpHandler),
                 (r"/api/agent/changes", ChangesHandler),
+                (r"/api/agent/files", FilesHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]

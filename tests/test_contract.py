@@ -22,8 +22,9 @@ from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
 from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
+from jupyter_agent_tools.notebook.create import parse_create_request
 from jupyter_agent_tools.notebook.operations import parse_edit_request
-from jupyter_agent_tools.schemas import SCHEMAS, notebook_request_schema
+from jupyter_agent_tools.schemas import SCHEMAS, is_create_request, notebook_request_schema
 from jupyter_agent_tools.validation import first_error
 
 pytestmark = pytest.mark.timeout(240)
@@ -196,6 +197,8 @@ def _accepts(parse: Any, body: Any) -> bool:
 
 
 def parse_notebook_body(body: Any) -> Any:
+    if is_create_request(body):  # the route's dispatch: {"action": "create"} creates the notebook
+        return parse_create_request(body, max_cells=10**6)
     return parse_edit_request(body, max_ops=10**6)
 
 
@@ -214,6 +217,16 @@ VALID_NOTEBOOK_BODIES = [
     {"action": "move", "cell_id": "c", "to_index": 0, "expected_hash": ""},
     {"ops": [{"action": "insert", "content": "x"}, {"action": "delete", "cell_index": 0}]},
     {"ops": [{"action": "move", "cell_id": "q", "to_index": 1}], "expected_hash": "h"},
+    {"action": "replace", "cell_index": 0, "old": "a", "new": ""},
+    {"action": "replace", "cell_id": "c", "old": "a", "new": "b", "all": True, "expected_hash": "h"},
+    {"ops": [{"action": "replace", "cell_id": "q", "old": "x", "new": "y", "all": False}]},
+    {"action": "create"},
+    {
+        "action": "create",
+        "cells": [{"source": "1"}, {"cell_type": "markdown", "source": ""}],
+        "parents": True,
+    },
+    {"action": "create", "kernel_name": "python3", "parents": False, "cells": []},
 ]
 VALID_EVAL_BODIES = [
     {"cells": [{"code": "1"}]},
@@ -250,6 +263,11 @@ FIELD_POOL = [
     "env",
     "session_file",
     "kernel_name",
+    "old",
+    "new",
+    "all",
+    "parents",
+    "source",
     "colour",
 ]
 VALUE_POOL = st.one_of(
@@ -259,6 +277,7 @@ VALUE_POOL = st.one_of(
     st.sampled_from([1.5, -0.25]),  # integral floats (1.0) are the one documented deviation
     st.sampled_from([10**400, -(10**400), float("inf"), float("-inf")]),  # JSON numbers have no bound
     st.sampled_from(["", "x", "edit", "insert", "delete", "move", "code", "raw", "a b", "s", "per-call"]),
+    st.sampled_from(["replace", "create", "markdown"]),
     st.sampled_from(["\x00", "A\x00", "python3", "..", "a" * 65]),
     st.lists(st.integers(0, 2), max_size=2),
     st.sampled_from([{}, {"A": "x"}, {"code": "1"}, {"action": "insert", "content": "x"}, {"1A": "x"}]),

@@ -111,6 +111,7 @@ OPERATIONS = [
     ("GET", "/api/agent/notebooks/{path}/changes/{change_id}"),
     ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
     ("GET", "/api/agent/changes"),
+    ("GET", "/api/agent/files"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

@@ -346,3 +346,50 @@ class AsyncAgentClient:
         """``GET /api/agent/changes``: every notebook's changes, newest first (``since``: an ISO time)."""
         answer: dict[str, Any] = await self._json(calls.all_changes_call(since, limit))
         return answer
+
+    # -- creating notebooks, finding files ---------------------------------------------------------------
+
+    async def create_notebook(
+        self,
+        path: str,
+        cells: Sequence[Mapping[str, str]] | None = None,
+        *,
+        kernel_name: str | None = None,
+        parents: bool = False,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/notebooks/{path}`` with ``{"action": "create"}``: a new notebook (409 if the
+        path exists; ``parents``: make missing folders). ``cells``: ``[{"cell_type", "source"}]``.
+        Returns the notebook as a read answers it, with ``message`` and ``change_id``."""
+        answer: dict[str, Any] = await self._json(calls.create_call(path, cells, kernel_name, parents))
+        return answer
+
+    async def replace_in_cell(
+        self,
+        path: str,
+        cell: int | str,
+        old: str,
+        new: str,
+        *,
+        all: bool = False,
+        expected_hash: str | None = None,
+    ) -> EditAnswer:
+        """The ``replace`` edit: ``old`` -> ``new`` in one cell (an index or an id); ``old`` must match
+        once, or every match is replaced with ``all`` (else 400 listing the matches' lines)."""
+        return await self.edit_notebook(
+            path, calls.replace_op(cell, old, new, all), expected_hash=expected_hash
+        )
+
+    async def list_files(
+        self,
+        path: str = "",
+        *,
+        glob: str | None = None,
+        max_depth: int | None = None,
+        recursive: bool = False,
+        start: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """``GET /api/agent/files``: a page of a folder's entries (``next_start``: the next page's start)."""
+        call = calls.files_call(path, glob, max_depth, recursive, start, limit)
+        answer: dict[str, Any] = await self._json(call)
+        return answer

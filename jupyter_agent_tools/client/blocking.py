@@ -146,3 +146,6 @@ class AgentClient:
     notebook_change = _waits(AsyncAgentClient.notebook_change)
     undo_change = _waits(AsyncAgentClient.undo_change)
     changes = _waits(AsyncAgentClient.changes)
+    create_notebook = _waits(AsyncAgentClient.create_notebook)
+    replace_in_cell = _waits(AsyncAgentClient.replace_in_cell)
+    list_files = _waits(AsyncAgentClient.list_files)

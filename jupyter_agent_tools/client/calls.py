@@ -181,6 +181,42 @@ def change_call(path: str, change_id: str, undo: bool = False, expected_hash: st
     return Call("POST", url + "/undo", drop_none(expected_hash=expected_hash) or None)
 
 
+def create_call(
+    path: str, cells: Sequence[Mapping[str, str]] | None, kernel_name: str | None, parents: bool
+) -> Call:
+    body: dict[str, Any] = {"action": "create"}
+    if cells:
+        body["cells"] = [dict(cell) for cell in cells]
+    if kernel_name is not None:
+        body["kernel_name"] = kernel_name
+    if parents:
+        body["parents"] = True
+    return Call("POST", f"api/agent/notebooks/{quote_path(path)}", body)
+
+
+def replace_op(cell: int | str, old: str, new: str, all: bool) -> dict[str, Any]:
+    op: dict[str, Any] = {"action": "replace", "old": old, "new": new, "all": all}
+    op["cell_index" if isinstance(cell, int) else "cell_id"] = cell
+    return op
+
+
+def files_call(
+    path: str, glob: str | None, max_depth: int | None, recursive: bool, start: str | None, limit: int | None
+) -> Call:
+    call = Call("GET", "api/agent/files")
+    call.params.update(
+        drop_none(
+            path=path or None,
+            glob=glob,
+            max_depth=str(max_depth) if max_depth is not None else None,
+            recursive="true" if recursive else None,
+            start=start,
+            limit=str(limit) if limit is not None else None,
+        )
+    )
+    return call
+
+
 def all_changes_call(since: str | None, limit: int | None) -> Call:
     call = Call("GET", "api/agent/changes")
     call.params.update(drop_none(since=since, limit=str(limit) if limit is not None else None))

@@ -490,6 +490,8 @@ class Ledger(Service):
             not_undoable = "some of its writes could not be recorded"
         if kind == "upgrade":
             not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
+        if kind == "create":
+            not_undoable = "it created the notebook (delete the file to undo it)"
         conn = self._db()
         self._make_room(conn, size)  # first: the files never grow past max_bytes
         conn.execute("BEGIN IMMEDIATE")
