@@ -169,7 +169,7 @@ NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
             "type": "array",
             "items": ref("CellOp"),
             "minItems": 1,
-            "description": "1..max_ops_per_request (default 1000) operations.",
+            "description": "1..NotebookStore.max_ops (default 1000) operations.",
             "x-errors": {
                 "type": "'ops' must be a non-empty array of operations",
                 "minItems": "'ops' must be a non-empty array of operations",
@@ -219,7 +219,7 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": ref("EvalCell"),
                 "minItems": 1,
-                "description": "1..max_cells_per_request (default 100) cells, run in order; a failed cell "
+                "description": "1..EvalService.max_cells (default 100) cells, run in order; a failed cell "
                 "stops the call.",
                 "x-errors": {
                     "required": '\'cells\' is required: a non-empty array of {"code": str, "title"?: str}',
