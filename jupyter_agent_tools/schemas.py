@@ -276,7 +276,7 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": ref("EvalCell"),
                 "minItems": 1,
-                "description": "1..max_cells_per_request (default 100) cells, run in order; a failed cell "
+                "description": "1..EvalService.max_cells (default 100) cells, run in order; a failed cell "
                 "stops the call.",
                 "x-errors": {
                     "required": '\'cells\' is required: a non-empty array of {"code": str, "title"?: str}',
