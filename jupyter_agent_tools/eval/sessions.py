@@ -173,7 +173,7 @@ class EvalSessionManager(Service):
             else:
                 raise Unavailable(
                     f"All {self.max_sessions} agent sessions are busy; retry later, reuse a session, or "
-                    "raise c.SessionManager.max_sessions",
+                    "raise c.EvalSessionManager.max_sessions",
                     retry_after=RETRY_AFTER_BUSY_SESSIONS,
                 )
 
