@@ -210,7 +210,7 @@ def run_load(duration: float = 60.0, agents: int = 6, sessions: int = 3, seed: i
     """Start a server, run the agents for ``duration`` seconds, check every invariant."""
     report = LoadReport(duration=duration, agents=agents, sessions=sessions)
     with jupyter_server(
-        extra_args=[f"--SessionManager.max_sessions={sessions}", "--SessionManager.idle_timeout=0"]
+        extra_args=[f"--EvalSessionManager.max_sessions={sessions}", "--EvalSessionManager.idle_timeout=0"]
     ) as server:
         root: Path = server.root_dir
         for name in NOTEBOOKS:

@@ -65,7 +65,7 @@ class AgentToolsApp(ExtensionApp):
     The application holds what is its own (the front door's limits, which class each service is); each
     service holds its own settings. Configure with ``c.<Class>.<trait> = value`` in
     ``jupyter_server_config.py`` or ``--<Class>.<trait>=value`` on the command line, for example
-    ``c.AgentToolsApp.max_body_bytes`` or ``c.SessionManager.max_sessions``.
+    ``c.AgentToolsApp.max_body_bytes`` or ``c.EvalSessionManager.max_sessions``.
     """
 
     name = "jupyter_agent_tools"
@@ -160,10 +160,10 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     session_manager_class = Type(
-        default_value="jupyter_agent_tools.eval.sessions.SessionManager",
+        default_value="jupyter_agent_tools.eval.sessions.EvalSessionManager",
         klass=SessionManager,
-        help="The class that keeps, evicts and sweeps the eval sessions (a subclass of SessionManager). "
-        "Built with parent=the app and kernels, artifacts, audit; its settings are c.SessionManager.*.",
+        help="The class that keeps, evicts and sweeps the eval sessions (a subclass of EvalSessionManager). "
+        "Built with parent=the app and kernels, artifacts, audit; its settings are c.EvalSessionManager.*.",
     ).tag(config=True)
 
     eval_service_class = Type(

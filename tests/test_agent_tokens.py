@@ -49,7 +49,7 @@ def jp_server_config() -> dict[str, Any]:
             **AGENT_CLASSES,
         },
         "KernelPool": {"size": 0},
-        "SessionManager": {"max_sessions": 2},
+        "EvalSessionManager": {"max_sessions": 2},
     }
 
 

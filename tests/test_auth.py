@@ -45,7 +45,7 @@ def jp_server_config() -> dict[str, Any]:
             "authorizer_class": AgentAuthorizer,
         },
         "AgentAuthorizer": {"authorizer_class": DenyOne},
-        "SessionManager": {"max_sessions": 2},
+        "EvalSessionManager": {"max_sessions": 2},
         "EvalService": {"max_output_bytes": 256},
     }
 

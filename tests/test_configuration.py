@@ -38,10 +38,10 @@ class RecordingStore(NotebookStore):
 
 # Documented settings, as c.<Class>.<trait> = value, and the service each one must arrive at.
 DOCUMENTED = {
-    ("SessionManager", "max_sessions"): (3, "sessions"),
-    ("SessionManager", "idle_timeout"): (12.0, "sessions"),
-    ("SessionManager", "cleanup_interval"): (45.0, "sessions"),
-    ("SessionManager", "heartbeat_interval"): (0.0, "sessions"),
+    ("EvalSessionManager", "max_sessions"): (3, "sessions"),
+    ("EvalSessionManager", "idle_timeout"): (12.0, "sessions"),
+    ("EvalSessionManager", "cleanup_interval"): (45.0, "sessions"),
+    ("EvalSessionManager", "heartbeat_interval"): (0.0, "sessions"),
     ("NotebookStore", "summary_max_chars"): (77, "store"),
     ("NotebookStore", "max_ops"): (9, "store"),
     ("NotebookStore", "busy_timeout"): (0.5, "store"),
@@ -270,6 +270,17 @@ def test_zero_is_accepted_where_it_means_never(cls, name, value, tmp_path):
     assert getattr(build(cls, tmp_path, config=Config({cls.__name__: {name: value}})), name) == value
 
 
+def test_no_service_shares_a_configuration_section_with_jupyter_server():
+    """A section is a class name: c.SessionManager.* would reach jupyter_server's session manager too (and
+    each would warn about the other's options), so the eval sessions' class is EvalSessionManager."""
+    from jupyter_server.serverapp import ServerApp
+
+    server_sections = {cls.__name__ for cls in ServerApp().classes for cls in cls.mro()}
+    ours = {cls.__name__ for cls in CONFIGURABLES}
+    assert "SessionManager" in server_sections
+    assert ours & server_sections == set()
+
+
 def test_a_subclass_takes_the_settings_of_its_base(tmp_path):
     config = Config({"NotebookStore": {"max_ops": 3}})
     assert RecordingStore(config=config).max_ops == 3
@@ -290,7 +301,7 @@ def test_empty_ledger_path_is_the_data_directory_default():
 
 
 def test_services_validate_their_own_traits(tmp_path):
-    with pytest.raises(TraitError, match=r"^SessionManager\.max_sessions must be at least 1, got 0"):
+    with pytest.raises(TraitError, match=r"^EvalSessionManager\.max_sessions must be at least 1, got 0"):
         SessionManager(max_sessions=0)
     with pytest.raises(TraitError, match=r"^NotebookKernels\.max_kernels must be at least 1, got 0"):
         NotebookKernels(sessions=build(SessionManager, tmp_path), max_kernels=0)

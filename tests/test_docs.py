@@ -47,7 +47,7 @@ TRAITS = [
 def test_traits_exist():
     assert len(TRAITS) >= 40
     names = {cls.__name__ for cls in CLASSES}
-    assert {"AgentToolsApp", "EvalService", "SessionManager", "KernelService", "NotebookStore"} <= names
+    assert {"AgentToolsApp", "EvalService", "EvalSessionManager", "KernelService", "NotebookStore"} <= names
 
 
 def test_the_app_lists_every_service_class_it_builds():

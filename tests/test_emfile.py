@@ -69,8 +69,8 @@ def server(tmp_path: Path, events_file: Path):
     # No warm pool: these tests measure what a session's own kernel start costs and frees (the pool's
     # part in the recovery is tests/test_pool.py's).
     args = [
-        "--SessionManager.max_sessions=20",
-        "--SessionManager.heartbeat_interval=0",
+        "--EvalSessionManager.max_sessions=20",
+        "--EvalSessionManager.heartbeat_interval=0",
         "--KernelPool.size=0",
         f"--config={config}",
     ]
@@ -155,8 +155,8 @@ def test_real_exhaustion_without_headroom_check_is_still_recognised():
     shut down, and the retried start succeeds.
     """
     args = [
-        "--SessionManager.max_sessions=20",
-        "--SessionManager.heartbeat_interval=0",
+        "--EvalSessionManager.max_sessions=20",
+        "--EvalSessionManager.heartbeat_interval=0",
         "--KernelService.fd_headroom=0",
         "--KernelPool.size=0",
         "--KernelService.ready_timeout=5",

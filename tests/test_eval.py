@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(180)
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "SessionManager": {"max_sessions": 2},
+        "EvalSessionManager": {"max_sessions": 2},
         "EvalService": {"interrupt_grace": 10.0},
     }
 

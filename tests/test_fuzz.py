@@ -67,7 +67,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with jupyter_server(
         root,
         extra_args=[
-            "--SessionManager.max_sessions=2",
+            "--EvalSessionManager.max_sessions=2",
             "--AgentToolsApp.max_body_bytes=65536",
             "--EvalService.interrupt_grace=5",
             # agent tokens on, so the token routes are fuzzed for real

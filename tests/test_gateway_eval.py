@@ -17,7 +17,7 @@ def jp_server_config(gateway_server_config):
     config = dict(gateway_server_config)
     # No warm pool here: these tests count the kernel creations a call makes (TestGatewayPool has one).
     config["KernelRecovery"] = {"retry_backoff": 0.2}
-    config["SessionManager"] = {"heartbeat_interval": 0}
+    config["EvalSessionManager"] = {"heartbeat_interval": 0}
     config["KernelPool"] = {"size": 0}
     return config
 
@@ -59,7 +59,7 @@ class TestGatewayPool:
     @pytest.fixture
     def jp_server_config(self, gateway_server_config):
         config = dict(gateway_server_config)
-        config["SessionManager"] = {"heartbeat_interval": 0}
+        config["EvalSessionManager"] = {"heartbeat_interval": 0}
         config["KernelPool"] = {"size": 1}
         return config
 

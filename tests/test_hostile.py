@@ -34,7 +34,7 @@ def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "AgentToolsApp": {"max_body_bytes": LIMIT},
-        "SessionManager": {"max_sessions": 2},
+        "EvalSessionManager": {"max_sessions": 2},
     }
 
 

@@ -80,7 +80,7 @@ class TestIdleKernels:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
             "NotebookKernels": {"idle_timeout": IDLE},
-            "SessionManager": {"cleanup_interval": SWEEP},
+            "EvalSessionManager": {"cleanup_interval": SWEEP},
         }
 
     async def test_an_unused_kernel_a_run_started_is_shut_down_but_busy_connected_and_lab_ones_stay(

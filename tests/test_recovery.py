@@ -22,7 +22,7 @@ BY_MANAGER = "Kernel was restarted by the server since the last call"
 def server_config(**sessions: Any) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "SessionManager": {"heartbeat_interval": 0, **sessions},
+        "EvalSessionManager": {"heartbeat_interval": 0, **sessions},
     }
 
 

@@ -40,7 +40,7 @@ def jp_server_config(private: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "ArtifactStore": {"root_dir": str(private / "artifacts")},
-        "SessionManager": {"max_sessions": 2, "heartbeat_interval": 0},
+        "EvalSessionManager": {"max_sessions": 2, "heartbeat_interval": 0},
         "EvalService": {"max_output_bytes": 1024, "interrupt_grace": 1.0},
         # No warm pool here: these tests count a server's kernels and pause its kernel launches.
         "KernelPool": {"size": 0},
@@ -147,8 +147,8 @@ def test_artifact_store_confines_every_path(private):
 def test_output_limit_below_one_byte_is_refused_at_start():
     with pytest.raises(TraitError, match=r"EvalService\.max_output_bytes must be at least 1"):
         EvalService(config=Config({"EvalService": {"max_output_bytes": 0}}))
-    with pytest.raises(TraitError, match=r"SessionManager\.max_sessions must be at least 1"):
-        SessionManager(config=Config({"SessionManager": {"max_sessions": 0}}))
+    with pytest.raises(TraitError, match=r"EvalSessionManager\.max_sessions must be at least 1"):
+        SessionManager(config=Config({"EvalSessionManager": {"max_sessions": 0}}))
 
 
 # -- no silent state loss -------------------------------------------------------------------------

@@ -41,8 +41,11 @@ def gone_record(reason: str, message: str) -> dict[str, Any]:
     return {"reason": reason, "at": at, "message": message}
 
 
-class SessionManager(Service):
+class EvalSessionManager(Service):
     """Keeps the sessions, evicts and sweeps them, and shuts them down.
+
+    Configured as ``c.EvalSessionManager.*``: a class named SessionManager would share its configuration
+    section with jupyter_server's own session manager.
 
     The application builds the class named by ``AgentToolsApp.session_manager_class``.
     """
@@ -170,7 +173,7 @@ class SessionManager(Service):
             else:
                 raise Unavailable(
                     f"All {self.max_sessions} agent sessions are busy; retry later, reuse a session, or "
-                    "raise c.SessionManager.max_sessions",
+                    "raise c.EvalSessionManager.max_sessions",
                     retry_after=RETRY_AFTER_BUSY_SESSIONS,
                 )
 
@@ -352,3 +355,7 @@ class SessionManager(Service):
             *list(self._ending),
             return_exceptions=True,
         )
+
+
+# The name the rest of the package imports (its configuration section is EvalSessionManager).
+SessionManager = EvalSessionManager
