@@ -36,6 +36,7 @@ from .handlers.notebooks import (
     NotebookRunHandler,
 )
 from .handlers.openapi import OpenAPIHandler, UnknownRouteHandler
+from .handlers.runs import RunCancelHandler, RunEventsHandler, RunHandler, RunListHandler
 from .handlers.sessions import (
     ArtifactHandler,
     SessionHandler,
@@ -48,6 +49,7 @@ from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
 from .mcp.server import McpServer
 from .notebook.live import RTC_MODES, LiveDocuments
 from .notebook.store import NotebookStore
+from .runs import RunRegistry
 from .traits import at_least
 
 GIB = 1024**3
@@ -386,6 +388,12 @@ class AgentToolsApp(ExtensionApp):
         "notebook_kernels, max_cell_bytes_stored.",
     ).tag(config=True)
 
+    run_registry_class = Type(
+        default_value="jupyter_agent_tools.runs.RunRegistry",
+        klass=RunRegistry,
+        help="The detached runs' registry (a subclass of RunRegistry): built with parent=the app, artifacts "
+        "and root_dir; its settings are its own (c.RunRegistry.*).",
+    ).tag(config=True)
     ledger_class = Type(
         default_value="jupyter_agent_tools.ledger.service.Ledger",
         klass=Ledger,
@@ -480,6 +488,7 @@ class AgentToolsApp(ExtensionApp):
     eval_service: EvalService
     notebook_runner: NotebookRunner
     mcp_server: McpServer
+    run_registry: RunRegistry
     _own_artifacts_dir: bool = False
 
     def initialize_settings(self) -> None:
@@ -580,6 +589,9 @@ class AgentToolsApp(ExtensionApp):
             max_output_bytes_stored=self.max_run_output_bytes,
             max_cell_bytes_stored=self.max_run_cell_bytes,
         )
+        self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
+            parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
+        )
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,
@@ -612,6 +624,10 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}", SessionHandler),
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
+                (r"/api/agent/runs", RunListHandler),
+                (r"/api/agent/runs/(?P<run_id>[^/]+)", RunHandler),
+                (r"/api/agent/runs/(?P<run_id>[^/]+)/events", RunEventsHandler),
+                (r"/api/agent/runs/(?P<run_id>[^/]+)/cancel", RunCancelHandler),
                 (r"/api/agent/tokens", TokenListHandler),
                 (r"/api/agent/tokens/(?P<name>[^/]+)", TokenHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
@@ -625,9 +641,11 @@ class AgentToolsApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         self.eval_service.sessions.start()
         self.ledger.start()
+        self.run_registry.open()  # a previous process's unfinished runs become "lost"
 
     async def stop_extension(self) -> None:
         """Shut down every kernel this extension started and remove its private artifacts."""
+        await self.run_registry.shutdown()  # first: its unfinished runs are lost, not failed
         await self.eval_service.shutdown()
         await asyncio.to_thread(self.ledger.close)
         if self._own_artifacts_dir:

@@ -227,6 +227,12 @@ EVAL_SCHEMAS: dict[str, Any] = {
                     "minItems": '\'cells\' must be a non-empty array of {"code": str, "title"?: str}',
                 },
             },
+            "detach": {
+                "type": "boolean",
+                "default": False,
+                "description": "Answer 202 at once with the run_id (Location: /api/agent/runs/{id}); "
+                "the work goes on when the client goes.",
+            },
             "session": {
                 "type": "string",
                 "pattern": SESSION_NAME_PATTERN,
@@ -797,6 +803,12 @@ RUN_SCHEMAS: dict[str, Any] = {
                 "description": "Seconds for the whole call, clamped to 1..3600; on expiry the running cell "
                 "is interrupted and later cells are not run.",
                 "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
+            },
+            "detach": {
+                "type": "boolean",
+                "default": False,
+                "description": "Answer 202 at once with the run_id (Location: /api/agent/runs/{id}); "
+                "the work goes on when the client goes.",
             },
             "stop_on_error": {
                 "type": "boolean",
