@@ -10,10 +10,14 @@ from typing import Any
 
 import nbformat
 import pytest
+from contract import Contract
+
+from jupyter_agent_tools.openapi import openapi_document
 
 pytestmark = pytest.mark.timeout(180)
 
 NDJSON = "application/x-ndjson"
+CONTRACT = Contract(openapi_document())
 
 
 @pytest.fixture
@@ -104,6 +108,11 @@ async def test_detached_eval_completes_and_its_events_match_an_attached_run(api,
     assert comparable(got) == comparable(attached)
     status, listing = await api("GET", "runs")
     assert status == 200
+    CONTRACT.assert_response("POST", "/api/agent/eval", 202, started)
+    CONTRACT.assert_response("GET", "/api/agent/runs/{run_id}", 200, run)
+    CONTRACT.assert_response("GET", "/api/agent/runs", 200, listing)
+    for event in got:
+        CONTRACT.assert_response("GET", "/api/agent/runs/{run_id}/events", 200, event, NDJSON)
     assert started["run_id"] in [r["run_id"] for r in listing["runs"]]
 
 
@@ -146,6 +155,7 @@ async def test_cancel_interrupts_a_detached_run(api):
         await asyncio.sleep(0.1)
     status, answer = await api("POST", "runs", started["run_id"], "cancel")
     assert status == 200 and answer["cancel_requested"] is True
+    CONTRACT.assert_response("POST", "/api/agent/runs/{run_id}/cancel", 200, answer)
     run = await finished(api, started["run_id"], 30)
     assert run["state"] == "cancelled"
     assert run["result"]["cancelled"] is True
@@ -162,6 +172,7 @@ async def test_detached_notebook_run_writes_outputs(api, jp_root_dir):
     assert started["kind"] == "notebook_run" and started["target"] == "detached.ipynb"
     run = await finished(api, started["run_id"])
     assert run["state"] == "complete", run
+    CONTRACT.assert_response("GET", "/api/agent/runs/{run_id}", 200, run)
     assert [c["status"] for c in run["cells"]] == ["complete", "complete"]
     saved = nbformat.read(jp_root_dir / "detached.ipynb", as_version=4)
     assert saved.cells[0].outputs[0]["text"] == "one\n"
