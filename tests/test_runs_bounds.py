@@ -108,7 +108,7 @@ async def test_a_run_keeps_at_most_run_events_max_bytes_and_says_what_it_left_ou
     log = registry.runs[run_id].log
     # past the cap only the events that are always kept (gap, cell_end, the answer) were added
     assert log.total - len(log._lines[-1]) <= MAX_EVENTS + 1024
-    status, events = await http("GET", f"api/agent/runs/{run_id}/events")
+    _, events = await http("GET", f"api/agent/runs/{run_id}/events")
     gaps = [e for e in events if e["type"] == "gap"]
     assert len(gaps) == 1 and gaps[0]["index"] == 0 and gaps[0]["name"] == "stdout"
     assert len(chunk_text(events).encode()) + gaps[0]["bytes"] == 1000 * 1000
