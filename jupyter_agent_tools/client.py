@@ -14,7 +14,9 @@ Without ``url`` the client finds the server as ``jupyter agent`` does (``JUPYTER
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import urllib.parse
 from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -310,6 +312,40 @@ def _all_changes_call(since: str | None, limit: int | None) -> _Call:
     return call
 
 
+_EVAL_OPTIONS = ("session", "mode", "reset", "timeout", "cwd", "env", "session_file", "kernel_name")
+_RUN_OPTIONS = ("cell_ids", "cell_indices", "all_cells", "timeout", "stop_on_error", "expected_hash")
+RUN_EVENTS_RETRIES = 5  # connection failures in a row before run_events gives up
+
+
+def _detached(call: _Call) -> _Call:
+    """The call with ``"detach": true``: answered 202 at once with the run's summary."""
+    return _Call(call.method, call.path, {**call.body, "detach": True}, read_timeout=DEFAULT_TIMEOUT)
+
+
+def _options(names: Sequence[str], given: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(given) - set(names)
+    if unknown:
+        raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))} (known: {', '.join(names)})")
+    return {name: given.get(name) for name in names}
+
+
+def _run_id_path(run_id: str, tail: str = "") -> str:
+    return f"api/agent/runs/{urllib.parse.quote(run_id, safe='')}{tail}"
+
+
+def _events_call(run_id: str, after: int) -> _Call:
+    return _Call("GET", _run_id_path(run_id, "/events"), params={"after": str(after)})
+
+
+def _run_call_of(run_id: str, wait: float | None) -> _Call:
+    params = {"wait": str(wait)} if wait else {}
+    return _Call("GET", _run_id_path(run_id), params=params, read_timeout=(wait or 0) + DEFAULT_TIMEOUT)
+
+
+def _ends_run(event: EvalEvent) -> bool:
+    return event.get("type") in ("result", "error")
+
+
 def _headers(token: str, client: str | None) -> dict[str, str]:
     """The headers of every request: the token, and which program is calling (``cli`` is recorded as
     such in the change ledger)."""
@@ -415,6 +451,7 @@ class AgentClient:
                 call.method,
                 call.path,
                 json=call.body,
+                params=call.params or None,
                 headers={"Accept": NDJSON},
                 timeout=self._timeout(STREAM_READ_TIMEOUT),
             ) as response:
@@ -612,6 +649,52 @@ class AgentClient:
         )
         return self._events(call, raise_on_error)
 
+    # -- detached runs ---------------------------------------------------------------------------------
+
+    def detach_eval(self, cells: CellsArg, **options: Any) -> dict[str, Any]:
+        """``POST /api/agent/eval`` with ``"detach": true`` (the options of :meth:`eval`): the run goes on
+        without this client; the answer is its summary (``run_id``, ``state``, ``location``)."""
+        return dict(self._json(_detached(_eval_call(cells, **_options(_EVAL_OPTIONS, options)))))
+
+    def detach_run_notebook(self, path: str, **options: Any) -> dict[str, Any]:
+        """:meth:`run_notebook` with ``"detach": true``: the run's summary at once."""
+        return dict(self._json(_detached(_run_call(path, **_options(_RUN_OPTIONS, options)))))
+
+    def runs(self) -> list[dict[str, Any]]:
+        """``GET /api/agent/runs``: the detached runs this token may see, newest first."""
+        return list(self._json(_Call("GET", "api/agent/runs"))["runs"])
+
+    def run(self, run_id: str, *, wait: float | None = None) -> dict[str, Any]:
+        """``GET /api/agent/runs/{id}``: state, per-cell progress, the answer once it ended; ``wait``
+        seconds (at most 600) for it to end first."""
+        return dict(self._json(_run_call_of(run_id, wait)))
+
+    def cancel_run(self, run_id: str) -> dict[str, Any]:
+        """``POST /api/agent/runs/{id}/cancel``: interrupt it (it ends ``cancelled``)."""
+        return dict(self._json(_Call("POST", _run_id_path(run_id, "/cancel"), {})))
+
+    def run_events(
+        self, run_id: str, *, after: int = 0, raise_on_error: bool = True
+    ) -> Generator[EvalEvent, None, None]:
+        """The run's events after sequence number ``after`` (each with its ``seq``), then the live ones,
+        until its last (``result`` or ``error``). A dropped connection is reopened from the last ``seq``
+        seen: every event comes once, in order. Leaving early does not stop the run."""
+        failures = 0
+        while True:
+            try:
+                for event in self._events(_events_call(run_id, after), raise_on_error):
+                    failures = 0
+                    if isinstance(event.get("seq"), int):
+                        after = event["seq"]
+                    yield event
+                    if _ends_run(event):
+                        return
+            except AgentAPIError as e:
+                if e.status is not None or failures >= RUN_EVENTS_RETRIES:
+                    raise
+                failures += 1
+                time.sleep(min(5.0, 0.5 * failures))
+
     def sessions(self) -> dict[str, Any]:
         """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}, "pool": {...}}``."""
         return dict(self._json(_Call("GET", "api/agent/sessions")))
@@ -740,6 +823,7 @@ class AsyncAgentClient:
                 call.method,
                 call.path,
                 json=call.body,
+                params=call.params or None,
                 headers={"Accept": NDJSON},
                 timeout=self._timeout(STREAM_READ_TIMEOUT),
             ) as response:
@@ -924,6 +1008,48 @@ class AsyncAgentClient:
             include_images=include_images,
         )
         return self._events(call, raise_on_error)
+
+    # -- detached runs ---------------------------------------------------------------------------------
+
+    async def detach_eval(self, cells: CellsArg, **options: Any) -> dict[str, Any]:
+        """See :meth:`AgentClient.detach_eval`."""
+        return dict(await self._json(_detached(_eval_call(cells, **_options(_EVAL_OPTIONS, options)))))
+
+    async def detach_run_notebook(self, path: str, **options: Any) -> dict[str, Any]:
+        """See :meth:`AgentClient.detach_run_notebook`."""
+        return dict(await self._json(_detached(_run_call(path, **_options(_RUN_OPTIONS, options)))))
+
+    async def runs(self) -> list[dict[str, Any]]:
+        """See :meth:`AgentClient.runs`."""
+        return list((await self._json(_Call("GET", "api/agent/runs")))["runs"])
+
+    async def run(self, run_id: str, *, wait: float | None = None) -> dict[str, Any]:
+        """See :meth:`AgentClient.run`."""
+        return dict(await self._json(_run_call_of(run_id, wait)))
+
+    async def cancel_run(self, run_id: str) -> dict[str, Any]:
+        """See :meth:`AgentClient.cancel_run`."""
+        return dict(await self._json(_Call("POST", _run_id_path(run_id, "/cancel"), {})))
+
+    async def run_events(
+        self, run_id: str, *, after: int = 0, raise_on_error: bool = True
+    ) -> AsyncGenerator[EvalEvent, None]:
+        """See :meth:`AgentClient.run_events`."""
+        failures = 0
+        while True:
+            try:
+                async for event in self._events(_events_call(run_id, after), raise_on_error):
+                    failures = 0
+                    if isinstance(event.get("seq"), int):
+                        after = event["seq"]
+                    yield event
+                    if _ends_run(event):
+                        return
+            except AgentAPIError as e:
+                if e.status is not None or failures >= RUN_EVENTS_RETRIES:
+                    raise
+                failures += 1
+                await asyncio.sleep(min(5.0, 0.5 * failures))
 
     async def sessions(self) -> dict[str, Any]:
         """See :meth:`AgentClient.sessions`."""
