@@ -93,7 +93,10 @@ def test_runs_watch_renders_like_a_live_run_on_a_terminal(
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     go = tmp_path / "go"
-    code = f"import os, time\nprint('waiting', flush=True)\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.02)\nprint('went')"
+    code = (
+        f"import os, time\nprint('waiting', flush=True)\nwhile not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.02)\nprint('went')"
+    )
     done = run_cli(
         "eval", "--detach", "--timeout", "120", "-c", code, "-c", "1/0", server=server, runtime=runtime_dir
     )
