@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Protocol
 
 
@@ -33,7 +33,7 @@ class Source(Protocol):
 
 async def pump(
     source: Source, heartbeat_interval: float, *, deadline: float | None = None
-) -> AsyncIterator[bool]:
+) -> AsyncGenerator[bool, None]:
     """Yield True when the consumer should take what is ready, False when a heartbeat is due.
 
     Ends when the source is finished and nothing is ready, or at ``deadline`` (``time.monotonic()``).

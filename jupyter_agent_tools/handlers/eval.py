@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import time
@@ -135,17 +136,18 @@ class EvalHandler(AgentAPIHandler):
         started_at = time.monotonic()
         writer = NdjsonWriter(self)
         try:
-            async for due in pump(
-                TaskSource(run, backlog.__bool__, ready), float(app.stream_heartbeat_interval)
-            ):
-                if due:
-                    batch = backlog.take(WRITE_CHARS)
-                else:
-                    batch = [{"type": "heartbeat", "elapsed_ms": int((time.monotonic() - started_at) * 1000)}]
-                await writer.send(b"".join(map(ndjson_line, batch)))
-                del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
-                backlog.sent()
-                pace.progressed()
+            source = TaskSource(run, backlog.__bool__, ready)
+            async with contextlib.aclosing(pump(source, float(app.stream_heartbeat_interval))) as beats:
+                async for due in beats:
+                    if due:
+                        batch = backlog.take(WRITE_CHARS)
+                    else:
+                        elapsed = int((time.monotonic() - started_at) * 1000)
+                        batch = [{"type": "heartbeat", "elapsed_ms": elapsed}]
+                    await writer.send(b"".join(map(ndjson_line, batch)))
+                    del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
+                    backlog.sent()
+                    pace.progressed()
             run.result()  # raise the service's error, if any
         except StreamClosedError:
             self._client_gone()

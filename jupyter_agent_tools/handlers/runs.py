@@ -149,14 +149,16 @@ class RunEventsHandler(_RunRoute):
         started = time.monotonic()
         try:
             await writer.send(b"")  # the headers now: a reader sees the stream open at once
-            async for due in pump(cursor, float(app.stream_heartbeat_interval), deadline=started + timeout):
-                if due:
-                    data = b"".join(cursor.take(WRITE_CHARS))
-                else:
-                    elapsed = int((time.monotonic() - started) * 1000)
-                    data = ndjson_line({"type": "heartbeat", "elapsed_ms": elapsed})
-                await writer.send(data)  # waits while the client reads slowly: nothing piles up here
-                del data
+            beats = pump(cursor, float(app.stream_heartbeat_interval), deadline=started + timeout)
+            async with contextlib.aclosing(beats):
+                async for due in beats:
+                    if due:
+                        data = b"".join(cursor.take(WRITE_CHARS))
+                    else:
+                        elapsed = int((time.monotonic() - started) * 1000)
+                        data = ndjson_line({"type": "heartbeat", "elapsed_ms": elapsed})
+                    await writer.send(data)  # waits while the client reads slowly: nothing piles up here
+                    del data
         except StreamClosedError:
             return
         if not self._finished:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import secrets
@@ -28,6 +29,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import AgentToolsError
+from ..streaming import TaskSource, pump
 from ..validation import short_repr
 from .jsonrpc import (
     HEADER_MISMATCH,
@@ -606,23 +608,11 @@ class McpServer:
         if session is not None:
             session.calls[rid] = call
         task = asyncio.ensure_future(run)
-        last = time.monotonic()
         try:
-            while not task.done() or progress.parts:
-                if progress.parts:
-                    yield Outgoing(progress.take())
-                    last = time.monotonic()
-                    continue
-                wait = self.heartbeat_interval - (time.monotonic() - last)
-                if wait <= 0:
-                    yield Outgoing(progress.heartbeat())
-                    last = time.monotonic()
-                    continue
-                waiter = asyncio.ensure_future(progress.ready.wait())
-                try:
-                    await asyncio.wait({task, waiter}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
+            source = TaskSource(task, lambda: bool(progress.parts), progress.ready)
+            async with contextlib.aclosing(pump(source, self.heartbeat_interval)) as beats:
+                async for due in beats:
+                    yield Outgoing(progress.take() if due else progress.heartbeat())
             if call.by_client:
                 return  # the client said it will not read the response
             try:
