@@ -31,7 +31,7 @@ from ..eval.backlog import utf8_prefix, utf8_size
 
 Event = dict[str, Any]
 INDEX_EVERY = 64 * 1024  # bytes of artifact between two entries of the sparse seq -> offset index
-READ_BLOCK = 64 * 1024
+KEEP_IN_MEMORY = 64 * 1024  # bytes of events a finished run may keep in memory rather than in an artifact
 
 
 def encode(seq: int, event: Event) -> bytes:
@@ -105,6 +105,8 @@ class RunLog:
             return
         self._say_gap()
         self.finished = True
+        if self.artifact_id is not None or self.memory_held > KEEP_IN_MEMORY:
+            self._move_out()  # a finished run, kept for an hour, holds (almost) no events in memory
         if self._writer is not None:
             with contextlib.suppress(OSError):
                 self._writer.close()
@@ -160,6 +162,22 @@ class RunLog:
                 self._broken = True
                 self.log.warning("events of a run not kept (their artifact could not be written): %s", e)
         self.total -= len(line)
+
+    def _move_out(self) -> None:
+        """Move every line still in memory to the artifact; what cannot be written stays in memory."""
+        while self._lines and not self._broken:
+            line = self._lines[0]
+            try:
+                self._write(self._first_memory_seq, line)
+            except (OSError, ArtifactFull) as e:
+                self._broken = True
+                self.log.warning(
+                    "events of a run kept in memory (their artifact could not be written): %s", e
+                )
+                return
+            self._lines.popleft()
+            self._first_memory_seq += 1
+            self.memory_held -= len(line)
 
     def _write(self, seq: int, line: bytes) -> None:
         if self._writer is None:
