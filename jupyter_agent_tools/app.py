@@ -389,7 +389,7 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     run_registry_class = Type(
-        default_value="jupyter_agent_tools.runs.RunRegistry",
+        default_value="jupyter_agent_tools.runs.registry.RunRegistry",
         klass=RunRegistry,
         help="The detached runs' registry (a subclass of RunRegistry): built with parent=the app, artifacts "
         "and root_dir; its settings are its own (c.RunRegistry.*).",
