@@ -1173,7 +1173,11 @@ ANSWER_SCHEMAS["Error"]["properties"]["conflicts"] = {
 RUN_STATES = ("queued", "running", "complete", "error", "cancelled", "interrupted", "lost")
 _RUN_SUMMARY = {
     "run_id": _STR,
-    "kind": {"type": "string", "enum": ["eval", "notebook_run"]},
+    "kind": {
+        "type": "string",
+        "enum": ["eval", "notebook_run", "mcp_tool"],
+        "description": "mcp_tool: an MCP tools/call run as a task (its target is the tool's name)",
+    },
     "target": {**_STR_OR_NULL, "description": "The session (eval; null per-call) or the notebook's path"},
     "owner": {**_STR_OR_NULL, "description": "The user that started it"},
     "state": {
@@ -1223,9 +1227,9 @@ DETACHED_SCHEMAS["RunDetail"] = _obj(
         **_RUN_SUMMARY,
         "cells": {"type": "array", "items": ref("RunCell"), "description": "Per-cell progress"},
         "result": {
-            "oneOf": [ref("EvalResult"), ref("NotebookRunResult"), {"type": "null"}],
+            "anyOf": [ref("EvalResult"), ref("NotebookRunResult"), {"type": "object"}, {"type": "null"}],
             "description": "The answer an attached call gives, once the run ended (null before, and for "
-            "a run that failed or was lost)",
+            "a run that failed or was lost); for kind mcp_tool, the tool call's MCP result",
         },
     }
 )

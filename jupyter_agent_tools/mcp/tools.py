@@ -89,6 +89,7 @@ class Tool:
     run: Callable[[ToolCall], Awaitable[ToolResult]]
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, bool] = field(default_factory=dict)
+    task_support: str | None = None  # "optional": may run as an MCP task (protocol 2025-11-25)
 
 
 # ------------------------------------------------------------------------------------------ arguments
@@ -163,6 +164,16 @@ INCLUDE_IMAGES = {
 
 
 DETACH = {"type": "boolean", "description": "Return a run_id at once; the run goes on (see run_status)."}
+
+
+def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
+    """The state of a tool call run as an MCP task, from its CallToolResult."""
+    if result.get("isError"):
+        return "error"
+    structured = result.get("structuredContent") or {}
+    if cancel_requested or structured.get("cancelled"):
+        return "cancelled" if cancel_requested else "interrupted"
+    return "interrupted" if structured.get("timed_out") else "complete"
 
 
 def _or_started(schema: dict[str, Any]) -> dict[str, Any]:
@@ -723,6 +734,7 @@ _TOOLS: tuple[Tool, ...] = (
         output_schema=_or_started(without_image_data(component("EvalResult"))),
         run=_eval,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+        task_support="optional",
     ),
     Tool(
         name="notebook_read",
@@ -788,6 +800,7 @@ _TOOLS: tuple[Tool, ...] = (
         output_schema=_or_started(without_image_data(component("NotebookRunResult"))),
         run=_notebook_run,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+        task_support="optional",
     ),
     Tool(
         name="session_list",

@@ -57,7 +57,7 @@ class Run:
     """One detached run; its fields change only through :class:`RunRegistry`."""
 
     id: str
-    kind: str  # eval | notebook_run
+    kind: str  # eval | notebook_run | mcp_tool (an MCP task)
     target: str | None  # the session name (eval), the notebook's path (notebook_run)
     owner: str | None
     created: float
@@ -203,8 +203,16 @@ class RunRegistry(Service):
 
     # -- starting ------------------------------------------------------------------------------
 
-    def start(self, kind: str, target: str | None, call: Call) -> Run:
-        """Start ``call(emit, cancel)`` as a run of the acting user; it goes on whoever waits for it."""
+    def start(
+        self,
+        kind: str,
+        target: str | None,
+        call: Call,
+        state_of: Callable[[dict[str, Any], bool], str] = final_state,
+    ) -> Run:
+        """Start ``call(emit, cancel)`` as a run of the acting user; it goes on whoever waits for it.
+        ``state_of(answer, cancel_requested)`` is the state it ends in (an eval's or a run's answer by
+        default; an MCP tool call's result for a task)."""
         self.open()
         self._prune(room=1)
         if len(self.runs) >= self.max_kept_runs:
@@ -230,10 +238,10 @@ class RunRegistry(Service):
         )
         self.runs[run.id] = run
         self.records.save(run)
-        run.task = asyncio.ensure_future(self._drive(run, call))
+        run.task = asyncio.ensure_future(self._drive(run, call, state_of))
         return run
 
-    async def _drive(self, run: Run, call: Call) -> None:
+    async def _drive(self, run: Run, call: Call, state_of: Callable[[dict[str, Any], bool], str]) -> None:
         def emit(event: dict[str, Any]) -> None:
             self._event(run, event)
 
@@ -256,8 +264,8 @@ class RunRegistry(Service):
             emit({"type": "error", "status": status, "message": message})
         else:
             run.result = result
-            state = final_state(result, run.cancel_requested)
-            message = result.get("error")
+            state = state_of(result, run.cancel_requested)
+            message = result.get("error") if isinstance(result.get("error"), str) else None
         self._end(run, state, message)
 
     def _event(self, run: Run, event: dict[str, Any]) -> None:
