@@ -610,6 +610,7 @@ def test_nb_run(cli: Any, server: Server) -> None:
     assert subset.returncode == 1 and "cell 2 (id cell2)" in subset.stdout.lower(), subset.stdout
 
 
+
 def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_path: Path) -> None:
     name = write_notebook(server, unique("plot") + ".ipynb", [SHOW_IMAGE.format(PNG_1X1)])
     out = tmp_path / "images"
@@ -618,7 +619,6 @@ def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_
     saved = out / "cell1-1.png"
     assert saved.read_bytes() == base64.b64decode(PNG_1X1)
     assert f"[image/png 1x1, 70 B] saved to {saved}" in done.stderr
-
 
 # -- sessions and artifacts ------------------------------------------------------------------------------
 

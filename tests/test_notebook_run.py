@@ -213,8 +213,7 @@ async def test_closing_the_stream_interrupts(jp_http_port, jp_base_url, jp_auth_
     writer.write(
         f"POST {jp_base_url}api/agent/notebooks/stream.ipynb/run HTTP/1.1\r\n"
         f"Host: 127.0.0.1:{jp_http_port}\r\n{headers}"
-        f"Accept: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-        + body
+        f"Accept: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     )
     await writer.drain()
     seen = b""

@@ -169,6 +169,7 @@ def test_server_memory_stays_bounded_during_a_display_flood(tmp_path):
     assert grown < flood / 2, f"server peak RSS grew by {grown / MB:.0f} MB for {flood / MB:.0f} MB displayed"
 
 
+
 # ---------------------------------------------------------------------------------- images
 
 

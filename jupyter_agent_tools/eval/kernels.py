@@ -283,6 +283,7 @@ class KernelService(Service):
             # Ours and unreachable (e.g. its gateway is gone): do not keep a dead entry in the manager.
             await self.forget_failed_start(kernel_id)
 
+
     async def _let_restart_finish(self, kernel_id: str) -> None:
         """Wait (bounded by ``ready_timeout``) for a start or restart of the kernel that is under way:
         shutting a kernel down during its restart (``POST /api/kernels/{id}/restart``) breaks the

@@ -28,8 +28,6 @@ from .sessions import SessionManager
 
 RERUNS_AFTER_DEATH = 1
 RESTART_LIMIT_MESSAGE = "Python kernel restarted too many times in this session"
-
-
 def died_notice(cell: int) -> str:
     """The notice of a call re-run after its kernel died in ``cell`` (1-based place in the call)."""
     return (
@@ -44,8 +42,6 @@ def gave_up_message(cell: int) -> str:
         f"{RESTART_LIMIT_MESSAGE}: the kernel died while running cell {cell}, and again on the re-run, so "
         "the call stopped and the session has no kernel; its next call starts a new one"
     )
-
-
 DEAD_BEFORE_RUN_NOTICE = "[Kernel had died and was restarted before this call; earlier state was lost.]"
 WEDGED_NOTICE = (
     "[The kernel did not stop after the interrupt and was replaced by a fresh one; state from earlier "

@@ -412,8 +412,7 @@ class NotebookStore(Service):
             if writable and self._escapes_root(path):
                 raise AgentToolsError(
                     f"Refusing to run {path}: it resolves outside the server's root (it is a link to a file "
-                    "outside it), and a run writes its outputs into the notebook; nothing was run",
-                    403,
+                    "outside it), and a run writes its outputs into the notebook; nothing was run", 403
                 )
             async with self._lock(path):
                 loaded = await self._open(path)
