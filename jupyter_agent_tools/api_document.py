@@ -93,6 +93,21 @@ def _session_name() -> dict[str, Any]:
     }
 
 
+RUN_NOT_FOUND = _error(
+    "No such run: never started, another agent's, or forgotten (run_retention, max_kept_runs)."
+)
+
+
+def _run_id() -> dict[str, Any]:
+    return {
+        "name": "run_id",
+        "in": "path",
+        "required": True,
+        "description": "The run's id.",
+        "schema": {"type": "string"},
+    }
+
+
 def _paths() -> dict[str, Any]:
     notebook_path = {
         "name": "path",
@@ -319,6 +334,17 @@ def _paths() -> dict[str, Any]:
                             NDJSON: {"schema": ref("NotebookRunEvent")},
                         },
                     },
+                    "202": {
+                        "description": "With detach: true, the run goes on without the client: its state "
+                        "is at the Location header (GET /api/agent/runs/{run_id}).",
+                        "headers": {
+                            "Location": {
+                                "description": "/api/agent/runs/{run_id}",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                        "content": {JSON: {"schema": ref("RunStarted")}},
+                    },
                     "400": _error(
                         "The body is invalid, a named cell does not exist (or its id is ambiguous), or the "
                         "notebook's kernelspec is not installed. Nothing ran."
@@ -346,7 +372,8 @@ def _paths() -> dict[str, Any]:
                 "kernel manager, visible in /api/kernels). Answers one JSON result, or, with "
                 f"'Accept: {NDJSON}', a stream of events (one JSON object per line) ending with a "
                 "'result' event identical to the JSON answer. A client that disconnects cancels the run "
-                "(the kernel is interrupted).",
+                "(the kernel is interrupted); with detach: true the answer is 202 at once and the run goes "
+                "on without the client (/api/agent/runs).",
                 "tags": ["eval"],
                 "x-authorization": {"resource": "kernels", "action": "execute"},
                 "requestBody": _body(ref("EvalRequest"), "The cells and where to run them."),
@@ -364,6 +391,17 @@ def _paths() -> dict[str, Any]:
                                 },
                             },
                         },
+                    },
+                    "202": {
+                        "description": "With detach: true, the run goes on without the client: its state "
+                        "is at the Location header (GET /api/agent/runs/{run_id}).",
+                        "headers": {
+                            "Location": {
+                                "description": "/api/agent/runs/{run_id}",
+                                "schema": {"type": "string"},
+                            }
+                        },
+                        "content": {JSON: {"schema": ref("RunStarted")}},
                     },
                     "400": _error(
                         "The body is invalid, cwd is not a directory inside the root, or the "
@@ -467,6 +505,87 @@ def _paths() -> dict[str, Any]:
                         "past ArtifactStore.max_bytes)."
                     ),
                     "416": _error("The range starts past the artifact's end (Content-Range: bytes */TOTAL)."),
+                },
+            },
+        },
+        "/api/agent/runs": {
+            "get": {
+                "operationId": "listRuns",
+                "summary": "List detached runs",
+                "description": "The caller's runs, newest first; a caller that is not an agent token (the "
+                "server's token, a login) sees every run. Finished runs are kept for run_retention seconds "
+                "(default 3600), at most max_kept_runs runs in all.",
+                "tags": ["runs"],
+                "x-authorization": {"resource": "kernels", "action": "read"},
+                "responses": {"200": _json("The runs.", ref("RunList")), "403": FORBIDDEN},
+            }
+        },
+        "/api/agent/runs/{run_id}": {
+            "parameters": [_run_id()],
+            "get": {
+                "operationId": "getRun",
+                "summary": "A detached run's state, per-cell progress and answer",
+                "description": "With ?wait=S (seconds, at most 600) the answer waits until the run ends or "
+                "S seconds passed.",
+                "tags": ["runs"],
+                "x-authorization": {"resource": "kernels", "action": "read"},
+                "parameters": [
+                    _query("wait", "Seconds to wait for the run to end first (0..600).", {"type": "number"})
+                ],
+                "responses": {
+                    "200": _json("The run.", ref("RunDetail")),
+                    "400": _error("wait is not a number of seconds from 0 to 600."),
+                    "403": FORBIDDEN,
+                    "404": RUN_NOT_FOUND,
+                },
+            },
+        },
+        "/api/agent/runs/{run_id}/events": {
+            "parameters": [_run_id()],
+            "get": {
+                "operationId": "getRunEvents",
+                "summary": "A detached run's events: replayed from any point, then live",
+                "description": "Every event after sequence number 'after' (0: all), exactly once and in "
+                "order, then the live ones as they come, as NDJSON ('heartbeat' lines while nothing else "
+                "is sent). Ends when the run has ended and every event was sent (the last is 'result' or "
+                "'error'), or after 'timeout' seconds (reconnect with after = the last seq seen). An "
+                "'after' at or beyond the last event waits for the next.",
+                "tags": ["runs"],
+                "x-authorization": {"resource": "kernels", "action": "read"},
+                "parameters": [
+                    _query(
+                        "after",
+                        "The last seq already seen (0: from the first).",
+                        {"type": "integer", "minimum": 0},
+                    ),
+                    _query(
+                        "timeout",
+                        "Seconds the stream stays open at most (default 300, at most 3600).",
+                        {"type": "number"},
+                    ),
+                ],
+                "responses": {
+                    "200": {"description": "The events.", "content": {NDJSON: {"schema": ref("RunEvent")}}},
+                    "400": _error("after is not an integer from 0, or timeout not seconds from 0 to 3600."),
+                    "403": FORBIDDEN,
+                    "404": RUN_NOT_FOUND,
+                    "410": _error("The run ran in a server process that stopped: only its record is kept."),
+                },
+            },
+        },
+        "/api/agent/runs/{run_id}/cancel": {
+            "parameters": [_run_id()],
+            "post": {
+                "operationId": "cancelRun",
+                "summary": "Stop a detached run",
+                "description": "Its kernel is interrupted; the run ends 'cancelled' (a finished run is "
+                "answered as it is). No request body is needed (any body is ignored).",
+                "tags": ["runs"],
+                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "responses": {
+                    "200": _json("The run's state, cancel_requested: true.", ref("RunCancelled")),
+                    "403": FORBIDDEN,
+                    "404": RUN_NOT_FOUND,
                 },
             },
         },
@@ -746,6 +865,10 @@ def _document() -> dict[str, Any]:
             {"name": "notebooks", "description": "Read and change notebooks cell by cell."},
             {"name": "eval", "description": "Run Python in kernel sessions."},
             {"name": "sessions", "description": "Eval sessions and their kernels."},
+            {
+                "name": "runs",
+                "description": "Detached runs: evals and notebook runs that outlive the client.",
+            },
             {"name": "tokens", "description": "Agent tokens: scoped, revocable identities for agents."},
             {"name": "changes", "description": "The change ledger: review and undo what was changed."},
             {"name": "files", "description": "Find notebooks and files."},

@@ -36,6 +36,7 @@ from .handlers.notebooks import (
     NotebookRunHandler,
 )
 from .handlers.openapi import OpenAPIHandler, UnknownRouteHandler
+from .handlers.runs import RunCancelHandler, RunEventsHandler, RunHandler, RunListHandler
 from .handlers.sessions import (
     SessionHandler,
     SessionInterruptHandler,
@@ -50,6 +51,7 @@ from .mcp.server import MAX_SESSIONS_PER_IDENTITY as MCP_MAX_SESSIONS_PER_IDENTI
 from .mcp.server import McpServer
 from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
+from .runs import RunRegistry
 from .traits import at_least, in_range
 
 GIB = 1024**3
@@ -181,6 +183,12 @@ class AgentToolsApp(ExtensionApp):
         "c.NotebookRunner.*.",
     ).tag(config=True)
 
+    run_registry_class = Type(
+        default_value="jupyter_agent_tools.runs.registry.RunRegistry",
+        klass=RunRegistry,
+        help="The detached runs' registry (a subclass of RunRegistry): built with parent=the app, artifacts "
+        "and root_dir; its settings are its own (c.RunRegistry.*).",
+    ).tag(config=True)
     ledger_class = Type(
         default_value="jupyter_agent_tools.ledger.service.Ledger",
         klass=Ledger,
@@ -222,6 +230,7 @@ class AgentToolsApp(ExtensionApp):
     eval_service: EvalService
     notebook_runner: NotebookRunner
     mcp_server: McpServer
+    run_registry: RunRegistry
 
     def initialize_settings(self) -> None:
         """Build the services, each with ``parent=self``: their settings (``c.EvalService.*``, ...) reach
@@ -265,6 +274,9 @@ class AgentToolsApp(ExtensionApp):
                 parent=self, session_manager=serverapp.session_manager, sessions=sessions
             ),
         )
+        self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
+            parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
+        )
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,
@@ -297,6 +309,10 @@ class AgentToolsApp(ExtensionApp):
                 (rf"/api/agent/sessions/{SESSION_NAME}", SessionHandler),
                 (rf"/api/agent/sessions/{SESSION_NAME}/interrupt", SessionInterruptHandler),
                 (r"/api/agent/artifacts/(?P<artifact_id>[^/]+)", ArtifactHandler),
+                (r"/api/agent/runs", RunListHandler),
+                (r"/api/agent/runs/(?P<run_id>[^/]+)", RunHandler),
+                (r"/api/agent/runs/(?P<run_id>[^/]+)/events", RunEventsHandler),
+                (r"/api/agent/runs/(?P<run_id>[^/]+)/cancel", RunCancelHandler),
                 (r"/api/agent/tokens", TokenListHandler),
                 (r"/api/agent/tokens/(?P<name>[^/]+)", TokenHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
@@ -311,9 +327,11 @@ class AgentToolsApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         self.eval_service.sessions.start()
         self.ledger.start()
+        self.run_registry.open()  # a previous process's unfinished runs become "lost"
 
     async def stop_extension(self) -> None:
         """Shut down every kernel this extension started and remove its private artifacts."""
+        await self.run_registry.shutdown()  # first: its unfinished runs are lost, not failed
         await self.eval_service.shutdown()
         await asyncio.to_thread(self.ledger.close)
         if self.eval_service.artifacts.owns_root:

@@ -148,6 +148,11 @@ class ArtifactWriter:
         self._store._unreserve(self.artifact_id, self.written)
         self.written, self.cut = 0, False
 
+    def flush(self) -> None:
+        """Hand what was written to the file system, so that a reader of the file sees it."""
+        if not self._handle.closed:
+            self._handle.flush()
+
     def close(self) -> None:
         if not self._handle.closed:
             self._handle.close()

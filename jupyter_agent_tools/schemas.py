@@ -284,6 +284,12 @@ EVAL_SCHEMAS: dict[str, Any] = {
                     "minItems": '\'cells\' must be a non-empty array of {"code": str, "title"?: str}',
                 },
             },
+            "detach": {
+                "type": "boolean",
+                "default": False,
+                "description": "Answer 202 at once with the run_id (Location: /api/agent/runs/{id}); "
+                "the work goes on when the client goes.",
+            },
             "session": {
                 "type": "string",
                 "pattern": SESSION_NAME_PATTERN,
@@ -856,6 +862,12 @@ RUN_SCHEMAS: dict[str, Any] = {
                 "is interrupted and later cells are not run.",
                 "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
             },
+            "detach": {
+                "type": "boolean",
+                "default": False,
+                "description": "Answer 202 at once with the run_id (Location: /api/agent/runs/{id}); "
+                "the work goes on when the client goes.",
+            },
             "stop_on_error": {
                 "type": "boolean",
                 "default": True,
@@ -1215,6 +1227,80 @@ ANSWER_SCHEMAS["Error"]["properties"]["conflicts"] = {
     "description": "Only on the 409 of an undo: each cell changed since the change, and what changed",
 }
 
+# ------------------------------------------------------------------------------------- detached runs
+
+RUN_STATES = ("queued", "running", "complete", "error", "cancelled", "interrupted", "lost")
+_RUN_SUMMARY = {
+    "run_id": _STR,
+    "kind": {
+        "type": "string",
+        "enum": ["eval", "notebook_run", "mcp_tool"],
+        "description": "mcp_tool: an MCP tools/call run as a task (its target is the tool's name)",
+    },
+    "target": {**_STR_OR_NULL, "description": "The session (eval; null per-call) or the notebook's path"},
+    "owner": {**_STR_OR_NULL, "description": "The user that started it"},
+    "state": {
+        "type": "string",
+        "enum": list(RUN_STATES),
+        "description": "queued (waiting for its session or kernel), running, then complete | error (a cell "
+        "or the call failed) | cancelled (the cancel route) | interrupted (its timeout, a session "
+        "interrupt or delete) | lost (the server stopped or restarted while it ran)",
+    },
+    "created": {"type": "string", "description": "ISO 8601 UTC"},
+    "started": _TIME_OR_NULL,
+    "ended": _TIME_OR_NULL,
+    "message": {**_STR_OR_NULL, "description": "Why it ended so, when the result does not say"},
+    "events": {**_INT, "description": "Sequence number of its last event so far"},
+    "cells_started": _INT,
+    "cells_done": _INT,
+}
+DETACHED_SCHEMAS: dict[str, Any] = {
+    "RunSummary": _obj(_RUN_SUMMARY),
+    "RunStarted": _obj({**_RUN_SUMMARY, "location": {**_STR, "description": "Where its state is read"}}),
+    "RunCancelled": _obj({**_RUN_SUMMARY, "cancel_requested": _BOOL}),
+    "RunCell": _obj(
+        {
+            "index": _INT,
+            "cell_id": _STR_OR_NULL,
+            "title": _STR_OR_NULL,
+            "status": {"type": "string", "enum": ["running", *RUN_STATUSES]},
+            "exit_code": _INT,
+            "duration_ms": _INT,
+        },
+        required=["index", "status"],
+    ),
+    "RunList": _obj({"runs": {"type": "array", "items": ref("RunSummary")}}),
+    "LostEvent": _obj(
+        {
+            "type": {"const": "lost"},
+            "from_seq": _INT,
+            "to_seq": _INT,
+            "message": _STR,
+        },
+        description="Events from_seq..to_seq of a run were not kept (the artifacts' cap, or a disk error); "
+        "the run's answer still has its output. This line has no seq.",
+    ),
+}
+DETACHED_SCHEMAS["RunDetail"] = _obj(
+    {
+        **_RUN_SUMMARY,
+        "cells": {"type": "array", "items": ref("RunCell"), "description": "Per-cell progress"},
+        "result": {
+            "anyOf": [ref("EvalResult"), ref("NotebookRunResult"), {"type": "object"}, {"type": "null"}],
+            "description": "The answer an attached call gives, once the run ended (null before, and for "
+            "a run that failed or was lost); for kind mcp_tool, the tool call's MCP result",
+        },
+    }
+)
+DETACHED_SCHEMAS["RunEvent"] = {
+    "description": "One line of GET /api/agent/runs/{id}/events: an event of the run's eval or notebook run "
+    "stream with its sequence number 'seq' (1, 2, ...); 'heartbeat' and 'lost' lines have none.",
+    "allOf": [
+        {"type": "object", "properties": {"seq": {"type": "integer", "minimum": 1}}},
+        {"anyOf": [ref("EvalEvent"), ref("NotebookRunEvent"), ref("LostEvent")]},
+    ],
+}
+
 SCHEMAS: dict[str, Any] = {
     **NOTEBOOK_SCHEMAS,
     **EVAL_SCHEMAS,
@@ -1222,6 +1308,7 @@ SCHEMAS: dict[str, Any] = {
     **TOKEN_SCHEMAS,
     **ANSWER_SCHEMAS,
     **LEDGER_SCHEMAS,
+    **DETACHED_SCHEMAS,
 }
 
 # -- notebook create, replace in a cell, file listing (issue 29)

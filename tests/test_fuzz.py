@@ -112,6 +112,10 @@ OPERATIONS = [
     ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
     ("GET", "/api/agent/changes"),
     ("GET", "/api/agent/files"),
+    ("GET", "/api/agent/runs"),
+    ("GET", "/api/agent/runs/{run_id}"),
+    ("GET", "/api/agent/runs/{run_id}/events"),
+    ("POST", "/api/agent/runs/{run_id}/cancel"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")
@@ -151,7 +155,16 @@ def test_fuzz(server: Server, served: Any, method: str, path: str, mode: Generat
         response = case.call(base_url=server.url, headers=auth, timeout=120)
         seen[response.status_code] = seen.get(response.status_code, 0) + 1
         case.validate_response(response, checks=CHECKS, headers=auth)
-        takes_body = method == "POST" and path != "/api/agent/sessions/{name}/interrupt"
+        if response.status_code == 202:  # "detach": true: let the run end before the next case
+            run = requests.get(
+                server.url.rstrip("/") + response.json()["location"] + "?wait=300",
+                headers=auth,
+                timeout=360,
+            )
+            assert run.status_code == 200 and run.json()["state"] not in ("queued", "running"), run.text
+        takes_body = (
+            method == "POST" and path != "/api/agent/sessions/{name}/interrupt" and "/runs/" not in path
+        )
         if takes_body and case.body is not NOT_SET and not contract.request_valid(method, path, case.body):
             assert 400 <= response.status_code < 500, (case.body, response.status_code, response.text)
         if response.status_code >= 400:

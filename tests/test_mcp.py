@@ -53,6 +53,8 @@ ROUTES = {
     "file_list": ("GET", "/api/agent/files"),
     "notebook_changes": ("GET", "/api/agent/notebooks/{path}/changes"),
     "notebook_undo": ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
+    "run_status": ("GET", "/api/agent/runs/{run_id}"),
+    "run_cancel": ("POST", "/api/agent/runs/{run_id}/cancel"),
 }
 PAIRS = [("read", "contents"), ("write", "contents"), ("execute", "kernels"), ("read", "kernels")]
 
@@ -237,7 +239,10 @@ def test_tools_wrap_their_routes_schemas_and_permissions() -> None:
     by_name = {tool.name: tool for tool in TOOLS}
     eval_input = json.loads(json.dumps(by_name["eval"].input_schema))
     assert eval_input["properties"].pop("include_images")["type"] == "boolean"
-    assert eval_input == without_null(component("EvalRequest"))
+    assert eval_input["properties"].pop("detach")["type"] == "boolean"  # described for MCP (run_status)
+    route_input = without_null(component("EvalRequest"))
+    del route_input["properties"]["detach"]
+    assert eval_input == route_input
     assert by_name["notebook_read"].output_schema == portable(component("NotebookRead"))
     assert by_name["notebook_edit"].output_schema == portable(
         {"type": "object", "anyOf": [component("NotebookChangeResult"), component("NotebookCreated")]}
@@ -649,6 +654,8 @@ TOOL_CALLS: dict[str, dict[str, Any]] = {
     "file_list": {},
     "notebook_changes": {"path": "nb.ipynb"},
     "notebook_undo": {"path": "nb.ipynb", "change_id": "1"},  # the markdown cell _keep_session inserts
+    "run_status": {},
+    "run_cancel": {"run_id": "0123456789abcdef"},  # no such run: refused first, else a 404 tool error
 }
 
 
@@ -697,7 +704,7 @@ async def test_denied_permission_is_a_tool_error_and_does_nothing(
         assert [s["name"] for s in (await api("GET", "sessions"))[1]["sessions"]] == ["keep"]
         DenyOne.denied = {pair}
         for tool in TOOLS:  # every other tool still works
-            if pair in tool.permissions or tool.name == "session_delete":
+            if pair in tool.permissions or tool.name in ("session_delete", "run_cancel"):
                 continue
             DenyOne.asked = []
             result = await session.call_tool(tool.name, _arguments(tool.name, artifact))

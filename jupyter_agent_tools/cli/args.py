@@ -76,6 +76,15 @@ def _run_display(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save-images", metavar="DIR", help="save image displays to files in DIR")
 
 
+def _detach(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="start it and return at once with its run id; it goes on without this command "
+        "(jupyter agent runs watch ID)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -111,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-e", "--env", action="append", default=[], metavar="KEY=VAL", help="an environment variable"
     )
     ev.add_argument("--kernel", metavar="NAME", help="the kernel spec (default: the server's)")
+    _detach(ev)
     _run_display(ev)
     _common(ev, stream=True)
 
@@ -228,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop at the first failing cell (server default)",
     )
     _expected_hash(run)
+    _detach(run)
     _run_display(run)
     _common(run, stream=True)
 
@@ -259,6 +270,29 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("name", metavar="NAME")
     _common(remove)
     _common(sessions)
+
+    runs = commands.add_parser(
+        "runs",
+        help="detached runs (--detach): list, show, watch or cancel them",
+        description="Detached runs: evals and notebook runs started with --detach go on without their "
+        "client. Without an action: the list.",
+    )
+    rc = runs.add_subparsers(dest="runs_command", metavar="ACTION")
+    runs_list = rc.add_parser("list", help="list the runs you may see (the default)")
+    _common(runs_list)
+    runs_show = rc.add_parser("show", help="a run's state, cells and (once ended) its output")
+    runs_show.add_argument("run_id", metavar="ID")
+    runs_show.add_argument("--wait", type=float, metavar="S", help="wait up to S seconds for it to end first")
+    _common(runs_show)
+    watch = rc.add_parser("watch", help="show a run's events as a live run shows them, until it ends")
+    watch.add_argument("run_id", metavar="ID")
+    watch.add_argument("--after", type=int, default=0, metavar="SEQ", help="only events after SEQ")
+    _run_display(watch)
+    _common(watch, stream=True)
+    runs_cancel = rc.add_parser("cancel", help="stop a run (its kernel is interrupted)")
+    runs_cancel.add_argument("run_id", metavar="ID")
+    _common(runs_cancel)
+    _common(runs)
 
     token = commands.add_parser(
         "token",

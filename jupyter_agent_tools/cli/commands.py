@@ -22,6 +22,7 @@ from .args import parse
 from .cells import CodeCell, UsageError, parse_cell_ref, split_cells
 from .discovery import ServerNotFound, find_server
 from .render import NotebookCall, Renderer, RunPlan, choose
+from .render.plain import artifact_commands
 
 Command = Callable[[AgentClient, argparse.Namespace, Renderer], int]
 
@@ -72,8 +73,31 @@ def _run(renderer: Renderer, events: Generator[EvalEvent, None, None], plan: Run
     return exits.for_result(result)
 
 
+def _started(renderer: Renderer, answer: dict[str, Any]) -> int:
+    """What ``--detach`` prints: the run's id and how to follow it."""
+    run_id = answer["run_id"]
+    renderer.done(
+        f"Run {run_id} started ({answer['state']}); it goes on without this command.\n"
+        f"Follow it: jupyter agent runs watch {run_id}   Stop it: jupyter agent runs cancel {run_id}",
+        answer,
+    )
+    return exits.OK
+
+
 def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
     cells = eval_cells(args)
+    if args.detach:
+        answer = client.detach_eval(
+            [cell.as_json() for cell in cells],
+            session=args.session,
+            mode="per-call" if args.per_call else None,
+            reset=True if args.reset else None,
+            timeout=args.timeout,
+            cwd=args.cwd,
+            env=_env(args.env) or None,
+            kernel_name=args.kernel,
+        )
+        return _started(renderer, answer)
     events = client.stream_eval(
         [cell.as_json() for cell in cells],
         session=args.session,
@@ -250,6 +274,16 @@ def nb_run(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
     indices = [r.index for r in refs if r.index is not None]
     if ids and indices:
         raise UsageError("name the cells to run all by index or all by id, not both")
+    if args.detach:
+        answer = client.detach_run_notebook(
+            args.path,
+            cell_ids=ids or None,
+            cell_indices=indices or None,
+            timeout=args.timeout,
+            stop_on_error=args.stop_on_error,
+            expected_hash=args.expected_hash,
+        )
+        return _started(renderer, answer)
     events = client.stream_run_notebook(
         args.path,
         cell_ids=ids or None,
@@ -293,6 +327,77 @@ def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Render
         client.delete_session(args.name)
         renderer.done(f"Shut down session {args.name}.", {"session": args.name, "deleted": True})
     return exits.OK
+
+
+def runs_text(runs: list[dict[str, Any]]) -> str:
+    """The detached runs as aligned columns, newest first."""
+    if not runs:
+        return "No detached runs.\n"
+    columns = ("ID", "STATE", "KIND", "TARGET", "CELLS", "CREATED", "OWNER")
+    rows = [list(columns)]
+    for r in runs:
+        rows.append(
+            [
+                str(r.get("run_id")),
+                str(r.get("state")),
+                str(r.get("kind")),
+                str(r.get("target") or "-"),
+                f"{r.get('cells_done', 0)}/{r.get('cells_started', 0)}",
+                str(r.get("created") or ""),
+                str(r.get("owner") or "-"),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    return "".join(
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() + "\n" for row in rows
+    )
+
+
+def run_text(run: dict[str, Any]) -> str:
+    """One run: its state, its cells, and its output once it ended."""
+    lines = [f"Run {run['run_id']}: {run['state']} ({run['kind']} {run.get('target') or ''})".rstrip()]
+    if run.get("message"):
+        lines.append(str(run["message"]))
+    for cell in run.get("cells") or []:
+        took = f" in {cell['duration_ms']} ms" if "duration_ms" in cell else ""
+        lines.append(f"  cell {cell['index']}: {cell['status']}{took}")
+    result = run.get("result")
+    if result is not None:
+        lines.append(artifact_commands(str(result.get("output") or "")))
+    return "\n".join(lines) + "\n"
+
+
+def cmd_runs(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    action = args.runs_command or "list"
+    if action == "list":
+        runs = client.runs()
+        renderer.done(runs_text(runs), {"runs": runs})
+        return exits.OK
+    if action == "cancel":
+        answer = client.cancel_run(args.run_id)
+        if answer["state"] in ("queued", "running"):
+            message = f"Run {args.run_id}: cancel requested; its kernel is being interrupted."
+        else:
+            message = f"Run {args.run_id} had already ended ({answer['state']})."
+        renderer.done(message, answer)
+        return exits.OK
+    if action == "show":
+        run = client.run(args.run_id, wait=args.wait)
+        renderer.done(run_text(run), run)
+        if run["state"] in ("queued", "running"):
+            return exits.OK
+        return exits.for_result(run["result"]) if run.get("result") else exits.FAILED
+    # watch: the events as a live run shows them; leaving does not stop the run
+    events = client.run_events(args.run_id, after=args.after, raise_on_error=False)
+    save = Path(args.save_images) if args.save_images else None
+    try:
+        return _run(renderer, events, RunPlan(None, save))
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        renderer.error(
+            f"stopped watching; run {args.run_id} goes on (jupyter agent runs cancel {args.run_id})"
+        )
+        return exits.CANCELLED
 
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -387,6 +492,7 @@ COMMANDS: dict[str, Command] = {
     "artifact": cmd_artifact,
     "token": cmd_token,
     "files": cmd_files,
+    "runs": cmd_runs,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any, Literal
 
@@ -9,7 +10,7 @@ import httpx
 
 from . import calls
 from .calls import Call
-from .models import CellsArg, EditAnswer, EvalEvent, EvalResult, NotebookAnswer, Op
+from .models import AgentAPIError, CellsArg, EditAnswer, EvalEvent, EvalResult, NotebookAnswer, Op
 
 
 class AsyncAgentClient:
@@ -73,6 +74,7 @@ class AsyncAgentClient:
                 call.method,
                 call.path,
                 json=call.body,
+                params=call.params or None,
                 headers={"Accept": calls.NDJSON},
                 timeout=self._timeout(calls.STREAM_READ_TIMEOUT),
             ) as response:
@@ -270,6 +272,54 @@ class AsyncAgentClient:
             include_images=include_images,
         )
         return self._events(call, raise_on_error)
+
+    # -- detached runs ---------------------------------------------------------------------------------
+
+    async def detach_eval(self, cells: CellsArg, **options: Any) -> dict[str, Any]:
+        """``POST /api/agent/eval`` with ``"detach": true`` (the options of :meth:`eval`): the run goes on
+        without this client; the answer is its summary (``run_id``, ``state``, ``location``)."""
+        call = calls.eval_call(cells, **calls.options(calls.EVAL_OPTIONS, options))
+        return dict(await self._json(calls.detached(call)))
+
+    async def detach_run_notebook(self, path: str, **options: Any) -> dict[str, Any]:
+        """:meth:`run_notebook` with ``"detach": true``: the run's summary at once."""
+        call = calls.run_call(path, **calls.options(calls.RUN_OPTIONS, options))
+        return dict(await self._json(calls.detached(call)))
+
+    async def runs(self) -> list[dict[str, Any]]:
+        """``GET /api/agent/runs``: the detached runs this token may see, newest first."""
+        return list((await self._json(Call("GET", "api/agent/runs")))["runs"])
+
+    async def run(self, run_id: str, *, wait: float | None = None) -> dict[str, Any]:
+        """``GET /api/agent/runs/{id}``: state, per-cell progress, the answer once it ended; ``wait``
+        seconds (at most 600) for it to end first."""
+        return dict(await self._json(calls.run_state_call(run_id, wait)))
+
+    async def cancel_run(self, run_id: str) -> dict[str, Any]:
+        """``POST /api/agent/runs/{id}/cancel``: interrupt it (it ends ``cancelled``)."""
+        return dict(await self._json(Call("POST", calls.run_id_path(run_id, "/cancel"), {})))
+
+    async def run_events(
+        self, run_id: str, *, after: int = 0, raise_on_error: bool = True
+    ) -> AsyncGenerator[EvalEvent, None]:
+        """The run's events after sequence number ``after`` (each with its ``seq``), then the live ones,
+        until its last (``result`` or ``error``). A dropped connection is reopened from the last ``seq``
+        seen: every event comes once, in order. Leaving early does not stop the run."""
+        failures = 0
+        while True:
+            try:
+                async for event in self._events(calls.events_call(run_id, after), raise_on_error):
+                    failures = 0
+                    if isinstance(event.get("seq"), int):
+                        after = event["seq"]
+                    yield event
+                    if calls.ends_run(event):
+                        return
+            except AgentAPIError as e:
+                if e.status is not None or failures >= calls.RUN_EVENTS_RETRIES:
+                    raise
+                failures += 1
+                await asyncio.sleep(min(5.0, 0.5 * failures))
 
     async def sessions(self) -> dict[str, Any]:
         """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}, "pool": {...}}``."""

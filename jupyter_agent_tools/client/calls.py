@@ -223,6 +223,40 @@ def all_changes_call(since: str | None, limit: int | None) -> Call:
     return call
 
 
+EVAL_OPTIONS = ("session", "mode", "reset", "timeout", "cwd", "env", "session_file", "kernel_name")
+RUN_OPTIONS = ("cell_ids", "cell_indices", "all_cells", "timeout", "stop_on_error", "expected_hash")
+RUN_EVENTS_RETRIES = 5  # connection failures in a row before run_events gives up
+
+
+def detached(call: Call) -> Call:
+    """The call with ``"detach": true``: answered 202 at once with the run's summary."""
+    return Call(call.method, call.path, {**call.body, "detach": True}, read_timeout=DEFAULT_TIMEOUT)
+
+
+def options(names: Sequence[str], given: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = set(given) - set(names)
+    if unknown:
+        raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))} (known: {', '.join(names)})")
+    return {name: given.get(name) for name in names}
+
+
+def run_id_path(run_id: str, tail: str = "") -> str:
+    return f"api/agent/runs/{urllib.parse.quote(run_id, safe='')}{tail}"
+
+
+def events_call(run_id: str, after: int) -> Call:
+    return Call("GET", run_id_path(run_id, "/events"), params={"after": str(after)})
+
+
+def run_state_call(run_id: str, wait: float | None) -> Call:
+    params = {"wait": str(wait)} if wait else {}
+    return Call("GET", run_id_path(run_id), params=params, read_timeout=(wait or 0) + DEFAULT_TIMEOUT)
+
+
+def ends_run(event: EvalEvent) -> bool:
+    return event.get("type") in ("result", "error")
+
+
 def headers(token: str, client: str | None) -> dict[str, str]:
     """The headers of every request: the token, and which program is calling (``cli`` is recorded as
     such in the change ledger)."""

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
+from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..eval.backlog import StreamBacklog
 from ..eval.pace import STREAM_PACE, StreamPace
+from ..eval.request import parse_eval_request
 from ..eval.service import EvalService
+from ..runs import RunRegistry
+from ..streaming import TaskSource, pump
 from ..text import json_string_body
 from .base import AgentAPIHandler
 
@@ -85,8 +91,27 @@ class EvalHandler(AgentAPIHandler):
     async def post(self) -> None:
         await self._respond(await self.json_body())
 
+    run_kind = "eval"
+
+    @property
+    def runs(self) -> RunRegistry:
+        return self.extensionapp.run_registry  # type: ignore[attr-defined]
+
+    async def _check(self, body: Any) -> str | None:
+        """Validate a body before it is detached (400 now, not a failed run later); the run's target."""
+        request = parse_eval_request(body, self.service.max_cells)
+        return request.session if request.mode == "session" else None
+
     async def _respond(self, body: Any) -> None:
-        """One JSON answer, or the NDJSON stream of events when the client accepts it."""
+        """One JSON answer, the NDJSON stream of events when the client accepts it, or (``detach``) 202
+        with the run that goes on without the client."""
+        if isinstance(body, dict) and body.get("detach") is True:
+            target = await self._check(body)
+            run = self.runs.start(self.run_kind, target, functools.partial(self._call, body))
+            location = url_path_join(self.base_url, "api/agent/runs", run.id)
+            self.set_header("Location", location)
+            self.write_json({**run.summary(), "location": location}, status=202)
+            return
         self._cancel = cancel = asyncio.Event()
         if NDJSON in self.request.headers.get("Accept", ""):
             await self._stream(body)
@@ -108,55 +133,63 @@ class EvalHandler(AgentAPIHandler):
             run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event()))
         finally:
             STREAM_PACE.reset(token)
-        interval = float(app.stream_heartbeat_interval)
-        started_at = last_sent = time.monotonic()
-        streaming = False
+        started_at = time.monotonic()
+        writer = NdjsonWriter(self)
         try:
-            while not (run.done() and not backlog):
-                if not backlog:
-                    waiter = asyncio.ensure_future(ready.wait())
-                    await asyncio.wait(
-                        {waiter, run},
-                        timeout=max(0.05, interval - (time.monotonic() - last_sent)),
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                    waiter.cancel()
-                ready.clear()
-                batch = backlog.take(WRITE_CHARS)
-                if not batch:
-                    if run.done() or time.monotonic() - last_sent < interval:
-                        continue
-                    batch = [{"type": "heartbeat", "elapsed_ms": int((time.monotonic() - started_at) * 1000)}]
-                if not streaming:
-                    streaming = True
-                    self.set_status(200)
-                    self.set_header("Content-Type", NDJSON)
-                    self.set_header("Cache-Control", "no-cache")
-                    self.set_header("X-Accel-Buffering", "no")
-                self.write(b"".join(map(ndjson_line, batch)))
-                del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
-                await self.flush()
-                backlog.sent()
-                pace.progressed()
-                last_sent = time.monotonic()
+            source = TaskSource(run, backlog.__bool__, ready)
+            async with contextlib.aclosing(pump(source, float(app.stream_heartbeat_interval))) as beats:
+                async for due in beats:
+                    if due:
+                        batch = backlog.take(WRITE_CHARS)
+                    else:
+                        elapsed = int((time.monotonic() - started_at) * 1000)
+                        batch = [{"type": "heartbeat", "elapsed_ms": elapsed}]
+                    await writer.send(b"".join(map(ndjson_line, batch)))
+                    del batch  # a big chunk's text now lives in Tornado's buffer only, until it is sent
+                    backlog.sent()
+                    pace.progressed()
             run.result()  # raise the service's error, if any
         except StreamClosedError:
             self._client_gone()
             await asyncio.gather(run, return_exceptions=True)
             return
         except Exception as e:
-            if not streaming:
+            if not writer.started:
                 raise
-            if isinstance(e, (AgentToolsError, web.HTTPError)):
-                status = getattr(e, "status", None) or getattr(e, "status_code", 500)
-                message = getattr(e, "message", None) or getattr(e, "log_message", None) or str(e)
-            else:
-                self.log.exception("eval stream failed")
-                status, message = 500, "Unhandled error"
-            self.write(ndjson_line({"type": "error", "status": status, "message": message}))
+            self.write(ndjson_line(error_event(e, self.log)))
         finally:
             if not run.done():
                 self._client_gone()
                 await asyncio.gather(run, return_exceptions=True)
         if not self._finished:
             self.finish()
+
+
+def error_event(e: Exception, log: Any) -> dict[str, Any]:
+    """The last event of a stream whose call failed after the stream started (status 200 already)."""
+    if isinstance(e, (AgentToolsError, web.HTTPError)):
+        status = getattr(e, "status", None) or getattr(e, "status_code", 500)
+        message = getattr(e, "message", None) or getattr(e, "log_message", None) or str(e)
+    else:
+        log.exception("stream failed")
+        status, message = 500, "Unhandled error"
+    return {"type": "error", "status": status, "message": message}
+
+
+class NdjsonWriter:
+    """Writes an NDJSON answer: the headers before the first bytes, then each write flushed."""
+
+    def __init__(self, handler: web.RequestHandler):
+        self.handler = handler
+        self.started = False
+
+    async def send(self, data: bytes) -> None:
+        handler = self.handler
+        if not self.started:
+            self.started = True
+            handler.set_status(200)
+            handler.set_header("Content-Type", NDJSON)
+            handler.set_header("Cache-Control", "no-cache")
+            handler.set_header("X-Accel-Buffering", "no")
+        handler.write(data)
+        await handler.flush()

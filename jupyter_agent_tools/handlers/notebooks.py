@@ -13,6 +13,7 @@ from tornado import web
 
 from ..errors import BadRequest
 from ..eval.notebook_run import NotebookRunner
+from ..eval.request import parse_run_request
 from ..notebook.reading import output_body, query_int, read_view, render_text
 from ..notebook.store import NotebookStore
 from ..schemas import is_create_request
@@ -118,8 +119,15 @@ class NotebookRunHandler(EvalHandler):
     def runner(self) -> NotebookRunner:
         return self.extensionapp.notebook_runner  # type: ignore[attr-defined]
 
+    run_kind = "notebook_run"
+
     def _call(self, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
         return self.runner.run(self._path, body, emit=emit, cancel=cancel)
+
+    async def _check(self, body: Any) -> str | None:
+        parse_run_request(body)
+        path, *_ = await self.runner.store.load(self._path, writable=True)  # 404 now, not a failed run
+        return str(path)
 
     @web.authenticated
     @authorized

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import secrets
@@ -27,7 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..audit.context import current_user
 from ..errors import AgentToolsError
+from ..runs.registry import Viewer
+from ..streaming import TaskSource, pump
 from ..validation import short_repr
 from .jsonrpc import (
     HEADER_MISMATCH,
@@ -48,7 +52,7 @@ from .jsonrpc import (
     result_message,
 )
 from .resources import TEMPLATES, ResourceNotFound, list_resources, read_resource
-from .tools import TOOLS, Services, Tool, ToolCall, ToolResult
+from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, tool_state
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
 MODERN_VERSIONS = ("2026-07-28",)
@@ -68,6 +72,20 @@ MAX_SESSIONS_PER_IDENTITY = 100  # of them, one identity's (mcp_max_sessions_per
 MAX_BATCH_ITEMS = 100  # messages in one JSON-RPC batch (mcp_max_batch_items)
 MAX_BATCH_ANSWER_BYTES = 10 * 1024 * 1024  # a batch's answers; past it, items are not run
 SESSION_IDLE_SECONDS = 24 * 3600.0
+TASK_VERSION = "2025-11-25"  # tasks came in 2025-11-25 (the 2026-07-28 era has none here)
+TASK_METHODS = ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list")
+RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
+TASK_POLL_MS = 1000
+# A task's status from its run's state (a tool error is a failed task; interrupted by timeout: cancelled).
+TASK_STATUS = {
+    "queued": "working",
+    "running": "working",
+    "complete": "completed",
+    "error": "failed",
+    "cancelled": "cancelled",
+    "interrupted": "cancelled",
+    "lost": "failed",
+}
 MAX_PROGRESS_CHARS = 16_000  # one progress message; the result still has the whole (tail-kept) output
 # HTTP status of a modern-era JSON-RPC error answered as JSON (the 2026-07-28 transport's table).
 MODERN_STATUS = {
@@ -296,6 +314,8 @@ class McpServer:
                 return self._tools_call(msg, request, session.version, session)
             if msg.method in RESOURCE_METHODS:
                 return Answer(200, result_message(msg.id, await self._resources(msg, request)))
+            if msg.method in TASK_METHODS and session.version == TASK_VERSION:
+                return self._task_method(msg, session)
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
         except RpcError as e:  # a method's error is an ordinary JSON-RPC answer in this era
             return Answer(200, e.to_message())
@@ -482,9 +502,12 @@ class McpServer:
         # The requested version if we speak it, else our newest: the client decides whether it can go on.
         version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
         session = self._open_session(request.user, version)
+        capabilities: dict[str, Any] = dict(CAPABILITIES)
+        if version == TASK_VERSION:
+            capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
         result = {
             "protocolVersion": version,
-            "capabilities": CAPABILITIES,
+            "capabilities": capabilities,
             "serverInfo": self._server_info(version),
             "instructions": INSTRUCTIONS,
         }
@@ -528,6 +551,8 @@ class McpServer:
             out["title"] = tool.title
             if tool.output_schema is not None:
                 out["outputSchema"] = tool.output_schema
+        if version == TASK_VERSION and tool.task_support is not None:
+            out["execution"] = {"taskSupport": tool.task_support}
         return out
 
     async def _resources(self, msg: Message, request: HttpRequest) -> dict[str, Any]:
@@ -584,6 +609,9 @@ class McpServer:
         assert msg.id is not None
         if session is not None and msg.id in session.calls:
             raise RpcError(INVALID_REQUEST, f"Invalid Request: id {msg.id!r} is already in use", id=msg.id)
+        task = msg.params.get("task")
+        if task is not None and version == TASK_VERSION:
+            return self._tools_call_as_task(msg.id, tool, arguments, task, request)
         meta = msg.params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         call = _Call()
@@ -601,6 +629,13 @@ class McpServer:
         call: _Call,
         progress: _Progress,
     ) -> dict[str, Any]:
+        refused = await self._refusal(tool, request, version)
+        if refused is not None:
+            return refused
+        return await self._execute(tool, arguments, version, call.cancel, progress.push)
+
+    async def _refusal(self, tool: Tool, request: HttpRequest, version: str) -> dict[str, Any] | None:
+        """The tool error when the caller lacks a permission the tool's route asks; None when allowed."""
         for action, resource in tool.permissions:
             try:
                 allowed = await request.authorize(action, resource)
@@ -614,8 +649,18 @@ class McpServer:
                     is_error=True,
                 )
                 return self._call_result(result, version)
+        return None
+
+    async def _execute(
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        version: str,
+        cancel: asyncio.Event,
+        progress: Callable[[str], None],
+    ) -> dict[str, Any]:
         try:
-            result = await tool.run(ToolCall(self.services, arguments, call.cancel, progress.push))
+            result = await tool.run(ToolCall(self.services, arguments, cancel, progress))
         except AgentToolsError as e:
             retry = f" (retry after {e.retry_after} s)" if e.retry_after else ""
             result = ToolResult(f"{e.message}{retry}", is_error=True)
@@ -649,23 +694,11 @@ class McpServer:
         if session is not None:
             session.calls[rid] = call
         task = asyncio.ensure_future(run)
-        last = time.monotonic()
         try:
-            while not task.done() or progress.parts:
-                if progress.parts:
-                    yield Outgoing(progress.take())
-                    last = time.monotonic()
-                    continue
-                wait = self.heartbeat_interval - (time.monotonic() - last)
-                if wait <= 0:
-                    yield Outgoing(progress.heartbeat())
-                    last = time.monotonic()
-                    continue
-                waiter = asyncio.ensure_future(progress.ready.wait())
-                try:
-                    await asyncio.wait({task, waiter}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiter.cancel()
+            source = TaskSource(task, lambda: bool(progress.parts), progress.ready)
+            async with contextlib.aclosing(pump(source, self.heartbeat_interval)) as beats:
+                async for due in beats:
+                    yield Outgoing(progress.take() if due else progress.heartbeat())
             if call.by_client:
                 return  # the client said it will not read the response
             try:
@@ -680,6 +713,114 @@ class McpServer:
                 await asyncio.gather(task, return_exceptions=True)
             if session is not None and session.calls.get(rid) is call:
                 del session.calls[rid]
+
+    # -- tasks (2025-11-25): a tools/call that goes on as a detached run --------------------------------
+
+    def _tools_call_as_task(
+        self, rid: RequestId, tool: Tool, arguments: dict[str, Any], task: Any, request: HttpRequest
+    ) -> Answer:
+        if not isinstance(task, dict):
+            raise RpcError(INVALID_PARAMS, "Invalid params: 'task' must be an object ({\"ttl\": ms})", id=rid)
+        if tool.task_support is None:
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                f"Tool {tool.name!r} does not run as a task (its execution.taskSupport is forbidden); "
+                "call it without 'task'",
+                id=rid,
+            )
+        return Answer(200, stream=self._start_task(rid, tool, arguments, request))
+
+    async def _start_task(
+        self, rid: RequestId, tool: Tool, arguments: dict[str, Any], request: HttpRequest
+    ) -> AsyncIterator[Outgoing]:
+        """Check the permissions now (a refusal is the call's answer), then start the tool as a run and
+        answer the task at once (CreateTaskResult)."""
+        refused = await self._refusal(tool, request, TASK_VERSION)
+        if refused is not None:
+            yield Outgoing(result_message(rid, refused), final=True)
+            return
+
+        async def call(emit: Callable[[dict[str, Any]], None], cancel: asyncio.Event) -> dict[str, Any]:
+            def progress(text: str) -> None:
+                if text:
+                    emit({"type": "chunk", "index": 0, "name": "stdout", "text": text})
+
+            return await self._execute(tool, arguments, TASK_VERSION, cancel, progress)
+
+        run = self.services.run_registry.start("mcp_tool", tool.name, call, state_of=tool_state)
+        yield Outgoing(result_message(rid, {"task": self._task_json(run)}), final=True)
+
+    def _task_json(self, run: Any) -> dict[str, Any]:
+        task: dict[str, Any] = {"taskId": run.id, "status": TASK_STATUS[run.state]}
+        if run.message:
+            task["statusMessage"] = run.message
+        summary = run.summary()
+        task["createdAt"] = summary["created"]
+        task["lastUpdatedAt"] = summary["ended"] or summary["started"] or summary["created"]
+        task["ttl"] = int(self.services.run_registry.run_retention * 1000)
+        task["pollInterval"] = TASK_POLL_MS
+        return task
+
+    def _task(self, msg: Message) -> Any:
+        task_id = msg.params.get("taskId")
+        if not isinstance(task_id, str):
+            raise RpcError(INVALID_PARAMS, "Invalid params: 'taskId' must be a string", id=msg.id)
+        try:
+            run = self.services.run_registry.get(task_id, Viewer(current_user()))
+        except AgentToolsError:
+            run = None
+        if run is None or run.kind != "mcp_tool":
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: no task {short_repr(task_id)} (expired or unknown)",
+                id=msg.id,
+            )
+        return run
+
+    def _task_method(self, msg: Message, session: LegacySession) -> Answer:
+        registry = self.services.run_registry
+        if msg.method == "tasks/list":
+            if msg.params.get("cursor") is not None:
+                raise RpcError(
+                    INVALID_PARAMS, "Invalid params: unknown cursor (the list has one page)", id=msg.id
+                )
+            runs = [run for run in registry.list(Viewer(current_user())) if run.kind == "mcp_tool"]
+            return Answer(200, result_message(msg.id, {"tasks": [self._task_json(run) for run in runs]}))
+        run = self._task(msg)
+        if msg.method == "tasks/get":
+            return Answer(200, result_message(msg.id, self._task_json(run)))
+        if msg.method == "tasks/cancel":
+            if run.finished:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"Invalid params: task {run.id} is already {TASK_STATUS[run.state]}; it cannot be "
+                    "cancelled",
+                    id=msg.id,
+                )
+            registry.cancel(run.id, Viewer(current_user()))
+            return Answer(200, result_message(msg.id, self._task_json(run)))
+        # tasks/result: wait for the end (cancelled with the request), then the tool call's own result
+        assert msg.id is not None
+        call = _Call()
+        stream = self._stream(
+            msg.id, self._task_result(run, call.cancel), _Progress(None), call, session, modern=False
+        )
+        return Answer(200, stream=stream, cancel=call.cancel)
+
+    async def _task_result(self, run: Any, cancel: asyncio.Event) -> dict[str, Any]:
+        waiter = asyncio.ensure_future(run.done.wait())
+        stop = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({waiter, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            stop.cancel()
+        if run.result is None:
+            raise RpcError(
+                INTERNAL_ERROR, f"Task {run.id} {TASK_STATUS[run.state]}: {run.message or 'it has no result'}"
+            )
+        meta = {**run.result.get("_meta", {}), RELATED_TASK_KEY: {"taskId": run.id}}
+        return {**run.result, "_meta": meta}
 
     # -- legacy sessions -----------------------------------------------------------------------------
 

@@ -12,17 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..audit.context import current_user
 from ..errors import BadRequest
+from ..eval.request import parse_eval_request, parse_run_request
 from ..files import MAX_DEPTH as MAX_FILE_DEPTH
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
 from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
 from ..notebook.summary import base64_size, data_size, is_textual, joined_text
+from ..runs.registry import Viewer
 from ..schemas import ACTIONS, CELL_TYPES, is_create_request
 from ..text import human_size
 from ..validation import json_type, short_repr
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from ..eval.notebook_run import NotebookRunner
     from ..eval.service import EvalService
     from ..notebook.store import NotebookStore
+    from ..runs import RunRegistry
 
 # Images a model can take as image content; others (SVG, TIFF...) stay placeholders.
 RASTER_IMAGES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -47,6 +52,7 @@ class Services(Protocol):
     eval_service: EvalService
     notebook_store: NotebookStore
     notebook_runner: NotebookRunner
+    run_registry: RunRegistry
 
 
 @dataclass(frozen=True)
@@ -85,16 +91,23 @@ class Tool:
     run: Callable[[ToolCall], Awaitable[ToolResult]]
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, bool] = field(default_factory=dict)
+    task_support: str | None = None  # "optional": may run as an MCP task (protocol 2025-11-25)
 
 
 # ------------------------------------------------------------------------------------------ arguments
 
-_KINDS = {"string": (str,), "boolean": (bool,), "integer": (int,), "array": (list,)}
-_WORDS = {"string": "a string", "boolean": "a boolean", "integer": "an integer", "array": "an array"}
+_KINDS = {"string": (str,), "boolean": (bool,), "integer": (int,), "array": (list,), "number": (int, float)}
+_WORDS = {
+    "string": "a string",
+    "boolean": "a boolean",
+    "integer": "an integer",
+    "array": "an array",
+    "number": "a number",
+}
 
 
 def _is(value: Any, kind: str) -> bool:
-    if kind == "integer" and isinstance(value, bool):
+    if kind in ("integer", "number") and isinstance(value, bool):
         return False
     return isinstance(value, _KINDS[kind])
 
@@ -145,8 +158,41 @@ INCLUDE_IMAGES = {
 }
 
 
+DETACH = {"type": "boolean", "description": "Return a run_id at once; the run goes on (see run_status)."}
+
+
+def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
+    """The state of a tool call run as an MCP task, from its CallToolResult."""
+    if result.get("isError"):
+        return "error"
+    structured = result.get("structuredContent") or {}
+    if cancel_requested or structured.get("cancelled"):
+        return "cancelled" if cancel_requested else "interrupted"
+    return "interrupted" if structured.get("timed_out") else "complete"
+
+
+def _or_started(schema: dict[str, Any]) -> dict[str, Any]:
+    """A run tool's answer: its result, or (detach: true) the started run's summary."""
+    return {"type": "object", "anyOf": [schema, component("RunSummary")]}
+
+
+def _started(run: Any) -> ToolResult:
+    text = (
+        f"Run {run.id} started ({run.state}); it goes on without this call. Its state and, once it ended, "
+        f"its output: run_status with run_id '{run.id}' (and wait: seconds to wait for the end)."
+    )
+    return ToolResult(text, run.summary())
+
+
 async def _eval(call: ToolCall) -> ToolResult:
     own, body = options(call.arguments, {"include_images": ("boolean", False)}, rest=True)
+    if body.get("detach") is True:
+        service = call.services.eval_service
+        request = parse_eval_request(body, service.max_cells)
+        target = request.session if request.mode == "session" else None
+        return _started(
+            call.services.run_registry.start("eval", target, functools.partial(_run_eval, service, body))
+        )
 
     def on_event(event: dict[str, Any]) -> None:
         if event.get("type") == "chunk":
@@ -482,12 +528,31 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 def _eval_input() -> dict[str, Any]:
     schema = component("EvalRequest")
     schema["properties"]["include_images"] = INCLUDE_IMAGES
+    schema["properties"]["detach"] = DETACH
     result: dict[str, Any] = without_null(schema)
     return result
 
 
+def _run_eval(service: EvalService, body: Any, emit: Any, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+    return service.run(body, emit=emit, cancel=cancel)
+
+
+def _run_notebook(
+    runner: NotebookRunner, path: str, body: Any, emit: Any, cancel: asyncio.Event
+) -> Awaitable[dict[str, Any]]:
+    return runner.run(path, body, emit=emit, cancel=cancel)
+
+
 async def _notebook_run(call: ToolCall) -> ToolResult:
     own, body = options(call.arguments, {"path": ("string", REQUIRED)}, rest=True)
+    if body.get("detach") is True:
+        runner = call.services.notebook_runner
+        parse_run_request(body)
+        path, *_ = await runner.store.load(own["path"], writable=True)
+        run = call.services.run_registry.start(
+            "notebook_run", str(path), functools.partial(_run_notebook, runner, own["path"], body)
+        )
+        return _started(run)
 
     def on_event(event: dict[str, Any]) -> None:
         if event.get("type") == "chunk":
@@ -521,9 +586,85 @@ def _notebook_run_input() -> dict[str, Any]:
     schema = component("NotebookRunRequest")
     schema.pop("oneOf", None)  # several model APIs refuse it; the route's own validator still applies
     schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"], "include_images": INCLUDE_IMAGES}
+    schema["properties"]["detach"] = DETACH
     schema["required"] = ["path"]
     result: dict[str, Any] = without_null(schema)
     return result
+
+
+# ------------------------------------------------------------------------------------- detached runs
+
+MAX_RUN_WAIT = 600.0
+
+
+async def _run_status(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"run_id": ("string", None), "wait": ("number", 0)})
+    registry = call.services.run_registry
+    viewer = Viewer(current_user())  # an MCP caller sees its own runs
+    if own["run_id"] is None:
+        runs = registry.list(viewer)
+        lines = [
+            f"{r.id} {r.state} {r.kind} {r.target or '-'} cells {r.summary()['cells_done']}/{len(r.cells)}"
+            for r in runs
+        ]
+        return ToolResult("\n".join(lines) or "No detached runs.", {"runs": [r.summary() for r in runs]})
+    wait = own["wait"]
+    if wait != wait or not 0 <= wait <= MAX_RUN_WAIT:
+        raise BadRequest(f"'wait' must be seconds from 0 to {MAX_RUN_WAIT:g}")
+    run = registry.get(own["run_id"], viewer)
+    if wait and not run.finished:
+        await _wait_or_cancelled(registry.wait(run, wait), call.cancel)
+    detail = run.detail()
+    if run.result is not None:
+        detail["result"] = _without_image_data(run.result)
+    lines = [f"Run {run.id}: {run.state}" + (f" ({run.message})" if run.message else "")]
+    lines += [f"cell {c['index']}: {c['status']}" for c in detail["cells"]]
+    if run.result is not None:
+        lines.append(str(run.result.get("output") or "") or "(no output)")
+    elif not run.finished:
+        lines.append("Still running: call run_status again (wait: seconds to wait for the end).")
+    return ToolResult("\n".join(lines), detail)
+
+
+def _without_image_data(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's answer with each image's base64 replaced by its size (as the eval tool answers)."""
+    cells = []
+    for cell in result.get("cells", []):
+        displays = []
+        for display in cell.get("displays", []):
+            if display.get("type") == "image" and "data" in display:
+                mime, data = str(display.get("mime")), str(display.get("data") or "")
+                display = {k: v for k, v in display.items() if k != "data"}
+                display["bytes"] = data_size(mime, data)
+            displays.append(display)
+        cells.append({**cell, "displays": displays})
+    return {**result, "cells": cells}
+
+
+def _run_status_output() -> dict[str, Any]:
+    schema = without_image_data(component("RunDetail"))
+    schema["required"] = []
+    schema["properties"]["runs"] = {"type": "array", "items": component("RunSummary")}
+    return schema
+
+
+async def _run_cancel(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"run_id": ("string", REQUIRED)})
+    run = call.services.run_registry.cancel(own["run_id"], Viewer(current_user()))
+    if run.finished:
+        return ToolResult(f"Run {run.id} had already ended ({run.state}).", run.summary())
+    return ToolResult(f"Run {run.id}: cancel requested; its kernel is being interrupted.", run.summary())
+
+
+async def _wait_or_cancelled(waiting: Awaitable[Any], cancel: asyncio.Event) -> None:
+    """Wait, unless the MCP call is cancelled first (the run goes on either way)."""
+    task = asyncio.ensure_future(waiting)
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        stop.cancel()
 
 
 # ------------------------------------------------------------------------------------- change ledger
@@ -569,9 +710,10 @@ _TOOLS: tuple[Tool, ...] = (
         "output as progress while it runs.",
         permissions=(("execute", "kernels"),),
         input_schema=_eval_input(),
-        output_schema=without_image_data(component("EvalResult")),
+        output_schema=_or_started(without_image_data(component("EvalResult"))),
         run=_eval,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+        task_support="optional",
     ),
     Tool(
         name="notebook_read",
@@ -638,9 +780,10 @@ _TOOLS: tuple[Tool, ...] = (
         "Streams output as progress while it runs.",
         permissions=(("write", "contents"), ("execute", "kernels")),
         input_schema=_notebook_run_input(),
-        output_schema=without_image_data(component("NotebookRunResult")),
+        output_schema=_or_started(without_image_data(component("NotebookRunResult"))),
         run=_notebook_run,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+        task_support="optional",
     ),
     Tool(
         name="session_list",
@@ -751,6 +894,30 @@ _TOOLS: tuple[Tool, ...] = (
         output_schema=component("UndoResult"),
         run=_notebook_undo,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+    ),
+    Tool(
+        name="run_status",
+        title="A detached run",
+        description="A detached run (eval or notebook_run with detach: true): its state, cells and, once "
+        "ended, output. wait: seconds to wait for the end first (max 600). Without run_id: your runs.",
+        permissions=(("read", "kernels"),),
+        input_schema=_object(
+            {"run_id": {"type": "string"}, "wait": {"type": "number", "minimum": 0, "maximum": MAX_RUN_WAIT}},
+            [],
+        ),
+        output_schema=_run_status_output(),
+        run=_run_status,
+        annotations=READ_ONLY,
+    ),
+    Tool(
+        name="run_cancel",
+        title="Stop a detached run",
+        description="Stop a detached run (its kernel is interrupted); it ends 'cancelled'.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_object({"run_id": {"type": "string"}}, ["run_id"]),
+        output_schema=component("RunSummary"),
+        run=_run_cancel,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False},
     ),
 )
 
