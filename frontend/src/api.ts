@@ -16,6 +16,13 @@ export interface ISession {
   last_used: string;
   busy: boolean;
   busy_since?: string | null;
+  /** The cell the running call runs: its index (in the eval request, or the notebook), a notebook's
+   * cell id, an eval's cell count. */
+  running_cell?: {
+    index: number;
+    cell_id?: string | null;
+    of?: number | null;
+  } | null;
   queue_depth: number;
   owner: string | null;
 }
@@ -62,7 +69,6 @@ export interface IAgentEvent {
 export const EVENTS = 'https://events.jupyter.org/jupyter_agent_tools/';
 export const SESSION_EVENT = `${EVENTS}session/v1`;
 export const EXECUTION_EVENT = `${EVENTS}execution/v1`;
-export const NOTEBOOK_CHANGE_EVENT = `${EVENTS}notebook_change/v1`;
 export const LEDGER_CHANGE_EVENT = `${EVENTS}ledger_change/v1`;
 
 /** An error answer of the server: its status and the message it gave. */

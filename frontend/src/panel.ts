@@ -15,7 +15,6 @@ import {
   IChangeDetail,
   ISession,
   LEDGER_CHANGE_EVENT,
-  NOTEBOOK_CHANGE_EVENT,
   notebookUrl,
   request,
   SESSION_EVENT
@@ -29,11 +28,6 @@ export interface IPanelHost {
   open(path: string, cellId: string | null): Promise<void>;
   /** The cell marks of open notebooks, if there is a notebook tracker. */
   marks: CellMarks | null;
-}
-
-interface IRun {
-  path: string;
-  cellId: string | null;
 }
 
 export class AgentPanel extends Widget {
@@ -82,32 +76,14 @@ export class AgentPanel extends Widget {
 
   private _event(event: IAgentEvent): void {
     switch (event.schema_id) {
-      case SESSION_EVENT:
+      case SESSION_EVENT: // a call queued, started, at a cell, ended; a session created or gone
       case EXECUTION_EVENT:
-        if (event.schema_id === EXECUTION_EVENT && event.path) {
-          this._runEnded(event.path);
-        }
         this._sessionsSoon();
-        break;
-      case NOTEBOOK_CHANGE_EVENT:
-        if (event.actions?.includes('run_clear') && event.cell_ids?.length) {
-          this._runs.set(event.path, {
-            path: event.path,
-            cellId: event.cell_ids[0]
-          });
-          this.host.marks?.running(event.path, event.cell_ids[0]);
-          this._render();
-        }
         break;
       case LEDGER_CHANGE_EVENT:
         this._recorded(event as unknown as IChange & IAgentEvent);
         break;
     }
-  }
-
-  private _runEnded(path: string): void {
-    this._runs.delete(path);
-    this.host.marks?.running(path, null);
   }
 
   private _recorded(event: IChange & IAgentEvent): void {
@@ -133,10 +109,21 @@ export class AgentPanel extends Widget {
       );
       this._sessions = answer.sessions;
       this._error = '';
-      for (const [path] of this._runs) {
-        const busy = this._sessions.some(s => s.notebook === path && s.busy);
-        if (!busy) {
-          this._runEnded(path);
+      // The cell each notebook run runs, marked in the open notebook.
+      const running = new Map<string, string | null>();
+      for (const path of this._running) {
+        running.set(path, null);
+      }
+      for (const s of this._sessions) {
+        if (s.notebook && s.busy && s.running_cell?.cell_id) {
+          running.set(s.notebook, s.running_cell.cell_id);
+        }
+      }
+      this._running = new Set();
+      for (const [path, cellId] of running) {
+        this.host.marks?.running(path, cellId);
+        if (cellId) {
+          this._running.add(path);
         }
       }
     } catch (error) {
@@ -349,7 +336,6 @@ export class AgentPanel extends Widget {
       .map(s => {
         const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-run');
         row.dataset.run = s.name;
-        const run = s.notebook ? this._runs.get(s.notebook) : undefined;
         const since = el('span', 'jp-AgentActivity-elapsed');
         if (s.busy_since) {
           since.dataset.since = s.busy_since;
@@ -365,13 +351,7 @@ export class AgentPanel extends Widget {
             since
           ),
           line(
-            text(
-              run?.cellId
-                ? `running cell ${run.cellId}`
-                : s.notebook
-                  ? 'starting'
-                  : 'running code'
-            ),
+            text(runningCell(s)),
             text(s.queue_depth ? `${s.queue_depth} queued` : '')
           ),
           buttons(['interrupt', 'Interrupt'])
@@ -419,7 +399,7 @@ export class AgentPanel extends Widget {
   private _connected = false;
   private _sessions: ISession[] = [];
   private _changes: IChange[] = [];
-  private _runs = new Map<string, IRun>();
+  private _running = new Set<string>(); // notebooks with a cell marked running
   private _problems = new Map<string, string>();
   private _maxChanges = 20;
   private _error = '';
@@ -434,13 +414,27 @@ export function describeChange(c: IChange): string {
   return `Changed by ${c.user ?? 'an unknown user'} via ${c.via ?? 'an unknown door'} at ${time}: ${c.action} (change ${c.id})`;
 }
 
+/** Which cell a busy session runs, as the sessions list says it. */
+function runningCell(s: ISession): string {
+  const cell = s.running_cell;
+  if (!cell) {
+    return 'starting';
+  }
+  if (s.notebook) {
+    return `running cell ${cell.cell_id ?? `#${cell.index + 1}`}`;
+  }
+  return `running cell ${cell.index + 1}${cell.of ? ` of ${cell.of}` : ''}`;
+}
+
 /** An error as the person reads it: the server's message, and each conflicting cell. */
 function readable(error: unknown): string {
   if (!(error instanceof ApiError)) {
     return String(error);
   }
   const conflicts: { id: string; what: string }[] = error.body?.conflicts ?? [];
-  const lines = conflicts.map(c => `cell ${c.id}: ${c.what}`);
+  const lines = conflicts
+    .map(c => `cell ${c.id}: ${c.what}`)
+    .filter(line => !error.message.includes(line));
   const head = error.status === 409 ? 'Cannot undo. ' : '';
   return [head + error.message, ...lines].join('\n');
 }

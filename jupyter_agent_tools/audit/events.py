@@ -252,12 +252,12 @@ class Audit(Service):
         )
 
     def call(self, session: KernelSession, step: str) -> None:
-        """A call of ``session`` waits for its turn (``call_queued``), takes it (``call_started``) or ends
-        (``call_ended``): session events with the session's queue and notebook, no metrics (the
-        execution event counts calls)."""
+        """A call of ``session`` waits for its turn (``call_queued``), takes it (``call_started``), starts
+        a cell (``cell_started``) or ends (``call_ended``): session events with the session's queue and
+        notebook, no metrics (the execution event counts calls)."""
         if not self.listening(SESSION):
             return
-        data = {
+        data: dict[str, Any] = {
             "user": current_user(),
             "owner": session.owner,
             "session": session.name,
@@ -268,6 +268,8 @@ class Audit(Service):
         }
         if session.notebook is not None:
             data["notebook"] = session.notebook
+        if step == "cell_started" and session.running_cell is not None:
+            data["cell"] = {k: v for k, v in session.running_cell.items() if v is not None}
         self.emit(SESSION, data)
 
     def recovery(self, session: KernelSession, kind: str, outcome: str, message: str = "") -> None:

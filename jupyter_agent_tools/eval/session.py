@@ -98,8 +98,11 @@ class KernelSession:
         self.recoveries: Counter[str] = Counter()
         self.cancel: asyncio.Event | None = None  # the running call's; set means "stop it"
         self.busy_since: float | None = None  # when the running call took its turn
+        # The cell the running call runs: {"index", "cell_id", "of"} (cell_id: a notebook run's; of: an
+        # eval's cell count); None between cells' calls.
+        self.running_cell: dict[str, Any] | None = None
         self.waiting = 0
-        # Told each step of a call (call_queued, call_started, call_ended): the audit's session events.
+        # Told each step of a call (call_queued, call_started, cell_started, call_ended): session events.
         self.on_turn: Callable[[KernelSession, str], None] | None = None
         self._turns = asyncio.Lock()  # wakes waiters first-in first-out
 
@@ -145,6 +148,11 @@ class KernelSession:
             self._tell("call_started")
         return acquired
 
+    def cell_started(self, index: int, cell_id: str | None, of: int | None = None) -> None:
+        """The running call starts a cell: its index in the request (eval) or the notebook (a run)."""
+        self.running_cell = {"index": index, "cell_id": cell_id, "of": of}
+        self._tell("cell_started")
+
     def _tell(self, step: str) -> None:
         if self.on_turn is not None:
             self.on_turn(self, step)
@@ -176,7 +184,7 @@ class KernelSession:
 
         A session closed during the call (deleted, evicted) gives up any kernel started meanwhile.
         """
-        self.cancel = self.busy_since = None
+        self.cancel = self.busy_since = self.running_cell = None
         self.last_used = time.time()
         self._tell("call_ended")
         try:
@@ -260,6 +268,7 @@ class KernelSession:
             "last_used": _iso(self.last_used),
             "busy": self.busy,
             "busy_since": None if self.busy_since is None else _iso(self.busy_since),
+            "running_cell": self.running_cell,
             "queue_depth": self.waiting,
             "restarts": self.restarts,
             "executions": self.executions,
