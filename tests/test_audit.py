@@ -203,7 +203,7 @@ def test_events_of_an_edit_an_eval_a_recovery_an_eviction_and_a_refusal(audited:
     # an eviction: max_sessions=1, so session "b" evicts the idle session "a"
     status, result = audited.call("POST", "api/agent/eval", {"session": "b", "cells": [{"code": "1"}]})
     assert status == 200, result
-    lifecycle = [e for e in audited.events(SESSION) if not e["action"].startswith("call_")]
+    lifecycle = [e for e in audited.events(SESSION) if not e["action"].startswith(("call_", "cell_"))]
     steps = [(e["session"], e["action"]) for e in lifecycle]
     assert steps == [("a", "created"), ("a", "evicted"), ("b", "created")]
     # each call of a session is told as it takes its turn and as it ends (the panel's runs in progress)
@@ -213,6 +213,11 @@ def test_events_of_an_edit_an_eval_a_recovery_an_eviction_and_a_refusal(audited:
         ("b", "call_ended"),
     ]
     assert all(e["queue_depth"] == 0 for e in audited.events(SESSION) if e["action"].startswith("call_"))
+    # ... and each cell it starts (the first call ran two cells; the second ran its one cell twice)
+    cells = [(e["session"], e["cell"]) for e in audited.events(SESSION) if e["action"] == "cell_started"]
+    assert cells == [("a", {"index": i, "of": n}) for i, n in ((0, 2), (1, 2), (0, 1), (0, 1))] + [
+        ("b", {"index": 0, "of": 1})
+    ]
     evicted = lifecycle[1]
     assert evicted["owner"] == USER and evicted["user"] == USER and evicted["idle_seconds"] >= 0
 
@@ -460,7 +465,9 @@ class TestLifecycle:
         await evaluate("1", session="kept")
         assert (await api("POST", "sessions/kept/interrupt", body={}))[0] == 200
         assert (await api("DELETE", "sessions/kept"))[0] == 204
-        lifecycle = [e for e in agent_audit_events("session") if not e["action"].startswith("call_")]
+        lifecycle = [
+            e for e in agent_audit_events("session") if not e["action"].startswith(("call_", "cell_"))
+        ]
         steps = [(e["session"], e["action"]) for e in lifecycle][-3:]
         assert steps == [("kept", "created"), ("kept", "interrupted"), ("kept", "deleted")]
         interrupted = lifecycle[-2]
