@@ -75,7 +75,7 @@ def page(lab: dict[str, Any]) -> Iterator[Any]:
     with sync_api.sync_playwright() as playwright:
         browser = launch(playwright)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 860})
+            page = browser.new_context(viewport={"width": 1400, "height": 860}).new_page()
             synced: list[str] = []
 
             def on_websocket(ws: Any) -> None:
@@ -156,6 +156,13 @@ def test_an_agent_edit_is_listed_live_and_marks_the_cell(lab: dict[str, Any], pa
     assert f"-{ORIGINAL}" in shown and f"+{edited}" in shown, shown
     dialog.locator("button.jp-mod-accept").click()
     dialog.wait_for(state="detached", timeout=10_000)
+    # Open selects the changed cell in its notebook (the first cell was the active one).
+    assert "range(100)" not in page.locator(".jp-Notebook .jp-Cell.jp-mod-active").inner_text()
+    row.locator('button[data-action="open"]').click()
+    page.wait_for_function(
+        "() => document.querySelector('.jp-Notebook .jp-mod-active')?.innerText.includes('range(100)')",
+        timeout=10_000,
+    )
 
 
 def test_an_agent_eval_shows_live_and_interrupt_stops_it(lab: dict[str, Any], page: Any) -> None:
@@ -266,3 +273,22 @@ def test_a_notebook_run_shows_its_running_cell_and_interrupt_stops_it(lab: dict[
     assert result["status"] == "error" and "KeyboardInterrupt" in json.dumps(result), answer
     run.wait_for(state="detached", timeout=20_000)
     page.locator(".jp-Notebook .jp-Cell.jp-agent-running").wait_for(state="detached", timeout=20_000)
+
+
+def test_notebook_7_has_the_panel_and_the_marks(lab: dict[str, Any], page: Any) -> None:
+    """The same extension in Notebook 7's notebook view (the same server serves it)."""
+    pytest.importorskip("notebook", reason="Notebook 7 is not installed")
+    nb7 = page.context.new_page()
+    try:
+        nb7.goto(f"{lab['base']}/notebooks/{NOTEBOOK}", timeout=90_000)
+        nb7.wait_for_selector(f'{PANEL}[data-connected="true"]', state="attached", timeout=60_000)
+        nb7.wait_for_function(
+            "() => document.querySelector('.jp-Notebook')?.innerText.includes('time.sleep')", timeout=60_000
+        )
+        answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": "seen_in = 7"})
+        nb7.wait_for_selector(
+            f'{PANEL} [data-change-id="{answer["change_id"]}"]', state="attached", timeout=20_000
+        )
+        nb7.locator(".jp-Notebook .jp-Cell.jp-agent-changed", has_text="seen_in = 7").wait_for(timeout=20_000)
+    finally:
+        nb7.close()
