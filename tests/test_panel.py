@@ -189,6 +189,7 @@ def test_an_agent_eval_shows_live_and_interrupt_stops_it(lab: dict[str, Any], pa
                 time.sleep(0.05)
             run.filter(has_text="running cell 1 of 1").wait_for(timeout=20_000)
             ARTIFACTS.mkdir(exist_ok=True)
+            cell(page, 2).locator(".jp-InputPrompt").click()  # another cell active: the mark shows plainly
             page.screenshot(path=str(ARTIFACTS / "panel.png"))
             run.locator('button[data-action="interrupt"]').click()
             answer = running.result(timeout=60)
