@@ -105,26 +105,24 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
         "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
     }
-    log = (tmp_path / "lab.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--no-browser",
-            "--allow-root",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log = (tmp_path / "lab.log").open("ab")
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--no-browser",
+        "--allow-root",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+    ]
     base = f"http://127.0.0.1:{port}"
-    try:
+    process: subprocess.Popen[bytes] | None = None
+
+    def start() -> None:
+        nonlocal process
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -137,12 +135,25 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
                     f"jupyter lab did not start:\n{(tmp_path / 'lab.log').read_text()[-3000:]}"
                 )
             time.sleep(0.1)
-        yield {"base": base, "token": token, "root": root, "log": tmp_path / "lab.log"}
-    finally:
+
+    def stop() -> None:
+        if process is None:
+            return
         process.terminate()
         try:
             process.wait(15)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+    def restart() -> None:
+        """Stop the server and start it again on the same port, with the same state."""
+        stop()
+        start()
+
+    try:
+        start()
+        yield {"base": base, "token": token, "root": root, "log": tmp_path / "lab.log", "restart": restart}
+    finally:
+        stop()
         log.close()

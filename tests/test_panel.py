@@ -293,3 +293,25 @@ def test_notebook_7_has_the_panel_and_the_marks(lab: dict[str, Any], page: Any) 
         nb7.locator(".jp-Notebook .jp-Cell.jp-agent-changed", has_text="seen_in = 7").wait_for(timeout=20_000)
     finally:
         nb7.close()
+
+
+def test_the_panel_reconnects_after_a_server_restart(lab: dict[str, Any], page: Any) -> None:
+    # Every state the panel's connection goes through, recorded in the page.
+    page.evaluate(
+        """() => {
+            window.__agentConnection = [];
+            const root = document.getElementById('jp-agent-activity');
+            new MutationObserver(() => window.__agentConnection.push(root.dataset.connected))
+                .observe(root, {attributes: true, attributeFilter: ['data-connected']});
+        }"""
+    )
+    lab["restart"]()
+    page.wait_for_function(
+        "() => window.__agentConnection.includes('false') && "
+        "document.getElementById('jp-agent-activity').dataset.connected === 'true'",
+        timeout=60_000,
+    )
+    # Live again: a change made now is listed (and the ledger kept the earlier ones across the restart).
+    answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": "after = 'restart'"})
+    page.locator(f'{PANEL} [data-change-id="{answer["change_id"]}"]').wait_for(timeout=20_000)
+    assert page.locator(f"{PANEL} [data-change-id]").count() > 1

@@ -118,7 +118,7 @@ export function notebookUrl(path: string): string {
 
 /**
  * The server's event bus, with a new connection after it closes (a server restart): 1 s, then
- * doubling up to 30 s between tries. Nothing is sent or polled while the connection is open.
+ * doubling up to 10 s between tries. Nothing is sent or polled while the connection is open.
  */
 export class EventStream {
   constructor(
@@ -164,7 +164,7 @@ export class EventStream {
       }
       this.onState(false);
       this._timer = setTimeout(() => this._connect(), this._delay);
-      this._delay = Math.min(this._delay * 2, 30000);
+      this._delay = Math.min(this._delay * 2, 10000);
     };
   }
 
