@@ -6,11 +6,16 @@ panel shown. Agents act through the HTTP routes; the panel must show it live, fr
 (``/api/events/subscribe``), and its buttons must act:
 
 - an agent's edit of the open notebook lists the change and marks the cell (class ``jp-agent-changed``, a
-  tooltip saying who, via which door), until the person edits the cell;
-- an agent's eval shows as a session and a run in progress while it runs; **Interrupt** stops it;
+  tooltip saying who, via which door), until the person edits the cell; Diff shows it; Open selects it;
+- an agent's eval shows as a session and a run in progress (its cell, its elapsed time) while it runs;
+  **Interrupt** stops it; **Stop** shuts the session down;
 - **Undo** restores the cell, in the live view and in the file; an undo the server refuses (409: the cell
   changed since) is shown in the change's row, readably;
-- a screenshot of the panel is saved (``test-artifacts/panel.png``; docs/panel.png is one of them).
+- a notebook run shows the cell it runs, in the panel and in the open notebook; **Interrupt** stops it;
+- Notebook 7's notebook view has the panel and the marks too;
+- after the server restarts, the panel connects again and is live;
+- screenshots of the panel are saved (``test-artifacts/panel.png``, ``panel_undo_refused.png``; the ones
+  in docs/ come from here).
 
 The DOM hooks used here are the ones docs/panel.md documents.
 """
@@ -200,6 +205,11 @@ def test_an_agent_eval_shows_live_and_interrupt_stops_it(lab: dict[str, Any], pa
     ]
     run.wait_for(state="detached", timeout=20_000)  # no longer in progress
     assert "busy" not in page.locator(f'{PANEL} [data-session="analyst"]').inner_text()
+    # Stop (after a confirmation) shuts the session down: gone from the server's list and from the panel.
+    page.locator(f'{PANEL} [data-session="analyst"] button[data-action="stop"]').click()
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
+    page.locator(f'{PANEL} [data-session="analyst"]').wait_for(state="detached", timeout=20_000)
+    assert "analyst" not in [s["name"] for s in agent(lab, "GET", "sessions")["sessions"]]
 
 
 def test_undo_in_the_panel_restores_the_cell_live_and_in_the_file(lab: dict[str, Any], page: Any) -> None:
