@@ -16,11 +16,10 @@ time an agent token adds over the server's own token on the same server (target:
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import Any
 
-from .common import BenchResult, Row, httpx, jupyter_server, profile_path, quick, run_meta
+from .common import BenchResult, Row, httpx, interleaved, jupyter_server, profile_path, quick, run_meta
 
 NAME = "auth"
 TITLE = "Agent tokens: time an agent token adds to a request over the server's own token"
@@ -64,16 +63,7 @@ def run(options: argparse.Namespace) -> BenchResult:
             for variant, client in clients.items():
                 for case, url in ((STATUS, "api/status"), (CONTENTS, "api/contents/reports/a.txt")):
                     variants[(case, variant)] = _getter(client, url)
-            samples: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
-            order = list(variants)
-            for i in range(-WARMUP, repeat):
-                shift = i % len(order)
-                for key in order[shift:] + order[:shift]:
-                    start = time.perf_counter()
-                    variants[key]()
-                    elapsed = time.perf_counter() - start
-                    if i >= 0:
-                        samples[key].append(elapsed)
+            samples = interleaved(variants, repeat, WARMUP)
         finally:
             for client in clients.values():
                 client.close()

@@ -3,12 +3,12 @@ and the database's size under a loop of 10,000 edits.
 
 - ``run of 50 trivial cells``: ``POST .../run {"all": true}`` of a notebook of 50 cells ``x = i``, on two
   servers side by side, one with the ledger (one entry per run, merged from the run's 100 writes) and one
-  with it off (``ledger_max_changes_per_notebook=0``); interleaved, after an untimed warm-up run that
+  with it off (``Ledger.max_changes_per_notebook=0``); interleaved, after an untimed warm-up run that
   starts each notebook's kernel. Target: recording adds at most 10%.
 - ``list 200 changes``: ``GET .../changes?limit=200`` of a notebook with 200 recorded edits. Target: under
   50 ms at the median.
 - ``10,000 edits``: one edit of about 4 KB of fresh (incompressible) source after another, with
-  ``ledger_max_bytes`` at 4 MiB (and no per-notebook cap) so that the byte limit prunes; the database
+  ``Ledger.max_bytes`` at 4 MiB (and no per-notebook cap) so that the byte limit prunes; the database
   file and its write-ahead log are measured every 50 edits. Target: never over the limit.
 """
 
@@ -57,7 +57,7 @@ def run(options: argparse.Namespace) -> BenchResult:
     # -- a run of 50 trivial cells, ledger on and off ------------------------------------------------
     repeat = 3 if quick else 10
     case = "run of 50 trivial cells"
-    bare_args = ["--AgentToolsApp.ledger_max_changes_per_notebook=0"]
+    bare_args = ["--Ledger.max_changes_per_notebook=0"]
     with (
         jupyter_server() as on,
         on.client() as on_client,
@@ -113,9 +113,9 @@ def run(options: argparse.Namespace) -> BenchResult:
     db = db_dir / "ledger.db"
     limit = LIMIT_BYTES if not quick else 512 * 1024
     args = [
-        f"--AgentToolsApp.ledger_db_path={db}",
-        f"--AgentToolsApp.ledger_max_bytes={limit}",
-        "--AgentToolsApp.ledger_max_changes_per_notebook=1000000",
+        f"--Ledger.db_path={db}",
+        f"--Ledger.max_bytes={limit}",
+        "--Ledger.max_changes_per_notebook=1000000",
     ]
     with jupyter_server(extra_args=args) as sized, sized.client() as client:
         nbformat.write(_notebook(20), str(sized.root_dir / "big.ipynb"))
@@ -146,7 +146,7 @@ def run(options: argparse.Namespace) -> BenchResult:
         "edits": edits,
     }
     notes.append(
-        f"{case}: ledger_max_bytes {limit / 1e6:.1f} MB; the database and its write-ahead log peaked at "
+        f"{case}: Ledger.max_bytes {limit / 1e6:.1f} MB; the database and its write-ahead log peaked at "
         f"{peak / 1e6:.2f} MB and ended at {sizes[-1] / 1e6:.2f} MB; the newest {kept} changes were kept "
         f"(ids {oldest_kept} to {edits}), the older ones pruned first."
     )

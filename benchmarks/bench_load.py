@@ -1,11 +1,11 @@
-"""Load: the bounded load driver of :mod:`jupyter_agent_tools.testing.load` for a minute (``--quick``: 15 s),
+"""Load: the bounded load driver of :mod:`benchmarks.load` for a minute (``--quick``: 15 s),
 with latencies per request kind; any violated invariant fails the benchmark."""
 
 from __future__ import annotations
 
 import argparse
 
-from jupyter_agent_tools.testing.load import run_load
+from benchmarks.load import run_load
 
 from .common import BenchResult, Row, run_meta
 

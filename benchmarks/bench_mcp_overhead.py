@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from typing import Any
 
-from .common import BenchResult, Row, httpx, jupyter_server, profile_path, quick, run_meta
+from .common import BenchResult, Row, httpx, interleaved, jupyter_server, profile_path, quick, run_meta
 
 NAME = "mcp_overhead"
 TITLE = "MCP overhead: tools/call on /api/agent/mcp vs the route it wraps (same service, same server)"
@@ -55,16 +54,7 @@ def run(options: argparse.Namespace) -> BenchResult:
                 (LIST_CASE, ROUTE): lambda: client.get("api/agent/sessions").raise_for_status(),
                 (LIST_CASE, MCP): lambda: tool("session_list", {}),
             }
-            samples: dict[tuple[str, str], list[float]] = {key: [] for key in variants}
-            order = list(variants)
-            for i in range(-WARMUP, repeat):
-                shift = i % len(order)
-                for key in order[shift:] + order[:shift]:
-                    start = time.perf_counter()
-                    variants[key]()
-                    elapsed = time.perf_counter() - start
-                    if i >= 0:
-                        samples[key].append(elapsed)
+            samples = interleaved(variants, repeat, WARMUP)
     result = BenchResult(
         NAME,
         TITLE,

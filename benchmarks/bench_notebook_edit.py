@@ -9,7 +9,7 @@ each repetition measures, interleaved, on three identical copies of the notebook
   parsed JSON, ``PUT`` the whole notebook back.
 
 - ``agent edit, no ledger``: the same edit on a second server whose change ledger is off
-  (``ledger_max_changes_per_notebook=0``): what recording each change in the ledger costs.
+  (``Ledger.max_changes_per_notebook=0``): what recording each change in the ledger costs.
 
 Targets: agent edit <= 1.3x the nbformat floor at the median, and faster than the contents round trip;
 recording in the change ledger adds at most 10% from 1,000 cells on (agent edit <= 1.1x agent edit, no
@@ -89,7 +89,7 @@ def run(options: argparse.Namespace) -> BenchResult:
     sizes = QUICK_SIZES if getattr(options, "quick", False) else SIZES
     rows: list[Row] = []
     notes: list[str] = []
-    no_ledger_args = ["--AgentToolsApp.ledger_max_changes_per_notebook=0"]
+    no_ledger_args = ["--Ledger.max_changes_per_notebook=0"]
     with (
         jupyter_server() as server,
         server.client() as client,
@@ -197,7 +197,7 @@ def run(options: argparse.Namespace) -> BenchResult:
     )
     notes.append(
         "agent edit, no ledger = the same edit on a second server started with "
-        "ledger_max_changes_per_notebook=0; agent edit records every edit in the change ledger (SQLite, "
+        "Ledger.max_changes_per_notebook=0; agent edit records every edit in the change ledger (SQLite, "
         "awaited in its worker thread) and remembers the new version's per-cell hashes (not awaited)."
     )
     notes.append(

@@ -11,10 +11,10 @@ Interleaved, each repetition:
   connection file (ready, execute, reply + idle), ``DELETE /api/kernels/{id}`` (informational).
 
 Shutdowns are graceful in all three (a ``shutdown_request``, then wait for the process to exit). These
-three run on a server without the warm pool (``per_call_pool_size=0``): every per-call eval starts its own
+three run on a server without the warm pool (``KernelPool.size=0``): every per-call eval starts its own
 kernel. The agent per-call eval answers once the code ran; its kernel is shut down after the answer.
 
-On a second server with the default pool (``per_call_pool_size=1``), interleaved:
+On a second server with the default pool (``KernelPool.size=1``), interleaved:
 
 - ``warm session eval``: ``POST /api/agent/eval`` of ``1+1`` on a warm named session;
 - ``agent per-call eval, pooled kernel ready``: the same per-call eval, timed once the pool reports a
@@ -50,7 +50,7 @@ REPEAT, QUICK_REPEAT = 12, 2
 POOL_REPEAT, QUICK_POOL_REPEAT = 30, 3
 CASE = "start + 1+1 + shutdown"
 DIRECT, AGENT, SERVER = "jupyter_client direct", "agent per-call eval", "server kernels API + raw client"
-POOL_CASE = "1+1, pooled kernel ready (per_call_pool_size=1)"
+POOL_CASE = "1+1, pooled kernel ready (KernelPool.size=1)"
 WARM, POOLED = "warm session eval", "agent per-call eval, pooled kernel ready"
 POOL_TARGET = 3.0
 
@@ -126,7 +126,7 @@ async def _run(options: argparse.Namespace) -> BenchResult:
     repeat = QUICK_REPEAT if quick(options) else REPEAT
     body = {"cells": [{"code": "1+1"}], "mode": "per-call"}
     samples: dict[str, list[float]] = {DIRECT: [], AGENT: [], SERVER: []}
-    no_pool = ["--AgentToolsApp.per_call_pool_size=0"]
+    no_pool = ["--KernelPool.size=0"]
     with (
         jupyter_server(extra_args=no_pool, profile_to=profile_path(options, NAME)) as server,
         server.client() as client,

@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -31,15 +32,37 @@ from typing import Any, Protocol
 from uuid import uuid4
 
 from traitlets import Callable as CallableTrait
-from traitlets import Float, Instance, Int, validate
+from traitlets import Float, Instance, Int, Unicode, default, validate
 
 from .errors import NotFound
-from .traits import Service, at_least, given
+from .traits import Service, at_least
 
 # The same rule as the API's session names (schemas.SESSION_NAME_PATTERN): a first character that is not
 # a dot, so no name is ".", ".." or hidden.
 SESSION_DIR_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}$")
 ARTIFACT_ID = re.compile(r"^(?P<session>[A-Za-z0-9_-][A-Za-z0-9._-]{0,63})\.[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True)
+class TextPage:
+    """A page of an artifact's text: ``size`` bytes from byte ``offset`` of ``total``; ``next_offset`` is
+    where the next page starts (None at the end)."""
+
+    offset: int
+    size: int
+    total: int
+    next_offset: int | None
+    text: str
+
+
+def utf8_boundary(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 != 0x80:  # a character's first byte
+            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
 
 
 class ArtifactFile(Protocol):
@@ -147,14 +170,27 @@ class ArtifactWriter:
 class ArtifactStore(Service):
     """Creates, reads and removes artifact files under one root directory.
 
-    ``ArtifactStore(root)`` or ``ArtifactStore(parent=app, root=root, retention=..., max_bytes=...)``;
-    the application builds the class named by ``AgentToolsApp.artifact_store_class``. Thread-safe: a
+    ``ArtifactStore(root=path)``, or ``ArtifactStore(parent=app)`` for the directory configured as
+    ``c.ArtifactStore.root_dir``; the application builds the class named by
+    ``AgentToolsApp.artifact_store_class``. Thread-safe: a
     spill may be written from a worker thread.
     """
 
-    root = Instance(Path, help="The directory holding one subdirectory per session.")
-    retention = Float(24 * 3600.0, help="Seconds an artifact is kept at most (0: until its session goes).")
-    max_bytes = Int(1024**3, help="Bytes all artifacts hold at most (0: no cap).")
+    root_dir = Unicode(
+        "",
+        help="Directory for spilled outputs (artifacts). Empty: a private temporary directory removed "
+        "when the server stops.",
+    ).tag(config=True)
+    root = Instance(Path, help="The directory holding one subdirectory per session (default: root_dir).")
+    retention = Float(
+        24 * 3600.0, help="Seconds an artifact is kept at most (it also goes with its session; 0: forever)."
+    ).tag(config=True)
+    max_bytes = Int(
+        1024**3,
+        help="Bytes all artifacts hold at most. A spill that would pass it first removes the oldest "
+        "artifacts of idle sessions (never those of a running call); what still does not fit is cut, and "
+        "the cell's notice says its artifact is incomplete. 0: no cap.",
+    ).tag(config=True)
     running_calls = CallableTrait(
         None,
         allow_none=True,
@@ -162,6 +198,15 @@ class ArtifactStore(Service):
         "call); the cap never removes what a running call wrote. Called from any thread; the session "
         "manager sets it.",
     )
+
+    owns_root = False  # True: a private temporary directory, removed by remove_all at server stop
+
+    @default("root")
+    def _default_root(self) -> Path:
+        if self.root_dir:
+            return Path(self.root_dir)
+        self.owns_root = True
+        return Path(tempfile.mkdtemp(prefix="jupyter-agent-artifacts-"))
 
     @validate("retention")
     def _valid_retention(self, proposal: Any) -> float:
@@ -171,19 +216,10 @@ class ArtifactStore(Service):
     def _valid_max_bytes(self, proposal: Any) -> int:
         return int(at_least(proposal, 0))
 
-    def __init__(
-        self,
-        root: str | os.PathLike[str] | None = None,
-        retention: float | None = None,
-        max_bytes: int | None = None,
-        **kwargs: Any,
-    ):
-        kwargs = given(kwargs, root=root, retention=retention, max_bytes=max_bytes)
-        if "root" in kwargs:
+    def __init__(self, **kwargs: Any):
+        if kwargs.get("root") is not None:
             kwargs["root"] = Path(kwargs["root"])
         super().__init__(**kwargs)
-        if self.root is None:
-            raise TypeError("ArtifactStore needs a root directory")
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._real_root = self.root.resolve()
         self._lock = threading.Lock()
@@ -233,9 +269,13 @@ class ArtifactStore(Service):
         if not path.is_file() or not self._owns(path, depth=2):
             raise NotFound(
                 f"Artifact not found: {artifact_id} (artifacts are removed with their session, after "
-                "artifact_retention, and oldest first past artifacts_max_bytes)"
+                "ArtifactStore.retention, and oldest first past ArtifactStore.max_bytes)"
             )
         return path
+
+    def size(self, artifact_id: str) -> int:
+        """An artifact's size in bytes, or :class:`NotFound`."""
+        return self.path(artifact_id).stat().st_size
 
     def read_range(self, artifact_id: str, offset: int, limit: int) -> tuple[bytes, int]:
         """Up to ``limit`` bytes of an artifact from byte ``offset``, and the artifact's size in bytes."""
@@ -243,6 +283,25 @@ class ArtifactStore(Service):
             total = os.fstat(handle.fileno()).st_size
             handle.seek(max(0, offset))
             return handle.read(max(0, limit)), total
+
+    def read_text_page(self, artifact_id: str, offset: int, limit: int) -> TextPage:
+        """Up to ``limit`` bytes of an artifact as text from about byte ``offset``, never cutting a UTF-8
+        character: a page that starts inside one begins at the next, one that would end inside one ends
+        before it (``next_offset`` continues exactly there)."""
+        data, total = self.read_range(artifact_id, offset, limit)
+        start = 0
+        while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
+            start += 1  # an offset inside a character: begin at the next one
+        begin = min(max(0, offset), total) + start
+        data = data[start:]
+        end = len(data) if begin + len(data) >= total else utf8_boundary(data)
+        return TextPage(
+            offset=begin,
+            size=end,
+            total=total,
+            next_offset=begin + end if begin + end < total else None,
+            text=data[:end].decode("utf-8", errors="replace"),
+        )
 
     def remove_session(self, session: str) -> None:
         """Remove every artifact of a session (its directory, only if it is really ours)."""

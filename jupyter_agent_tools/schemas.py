@@ -1,6 +1,6 @@
 """JSON Schemas (2020-12) of every request and answer of the agent routes: the one source of truth.
 
-The OpenAPI document (:mod:`jupyter_agent_tools.openapi`) publishes these dicts as its
+The OpenAPI document (:mod:`jupyter_agent_tools.api_document`) publishes these dicts as its
 ``components/schemas``, and request bodies are validated against the very same dicts
 (:mod:`jupyter_agent_tools.validation`). Nothing here does I/O or imports Tornado.
 
@@ -18,7 +18,7 @@ import copy
 from typing import Any
 
 REF = "#/components/schemas/"
-ACTIONS = ("edit", "insert", "delete", "move", "clear_outputs")
+ACTIONS = ("edit", "insert", "delete", "move", "clear_outputs", "replace")
 CELL_TYPES = ("code", "markdown", "raw")
 EVAL_MODES = ("session", "per-call")
 CELL_STATUSES = ("complete", "error", "cancelled")
@@ -75,6 +75,19 @@ _REPAIR = {
 _ADDRESS = {
     "anyOf": [{"required": ["cell_index"]}, {"required": ["cell_id"]}],
 }
+_REPLACE_FIELDS: dict[str, Any] = {
+    "old": {
+        "type": "string",
+        "minLength": 1,
+        "description": "The exact text to find in the cell's source (whitespace and newlines included).",
+        "x-errors": {"minLength": "'old' must not be empty (the exact text to replace)"},
+    },
+    "new": {"type": "string", "description": "The text that replaces it."},
+    "all": {
+        "type": "boolean",
+        "description": "Replace every match; without it 'old' must match exactly once.",
+    },
+}
 
 
 def _op(action: str, description: str, with_hash: bool) -> dict[str, Any]:
@@ -108,6 +121,9 @@ def _op(action: str, description: str, with_hash: bool) -> dict[str, Any]:
         required.append("to_index")
     if action == "clear_outputs":
         properties["all"] = {"const": True, "description": "Clear every code cell's outputs."}
+    if action == "replace":
+        properties.update(_REPLACE_FIELDS)
+        required += ["old", "new"]
     if with_hash:
         properties["expected_hash"] = dict(_EXPECTED_HASH)
         properties["upgrade"] = dict(_UPGRADE)
@@ -132,6 +148,8 @@ _OP_DESCRIPTIONS = {
     "delete": "Delete a cell; the answer's details.cellSource is the removed source.",
     "move": "Move a cell so that it ends up at 'to_index'.",
     "clear_outputs": "Clear a code cell's outputs and execution count (or every code cell's, with 'all').",
+    "replace": "Replace exact text inside a cell's source (outputs kept): 'old' must match once, or "
+    "every match with 'all'; otherwise 400 listing the matches and their lines.",
 }
 
 
@@ -169,7 +187,7 @@ NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
             "type": "array",
             "items": ref("CellOp"),
             "minItems": 1,
-            "description": "1..max_ops_per_request (default 1000) operations.",
+            "description": "1..NotebookStore.max_ops (default 1000) operations.",
             "x-errors": {
                 "type": "'ops' must be a non-empty array of operations",
                 "minItems": "'ops' must be a non-empty array of operations",
@@ -186,14 +204,53 @@ NOTEBOOK_SCHEMAS["NotebookBatchRequest"] = {
         "'expected_hash', 'upgrade' and 'repair'; put operation fields inside each op)"
     },
 }
-NOTEBOOK_SCHEMAS["NotebookChangeRequest"] = {
-    "description": "One operation, or a batch ``{\"ops\": [...]}``: a body with 'ops' is a batch.",
-    "oneOf": [ref("NotebookOpRequest"), ref("NotebookBatchRequest")],
+NOTEBOOK_SCHEMAS["NotebookCreateRequest"] = {
+    "type": "object",
+    "description": "Create the notebook (nbformat 4.5, the kernelspec set): 409 if the path exists.",
+    "properties": {
+        "action": {"const": "create"},
+        "cells": {
+            "type": "array",
+            "description": "The first cells (default: none), with ids derived deterministically.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "cell_type": {**_CELL_TYPE, "description": "Default code."},
+                    "source": {"type": "string", "description": "The cell's source."},
+                },
+                "required": ["source"],
+                "additionalProperties": False,
+                "x-errors": {"type": 'must be an object like {"cell_type": "code", "source": "1+1"}'},
+            },
+        },
+        "kernel_name": {
+            "type": "string",
+            "minLength": 1,
+            "pattern": KERNEL_NAME_PATTERN,
+            "description": "The kernelspec (default: the server's default kernel); its display name and "
+            "language come from the kernelspec manager.",
+        },
+        "parents": {"type": "boolean", "description": "Create missing folders (else 404)."},
+    },
+    "required": ["action"],
+    "additionalProperties": False,
 }
+NOTEBOOK_SCHEMAS["NotebookChangeRequest"] = {
+    "description": "One operation, a batch ``{\"ops\": [...]}`` (a body with 'ops' is a batch), or "
+    '``{"action": "create"}``.',
+    "oneOf": [ref("NotebookOpRequest"), ref("NotebookBatchRequest"), ref("NotebookCreateRequest")],
+}
+
+
+def is_create_request(body: Any) -> bool:
+    """Whether a notebook POST body asks to create the notebook (``{"action": "create", ...}``)."""
+    return isinstance(body, dict) and body.get("action") == "create" and "ops" not in body
 
 
 def notebook_request_schema(body: Any) -> str:
     """Which branch of ``NotebookChangeRequest`` a body is meant as: a batch when it has ``ops``."""
+    if is_create_request(body):
+        return "NotebookCreateRequest"
     return "NotebookBatchRequest" if isinstance(body, dict) and "ops" in body else "NotebookOpRequest"
 
 
@@ -219,7 +276,7 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "items": ref("EvalCell"),
                 "minItems": 1,
-                "description": "1..max_cells_per_request (default 100) cells, run in order; a failed cell "
+                "description": "1..EvalService.max_cells (default 100) cells, run in order; a failed cell "
                 "stops the call.",
                 "x-errors": {
                     "required": '\'cells\' is required: a non-empty array of {"code": str, "title"?: str}',
@@ -498,6 +555,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "previousCellType": {"type": "string", "description": "only for an edit that converted the cell"},
             "fromIndex": {"type": "integer", "description": "only for move"},
             "clearedCells": {"type": "integer", "description": "only for clear_outputs with all: true"},
+            "replacements": {"type": "integer", "description": "only for replace: how many matches"},
         },
         required=["action", "totalCells"],
         description="What one operation did. Every action but clear_outputs with all: true also has "
@@ -763,7 +821,7 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     ),
     "PoolInfo": _obj(
         {
-            "size": {"type": "integer", "description": "per_call_pool_size: kernels kept ready (0: none)"},
+            "size": {"type": "integer", "description": "KernelPool.size: kernels kept ready (0: none)"},
             "ready": {"type": "integer", "description": "started kernels waiting to be taken"},
             "starting": {"type": "integer", "description": "kernels being started into the pool"},
             "kernel_name": {**_STR_OR_NULL, "description": "the kernel spec pooled (the default one)"},
@@ -897,7 +955,8 @@ ANSWER_SCHEMAS["NotebookRunCellResult"] = {
                 {"type": "null"},
             ],
             "description": "What the notebook does not store because the cell's outputs reached "
-            "max_run_cell_bytes (a placeholder output there says the same); null when all is stored",
+            "NotebookRunner.max_cell_bytes_stored (a placeholder output there says the same); null when all "
+            "is stored",
         },
     },
     "required": [
@@ -1032,7 +1091,7 @@ ANSWER_SCHEMAS["AgentTokenList"] = _obj(
 
 # ------------------------------------------------------------------------------------------ change ledger
 
-CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair")
+CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create")
 CELL_CHANGES = ("edited", "inserted", "deleted", "moved", "outputs")
 VIAS = ("http", "mcp", "cli")
 _RECORDED = {
@@ -1183,3 +1242,39 @@ SCHEMAS: dict[str, Any] = {
     **ANSWER_SCHEMAS,
     **LEDGER_SCHEMAS,
 }
+
+# -- notebook create, replace in a cell, file listing (issue 29)
+ANSWER_SCHEMAS["Error"]["properties"]["matches"] = {
+    "type": "array",
+    "items": _obj({"line": {"type": "integer", "description": "1-based line in the cell"}, "text": _STR}),
+    "description": "Only on the 400 of a replace whose 'old' matches several times without 'all': each "
+    "match's line in the cell and that line's text",
+}
+ANSWER_SCHEMAS["NotebookCreated"] = {
+    "description": "A created notebook: the read answer, with what was done and its change-ledger entry.",
+    "allOf": [
+        ref("NotebookRead"),
+        _obj({"message": {"type": "string"}, **_RECORDED}, required=["message"]),
+    ],
+}
+SCHEMAS["NotebookCreated"] = ANSWER_SCHEMAS["NotebookCreated"]
+ANSWER_SCHEMAS["FileList"] = _obj(
+    {
+        "path": {"type": "string", "description": "The folder listed"},
+        "entries": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "path": _STR,
+                    "type": {"type": "string", "enum": ["notebook", "file", "directory"]},
+                    "size": {**_INT_OR_NULL, "description": "Bytes (null for a folder)"},
+                    "last_modified": {**_STR_OR_NULL, "description": "ISO 8601"},
+                }
+            ),
+        },
+        "truncated": {"type": "boolean", "description": "More entries may exist: see next_start"},
+        "next_start": {**_STR_OR_NULL, "description": "The 'start' of the next page; null at the end"},
+    },
+    description="A page of a folder's entries.",
+)
+SCHEMAS["FileList"] = ANSWER_SCHEMAS["FileList"]

@@ -1,4 +1,5 @@
-"""Text cleaning shared by notebook summaries and eval output: ANSI escapes, carriage returns, controls."""
+"""Text shared by notebook summaries, eval output and the CLI: ANSI escapes, carriage returns, controls,
+sizes in words."""
 
 from __future__ import annotations
 
@@ -123,3 +124,14 @@ def json_string_body(text: str) -> bytes | None:
     if data.translate(None, _NOT_CONTROL).translate(None, b"\t\n"):
         return None  # other controls: \r, \b, \f and \u00XX escapes are json's business
     return data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n").replace(b"\t", b"\\t")
+
+
+def human_size(size: int | None) -> str:
+    """``size`` bytes for a person or a model: 512 bytes, 1.5 KB, 2.0 MB."""
+    if size is None:
+        return "size unknown"
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / 1024 / 1024:.1f} MB"

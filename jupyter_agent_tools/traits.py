@@ -1,4 +1,4 @@
-"""Validation shared by the traits of the application and of its services."""
+"""What the services share: their base class and the validation of their traits."""
 
 from __future__ import annotations
 
@@ -24,10 +24,19 @@ def at_least(proposal: Any, low: float, *, strict: bool = False) -> Any:
     return value
 
 
+def in_range(proposal: Any, low: int, high: int, unit: str = "bytes") -> int:
+    """The proposed integer if ``low <= value <= high``, else a TraitError naming the trait and its range."""
+    value = int(proposal["value"])
+    if not low <= value <= high:
+        raise TraitError(f"{trait_name(proposal)} must be between {low} and {high} {unit}, got {value}")
+    return value
+
+
 class Service(LoggingConfigurable):
-    """A service of the extension: settings are validated traits (set by the application from its own
-    ``c.AgentToolsApp.*`` configuration); it logs to its parent's (the application's) log when it has
-    one, else to its module's logger."""
+    """A service of the extension: its settings are validated ``config=True`` traits, configured as
+    ``c.<ServiceClass>.<trait>`` (the application builds it with ``parent=`` itself, so the server's
+    configuration reaches it); it logs to its parent's (the application's) log when it has one, else to
+    its module's logger."""
 
     @default("log")
     def _default_log(self) -> Any:
@@ -35,9 +44,3 @@ class Service(LoggingConfigurable):
         if parent is not None and getattr(parent, "log", None) is not None:
             return parent.log
         return logging.getLogger(type(self).__module__)
-
-
-def given(kwargs: dict[str, Any], **values: Any) -> dict[str, Any]:
-    """``kwargs`` plus the ``values`` that are not None (positional arguments of a service's constructor
-    become the traits they name)."""
-    return {**kwargs, **{name: value for name, value in values.items() if value is not None}}

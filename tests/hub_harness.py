@@ -75,7 +75,7 @@ import logging
 import os
 
 c.ServerApp.jpserver_extensions = {"jupyter_agent_tools": True}
-c.AgentToolsApp.per_call_pool_size = 0
+c.KernelPool.size = 0
 events = os.path.join(os.environ["AGENT_EVENTS_DIR"], os.environ["JUPYTERHUB_USER"] + ".jsonl")
 c.EventLogger.handlers = [logging.FileHandler(events)]
 """

@@ -98,7 +98,7 @@ class TestHoldKernelActivityOff:
     def jp_server_config(self) -> dict[str, Any]:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"hold_kernel_activity": False},
+            "KernelService": {"hold_activity": False},
         }
 
     async def test_jupyter_servers_watcher_keeps_running(self, jp_serverapp):

@@ -48,7 +48,8 @@ def jp_server_config() -> dict[str, Any]:
             "jpserver_extensions": {"jupyter_agent_tools": True, "jupyter_server_terminals": True},
             **AGENT_CLASSES,
         },
-        "AgentToolsApp": {"per_call_pool_size": 0, "max_sessions": 2},
+        "KernelPool": {"size": 0},
+        "SessionManager": {"max_sessions": 2},
     }
 
 
@@ -352,6 +353,52 @@ async def test_path_globs_confine_mcp_tools(http, make_token, files, jp_http_por
         ran = await session.call_tool("eval", {"cells": [{"code": "open('mcp-ran', 'w').close()"}]})
         assert ran.is_error and "needs the 'execute' scope" in ran.content[0].text, ran
     assert not (files / "mcp-ran").exists()
+
+
+async def test_path_globs_confine_create_files_and_resources(
+    http, make_token, files, jp_http_port, jp_base_url
+) -> None:
+    """A token limited to reports/** creates and lists only there, over HTTP and MCP (tools, resources)."""
+    token = await make_token("maker", ["edit"], ["reports/**"])
+    reader = await make_token("reader", ["read"], ["reports/**"])
+    status, made, _ = await http("POST", "api/agent/notebooks/reports/new/n.ipynb", {"action": "create",
+                                 "parents": True}, token=token)  # fmt: skip
+    assert status == 201, made
+    for path in ("outside.ipynb", "reports/../outside.ipynb", "other/n.ipynb"):
+        status, answer, _ = await http(
+            "POST", f"api/agent/notebooks/{path}", {"action": "create", "parents": True}, token=token
+        )
+        assert status == 404, (path, status, answer)
+    status, answer, _ = await http(
+        "POST", "api/agent/notebooks/reports/x.ipynb", {"action": "create"}, token=reader
+    )
+    assert status == 403 and "scope" in answer["message"], answer
+    assert not (files / "outside.ipynb").exists() and not (files / "other").exists()
+    assert not (files / "reports" / "x.ipynb").exists()
+    status, listing, _ = await http("GET", "api/agent/files?path=reports&recursive=1", token=reader)
+    assert status == 200 and {e["path"] for e in listing["entries"]} >= {
+        "reports/a.ipynb",
+        "reports/new/n.ipynb",
+    }
+    for query in ("", "?glob=**/*.ipynb", "?path=reports/..", "?path=other"):
+        status, answer, _ = await http("GET", f"api/agent/files{query}", token=reader)
+        assert status in (400, 404) and "secret" not in json.dumps(answer), (query, answer)
+    url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}api/agent/mcp"
+    async with mcp_session(url, reader) as session:
+        created = await session.call_tool("notebook_edit", {"path": "reports/m.ipynb", "action": "create"})
+        assert created.is_error and "scope" in created.content[0].text, created
+        found = await session.call_tool("file_list", {"path": "reports", "glob": "**/*.ipynb"})
+        assert [e["path"] for e in found.structured_content["entries"]] == [
+            "reports/a.ipynb",
+            "reports/new/n.ipynb",
+        ]
+        resources = await session.list_resources()
+        assert sorted(str(r.name) for r in resources.resources) == ["reports/a.ipynb", "reports/new/n.ipynb"]
+        with pytest.raises(Exception) as refused:
+            await session.read_resource("jupyter://notebooks/secret.ipynb")
+        assert refused.value.error.code == -32002 and "secret')" not in str(refused.value)
+        inside = await session.read_resource("jupyter://notebooks/reports/a.ipynb")
+        assert "print(1)" in inside.contents[0].text
 
 
 @contextlib.asynccontextmanager

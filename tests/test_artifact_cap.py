@@ -1,4 +1,4 @@
-"""The artifacts' byte cap (``artifacts_max_bytes``): through the real eval route with real kernels, and
+"""The artifacts' byte cap (``ArtifactStore.max_bytes``): through the real eval route with real kernels, and
 the store on its own."""
 
 from __future__ import annotations
@@ -31,12 +31,9 @@ def artifacts_root(tmp_path: Path) -> Path:
 def jp_server_config(artifacts_root: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {
-            "artifacts_dir": str(artifacts_root),
-            "artifacts_max_bytes": CAP,
-            "max_output_bytes": 1024,
-            "max_sessions": 3,
-        },
+        "ArtifactStore": {"root_dir": str(artifacts_root), "max_bytes": CAP},
+        "EvalService": {"max_output_bytes": 1024},
+        "SessionManager": {"max_sessions": 3},
     }
 
 
@@ -123,7 +120,7 @@ async def test_a_running_calls_artifact_stays_and_the_spill_the_cap_cut_says_so(
         notice = cut["output"].splitlines()[0]
         assert notice.endswith(
             f"Incomplete: artifact://{cut['artifact_id']} holds only the first {kept} of {SPILL_BYTES} bytes "
-            "(cut at the artifacts' cap, artifacts_max_bytes)]"
+            "(cut at the artifacts' cap, ArtifactStore.max_bytes)]"
         ), notice
         status, body = await artifact(jp_fetch, cut["artifact_id"])
         assert status == 200 and body == (b"x" * 999 + b"\n") * (kept // 1000)
@@ -149,7 +146,7 @@ async def test_a_running_calls_artifact_stays_and_the_spill_the_cap_cut_says_so(
 
 
 def test_a_display_too_big_for_the_cap_is_not_saved_in_part(tmp_path: Path) -> None:
-    artifacts = ArtifactStore(tmp_path, max_bytes=1000)
+    artifacts = ArtifactStore(root=tmp_path, max_bytes=1000)
     sink = OutputSink(max_bytes=100, open_artifact=lambda: artifacts.create("s"))
     assert sink.spill("y" * 1000) is not None  # fits exactly
     assert sink.spill("z" * 1001) is None  # larger than the cap: not saved, not even in part
@@ -157,7 +154,7 @@ def test_a_display_too_big_for_the_cap_is_not_saved_in_part(tmp_path: Path) -> N
 
 
 def test_the_cap_counts_what_was_there_at_start(tmp_path: Path) -> None:
-    first = ArtifactStore(tmp_path, max_bytes=0)
+    first = ArtifactStore(root=tmp_path, max_bytes=0)
     ids = []
     for size in (400, 300, 200):
         artifact_id, handle = first.create("old")
@@ -167,7 +164,7 @@ def test_the_cap_counts_what_was_there_at_start(tmp_path: Path) -> None:
         time.sleep(0.01)  # distinct modification times: the order a restarted server sees
     assert first.total_bytes == 900
 
-    again = ArtifactStore(tmp_path, max_bytes=600)  # a restart on the same directory, with a cap
+    again = ArtifactStore(root=tmp_path, max_bytes=600)  # a restart on the same directory, with a cap
     assert again.total_bytes == 500 and bytes_on_disk(tmp_path) == 500  # the oldest went
     with pytest.raises(NotFound):
         again.path(ids[0])
@@ -179,7 +176,7 @@ def test_the_cap_counts_what_was_there_at_start(tmp_path: Path) -> None:
 
 
 def test_a_cut_artifact_ends_on_a_whole_character(tmp_path: Path) -> None:
-    artifacts = ArtifactStore(tmp_path, max_bytes=5)
+    artifacts = ArtifactStore(root=tmp_path, max_bytes=5)
     artifact_id, handle = artifacts.create("s")
     with pytest.raises(ArtifactFull) as cut, handle:
         handle.write("aé日本".encode())  # 1 + 2 + 3 + 3 bytes: the cap falls inside 日

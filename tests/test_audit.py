@@ -64,10 +64,10 @@ class HeaderDenies(Authorizer):
 c.ServerApp.identity_provider_class = NamedUser
 c.ServerApp.authorizer_class = HeaderDenies
 c.EventLogger.handlers = [logging.FileHandler({events!r})]
-c.AgentToolsApp.max_sessions = 1
-c.AgentToolsApp.heartbeat_interval = 0
-c.AgentToolsApp.max_output_bytes = 64
-c.AgentToolsApp.audit_include_code = {include_code!r}
+c.SessionManager.max_sessions = 1
+c.SessionManager.heartbeat_interval = 0
+c.EvalService.max_output_bytes = 64
+c.Audit.include_code = {include_code!r}
 """
 
 
@@ -448,7 +448,7 @@ class TestLifecycle:
     def jp_server_config(self) -> dict[str, Any]:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"idle_timeout": 0.5, "cleanup_interval": 0.2, "heartbeat_interval": 0},
+            "SessionManager": {"idle_timeout": 0.5, "cleanup_interval": 0.2, "heartbeat_interval": 0},
         }
 
     async def test_idle_cull_interrupt_and_delete_are_recorded(

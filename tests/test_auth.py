@@ -17,8 +17,8 @@ import pytest
 from jupyter_server.auth.authorizer import Authorizer
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
+from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
-from jupyter_agent_tools.openapi import openapi_document, operations
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -45,7 +45,8 @@ def jp_server_config() -> dict[str, Any]:
             "authorizer_class": AgentAuthorizer,
         },
         "AgentAuthorizer": {"authorizer_class": DenyOne},
-        "AgentToolsApp": {"max_sessions": 2, "max_output_bytes": 256},
+        "SessionManager": {"max_sessions": 2},
+        "EvalService": {"max_output_bytes": 256},
     }
 
 

@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from benchmarks import __main__ as cli
+from benchmarks import common
 
-from benchmarks import __main__ as cli  # noqa: E402
-from benchmarks import common  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 EXPECTED = {"concurrency", "eval_overhead", "notebook_edit", "notebook_read", "per_call", "stream"}
 MODULES = sorted(p.stem for p in (REPO / "benchmarks").glob("bench_*.py"))

@@ -50,7 +50,7 @@ SHOW_IMAGE = (
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("cli-root")
     (root / "sub" / "deeper").mkdir(parents=True)
-    with jupyter_server(root_dir=root, extra_args=[f"--AgentToolsApp.max_output_bytes={MAX_OUTPUT}"]) as s:
+    with jupyter_server(root_dir=root, extra_args=[f"--EvalService.max_output_bytes={MAX_OUTPUT}"]) as s:
         yield s
 
 
@@ -254,6 +254,27 @@ def test_client_against_server(server: Server) -> None:
     assert refused.value.status == 403
 
 
+def test_blocking_client_interrupted_closes_the_stream(server: Server) -> None:
+    """Ctrl-C while the blocking client waits for the next event cancels that wait on the client's own
+    loop and closes the connection before KeyboardInterrupt reaches the caller: the server stops the run
+    (the session answers a new call at once) and the client still works."""
+    session = unique("ctrlc")
+    with AgentClient(server.url, server.token) as client:
+        events = client.stream_eval("import time\nprint('go', flush=True)\ntime.sleep(60)", session=session)
+        assert next(events)["type"] == "cell_start"
+        assert next(events)["type"] == "chunk"
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # as Ctrl-C does
+        timer.start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            next(events)
+        assert time.monotonic() - began < 5
+        events.close()
+        result = client.eval("print('after')", session=session, timeout=20)
+        assert result["output"] == "after\n" and not result["cancelled"], result
+        client.delete_session(session)
+
+
 def test_async_client(server: Server) -> None:
     async def main() -> tuple[str, list[str]]:
         async with AsyncAgentClient(server.url, server.token) as client:
@@ -391,7 +412,7 @@ def test_save_images(cli: Any, tmp_path: Path) -> None:
     assert done.stdout == "(no text output)\n"
     saved = out / "cell1-1.png"
     assert saved.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"[image/png 1x1, 70 B] saved to {saved}" in done.stderr
+    assert f"[image/png 1x1, 70 bytes] saved to {saved}" in done.stderr
 
 
 # -- exit codes ------------------------------------------------------------------------------------------
@@ -610,7 +631,6 @@ def test_nb_run(cli: Any, server: Server) -> None:
     assert subset.returncode == 1 and "cell 2 (id cell2)" in subset.stdout.lower(), subset.stdout
 
 
-
 def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_path: Path) -> None:
     name = write_notebook(server, unique("plot") + ".ipynb", [SHOW_IMAGE.format(PNG_1X1)])
     out = tmp_path / "images"
@@ -618,7 +638,9 @@ def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_
     assert done.returncode == 0, done.stderr
     saved = out / "cell1-1.png"
     assert saved.read_bytes() == base64.b64decode(PNG_1X1)
-    assert f"[image/png 1x1, 70 B] saved to {saved}" in done.stderr
+    assert f"[image/png 1x1, 70 bytes] saved to {saved}" in done.stderr
+
+
 
 # -- sessions and artifacts ------------------------------------------------------------------------------
 

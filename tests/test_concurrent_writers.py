@@ -4,8 +4,9 @@ in the same server, and another process rewriting the file.
 jupyter_server's save writes the file in place (after copying it to ``.~<name>``) in a worker thread, so
 the event loop serves other requests while the file is half written; its notebook read "recovers" such a
 file by moving it to ``<name>.invalid`` and restoring the copy. These tests hold a save half done at a known
-point (a patched ``nbformat.write``) and check that an agent read waits (503 past ``notebook_busy_timeout``)
-instead of recovering, then let both sides write concurrently and check that no acknowledged write is lost.
+point (a patched ``nbformat.write``) and check that an agent read waits (503 past
+``NotebookStore.busy_timeout``) instead of recovering, then let both sides write concurrently and check
+that no acknowledged write is lost.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ BUSY_TIMEOUT = 0.5
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"notebook_busy_timeout": BUSY_TIMEOUT},
+        "NotebookStore": {"busy_timeout": BUSY_TIMEOUT},
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -14,8 +15,12 @@ from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.eval.kernels import KernelService
 from jupyter_agent_tools.eval.notebook_kernels import NotebookKernels
 from jupyter_agent_tools.eval.notebook_run import NotebookRunner
+from jupyter_agent_tools.eval.pool import KernelPool
+from jupyter_agent_tools.eval.recovery import KernelRecovery
 from jupyter_agent_tools.eval.service import EvalService
 from jupyter_agent_tools.eval.sessions import SessionManager
+from jupyter_agent_tools.ledger.service import Ledger
+from jupyter_agent_tools.notebook.live import LiveDocuments
 from jupyter_agent_tools.notebook.store import NotebookStore
 
 
@@ -31,37 +36,53 @@ class RecordingStore(NotebookStore):
         return await super().read(path, **kwargs)
 
 
-# Documented c.AgentToolsApp values, and where each one must arrive.
+# Documented settings, as c.<Class>.<trait> = value, and the service each one must arrive at.
 DOCUMENTED = {
-    "max_sessions": (3, "sessions", "max_sessions"),
-    "idle_timeout": (12.0, "sessions", "idle_timeout"),
-    "cleanup_interval": (45.0, "sessions", "cleanup_interval"),
-    "heartbeat_interval": (0.0, "sessions", "heartbeat_interval"),
-    "summary_max_chars": (77, "store", "summary_max_chars"),
-    "max_ops_per_request": (9, "store", "max_ops"),
-    "notebook_busy_timeout": (0.5, "store", "busy_timeout"),
-    "kernel_ready_timeout": (20.0, "kernels", "ready_timeout"),
-    "fd_headroom": (0, "kernels", "fd_headroom"),
-    "iopub_hwm": (7, "kernels", "iopub_hwm"),
-    "iopub_buffer_bytes": (3_000_000, "kernels", "iopub_buffer_bytes"),
-    "max_output_bytes": (4096, "eval", "max_output_bytes"),
-    "interrupt_timeout": (2.5, "eval", "interrupt_grace"),
-    "max_cells_per_request": (5, "eval", "max_cells"),
-    "liveness_interval": (0.25, "eval", "liveness_interval"),
-    "init_timeout": (30.0, "eval", "init_timeout"),
-    "max_run_output_bytes": (2048, "runner", "max_output_bytes_stored"),
-    "notebook_kernel_idle_timeout": (90.0, "notebook_kernels", "idle_timeout"),
-    "max_notebook_kernels": (2, "notebook_kernels", "max_kernels"),
-    "artifact_retention": (600.0, "artifacts", "retention"),
-    "artifacts_max_bytes": (5_000_000, "artifacts", "max_bytes"),
+    ("SessionManager", "max_sessions"): (3, "sessions"),
+    ("SessionManager", "idle_timeout"): (12.0, "sessions"),
+    ("SessionManager", "cleanup_interval"): (45.0, "sessions"),
+    ("SessionManager", "heartbeat_interval"): (0.0, "sessions"),
+    ("NotebookStore", "summary_max_chars"): (77, "store"),
+    ("NotebookStore", "max_ops"): (9, "store"),
+    ("NotebookStore", "busy_timeout"): (0.5, "store"),
+    ("LiveDocuments", "mode"): ("never", "live"),
+    ("LiveDocuments", "ready_timeout"): (4.0, "live"),
+    ("KernelService", "ready_timeout"): (20.0, "kernels"),
+    ("KernelService", "fd_headroom"): (0, "kernels"),
+    ("KernelService", "iopub_hwm"): (7, "kernels"),
+    ("KernelService", "iopub_buffer_bytes"): (3_000_000, "kernels"),
+    ("KernelService", "hold_activity"): (False, "kernels"),
+    ("EvalService", "max_output_bytes"): (4096, "eval"),
+    ("EvalService", "interrupt_grace"): (2.5, "eval"),
+    ("EvalService", "max_cells"): (5, "eval"),
+    ("EvalService", "liveness_interval"): (0.25, "eval"),
+    ("EvalService", "init_timeout"): (30.0, "eval"),
+    ("EvalService", "max_display_bytes"): (5000, "eval"),
+    ("EvalService", "max_html_convert_bytes"): (4096, "eval"),
+    ("KernelPool", "size"): (0, "pool"),
+    ("KernelRecovery", "retry_backoff"): (0.3, "recovery"),
+    ("NotebookRunner", "max_output_bytes_stored"): (2048, "runner"),
+    ("NotebookRunner", "max_cell_bytes_stored"): (8192, "runner"),
+    ("NotebookKernels", "idle_timeout"): (90.0, "notebook_kernels"),
+    ("NotebookKernels", "max_kernels"): (2, "notebook_kernels"),
+    ("ArtifactStore", "retention"): (600.0, "artifacts"),
+    ("ArtifactStore", "max_bytes"): (5_000_000, "artifacts"),
+    ("Audit", "include_code"): (True, "audit"),
+    ("Ledger", "max_changes_per_notebook"): (50, "ledger"),
+    ("Ledger", "max_bytes"): (1024 * 1024, "ledger"),
+    ("AgentToolsApp", "max_body_bytes"): (1000, "app"),
+    ("AgentToolsApp", "stream_heartbeat_interval"): (2.0, "app"),
 }
 
 
 @pytest.fixture
-def jp_server_config() -> dict[str, Any]:
-    agent: dict[str, Any] = {name: value for name, (value, _, _) in DOCUMENTED.items()}
-    agent.update(notebook_store_class=RecordingStore, max_display_bytes=5000, kernel_create_retry_delay=0.3)
-    return {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}, "AgentToolsApp": agent}
+def jp_server_config(tmp_path: Path) -> dict[str, Any]:
+    config: dict[str, Any] = {"ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}}}
+    for (section, name), (value, _) in DOCUMENTED.items():
+        config.setdefault(section, {})[name] = value
+    config["AgentToolsApp"]["notebook_store_class"] = RecordingStore
+    config["ArtifactStore"]["root_dir"] = str(tmp_path / "artifacts")
+    return config
 
 
 def agent_app(jp_serverapp: Any) -> AgentToolsApp:
@@ -71,14 +92,19 @@ def agent_app(jp_serverapp: Any) -> AgentToolsApp:
 
 
 def services(app: AgentToolsApp) -> dict[str, Any]:
+    """The services the application built, each a configurable whose parent is the application."""
     return {
         "store": app.notebook_store,
+        "live": app.notebook_store.live,
         "eval": app.eval_service,
         "sessions": app.eval_service.sessions,
         "kernels": app.eval_service.kernels,
         "artifacts": app.eval_service.artifacts,
+        "pool": app.eval_service.pool,
         "runner": app.notebook_runner,
         "notebook_kernels": app.notebook_runner.notebook_kernels,
+        "audit": app.audit,
+        "ledger": app.ledger,
     }
 
 
@@ -96,14 +122,18 @@ async def test_configured_store_class_is_the_one_the_routes_use(jp_serverapp, jp
     assert [path.strip("/") for path in store.reads] == ["a.ipynb"]
 
 
-async def test_documented_values_reach_the_services(jp_serverapp):
+async def test_documented_values_reach_the_services(jp_serverapp, tmp_path):
     app = agent_app(jp_serverapp)
-    found = services(app)
-    for name, (value, service, attribute) in DOCUMENTED.items():
-        assert getattr(app, name) == value, name
-        assert getattr(found[service], attribute) == value, f"AgentToolsApp.{name} -> {service}.{attribute}"
+    found = {**services(app), "app": app, "recovery": app.eval_service.recovery}
+    for (section, name), (value, service) in DOCUMENTED.items():
+        target = found[service]
+        assert section in [cls.__name__ for cls in type(target).__mro__], (section, service)
+        assert getattr(target, name) == value, f"{section}.{name} did not reach {service}"
     assert app.eval_service.output_limits.display_bytes == 5000
-    assert app.eval_service.recovery.retry_backoff == 0.3
+    assert app.eval_service.output_limits.html_convert_bytes == 4096
+    assert app.eval_service.artifacts.root == tmp_path / "artifacts"
+    assert not app.eval_service.artifacts.owns_root  # a configured directory is not removed at stop
+    assert app.mcp_server.heartbeat_interval == 2.0
 
 
 async def test_services_are_configurables_of_the_app(jp_serverapp):
@@ -112,6 +142,28 @@ async def test_services_are_configurables_of_the_app(jp_serverapp):
         assert isinstance(service, LoggingConfigurable), name
         assert service.parent is app, name
         assert service.log is app.log, name
+    assert app.eval_service.recovery.parent is app.eval_service
+
+
+def test_a_setting_is_declared_on_one_class_only():
+    """The application keeps the front door's limits and the service classes; every other setting is a
+    trait of the one service that uses it (no copy of it on the application)."""
+    own = set(AgentToolsApp.class_own_traits(config=True))
+    assert {name for name in own if not name.endswith("_class")} == {
+        "max_body_bytes",
+        "stream_heartbeat_interval",
+        "stream_backlog_bytes",
+        "stream_lag_grace",
+        "mcp_max_batch_items",
+        "mcp_max_batch_answer_bytes",
+        "mcp_max_sessions_per_identity",
+    }
+    for cls in CONFIGURABLES:
+        for name in cls.class_own_traits(config=True):
+            holders = [
+                other.__name__ for other in CONFIGURABLES if name in other.class_own_traits(config=True)
+            ]
+            assert cls.__name__ in holders
 
 
 def test_class_traits_default_to_the_shipped_services():
@@ -132,86 +184,131 @@ def test_class_trait_accepts_an_import_name_and_refuses_other_classes():
         app.notebook_store_class = SessionManager
 
 
+# The application and every service it builds (tests/test_docs.py checks that the list is complete).
+CONFIGURABLES = [AgentToolsApp, *AgentToolsApp.classes[1:]]
+
+
+def build(cls: type, tmp_path: Path, **kwargs: Any) -> Any:
+    """An instance of ``cls`` built alone (no server), with what it cannot do without."""
+    if cls is ArtifactStore:
+        return ArtifactStore(root=tmp_path, **kwargs)
+    if cls is SessionManager:
+        return SessionManager(artifacts=ArtifactStore(root=tmp_path), **kwargs)
+    if cls is NotebookKernels:
+        return NotebookKernels(sessions=build(SessionManager, tmp_path), **kwargs)
+    return cls(**kwargs)
+
+
 INVALID = [
-    ("max_sessions", 0, "at least 1"),
-    ("max_notebook_kernels", 0, "at least 1"),
-    ("notebook_kernel_idle_timeout", -1.0, "at least 0"),
-    ("max_ops_per_request", 0, "at least 1"),
-    ("notebook_busy_timeout", -1.0, "at least 0"),
-    ("idle_timeout", -1.0, "at least 0"),
-    ("cleanup_interval", -0.5, "at least 0"),
-    ("heartbeat_interval", -1.0, "at least 0"),
-    ("interrupt_timeout", -1.0, "at least 0"),
-    ("kernel_create_retry_delay", -1.0, "at least 0"),
-    ("artifact_retention", -1.0, "at least 0"),
-    ("artifacts_max_bytes", -1, "at least 0"),
-    ("max_body_bytes", -1, "at least 0"),
-    ("fd_headroom", -1, "at least 0"),
-    ("kernel_ready_timeout", 0.0, "greater than 0"),
-    ("init_timeout", 0.0, "greater than 0"),
-    ("liveness_interval", 0.0, "greater than 0"),
-    ("stream_heartbeat_interval", 0.0, "greater than 0"),
-    ("kernel_ready_timeout", float("nan"), "greater than 0"),
-    ("iopub_hwm", 0, "between 1 and 100000"),
-    ("iopub_buffer_bytes", -1, "between 0 and"),
-    ("mcp_max_batch_items", 0, "between 1 and 10000"),
-    ("mcp_max_batch_answer_bytes", 100, "between 1024 and"),
-    ("mcp_max_sessions_per_identity", 1001, "between 1 and 1000"),
+    (SessionManager, "max_sessions", 0, "at least 1"),
+    (NotebookKernels, "max_kernels", 0, "at least 1"),
+    (NotebookKernels, "idle_timeout", -1.0, "at least 0"),
+    (NotebookStore, "max_ops", 0, "at least 1"),
+    (NotebookStore, "busy_timeout", -1.0, "at least 0"),
+    (LiveDocuments, "ready_timeout", 0.0, "greater than 0"),
+    (SessionManager, "idle_timeout", -1.0, "at least 0"),
+    (SessionManager, "cleanup_interval", -0.5, "at least 0"),
+    (SessionManager, "heartbeat_interval", -1.0, "at least 0"),
+    (EvalService, "interrupt_grace", -1.0, "at least 0"),
+    (EvalService, "max_output_bytes", 0, "at least 1"),
+    (EvalService, "max_cells", 0, "at least 1"),
+    (EvalService, "init_timeout", 0.0, "greater than 0"),
+    (EvalService, "liveness_interval", 0.0, "greater than 0"),
+    (EvalService, "max_display_bytes", -1, "between 0 and"),
+    (EvalService, "max_html_convert_bytes", 100, "between 1024 and"),
+    (NotebookRunner, "max_output_bytes_stored", 0, "at least 1"),
+    (NotebookRunner, "max_cell_bytes_stored", 0, "at least 1"),
+    (KernelRecovery, "retry_backoff", -1.0, "at least 0"),
+    (KernelPool, "size", -1, "at least 0"),
+    (ArtifactStore, "retention", -1.0, "at least 0"),
+    (ArtifactStore, "max_bytes", -1, "at least 0"),
+    (KernelService, "fd_headroom", -1, "at least 0"),
+    (KernelService, "ready_timeout", 0.0, "greater than 0"),
+    (KernelService, "ready_timeout", float("nan"), "greater than 0"),
+    (KernelService, "iopub_hwm", 0, "between 1 and 100000"),
+    (KernelService, "iopub_buffer_bytes", -1, "between 0 and"),
+    (Ledger, "max_changes_per_notebook", -1, "at least 0"),
+    (Ledger, "max_bytes", 1000, "between 262144 and"),
+    (AgentToolsApp, "max_body_bytes", -1, "at least 0"),
+    (AgentToolsApp, "stream_heartbeat_interval", 0.0, "greater than 0"),
+    (AgentToolsApp, "stream_lag_grace", -1.0, "at least 0"),
+    (AgentToolsApp, "stream_backlog_bytes", 10, "between 1024 and"),
+    (AgentToolsApp, "mcp_max_batch_items", 0, "between 1 and 10000"),
+    (AgentToolsApp, "mcp_max_batch_answer_bytes", 100, "between 1024 and"),
+    (AgentToolsApp, "mcp_max_sessions_per_identity", 1001, "between 1 and 1000"),
 ]
 
 
-@pytest.mark.parametrize(("name", "value", "bound"), INVALID, ids=[f"{n}={v}" for n, v, _ in INVALID])
-def test_invalid_value_raises_trait_error_naming_the_trait(name, value, bound):
-    with pytest.raises(TraitError, match=rf"^AgentToolsApp\.{name} must be {bound}"):
-        AgentToolsApp(config=Config({"AgentToolsApp": {name: value}}))
-    with pytest.raises(TraitError, match=rf"^AgentToolsApp\.{name} must be {bound}"):
-        setattr(AgentToolsApp(), name, value)
+@pytest.mark.parametrize(
+    ("cls", "name", "value", "bound"), INVALID, ids=[f"{c.__name__}.{n}={v}" for c, n, v, _ in INVALID]
+)
+def test_invalid_value_raises_trait_error_naming_the_trait(cls, name, value, bound, tmp_path):
+    message = rf"^{cls.__name__}\.{name} must be {bound}"
+    with pytest.raises(TraitError, match=message):
+        build(cls, tmp_path, config=Config({cls.__name__: {name: value}}))
+    with pytest.raises(TraitError, match=message):
+        setattr(build(cls, tmp_path), name, value)
 
 
 @pytest.mark.parametrize(
-    ("name", "value"),
+    ("cls", "name", "value"),
     [
-        ("idle_timeout", 0.0),
-        ("heartbeat_interval", 0.0),
-        ("artifact_retention", 0.0),
-        ("artifacts_max_bytes", 0),
-        ("fd_headroom", 0),
-        ("notebook_kernel_idle_timeout", 0.0),
+        (SessionManager, "idle_timeout", 0.0),
+        (SessionManager, "heartbeat_interval", 0.0),
+        (ArtifactStore, "retention", 0.0),
+        (ArtifactStore, "max_bytes", 0),
+        (KernelService, "fd_headroom", 0),
+        (KernelService, "iopub_buffer_bytes", 0),
+        (KernelPool, "size", 0),
+        (NotebookKernels, "idle_timeout", 0.0),
+        (Ledger, "max_changes_per_notebook", 0),
+        (EvalService, "max_display_bytes", 0),
+        (AgentToolsApp, "max_body_bytes", 0),
     ],
 )
-def test_zero_is_accepted_where_it_means_never(name, value):
-    assert getattr(AgentToolsApp(config=Config({"AgentToolsApp": {name: value}})), name) == value
+def test_zero_is_accepted_where_it_means_never(cls, name, value, tmp_path):
+    assert getattr(build(cls, tmp_path, config=Config({cls.__name__: {name: value}})), name) == value
+
+
+def test_a_subclass_takes_the_settings_of_its_base(tmp_path):
+    config = Config({"NotebookStore": {"max_ops": 3}})
+    assert RecordingStore(config=config).max_ops == 3
+
+
+def test_artifact_store_without_a_directory_makes_and_owns_a_private_one(tmp_path):
+    store = ArtifactStore()
+    assert store.owns_root and store.root.is_dir()
+    store.remove_all()
+    assert not store.root.exists()
+    configured = ArtifactStore(config=Config({"ArtifactStore": {"root_dir": str(tmp_path / "a")}}))
+    assert configured.root == tmp_path / "a" and not configured.owns_root
+
+
+def test_empty_ledger_path_is_the_data_directory_default():
+    assert Ledger(db_path="").db_path == Ledger().db_path
+    assert Ledger().db_path.endswith("agent_tools_ledger.db")
 
 
 def test_services_validate_their_own_traits(tmp_path):
     with pytest.raises(TraitError, match=r"^SessionManager\.max_sessions must be at least 1, got 0"):
         SessionManager(max_sessions=0)
-    with pytest.raises(TraitError, match=r"^KernelService\.ready_timeout must be greater than 0"):
-        KernelService(object(), ready_timeout=0)
-    with pytest.raises(TraitError, match=r"^ArtifactStore\.retention must be at least 0"):
-        ArtifactStore(tmp_path, retention=-1)
-    with pytest.raises(TraitError, match=r"^ArtifactStore\.max_bytes must be at least 0"):
-        ArtifactStore(tmp_path, max_bytes=-1)
-    with pytest.raises(TraitError, match=r"^NotebookStore\.busy_timeout must be at least 0"):
-        NotebookStore(object(), busy_timeout=-1)
-    with pytest.raises(TraitError, match=r"^NotebookRunner\.max_output_bytes_stored must be at least 1"):
-        NotebookRunner(max_output_bytes_stored=0)
-    sessions = SessionManager(KernelService(object()), ArtifactStore(tmp_path))
     with pytest.raises(TraitError, match=r"^NotebookKernels\.max_kernels must be at least 1, got 0"):
-        NotebookKernels(object(), sessions, max_kernels=0)
-    with pytest.raises(TraitError, match=r"^EvalService\.liveness_interval must be greater than 0"):
-        EvalService(liveness_interval=0)
+        NotebookKernels(sessions=build(SessionManager, tmp_path), max_kernels=0)
     with pytest.raises(TraitError, match="sessions"):
         EvalService(sessions=object())  # a collaborator of the wrong kind
 
 
-def test_positional_construction_still_works(tmp_path):
-    artifacts = ArtifactStore(tmp_path / "a")
-    kernels = KernelService(object(), ready_timeout=5.0)
-    sessions = SessionManager(kernels, artifacts, max_sessions=2)
-    service = EvalService(sessions, kernels, artifacts, object(), max_cells=3)
+def test_services_are_built_from_keywords(tmp_path):
+    artifacts = ArtifactStore(root=tmp_path / "a")
+    kernels = KernelService(kernel_manager=object(), ready_timeout=5.0)
+    sessions = SessionManager(kernels=kernels, artifacts=artifacts, max_sessions=2)
+    service = EvalService(
+        sessions=sessions, kernels=kernels, artifacts=artifacts, contents_manager=object(), max_cells=3
+    )
     assert (artifacts.root, artifacts.retention) == (tmp_path / "a", 24 * 3600.0)
     assert (sessions.kernels, sessions.artifacts, sessions.max_sessions) == (kernels, artifacts, 2)
     assert service.recovery.kernels is kernels and service.recovery.sessions is sessions
     assert service.max_cells == 3 and service.output_limits.display_bytes == 2 * 1024 * 1024
     assert sessions.log.name == "jupyter_agent_tools.eval.sessions"
+    with pytest.raises(TypeError):
+        SessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings

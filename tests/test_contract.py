@@ -16,13 +16,15 @@ from contract import JSON, NDJSON, Contract
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+from tornado.httpclient import HTTPClientError
 
+from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.eval.request import parse_eval_request
 from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
+from jupyter_agent_tools.notebook.create import parse_create_request
 from jupyter_agent_tools.notebook.operations import parse_edit_request
-from jupyter_agent_tools.openapi import openapi_document, operations
-from jupyter_agent_tools.schemas import SCHEMAS, notebook_request_schema
+from jupyter_agent_tools.schemas import SCHEMAS, is_create_request, notebook_request_schema
 from jupyter_agent_tools.validation import first_error
 
 pytestmark = pytest.mark.timeout(240)
@@ -38,12 +40,9 @@ from samples import PNG_1PX as PNG  # noqa: E402
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {
-            "max_sessions": 2,
-            "max_output_bytes": 1024,
-            "max_body_bytes": 64 * 1024,
-            "stream_heartbeat_interval": 0.2,
-        },
+        "AgentToolsApp": {"max_body_bytes": 64 * 1024, "stream_heartbeat_interval": 0.2},
+        "SessionManager": {"max_sessions": 2},
+        "EvalService": {"max_output_bytes": 1024},
     }
 
 
@@ -198,6 +197,8 @@ def _accepts(parse: Any, body: Any) -> bool:
 
 
 def parse_notebook_body(body: Any) -> Any:
+    if is_create_request(body):  # the route's dispatch: {"action": "create"} creates the notebook
+        return parse_create_request(body, max_cells=10**6)
     return parse_edit_request(body, max_ops=10**6)
 
 
@@ -216,6 +217,16 @@ VALID_NOTEBOOK_BODIES = [
     {"action": "move", "cell_id": "c", "to_index": 0, "expected_hash": ""},
     {"ops": [{"action": "insert", "content": "x"}, {"action": "delete", "cell_index": 0}]},
     {"ops": [{"action": "move", "cell_id": "q", "to_index": 1}], "expected_hash": "h"},
+    {"action": "replace", "cell_index": 0, "old": "a", "new": ""},
+    {"action": "replace", "cell_id": "c", "old": "a", "new": "b", "all": True, "expected_hash": "h"},
+    {"ops": [{"action": "replace", "cell_id": "q", "old": "x", "new": "y", "all": False}]},
+    {"action": "create"},
+    {
+        "action": "create",
+        "cells": [{"source": "1"}, {"cell_type": "markdown", "source": ""}],
+        "parents": True,
+    },
+    {"action": "create", "kernel_name": "python3", "parents": False, "cells": []},
 ]
 VALID_EVAL_BODIES = [
     {"cells": [{"code": "1"}]},
@@ -252,6 +263,11 @@ FIELD_POOL = [
     "env",
     "session_file",
     "kernel_name",
+    "old",
+    "new",
+    "all",
+    "parents",
+    "source",
     "colour",
 ]
 VALUE_POOL = st.one_of(
@@ -261,6 +277,7 @@ VALUE_POOL = st.one_of(
     st.sampled_from([1.5, -0.25]),  # integral floats (1.0) are the one documented deviation
     st.sampled_from([10**400, -(10**400), float("inf"), float("-inf")]),  # JSON numbers have no bound
     st.sampled_from(["", "x", "edit", "insert", "delete", "move", "code", "raw", "a b", "s", "per-call"]),
+    st.sampled_from(["replace", "create", "markdown"]),
     st.sampled_from(["\x00", "A\x00", "python3", "..", "a" * 65]),
     st.lists(st.integers(0, 2), max_size=2),
     st.sampled_from([{}, {"A": "x"}, {"code": "1"}, {"action": "insert", "content": "x"}, {"1A": "x"}]),
@@ -436,6 +453,34 @@ async def test_eval_answers_conform(api, jp_fetch) -> None:
     assert response.headers["Content-Type"].startswith("text/plain")
     CONTRACT.assert_response(
         "GET", "/api/agent/artifacts/{artifact_id}", 200, response.body.decode(), "text/plain"
+    )
+    whole = response.body
+    assert response.headers["Accept-Ranges"] == "bytes"
+    size = len(whole)
+    for asked, first, last in (
+        ("bytes=10-19", 10, 19),
+        ("bytes=-5", size - 5, size - 1),
+        ("bytes=20-", 20, size - 1),
+    ):
+        ranged = await jp_fetch("api", "agent", "artifacts", cell["artifact_id"], headers={"Range": asked})
+        assert ranged.code == 206 and ranged.body == whole[first : last + 1], asked
+        assert ranged.headers["Content-Range"] == f"bytes {first}-{last}/{size}", asked
+        CONTRACT.assert_response(
+            "GET", "/api/agent/artifacts/{artifact_id}", 206, ranged.body.decode(), "text/plain"
+        )
+    ignored = await jp_fetch(
+        "api", "agent", "artifacts", cell["artifact_id"], headers={"Range": "bytes=0-1,5-6"}
+    )
+    assert ignored.code == 200 and ignored.body == whole
+    with pytest.raises(HTTPClientError) as past:
+        await jp_fetch(
+            "api", "agent", "artifacts", cell["artifact_id"], headers={"Range": f"bytes={len(whole)}-"}
+        )
+    assert past.value.code == 416
+    assert past.value.response.headers["Content-Range"] == f"bytes */{len(whole)}"
+    assert "Range not satisfiable" in json.loads(past.value.response.body)["message"]
+    CONTRACT.assert_response(
+        "GET", "/api/agent/artifacts/{artifact_id}", 416, json.loads(past.value.response.body)
     )
     status, missing = await api("GET", "artifacts", "contract.0123")
     CONTRACT.assert_response("GET", "/api/agent/artifacts/{artifact_id}", status, missing)

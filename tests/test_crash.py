@@ -7,7 +7,7 @@ jupyter_server calls an atomic save (the contents API's) is "copy the file to .~
 place, remove the copy": a kill inside that write leaves a truncated file and the copy, which its next
 notebook read restores. Kills inside a save are not left to chance: a ``jupyter_server_config.py`` makes
 the server stop half way through the write of the notebook and say so through a file, then the test kills
-it. The bounded load test (jupyter_agent_tools/testing/load.py) checks that concurrent agents lose no
+it. The bounded load test (benchmarks/load.py) checks that concurrent agents lose no
 edit, no eval answer and no session state, and leak no descriptor or kernel.
 """
 
@@ -18,7 +18,6 @@ import contextlib
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,9 +28,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.load import run_load
 from jupyter_agent_tools.notebook.disk import SAVE_IN_PROGRESS_SECONDS
-from jupyter_agent_tools.testing.load import run_load
 from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = pytest.mark.timeout(240)
@@ -248,7 +246,7 @@ def test_kill_inside_a_contents_api_save_is_restored_once_the_save_is_over(tmp_p
         kill_inside_a_save(server, arm, signal_file, "PUT", "api/contents/crash.ipynb", model)
     assert sources_of(path.read_text()) is None  # the kill did cut the write
     assert sources_of(copy.read_text()) == ["a = 1", "b = 2"]
-    busy = ["--AgentToolsApp.notebook_busy_timeout=0.2"]
+    busy = ["--NotebookStore.busy_timeout=0.2"]
     with jupyter_server(root, extra_args=busy) as server, server.client() as client:
         os.utime(path)  # as if the kill had just happened (the server may take long to start)
         status, body = client.request("GET", "api/agent/notebooks/crash.ipynb")
@@ -291,7 +289,7 @@ def test_reads_never_see_a_half_written_notebook(tmp_path: Path) -> None:
 @pytest.mark.load
 @pytest.mark.timeout(300)
 def test_load_loses_nothing_and_leaks_nothing() -> None:
-    """About 20 s of six concurrent agents (jupyter_agent_tools/testing/load.py; ``python -m benchmarks
+    """About 20 s of six concurrent agents (benchmarks/load.py; ``python -m benchmarks
     load``: 60 s): shared-notebook edits, evals, contents-API saves beside agent reads, refused hostile
     requests."""
     report = run_load(duration=float(os.environ.get("LOAD_SECONDS", "20")), agents=6, sessions=3)

@@ -1,28 +1,67 @@
-"""The documentation lists every configuration trait with its real default."""
+"""The documentation lists every configuration trait of the package, by class, with its real default."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import re
 from pathlib import Path
 
 import pytest
+from traitlets.config import Configurable
 
+import jupyter_agent_tools
 from jupyter_agent_tools.app import AgentToolsApp
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAITS = sorted((name, trait) for name, trait in AgentToolsApp.class_own_traits(config=True).items())
+
+
+def configurables() -> list[type[Configurable]]:
+    """Every configurable class the package defines that declares settings of its own."""
+    found = []
+    for module in pkgutil.walk_packages(jupyter_agent_tools.__path__, "jupyter_agent_tools."):
+        if module.name.endswith("__main__"):
+            continue
+        for cls in vars(importlib.import_module(module.name)).values():
+            if (
+                inspect.isclass(cls)
+                and issubclass(cls, Configurable)
+                and cls.__module__ == module.name
+                and cls.class_own_traits(config=True)
+            ):
+                found.append(cls)
+    return sorted(found, key=lambda cls: cls.__name__)
+
+
+CLASSES = configurables()
+TRAITS = [
+    (f"{cls.__name__}.{name}", trait)
+    for cls in CLASSES
+    for name, trait in sorted(cls.class_own_traits(config=True).items())
+]
 
 
 def test_traits_exist():
-    assert len(TRAITS) >= 10
+    assert len(TRAITS) >= 40
+    names = {cls.__name__ for cls in CLASSES}
+    assert {"AgentToolsApp", "EvalService", "SessionManager", "KernelService", "NotebookStore"} <= names
+
+
+def test_the_app_lists_every_service_class_it_builds():
+    """``AgentToolsApp.classes`` (what --help-all prints) holds every configurable of the package that the
+    server does not build itself (the identity provider and the authorizer are ServerApp's)."""
+    built_by_server = {"AgentIdentityProvider", "AgentAuthorizer"}
+    expected = {cls for cls in CLASSES if cls is not AgentToolsApp and cls.__name__ not in built_by_server}
+    assert expected <= set(AgentToolsApp.classes)
 
 
 @pytest.mark.parametrize(("name", "trait"), TRAITS, ids=[name for name, _ in TRAITS])
 def test_configuration_doc_lists_trait_with_default(name, trait):
     doc = (ROOT / "docs" / "configuration.md").read_text()
-    row = re.search(rf"^\| `{name}` \|[^\n]*$", doc, re.M)
+    row = re.search(rf"^\| `{re.escape(name)}` \|[^\n]*$", doc, re.M)
     assert row, f"docs/configuration.md has no table row for {name}"
     default = trait.default_value
     if isinstance(default, type):  # a Type trait resolves its import string once an app exists

@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to count descriptors"),
 ]
 
-HEADROOM = 64  # AgentToolsApp.fd_headroom (its default)
+HEADROOM = 64  # KernelService.fd_headroom (its default)
 
 
 def open_fds(pid: int) -> int:
@@ -69,9 +69,9 @@ def server(tmp_path: Path, events_file: Path):
     # No warm pool: these tests measure what a session's own kernel start costs and frees (the pool's
     # part in the recovery is tests/test_pool.py's).
     args = [
-        "--AgentToolsApp.max_sessions=20",
-        "--AgentToolsApp.heartbeat_interval=0",
-        "--AgentToolsApp.per_call_pool_size=0",
+        "--SessionManager.max_sessions=20",
+        "--SessionManager.heartbeat_interval=0",
+        "--KernelPool.size=0",
         f"--config={config}",
     ]
     with jupyter_server(extra_args=args) as running:
@@ -155,11 +155,11 @@ def test_real_exhaustion_without_headroom_check_is_still_recognised():
     shut down, and the retried start succeeds.
     """
     args = [
-        "--AgentToolsApp.max_sessions=20",
-        "--AgentToolsApp.heartbeat_interval=0",
-        "--AgentToolsApp.fd_headroom=0",
-        "--AgentToolsApp.per_call_pool_size=0",
-        "--AgentToolsApp.kernel_ready_timeout=5",
+        "--SessionManager.max_sessions=20",
+        "--SessionManager.heartbeat_interval=0",
+        "--KernelService.fd_headroom=0",
+        "--KernelPool.size=0",
+        "--KernelService.ready_timeout=5",
     ]
     with jupyter_server(extra_args=args) as server:
         pid = server.process.pid

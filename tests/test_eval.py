@@ -19,7 +19,8 @@ pytestmark = pytest.mark.timeout(180)
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"max_sessions": 2, "interrupt_timeout": 10.0},
+        "SessionManager": {"max_sessions": 2},
+        "EvalService": {"interrupt_grace": 10.0},
     }
 
 

@@ -67,9 +67,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     with jupyter_server(
         root,
         extra_args=[
-            "--AgentToolsApp.max_sessions=2",
+            "--SessionManager.max_sessions=2",
             "--AgentToolsApp.max_body_bytes=65536",
-            "--AgentToolsApp.interrupt_timeout=5",
+            "--EvalService.interrupt_grace=5",
             # agent tokens on, so the token routes are fuzzed for real
             "--ServerApp.identity_provider_class=jupyter_agent_tools.auth.AgentIdentityProvider",
             "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",
@@ -111,6 +111,7 @@ OPERATIONS = [
     ("GET", "/api/agent/notebooks/{path}/changes/{change_id}"),
     ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
     ("GET", "/api/agent/changes"),
+    ("GET", "/api/agent/files"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

@@ -16,11 +16,9 @@ pytestmark = [pytest.mark.gateway, pytest.mark.timeout(180)]
 def jp_server_config(gateway_server_config):
     config = dict(gateway_server_config)
     # No warm pool here: these tests count the kernel creations a call makes (TestGatewayPool has one).
-    config["AgentToolsApp"] = {
-        "kernel_create_retry_delay": 0.2,
-        "heartbeat_interval": 0,
-        "per_call_pool_size": 0,
-    }
+    config["KernelRecovery"] = {"retry_backoff": 0.2}
+    config["SessionManager"] = {"heartbeat_interval": 0}
+    config["KernelPool"] = {"size": 0}
     return config
 
 
@@ -61,7 +59,8 @@ class TestGatewayPool:
     @pytest.fixture
     def jp_server_config(self, gateway_server_config):
         config = dict(gateway_server_config)
-        config["AgentToolsApp"] = {"heartbeat_interval": 0, "per_call_pool_size": 1}
+        config["SessionManager"] = {"heartbeat_interval": 0}
+        config["KernelPool"] = {"size": 1}
         return config
 
     async def test_per_call_takes_a_pooled_gateway_kernel_and_the_pool_refills(

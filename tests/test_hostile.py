@@ -33,7 +33,8 @@ LIMIT = 256 * 1024
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"max_body_bytes": LIMIT, "max_sessions": 2},
+        "AgentToolsApp": {"max_body_bytes": LIMIT},
+        "SessionManager": {"max_sessions": 2},
     }
 
 

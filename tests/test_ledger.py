@@ -20,7 +20,7 @@ import pytest
 from contract import Contract
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from jupyter_agent_tools.openapi import openapi_document
+from jupyter_agent_tools.api_document import openapi_document
 
 pytestmark = pytest.mark.timeout(180)
 CONTRACT = Contract(openapi_document())
@@ -34,7 +34,7 @@ UNDO = CHANGE + "/undo"
 def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"ledger_db_path": str(jp_root_dir.parent / "ledger" / "ledger.db")},
+        "Ledger": {"db_path": str(jp_root_dir.parent / "ledger" / "ledger.db")},
     }
 
 
@@ -276,7 +276,7 @@ async def test_clear_outputs_is_recorded_and_undone(jp_root_dir, api):
     [
         {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"ledger_max_changes_per_notebook": 3},
+            "Ledger": {"max_changes_per_notebook": 3},
         }
     ],
 )
@@ -374,7 +374,7 @@ async def test_undo_of_a_run_restores_the_earlier_outputs(jp_root_dir, api, jp_s
     [
         {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"ledger_max_bytes": 256 * 1024},
+            "Ledger": {"max_bytes": 256 * 1024},
         }
     ],
 )
@@ -405,7 +405,7 @@ def test_changes_survive_a_server_restart(tmp_path: Path) -> None:
     root = tmp_path / "root"
     root.mkdir()
     original = write(root).read_bytes()
-    args = [f"--AgentToolsApp.ledger_db_path={tmp_path / 'ledger.db'}"]
+    args = [f"--Ledger.db_path={tmp_path / 'ledger.db'}"]
     with jupyter_server(root, extra_args=args) as server, server.client() as client:
         edited = client.json("POST", "api/agent/notebooks/nb.ipynb", {"action": "delete", "cell_id": "two"})
         assert edited["recorded"] is True

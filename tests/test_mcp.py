@@ -29,17 +29,17 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types import methods as wire
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from jupyter_agent_tools.mcp.schemas import component, portable, without_null
+from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.mcp.server import LEGACY_VERSIONS, MODERN_VERSIONS
+from jupyter_agent_tools.mcp.tool_schemas import component, portable, without_null
 from jupyter_agent_tools.mcp.tools import TOOLS
-from jupyter_agent_tools.openapi import openapi_document, operations
 
 pytestmark = pytest.mark.timeout(240)
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 ACCEPT = "application/json, text/event-stream"
 MODERN = MODERN_VERSIONS[-1]
 LATEST_LEGACY = LEGACY_VERSIONS[-1]
-# The route each tool wraps (file_list: the contents manager's listing, authorized like GET /api/contents)
+# The route each tool wraps
 ROUTES = {
     "eval": ("POST", "/api/agent/eval"),
     "notebook_read": ("GET", "/api/agent/notebooks/{path}"),
@@ -50,7 +50,7 @@ ROUTES = {
     "session_interrupt": ("POST", "/api/agent/sessions/{name}/interrupt"),
     "session_delete": ("DELETE", "/api/agent/sessions/{name}"),
     "artifact_read": ("GET", "/api/agent/artifacts/{artifact_id}"),
-    "file_list": None,
+    "file_list": ("GET", "/api/agent/files"),
     "notebook_changes": ("GET", "/api/agent/notebooks/{path}/changes"),
     "notebook_undo": ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
 }
@@ -72,12 +72,9 @@ class DenyOne(Authorizer):
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}, "authorizer_class": DenyOne},
-        "AgentToolsApp": {
-            "max_sessions": 3,
-            "max_output_bytes": 1024,
-            "max_body_bytes": 64 * 1024,
-            "stream_heartbeat_interval": 0.3,
-        },
+        "AgentToolsApp": {"max_body_bytes": 64 * 1024, "stream_heartbeat_interval": 0.3},
+        "SessionManager": {"max_sessions": 3},
+        "EvalService": {"max_output_bytes": 1024},
     }
 
 
@@ -242,7 +239,10 @@ def test_tools_wrap_their_routes_schemas_and_permissions() -> None:
     assert eval_input["properties"].pop("include_images")["type"] == "boolean"
     assert eval_input == without_null(component("EvalRequest"))
     assert by_name["notebook_read"].output_schema == portable(component("NotebookRead"))
-    assert by_name["notebook_edit"].output_schema == portable(component("NotebookChangeResult"))
+    assert by_name["notebook_edit"].output_schema == portable(
+        {"type": "object", "anyOf": [component("NotebookChangeResult"), component("NotebookCreated")]}
+    )
+    assert by_name["file_list"].output_schema == portable(component("FileList"))
     assert by_name["session_list"].output_schema == portable(component("SessionList"))
 
 
@@ -836,6 +836,28 @@ async def test_malformed_messages_get_json_rpc_errors_never_a_500(rpc) -> None:
     assert (await rpc(request(9, "ping"), session))[1] == {"jsonrpc": "2.0", "id": 9, "result": {}}
 
 
+async def test_resources_in_the_modern_era(rpc: Rpc, notebook: Path) -> None:
+    """resources/* without a session (2026-07-28): server/discover names the capability; a read of a
+    notebook and of one of its outputs (the image as a blob), with Mcp-Name mirroring the URI."""
+    body, headers = modern_request(1, "server/discover")
+    status, answer, _ = await rpc(body, headers)
+    assert status == 200 and "resources" in answer["result"]["capabilities"], answer
+    body, headers = modern_request(2, "resources/list")
+    status, answer, _ = await rpc(body, headers)
+    assert status == 200 and [r["name"] for r in answer["result"]["resources"]] == ["nb.ipynb"], answer
+    assert answer["result"]["resultType"] == "complete"
+    uri = "jupyter://notebooks/nb.ipynb/cells/c1/outputs/1"
+    body, headers = modern_request(3, "resources/read", uri=uri)
+    status, answer, _ = await rpc(body, {**headers, "Mcp-Name": uri})
+    assert status == 200, answer
+    blobs = {c["mimeType"]: c for c in answer["result"]["contents"]}
+    assert blobs["image/png"]["blob"] == PNG and blobs["image/png"]["uri"] == uri
+    DenyOne.denied = {("read", "contents")}
+    body, headers = modern_request(4, "resources/list")
+    status, answer, _ = await rpc(body, headers)
+    assert "Permission denied" in answer["error"]["message"], answer
+
+
 async def test_modern_header_rules(rpc) -> None:
     body, headers = modern_request(1, "tools/call", name="session_list", arguments={})
     cases: list[tuple[dict[str, Any], dict[str, str], int, int]] = [
@@ -854,7 +876,7 @@ async def test_modern_header_rules(rpc) -> None:
         ),
         (request(1, "tools/list"), {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"}, 400, -32602),
         (modern_request(1, "ping")[0], modern_request(1, "ping")[1], 404, -32601),
-        (modern_request(1, "resources/list")[0], modern_request(1, "resources/list")[1], 404, -32601),
+        (modern_request(1, "prompts/list")[0], modern_request(1, "prompts/list")[1], 404, -32601),
         (
             {**body, "params": {**body["params"], "name": "nope"}},
             {**headers, "Mcp-Name": "nope"},

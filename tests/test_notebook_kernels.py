@@ -1,8 +1,8 @@
 """Kernels that notebook runs started do not pile up (real server, real kernels, a real websocket).
 
 A run of a notebook without a jupyter session creates one with its kernel. Those kernels are shut down
-(their jupyter session deleted) after ``notebook_kernel_idle_timeout`` unused, at the session sweep, and at
-most ``max_notebook_kernels`` are kept, least recently used first; never a busy one, one a browser is
+(their jupyter session deleted) after ``NotebookKernels.idle_timeout`` unused, at the session sweep, and at
+most ``NotebookKernels.max_kernels`` are kept, least recently used first; never a busy one, one a browser is
 connected to, or one JupyterLab started.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from test_notebook_run import make, run
 
-IDLE = 1.0  # notebook_kernel_idle_timeout (s) of the idle tests
+IDLE = 1.0  # NotebookKernels.idle_timeout (s) of the idle tests
 SWEEP = 0.2  # cleanup_interval (s) of the idle tests
 MAX = 3
 
@@ -43,7 +43,7 @@ class TestAtMostMaxKernels:
     def jp_server_config(self) -> dict[str, Any]:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"max_notebook_kernels": MAX},
+            "NotebookKernels": {"max_kernels": MAX},
         }
 
     async def test_twelve_runs_of_twelve_notebooks_leave_at_most_max_notebook_kernels(
@@ -79,7 +79,8 @@ class TestIdleKernels:
     def jp_server_config(self) -> dict[str, Any]:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"notebook_kernel_idle_timeout": IDLE, "cleanup_interval": SWEEP},
+            "NotebookKernels": {"idle_timeout": IDLE},
+            "SessionManager": {"cleanup_interval": SWEEP},
         }
 
     async def test_an_unused_kernel_a_run_started_is_shut_down_but_busy_connected_and_lab_ones_stay(

@@ -351,9 +351,9 @@ ERROR_CASES = [
     ({"action": "insert", "cell_index": 0}, "Content is required for insert action"),
     (
         {"action": "explode", "cell_index": 0},
-        "unknown action 'explode' (expected one of: edit, insert, delete, move, clear_outputs)",
+        "unknown action 'explode' (expected one of: edit, insert, delete, move, clear_outputs, replace)",
     ),
-    ({"cell_index": 0}, "'action' is required (one of: edit, insert, delete, move, clear_outputs)"),
+    ({"cell_index": 0}, "'action' is required (one of: edit, insert, delete, move, clear_outputs, replace)"),
     ({"action": "edit", "cell_id": "nope", "content": "x"}, "Cell id 'nope' not found in notebook"),
     (
         {"action": "edit", "cell_index": "1", "content": "x"},

@@ -17,7 +17,8 @@ from samples import KERNELSPEC, PNG_1PX
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"max_run_output_bytes": 4096, "interrupt_timeout": 2.0},
+        "NotebookRunner": {"max_output_bytes_stored": 4096},
+        "EvalService": {"interrupt_grace": 2.0},
     }
 
 
@@ -165,7 +166,7 @@ async def test_timeout_interrupts_and_the_kernel_stays_usable(api, jp_root_dir):
 async def test_a_huge_print_is_bounded_in_the_file(api, jp_fetch, jp_root_dir):
     path = make(jp_root_dir, "huge.ipynb", "for i in range(200_000):\n    print(f'line {i}')")
     answer = await run(api, "huge.ipynb", timeout=120)
-    assert path.stat().st_size < 64 * 1024  # max_run_output_bytes=4096 in this server
+    assert path.stat().st_size < 64 * 1024  # NotebookRunner.max_output_bytes_stored=4096 in this server
     text = "".join(stored(path).cells[0].outputs[0]["text"])
     assert "[Output truncated: showing" in text and text.startswith("line 0\n")
     artifact = text.rsplit("artifact ", 1)[1].split(".]")[0].strip()
@@ -213,7 +214,8 @@ async def test_closing_the_stream_interrupts(jp_http_port, jp_base_url, jp_auth_
     writer.write(
         f"POST {jp_base_url}api/agent/notebooks/stream.ipynb/run HTTP/1.1\r\n"
         f"Host: 127.0.0.1:{jp_http_port}\r\n{headers}"
-        f"Accept: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        f"Accept: application/x-ndjson\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
     )
     await writer.drain()
     seen = b""

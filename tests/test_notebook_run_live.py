@@ -36,7 +36,8 @@ def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
                 "jupyter_server_fileid": True,
             }
         },
-        "AgentToolsApp": {"rtc_mode": "auto", "interrupt_timeout": 2.0},
+        "LiveDocuments": {"mode": "auto"},
+        "EvalService": {"interrupt_grace": 2.0},
         "YDocExtension": {
             "document_save_delay": 0.2,
             "file_poll_interval": 0.2,
@@ -299,7 +300,7 @@ async def test_a_flood_reaches_the_room_bounded_by_max_run_cell_bytes(api, jp_ro
         await until(all_displayed, "the room to hold the bounded outputs and the placeholder", timeout=60)
         assert not running.done()
         outputs = live_outputs(client, 0)
-        assert "max_run_cell_bytes" in _text(outputs[-1])
+        assert "NotebookRunner.max_cell_bytes_stored" in _text(outputs[-1])
         assert [_text(o)[:4] for o in outputs[:-1]] == [f"{i:04d}" for i in range(len(outputs) - 1)]
         assert len(json.dumps(outputs)) < 4 * 1024 * 1024 + 64 * 1024
     finally:

@@ -18,7 +18,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from samples import KERNELSPEC, PNG
 from test_notebook_run import make, run, stored
 
-from jupyter_agent_tools.openapi import openapi_document
+from jupyter_agent_tools.api_document import openapi_document
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jupyter_agent_tools.testing.server import jupyter_server
@@ -33,11 +33,8 @@ RUN = "/api/agent/notebooks/{path}/run"
 def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {
-            "max_run_output_bytes": 4096,
-            "max_run_cell_bytes": CELL_BYTES,
-            "interrupt_timeout": 2.0,
-        },
+        "NotebookRunner": {"max_output_bytes_stored": 4096, "max_cell_bytes_stored": CELL_BYTES},
+        "EvalService": {"interrupt_grace": 2.0},
     }
 
 
@@ -73,7 +70,7 @@ async def test_a_display_flood_stores_one_placeholder_past_max_run_cell_bytes_an
     assert omitted["outputs"] == left_out and omitted["updates"] == 0
     assert omitted["bytes"] == (300 - len(kept)) * 2004 + len("done\n")
     text = placeholder_text(placeholder)
-    assert f"{left_out} outputs" in text and "max_run_cell_bytes" in text
+    assert f"{left_out} outputs" in text and "NotebookRunner.max_cell_bytes_stored" in text
     assert f"artifact {omitted['artifact_id']}" in text
     assert placeholder["metadata"]["jupyter_agent_tools"]["omitted"] == omitted
     lines = await artifact_lines(jp_fetch, omitted["artifact_id"])
@@ -167,7 +164,6 @@ def test_server_memory_stays_bounded_during_a_display_flood(tmp_path):
     assert answer["cells"][0]["status"] == "complete" and answer["cells"][0]["outputs_omitted"]["outputs"]
     assert size < 5 * MB
     assert grown < flood / 2, f"server peak RSS grew by {grown / MB:.0f} MB for {flood / MB:.0f} MB displayed"
-
 
 
 # ---------------------------------------------------------------------------------- images

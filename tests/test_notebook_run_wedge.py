@@ -22,7 +22,9 @@ from test_notebook_run import make, run
 
 TIMEOUT = 2  # the wedged run's timeout (s)
 INTERRUPT_TIMEOUT = 1.0
-READY_TIMEOUT = 10.0  # kernel_ready_timeout: far above TIMEOUT, so a wait bounded by TIMEOUT is visible
+READY_TIMEOUT = (
+    10.0  # KernelService.ready_timeout: far above TIMEOUT, so a wait bounded by TIMEOUT is visible
+)
 WEDGE = (
     "import os, signal\nprint(os.getpid(), flush=True)\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
@@ -48,7 +50,8 @@ def silent_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
 def jp_server_config(silent_kernelspec: str) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"interrupt_timeout": INTERRUPT_TIMEOUT, "kernel_ready_timeout": READY_TIMEOUT},
+        "EvalService": {"interrupt_grace": INTERRUPT_TIMEOUT},
+        "KernelService": {"ready_timeout": READY_TIMEOUT},
         # the silent process ignores shutdown requests: do not wait long for it at teardown
         "KernelManager": {"shutdown_wait_time": 1.0},
     }

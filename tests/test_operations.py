@@ -187,10 +187,10 @@ def test_parse_single_and_batch() -> None:
         ({"ops": [], "action": "edit"}, "unknown field 'action' next to 'ops'"),
         ({"ops": []}, "'ops' must be a non-empty array of operations"),
         ({"ops": {"action": "insert"}}, "'ops' must be a non-empty array of operations"),
-        ({}, "'action' is required (one of: edit, insert, delete, move, clear_outputs)"),
+        ({}, "'action' is required (one of: edit, insert, delete, move, clear_outputs, replace)"),
         (
             {"action": "paste"},
-            "unknown action 'paste' (expected one of: edit, insert, delete, move, clear_outputs)",
+            "unknown action 'paste' (expected one of: edit, insert, delete, move, clear_outputs, replace)",
         ),
         ({"action": "edit", "cell_index": 0}, "Content is required for edit action"),
         ({"action": "insert"}, "Content is required for insert action"),

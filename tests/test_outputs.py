@@ -106,7 +106,9 @@ def test_huge_text_is_bounded_with_a_note_and_spilled_whole():
     stored = "".join(result["text"])
     assert len(stored.encode()) < 1200
     assert stored.startswith("line 0\n") and "[Output truncated: showing" in stored
-    assert f"of {len(text)} bytes (max_run_output_bytes)" in stored and "artifact a1" in stored
+    assert (
+        f"of {len(text)} bytes (NotebookRunner.max_output_bytes_stored)" in stored and "artifact a1" in stored
+    )
     assert spilled["a1"].decode() == text
 
 
@@ -154,7 +156,11 @@ def test_outputs_past_max_bytes_become_one_placeholder_and_go_to_one_artifact():
     assert omitted is not None and omitted["outputs"] == 50 - len(kept) + 2 and omitted["artifact_id"] == "a0"
     assert omitted["bytes"] == (50 - len(kept)) * 1000 + len(png) + len("after\nmore\n")
     text = "".join(placeholder["data"]["text/plain"])
-    assert f"{omitted['outputs']} outputs" in text and "max_run_cell_bytes" in text and "artifact a0" in text
+    assert (
+        f"{omitted['outputs']} outputs" in text
+        and "NotebookRunner.max_cell_bytes_stored" in text
+        and "artifact a0" in text
+    )
     assert placeholder["metadata"] == {"jupyter_agent_tools": {"omitted": omitted}}
     lines = artifacts.lines("a0")
     assert lines[0]["data"]["text/plain"].startswith(f"{len(kept):02d}")
@@ -214,7 +220,7 @@ def test_a_stream_past_the_cells_room_is_cut_there_and_spilled_whole():
     _, result = out.to_nbformat()
     stored = "".join(result["text"])
     assert stored.startswith("line 0\n") and len(stored.encode()) < 5000
-    assert f"of {len(text)} bytes (max_run_cell_bytes). Full output: artifact a0" in stored
+    assert f"of {len(text)} bytes (NotebookRunner.max_cell_bytes_stored). Full output: artifact a0" in stored
     assert artifacts.files["a0"].getvalue().decode() == text
 
 

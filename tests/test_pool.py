@@ -1,4 +1,4 @@
-"""The warm kernel pool (per_call_pool_size): per-call evals and new sessions take a started kernel,
+"""The warm kernel pool (KernelPool.size): per-call evals and new sessions take a started kernel,
 the pool refills, no state crosses calls, pooled kernels go first under descriptor pressure and with the
 server. Real server, real kernels; nothing here is timed."""
 
@@ -148,7 +148,7 @@ class TestPoolDisabled:
     def jp_server_config(self) -> dict[str, Any]:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-            "AgentToolsApp": {"per_call_pool_size": 0},
+            "KernelPool": {"size": 0},
         }
 
     async def test_size_zero_starts_a_kernel_per_call_and_keeps_none(self, evaluate, api, jp_serverapp):

@@ -67,9 +67,19 @@ def dev_serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             probe = subprocess.run(
-                ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
-                 f"Authorization: token {token.group(1)}", f"{url.group(1)}/api/status"],
-                capture_output=True, text=True,
+                [
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "-H",
+                    f"Authorization: token {token.group(1)}",
+                    f"{url.group(1)}/api/status",
+                ],
+                capture_output=True,
+                text=True,
             )
             if probe.stdout == "200":
                 break
@@ -93,7 +103,11 @@ def test_readme_blocks_run_as_pasted_and_sigterm_stops_everything(dev_serve) -> 
     for i, block in enumerate(blocks):
         script += [f"printf '\\n=== block {i} ===\\n'", block]
     done = subprocess.run(
-        ["bash"], input="\n".join(script), capture_output=True, text=True, timeout=300,
+        ["bash"],
+        input="\n".join(script),
+        capture_output=True,
+        text=True,
+        timeout=300,
         cwd=psutil.Process(process.pid).cwd(),
     )
     outputs = re.split(r"^=== block \d+ ===\n", done.stdout, flags=re.M)[1:]

@@ -19,10 +19,10 @@ DEAD_BEFORE = "Kernel had died and was restarted before this call"
 BY_MANAGER = "Kernel was restarted by the server since the last call"
 
 
-def server_config(**agent: Any) -> dict[str, Any]:
+def server_config(**sessions: Any) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {"heartbeat_interval": 0, **agent},
+        "SessionManager": {"heartbeat_interval": 0, **sessions},
     }
 
 

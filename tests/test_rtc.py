@@ -48,7 +48,7 @@ def jp_server_config(jp_root_dir: Path, save_delay: float | None, rtc_mode: str)
                 "jupyter_server_fileid": True,
             }
         },
-        "AgentToolsApp": {"rtc_mode": rtc_mode},
+        "LiveDocuments": {"mode": rtc_mode},
         "YDocExtension": {
             "document_save_delay": save_delay,
             "file_poll_interval": 0.2,
@@ -335,7 +335,7 @@ async def test_rtc_mode_never_writes_the_file(jp_root_dir, api, connect, jp_serv
     path = write(jp_root_dir, "never.ipynb", sample())
     client = await connect("never.ipynb")
     app = jp_serverapp.extension_manager.extension_apps["jupyter_agent_tools"]
-    assert {a.rtc_mode for a in app} == {"never"}
+    assert {a.notebook_store.live.mode for a in app} == {"never"}
     status, answer = await api(
         "POST", "notebooks", "never.ipynb", body={"action": "insert", "content": "to disk"}
     )
@@ -435,3 +435,40 @@ async def test_undo_after_a_persons_live_edit_is_409_and_writes_nothing(jp_root_
     status, read = await api("GET", "notebooks", "person.ipynb", params={"since": first["hash"]})
     [cell] = read["changes_since"]["cells"]
     assert (cell["id"], cell["what"], cell["user"]) == ("cell-1", ["edited"], None)
+
+
+async def test_replace_reaches_the_room_and_keeps_what_the_person_typed(jp_root_dir, api, connect):
+    """A replace inside a cell of a notebook open in a room is applied to the live document: the person's
+    client sees it without a reload, text they typed in another cell stays, and the room saves both."""
+    path = write(jp_root_dir, "replace.ipynb", sample())
+    client = await connect("replace.ipynb")
+    client.type_at_end(3, "\n# typed by a person")
+
+    async def server_has_typed() -> bool:
+        _, read = await api("GET", "notebooks", "replace.ipynb")
+        return "typed by a person" in read["cells"][3]["source"]
+
+    await until(server_has_typed, "the typed text to reach the server's document")
+    status, refused = await api(
+        "POST",
+        "notebooks",
+        "replace.ipynb",
+        body={"action": "replace", "cell_index": 1, "old": "a", "new": "q"},
+    )
+    assert status == 400 and "matches 2 times" in refused["message"] and len(refused["matches"]) == 2
+    status, answer = await api(
+        "POST",
+        "notebooks",
+        "replace.ipynb",
+        body={"action": "replace", "cell_id": "cell-1", "old": "b = 2", "new": "b = 40"},
+    )
+    assert status == 200, answer
+    assert answer["details"]["replacements"] == 1 and answer["change_id"]
+    await until(lambda: "b = 40" in client.sources()[1], "the client to see the replacement")
+    assert client.sources()[1] == "a = 1\nb = 40\nprint(a + b)"
+    await until(
+        lambda: "b = 40" in path.read_text() and "typed by a person" in path.read_text(),
+        "the room to save the replacement and the typed text",
+    )
+    saved = nbformat.reads(path.read_text(), as_version=4)
+    assert saved.cells[1].outputs[0]["text"] == "3\n"  # outputs kept

@@ -18,10 +18,12 @@ import psutil
 import pytest
 from tornado.httpclient import AsyncHTTPClient
 from traitlets import TraitError
+from traitlets.config import Config
 
-from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.errors import NotFound
+from jupyter_agent_tools.eval.service import EvalService
+from jupyter_agent_tools.eval.sessions import SessionManager
 
 NOT_PLAIN_NAMES = [".", "..", "...", ".hidden", "../x", "a/b", "%2e%2e"]
 
@@ -37,15 +39,11 @@ def private(tmp_path: Path) -> Path:
 def jp_server_config(private: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "AgentToolsApp": {
-            "artifacts_dir": str(private / "artifacts"),
-            "max_sessions": 2,
-            "max_output_bytes": 1024,
-            "interrupt_timeout": 1.0,
-            "heartbeat_interval": 0,
-            # No warm pool here: these tests count a server's kernels and pause its kernel launches.
-            "per_call_pool_size": 0,
-        },
+        "ArtifactStore": {"root_dir": str(private / "artifacts")},
+        "SessionManager": {"max_sessions": 2, "heartbeat_interval": 0},
+        "EvalService": {"max_output_bytes": 1024, "interrupt_grace": 1.0},
+        # No warm pool here: these tests count a server's kernels and pause its kernel launches.
+        "KernelPool": {"size": 0},
     }
 
 
@@ -124,7 +122,7 @@ async def test_eviction_sweep_and_stop_stay_inside_the_artifacts_root(evaluate, 
 
 def test_artifact_store_confines_every_path(private):
     root = private / "artifacts"
-    store = ArtifactStore(root)
+    store = ArtifactStore(root=root)
     outside = private / "outside"
     outside.mkdir()
     (outside / "keep.txt").write_text("x")
@@ -147,10 +145,10 @@ def test_artifact_store_confines_every_path(private):
 
 
 def test_output_limit_below_one_byte_is_refused_at_start():
-    with pytest.raises(TraitError, match="max_output_bytes must be at least 1"):
-        AgentToolsApp(max_output_bytes=0)
-    with pytest.raises(TraitError, match="max_sessions must be at least 1"):
-        AgentToolsApp(max_sessions=0)
+    with pytest.raises(TraitError, match=r"EvalService\.max_output_bytes must be at least 1"):
+        EvalService(config=Config({"EvalService": {"max_output_bytes": 0}}))
+    with pytest.raises(TraitError, match=r"SessionManager\.max_sessions must be at least 1"):
+        SessionManager(config=Config({"SessionManager": {"max_sessions": 0}}))
 
 
 # -- no silent state loss -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from contract import NDJSON, Contract
 
-from jupyter_agent_tools.openapi import openapi_document
+from jupyter_agent_tools.api_document import openapi_document
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jupyter_agent_tools.testing.server import jupyter_server
@@ -91,7 +91,7 @@ def _artifact_size(directory: Path) -> int:
 
 def test_slow_stream_reader_keeps_memory_bounded_server_responsive_and_leaving_cancels(tmp_path):
     artifacts = tmp_path / "artifacts"
-    with jupyter_server(extra_args=[f"--AgentToolsApp.artifacts_dir={artifacts}"]) as server:
+    with jupyter_server(extra_args=[f"--ArtifactStore.root_dir={artifacts}"]) as server:
         body = {"cells": [{"code": "state = 'kept'"}], "session": "flood"}
         _request(server, "POST", "api/agent/eval", body)
         baseline = server.rss_bytes()

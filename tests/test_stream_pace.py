@@ -110,7 +110,7 @@ CODE = f"block = 'z' * 99 + '\\n'\nfor _ in range({PRINTED}):\n    print(block *
 def test_a_client_that_pauses_gets_everything_while_the_grace_lasts(grace: float, gaps_expected: bool):
     args = [
         "--AgentToolsApp.stream_backlog_bytes=262144",
-        "--AgentToolsApp.iopub_buffer_bytes=67108864",
+        "--KernelService.iopub_buffer_bytes=67108864",
         f"--AgentToolsApp.stream_lag_grace={grace}",
     ]
     with jupyter_server(extra_args=args) as server:

@@ -97,7 +97,12 @@ class Audit(Service):
         allow_none=True,
         help="jupyter_events EventLogger to emit to (the server's); None: metrics only.",
     )
-    include_code = Bool(False, help="Put cell sources into execution and notebook_change events.")
+    include_code = Bool(
+        False,
+        help="Put the source of the cells an agent ran or changed into the audit events (execution: "
+        "'code'; notebook_change: 'sources'). Off by default: code can hold secrets. Outputs are never "
+        "in events.",
+    ).tag(config=True)
 
     def register_schemas(self) -> None:
         """Register the shipped schemas with the event logger (once per logger)."""

@@ -172,7 +172,7 @@ class _Gauges(Collector):
         queued = busy = 0
         pool = GaugeMetricFamily(
             PREFIX + "pool_kernels",
-            "Kernels of the warm pool (per_call_pool_size), by state: ready or starting.",
+            "Kernels of the warm pool (KernelPool.size), by state: ready or starting.",
             labels=["state"],
         )
         pooled = {"ready": 0, "starting": 0}

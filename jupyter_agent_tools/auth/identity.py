@@ -14,6 +14,7 @@ route that never asks the authorizer (the agent's scopes could not be applied th
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -85,6 +86,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         super().__init__(**kwargs)
         self._tokens: TokenStore | None = None
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
+        self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
 
     @property
     def tokens(self) -> TokenStore:
@@ -135,7 +137,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 "does not check permissions, so the token's scopes could not apply.",
             )
         self.tokens.touch(record)
-        handler._token_authenticated = True  # type: ignore[attr-defined]  # a header, not a cookie: no XSRF
+        self._by_agent_token.add(handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
         name = AGENT_PREFIX + record.name
         return AgentUser(
@@ -164,6 +166,10 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             )
             self._routes[key] = known
         return known
+
+    def is_token_authenticated(self, handler: web.RequestHandler) -> bool:
+        """An agent token came in a header, not a cookie: like the server's token, no XSRF check."""
+        return handler in self._by_agent_token or super().is_token_authenticated(handler)
 
     def user_from_cookie(self, cookie_value: str) -> User | None:
         """A login cookie's user; never an agent (agents get no cookie, so one naming an agent is forged

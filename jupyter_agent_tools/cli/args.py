@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Sequence
 
 PROG = "jupyter agent"
@@ -46,6 +47,10 @@ def _content(parser: argparse.ArgumentParser, required: bool) -> None:
     source.add_argument("--file", metavar="F", help="read the source from file F")
     parser.add_argument("stdin", nargs="?", choices=["-"], metavar="-", help="read the source from stdin")
     parser.set_defaults(content_required=required)
+
+
+def _typed_cell(kind: str, source: str) -> tuple[str, str]:
+    return kind, source
 
 
 def _cell_type(parser: argparse.ArgumentParser) -> None:
@@ -183,6 +188,33 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--expand", action="store_true", help="do not collapse a long source")
     _common(clear)
 
+    replace = nbc.add_parser("replace", help="replace exact text inside a cell (once, or every match)")
+    replace.add_argument("path", metavar="PATH", help=PATH_HELP)
+    replace.add_argument("--cell", required=True, help=CELL_HELP)
+    replace.add_argument("--old", required=True, metavar="TEXT", help="the exact text to find")
+    replace.add_argument("--new", required=True, metavar="TEXT", help="what replaces it")
+    replace.add_argument("--all", action="store_true", help="replace every match (default: exactly one)")
+    _expected_hash(replace)
+    _fidelity(replace)
+    replace.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    _common(replace)
+
+    new = nbc.add_parser("create", help="create a notebook (refused if the path exists)")
+    new.add_argument("path", metavar="PATH", help=PATH_HELP)
+    for kind, what in (("code", "a code cell"), ("markdown", "a markdown cell (cells keep their order)")):
+        new.add_argument(
+            f"--{kind}",
+            dest="new_cells",
+            action="append",
+            type=functools.partial(_typed_cell, kind),
+            metavar="SRC",
+            help=what,
+        )
+    new.add_argument("--kernel", metavar="NAME", help="the kernelspec (default: the server's default)")
+    new.add_argument("--parents", action="store_true", help="create missing folders")
+    new.add_argument("--expand", action="store_true", help="do not collapse long cells")
+    _common(new)
+
     run = nbc.add_parser("run", help="run a notebook's cells (all by default)")
     run.add_argument("path", metavar="PATH", help=PATH_HELP)
     chosen = run.add_mutually_exclusive_group()
@@ -256,6 +288,15 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name", metavar="NAME")
     _common(revoke)
     _common(token)
+
+    files = commands.add_parser("files", help="find notebooks and files (glob, depth, pages)")
+    files.add_argument("path", nargs="?", default="", metavar="DIR", help="the folder (default: the root)")
+    files.add_argument("--glob", metavar="GLOB", help="only paths matching it, e.g. '**/*.ipynb'")
+    files.add_argument("--max-depth", type=int, metavar="N", help="levels walked (1: DIR's own entries)")
+    files.add_argument("-r", "--recursive", action="store_true", help="walk every level")
+    files.add_argument("--start", metavar="PATH", help="a page: after this path (the last page's next_start)")
+    files.add_argument("--limit", type=int, metavar="N", help="a page: at most N entries (default 500)")
+    _common(files)
 
     artifact = commands.add_parser("artifact", help="print the full output of a truncated cell")
     artifact.add_argument("artifact_id", metavar="ID")

@@ -8,6 +8,7 @@ import collections
 import contextlib
 import json
 import re
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Generator, Iterator
@@ -109,6 +110,8 @@ def notebook_op(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         ref = parse_cell_ref(args.cell)
         op.update(ref.as_fields())
         cell = str(ref)
+    if action == "replace":
+        op.update(old=args.old, new=args.new, all=bool(args.all))
     if action in ("edit", "insert"):
         op["content"] = _content(args)
         if args.cell_type:
@@ -134,6 +137,8 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         return nb_output(client, args, renderer)
     if args.nb_command in ("log", "diff", "undo"):
         return nb_ledger(client, args, renderer)
+    if args.nb_command == "create":
+        return nb_create(client, args, renderer)
     op, cell = notebook_op(args)
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
@@ -145,6 +150,42 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         return exits.for_error(e)
     renderer.notebook_change(call, dict(answer), args.expand)
     return exits.OK
+
+
+def nb_create(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    cells = [{"cell_type": kind, "source": source} for kind, source in args.new_cells or []]
+    answer = client.create_notebook(args.path, cells, kernel_name=args.kernel, parents=args.parents)
+    renderer.note(str(answer.get("message") or f"Created {args.path}."))
+    renderer.notebook(answer, list(answer.get("cells") or []), False, args.expand)
+    return exits.OK
+
+
+def cmd_files(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    answer = client.list_files(
+        args.path,
+        glob=args.glob,
+        max_depth=args.max_depth,
+        recursive=args.recursive,
+        start=args.start,
+        limit=args.limit,
+    )
+    renderer.done(files_text(answer), answer)  # --json: the answer
+    return exits.OK
+
+
+def files_text(answer: dict[str, Any]) -> str:
+    """A page of ``files``: one line per entry (path, size, modification time), then how to go on."""
+    lines = []
+    for entry in answer.get("entries") or []:
+        modified = str(entry.get("last_modified") or "")[:19].replace("T", " ")
+        if entry.get("type") == "directory":
+            lines.append(f"{entry['path']}/\t\t{modified}")
+        else:
+            size = entry.get("size")
+            lines.append(f"{entry['path']}\t{size if size is not None else ''}\t{modified}")
+    if answer.get("truncated"):
+        lines.append(f"(more: --start {shlex.quote(str(answer.get('next_start')))})")
+    return "\n".join(lines) if lines else "(no entries)"
 
 
 def select_cells(answer: dict[str, Any], value: str | None) -> list[dict[str, Any]]:
@@ -345,6 +386,7 @@ COMMANDS: dict[str, Command] = {
     "sessions": cmd_sessions,
     "artifact": cmd_artifact,
     "token": cmd_token,
+    "files": cmd_files,
 }
 
 

@@ -25,7 +25,7 @@ from traitlets import Bool, Float, Int, validate
 
 from ..compat import forget_kernel, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least, in_range
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
@@ -50,11 +50,34 @@ class KernelService(Service):
     """
 
     kernel_manager = AnyTrait(help="The server's kernel manager (local, or a gateway's).")
-    ready_timeout = Float(60.0, help="Seconds a new kernel may take to answer before its start fails.")
-    fd_headroom = Int(64, help="Free file descriptors required before a local kernel start (0: no check).")
-    iopub_hwm = Int(2, help="ZMQ receive high-water mark of each kernel connection's iopub channel.")
-    iopub_buffer_bytes = Int(0, help="Bytes of iopub messages a connection takes in ahead (0: no limit).")
-    hold_activity = Bool(True, help="Whether connections keep jupyter_server's kernel activity (.activity).")
+    ready_timeout = Float(
+        60.0, help="Seconds to wait for a newly started kernel to answer before giving up."
+    ).tag(config=True)
+    fd_headroom = Int(
+        64,
+        help="Free file descriptors required before starting a local kernel; below it the start is treated "
+        "as EMFILE (idle sessions are shut down and the start retried once). 0 disables the check.",
+    ).tag(config=True)
+    iopub_hwm = Int(
+        2,
+        help="Most kernel output messages ZMQ receives into the server (per kernel connection) beyond those "
+        "the connection already holds (iopub_buffer_bytes). Counted in messages of any size: a kernel "
+        "message may be 100 MB.",
+    ).tag(config=True)
+    iopub_buffer_bytes = Int(
+        16 * 1024 * 1024,
+        help="Bytes of kernel output messages a kernel connection takes in ahead of the code that processes "
+        "them (a message that arrives with room left is taken whole); past it the connection stops reading "
+        "and the kernel holds the rest. Too little makes a kernel that prints fast drop messages (it keeps "
+        "1000 at most); 0: no limit (memory grows with a flood).",
+    ).tag(config=True)
+    hold_activity = Bool(
+        True,
+        help="While an eval connection to a local kernel is open, it keeps the kernel's activity "
+        "(last_activity, execution_state) for jupyter_server in place of jupyter_server's own iopub "
+        "watcher, so the server reads each output message once instead of twice. False: jupyter_server's "
+        "watcher always runs.",
+    ).tag(config=True)
 
     @validate("ready_timeout")
     def _valid_ready_timeout(self, proposal: Any) -> float:
@@ -66,14 +89,14 @@ class KernelService(Service):
 
     @validate("iopub_hwm")
     def _valid_iopub_hwm(self, proposal: Any) -> int:
-        return int(at_least(proposal, 1))
+        return in_range(proposal, 1, 100_000, "messages")
 
     @validate("iopub_buffer_bytes")
     def _valid_iopub_buffer(self, proposal: Any) -> int:
-        return int(at_least(proposal, 0))
+        return in_range(proposal, 0, 1024**3)
 
-    def __init__(self, kernel_manager: Any = None, **kwargs: Any):
-        super().__init__(**given(kwargs, kernel_manager=kernel_manager))
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
 
     @property
@@ -282,7 +305,6 @@ class KernelService(Service):
                 await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=True))
             # Ours and unreachable (e.g. its gateway is gone): do not keep a dead entry in the manager.
             await self.forget_failed_start(kernel_id)
-
 
     async def _let_restart_finish(self, kernel_id: str) -> None:
         """Wait (bounded by ``ready_timeout``) for a start or restart of the kernel that is under way:

@@ -24,7 +24,7 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, validate
 
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least
 from .session import KernelSession
 from .sessions import SessionManager
 
@@ -44,9 +44,16 @@ class NotebookKernels(Service):
     session_manager = AnyTrait(help="jupyter_server's session manager (deleting a session shuts its kernel).")
     sessions = Instance(SessionManager, help="The runs' connections, and the sweep this joins.")
     idle_timeout = Float(
-        600.0, help="Seconds a kernel a run started may stay unused before the sweep shuts it (0: never)."
-    )
-    max_kernels = Int(8, help="Most kernels started by runs kept at once (least recently used go first).")
+        600.0,
+        help="Seconds a kernel that a notebook run started (the notebook had no jupyter session) may stay "
+        "unused before the sweep shuts it down with its session; never one that is busy or that a client "
+        "(a browser) is connected to, nor one JupyterLab started. 0: never.",
+    ).tag(config=True)
+    max_kernels = Int(
+        8,
+        help="Most kernels started by notebook runs kept at once: a run that starts one more shuts down the "
+        "least recently used unused one first (never a busy or connected one).",
+    ).tag(config=True)
 
     @validate("idle_timeout")
     def _valid_idle(self, proposal: Any) -> float:
@@ -56,8 +63,8 @@ class NotebookKernels(Service):
     def _valid_max(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-    def __init__(self, session_manager: Any = None, sessions: SessionManager | None = None, **kwargs: Any):
-        super().__init__(**given(kwargs, session_manager=session_manager, sessions=sessions))
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self.started: dict[str, Started] = {}  # by notebook path
         self.sessions.sweepers.append(self.sweep)
 
@@ -145,7 +152,7 @@ class NotebookKernels(Service):
             self.sessions.record(
                 session,
                 "idle_shutdowns",
-                "notebook kernel started by a run, unused for %.0f s (notebook_kernel_idle_timeout=%.0f); "
+                "notebook kernel started by a run, unused for %.0f s (NotebookKernels.idle_timeout=%.0f); "
                 "shut down",
                 idle,
                 idle_for,
@@ -155,7 +162,8 @@ class NotebookKernels(Service):
             self.sessions.record(
                 session,
                 "evictions",
-                "notebook kernel started by a run, least recently used (max_notebook_kernels=%d); shut down",
+                "notebook kernel started by a run, least recently used (NotebookKernels.max_kernels=%d); "
+                "shut down",
                 self.max_kernels,
                 audit=audit,
             )

@@ -38,8 +38,8 @@ from ..notebook.format import join_source
 from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore
-from ..notebook.summary import base64_size, is_textual, joined_text
-from ..traits import Service, at_least, given
+from ..notebook.summary import data_size, joined_text
+from ..traits import Service, at_least
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .messages import CellOutcome, format_combined_output, needs_worker
 from .notebook_kernels import NotebookKernels
@@ -78,7 +78,7 @@ class _CellRun:
     execution: CellExecution
     stored: list[dict[str, Any]]  # its outputs as written into the notebook
     execution_count: int | None
-    omitted: dict[str, Any] | None  # what the cell does not store (max_run_cell_bytes)
+    omitted: dict[str, Any] | None  # what the cell does not store (NotebookRunner.max_cell_bytes_stored)
     written: bool
     hash: str | None  # the notebook's hash after the write
 
@@ -97,10 +97,18 @@ class NotebookRunner(Service):
     store = Instance(NotebookStore, help="Reads the notebook and saves the outputs.")
     session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
     notebook_kernels = Instance(NotebookKernels, help="Shuts down the kernels runs started when unused.")
-    max_output_bytes_stored = Int(256 * 1024, help="Bytes of text one output may store in the notebook file.")
+    max_output_bytes_stored = Int(
+        256 * 1024,
+        help="Bytes of text one output of a notebook run may store in the notebook file; past it the head "
+        "is kept with a note naming the artifact that holds the whole text.",
+    ).tag(config=True)
     max_cell_bytes_stored = Int(
-        4 * 1024 * 1024, help="Bytes of outputs (all kinds, images included) one cell may store in the file."
-    )
+        4 * 1024 * 1024,
+        help="Bytes of outputs one cell of a notebook run may store in the notebook file, every kind "
+        "together (images included); past it later outputs are left out of the file and written to an "
+        "artifact as they arrive, and one placeholder output says how many, how large and where. "
+        "What clear_output removes no longer counts.",
+    ).tag(config=True)
 
     @validate("max_output_bytes_stored", "max_cell_bytes_stored")
     def _valid_stored(self, proposal: Any) -> int:
@@ -108,18 +116,7 @@ class NotebookRunner(Service):
 
     @default("notebook_kernels")
     def _default_notebook_kernels(self) -> NotebookKernels:
-        return NotebookKernels(self.session_manager, self.eval.sessions, parent=self)
-
-    def __init__(
-        self,
-        eval_service: EvalService | None = None,
-        store: NotebookStore | None = None,
-        session_manager: Any = None,
-        **kwargs: Any,
-    ):
-        super().__init__(
-            **given(kwargs, eval_service=eval_service, store=store, session_manager=session_manager)
-        )
+        return NotebookKernels(session_manager=self.session_manager, sessions=self.eval.sessions, parent=self)
 
     @property
     def eval(self) -> EvalService:
@@ -168,7 +165,7 @@ class NotebookRunner(Service):
             began = loop.time()
             kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
             # Waiting for a kernel that was there counts against the call's timeout; one this run just
-            # started may take kernel_ready_timeout, like any kernel start (eval's too).
+            # started may take KernelService.ready_timeout, like any kernel start (eval's too).
             kernels = self.eval.kernels
             ready_within = kernels.ready_timeout if created else began + request.timeout - loop.time()
             await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
@@ -250,7 +247,7 @@ class NotebookRunner(Service):
                 f"({type(e).__name__}: {e}); nothing was run. "
                 + (
                     "It was started for this run and is shut down again; check its kernelspec "
-                    f"{kernel_name!r}, or raise kernel_ready_timeout."
+                    f"{kernel_name!r}, or raise KernelService.ready_timeout."
                     if created
                     else "It may be running code someone else started, or still starting: retry later, "
                     "or restart the kernel."
@@ -658,7 +655,7 @@ def _images(
             raw = joined_text(value) if mime.startswith("image/") else None
             if raw is None:
                 continue
-            size = len(raw.encode("utf-8", "replace")) if is_textual(mime) else base64_size(raw)
+            size = data_size(mime, raw)
             image: dict[str, Any] = {
                 "type": "image",
                 "mime": mime,

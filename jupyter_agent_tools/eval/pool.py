@@ -23,7 +23,7 @@ from typing import Any
 from traitlets import Float, Instance, Int, validate
 
 from ..audit import metrics as audit_metrics
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least
 from .connection import KernelConnection
 from .faults import fd_usage
 from .kernels import KernelService, close_quietly
@@ -39,7 +39,14 @@ class KernelPool(Service):
     """Up to ``size`` started, connected kernels of the default spec, each handed out once."""
 
     kernels = Instance(KernelService, help="Starts, connects to and shuts down the pooled kernels.")
-    size = Int(1, help="Kernels kept ready (0: no pool; every per-call eval starts its own kernel).")
+    size = Int(
+        1,
+        help="Warm kernels of the default kernel spec kept started for per-call evals and new sessions "
+        "(0 disables). Filling starts at the first eval; each pooled kernel runs one call (or one "
+        "session) and is shut down, then the pool starts another. Pooled kernels are not sessions, hold "
+        "file descriptors like any kernel (a refill waits while fewer than 2 x fd_headroom are free) and "
+        "are shut down first when a kernel start runs out of descriptors.",
+    ).tag(config=True)
     retry_delay = Float(RETRY_DELAY, help="Seconds before a failed refill is tried again (doubling).")
 
     @validate("size")
@@ -50,8 +57,8 @@ class KernelPool(Service):
     def _valid_delay(self, proposal: Any) -> float:
         return float(at_least(proposal, 0, strict=True))
 
-    def __init__(self, kernels: KernelService | None = None, **kwargs: Any):
-        super().__init__(**given(kwargs, kernels=kernels))
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         # (kernel name, id, connection), oldest first
         self.ready: list[tuple[str, str, KernelConnection]] = []
         self.kernel_name: str | None = None  # the spec pooled: the kernel manager's default at first fill

@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from typing import Any
+
+from traitlets import Float, Instance, validate
 
 from ..errors import Unavailable
+from ..traits import Service, at_least
 from .connection import KernelConnection
 from .faults import fd_usage, http_message, http_status, is_fd_exhaustion
 from .kernels import KernelService
@@ -28,6 +32,8 @@ from .sessions import SessionManager
 
 RERUNS_AFTER_DEATH = 1
 RESTART_LIMIT_MESSAGE = "Python kernel restarted too many times in this session"
+
+
 def died_notice(cell: int) -> str:
     """The notice of a call re-run after its kernel died in ``cell`` (1-based place in the call)."""
     return (
@@ -42,6 +48,8 @@ def gave_up_message(cell: int) -> str:
         f"{RESTART_LIMIT_MESSAGE}: the kernel died while running cell {cell}, and again on the re-run, so "
         "the call stopped and the session has no kernel; its next call starts a new one"
     )
+
+
 DEAD_BEFORE_RUN_NOTICE = "[Kernel had died and was restarted before this call; earlier state was lost.]"
 WEDGED_NOTICE = (
     "[The kernel did not stop after the interrupt and was replaced by a fresh one; state from earlier "
@@ -55,21 +63,21 @@ RESTARTED_BY_MANAGER_NOTICE = (
 EMFILE_RETRY_AFTER = 30
 
 
-class KernelRecovery:
+class KernelRecovery(Service):
     """Starts and revives session kernels according to the policy above."""
 
-    def __init__(
-        self,
-        kernels: KernelService,
-        sessions: SessionManager,
-        *,
-        retry_backoff: float = 1.0,
-        pool: KernelPool | None = None,
-    ):
-        self.kernels = kernels
-        self.sessions = sessions
-        self.retry_backoff = retry_backoff
-        self.pool = pool
+    kernels = Instance(KernelService, help="Starts, connects to and shuts down kernels.")
+    sessions = Instance(SessionManager, help="The sessions (idle ones are released on EMFILE).")
+    pool = Instance(KernelPool, allow_none=True, help="Warm kernels, released first on EMFILE.")
+    retry_backoff = Float(
+        1.0,
+        help="Seconds to wait before the single retry of a kernel creation that failed with HTTP >= 500 "
+        "(a remote gateway's error, 503 unreachable, 599 timeout).",
+    ).tag(config=True)
+
+    @validate("retry_backoff")
+    def _valid_backoff(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
 
     async def launch(
         self, session: KernelSession, kernel_name: str, cwd: str

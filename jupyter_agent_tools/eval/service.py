@@ -23,7 +23,7 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least, in_range
 from .connection import KernelConnection
 from .executor import CellExecution, ExecutionLimits, run_cell
 from .kernels import KernelService
@@ -100,16 +100,42 @@ class EvalService(Service):
     recovery = Instance(
         KernelRecovery, help="Restarts dead or wedged kernels (default: one over kernels, sessions)."
     )
-    max_output_bytes = Int(50 * 1024, help="Bytes of output kept visible per cell.")
+    max_output_bytes = Int(
+        50 * 1024,
+        help="Bytes of output kept visible per cell; past it the tail is kept and the full output is "
+        "spilled to an artifact.",
+    ).tag(config=True)
     interrupt_grace = Float(
-        5.0, help="Seconds a kernel may take to settle after an interrupt before a restart."
-    )
-    max_cells = Int(100, help="Most cells in one eval request.")
+        5.0,
+        help="Seconds to wait for a kernel to settle after an interrupt (timeout or cancel) before the "
+        "kernel is restarted.",
+    ).tag(config=True)
+    max_cells = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
     liveness_interval = Float(
-        1.0, help="Seconds of kernel silence after which a running execution checks it."
+        1.0,
+        help="Seconds without kernel messages after which a running execution checks that its kernel "
+        "is still alive.",
+    ).tag(config=True)
+    init_timeout = Float(
+        60.0,
+        help="Seconds the silent init step (cwd, env, sys.path) may take on a new kernel before the call "
+        "goes on without it (it is tried again on the next call).",
+    ).tag(config=True)
+    max_display_bytes = Int(
+        2 * 1024 * 1024,
+        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
+        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
+        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
+    ).tag(config=True)
+    max_html_convert_bytes = Int(
+        128 * 1024,
+        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
+        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
+        "Converting runs at about 200 KB/s, off the event loop.",
+    ).tag(config=True)
+    output_limits = Instance(
+        OutputLimits, help="Bounds of display data and HTML conversion (default: the two settings above)."
     )
-    init_timeout = Float(60.0, help="Seconds the silent init step may take on a new kernel.")
-    output_limits = Instance(OutputLimits, args=(), help="Bounds of display data and HTML conversion.")
     audit = Instance(Audit, help="Records every call (default: the session manager's).")
 
     @default("audit")
@@ -130,29 +156,27 @@ class EvalService(Service):
     def _valid_positive(self, proposal: Any) -> float:
         return float(at_least(proposal, 0, strict=True))
 
+    @validate("max_display_bytes")
+    def _valid_display(self, proposal: Any) -> int:
+        return in_range(proposal, 0, 1024**3)
+
+    @validate("max_html_convert_bytes")
+    def _valid_html(self, proposal: Any) -> int:
+        return in_range(proposal, 1024, 16 * 1024 * 1024)
+
+    @default("output_limits")
+    def _default_output_limits(self) -> OutputLimits:
+        return OutputLimits(
+            display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
+        )
+
     @default("recovery")
     def _default_recovery(self) -> KernelRecovery:
-        return KernelRecovery(self.kernels, self.sessions, pool=self.pool)
+        return KernelRecovery(kernels=self.kernels, sessions=self.sessions, pool=self.pool, parent=self)
 
     @default("pool")
     def _default_pool(self) -> KernelPool:
-        return KernelPool(self.kernels, size=0, parent=self)
-
-    def __init__(
-        self,
-        sessions: SessionManager | None = None,
-        kernels: KernelService | None = None,
-        artifacts: ArtifactStore | None = None,
-        contents_manager: Any = None,
-        **kwargs: Any,
-    ):
-        kwargs = given(
-            kwargs, sessions=sessions, kernels=kernels, artifacts=artifacts, contents_manager=contents_manager
-        )
-        for key in ("recovery", "output_limits"):
-            if kwargs.get(key, 0) is None:  # the old signature's "use the default"
-                del kwargs[key]
-        super().__init__(**kwargs)
+        return KernelPool(kernels=self.kernels, size=0, parent=self)
 
     def list_sessions(self) -> list[dict[str, Any]]:
         return self.sessions.describe_all()

@@ -24,7 +24,7 @@ from ..artifacts import ArtifactStore
 from ..audit import NO_AUDIT, Audit, current_user, set_user
 from ..audit import metrics as audit_metrics
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, Unavailable
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least
 from .kernels import KernelService
 from .session import KernelSession
 
@@ -49,12 +49,22 @@ class SessionManager(Service):
 
     kernels = Instance(KernelService, help="Starts, checks and shuts down the sessions' kernels.")
     artifacts = Instance(ArtifactStore, help="Where the sessions' spilled outputs live.")
-    max_sessions = Int(4, help="Most named sessions (kernels) at once.")
+    max_sessions = Int(
+        4,
+        help="Most named eval sessions (kernels) at once. A new session evicts the least recently used "
+        "idle one; when all are busy the request answers 503 with Retry-After.",
+    ).tag(config=True)
     idle_timeout = Float(
-        300.0, help="Seconds a session may stay unused before the sweep shuts it down (0: never)."
-    )
-    cleanup_interval = Float(30.0, help="Seconds between sweeps (0: no sweep).")
-    heartbeat_interval = Float(5.0, help="Seconds between liveness checks of idle kernels (0: no heartbeat).")
+        300.0, help="Seconds a session may stay unused before the sweep shuts its kernel down (0: never)."
+    ).tag(config=True)
+    cleanup_interval = Float(
+        30.0, help="Seconds between sweeps for idle and dead sessions and expired artifacts (0: no sweep)."
+    ).tag(config=True)
+    heartbeat_interval = Float(
+        5.0,
+        help="Seconds between liveness checks of each idle session's kernel; a dead kernel is cleaned up "
+        "and restarted on the session's next call (0: no heartbeat).",
+    ).tag(config=True)
     audit = Instance(Audit, help="Records lifecycle steps and recoveries (audit events and metrics).")
 
     @default("audit")
@@ -69,15 +79,8 @@ class SessionManager(Service):
     def _valid_seconds(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-    def __init__(
-        self,
-        kernels: KernelService | None = None,
-        artifacts: ArtifactStore | None = None,
-        *,
-        log: Any = None,
-        **kwargs: Any,
-    ):
-        super().__init__(**given(kwargs, kernels=kernels, artifacts=artifacts, log=log))
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
         self.per_call: dict[str, KernelSession] = {}
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels
@@ -168,7 +171,7 @@ class SessionManager(Service):
             else:
                 raise Unavailable(
                     f"All {self.max_sessions} agent sessions are busy; retry later, reuse a session, or "
-                    "raise c.AgentToolsApp.max_sessions",
+                    "raise c.SessionManager.max_sessions",
                     retry_after=RETRY_AFTER_BUSY_SESSIONS,
                 )
 

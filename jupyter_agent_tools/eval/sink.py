@@ -210,7 +210,7 @@ class OutputSink:
             notice = (
                 f"[Showing {shown} ({limit}). Incomplete: artifact://{spill.artifact_id} holds only the "
                 f"first {spill.kept} of {self._total_bytes} bytes (cut at the artifacts' cap, "
-                "artifacts_max_bytes)]\n"
+                "ArtifactStore.max_bytes)]\n"
             )
         elif spill.artifact_id is not None:
             notice = f"[Showing {shown} ({limit}). Full: artifact://{spill.artifact_id}]\n"

@@ -15,6 +15,7 @@ from ..errors import BadRequest
 from ..eval.notebook_run import NotebookRunner
 from ..notebook.reading import output_body, query_int, read_view, render_text
 from ..notebook.store import NotebookStore
+from ..schemas import is_create_request
 from .base import AgentAPIHandler
 from .eval import Emit, EvalHandler
 
@@ -56,6 +57,9 @@ class NotebookHandler(AgentAPIHandler):
     @authorized
     async def post(self, path: str) -> None:
         body = await self.json_body()
+        if is_create_request(body):
+            self.write_json(await self.store.create(path, body), 201)
+            return
         self.write_json(await self.store.edit(path, body))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-from ..openapi import openapi_document
+from ..api_document import openapi_document
 from .base import AgentAPIHandler
 
 # A path echoed in the message is cut here (a URL may be as long as the server's header limit).

@@ -1,4 +1,4 @@
-"""``/api/agent/sessions``: list, shut down and interrupt eval sessions; artifacts of their output."""
+"""``/api/agent/sessions``: list, shut down and interrupt eval sessions."""
 
 from __future__ import annotations
 
@@ -50,20 +50,3 @@ class SessionInterruptHandler(_EvalRoute):
     @authorized("execute")
     async def post(self, name: str) -> None:
         self.write_json(await self.service.interrupt_session(name))
-
-
-class ArtifactHandler(_EvalRoute):
-    """GET returns an artifact's full text (``read`` on ``kernels``)."""
-
-    route_name = "artifact"
-
-    @web.authenticated
-    @authorized("read")
-    async def get(self, artifact_id: str) -> None:
-        path = self.service.artifacts.path(artifact_id)
-        self.set_header("Content-Type", "text/plain; charset=utf-8")
-        with path.open("rb") as handle:
-            while chunk := handle.read(1 << 20):
-                self.write(chunk)
-                await self.flush()
-        self.finish()

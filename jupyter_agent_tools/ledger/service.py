@@ -41,7 +41,7 @@ from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_user, current_via
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least, in_range
 from .changes import PARTS, CellChange, Digest, NotebookChange, diff, dumps, merge, summarize
 from .since import Snapshot, attribute, compare, snapshot_of
 
@@ -206,10 +206,21 @@ class Ledger(Service):
     ``db_path``, ``max_changes_per_notebook``, ``max_bytes``.
     """
 
-    db_path = Unicode(help="The SQLite file ('': agent_tools_ledger.db in the Jupyter data directory).")
+    db_path = Unicode(
+        help="The SQLite file of the change ledger (every change the extension makes to a notebook, for "
+        "review and undo). Empty: agent_tools_ledger.db in the Jupyter data directory.",
+    ).tag(config=True)
+    max_changes_per_notebook = Int(
+        200,
+        help="Changes the ledger keeps per notebook; the oldest are pruned first. 0: the ledger records "
+        "nothing (no undo, no 'since').",
+    ).tag(config=True)
+    max_bytes = Int(
+        256 * MIB,
+        help="Bytes the ledger's database may take; past it the oldest changes (of any notebook) are pruned "
+        "first. At least 262144 (256 KiB).",
+    ).tag(config=True)
     audit = Instance(Audit, help="Told each recorded change (the ledger_change audit event).")
-    max_changes_per_notebook = Int(200, help="Changes kept per notebook, the oldest pruned first (0: off).")
-    max_bytes = Int(256 * MIB, help="Bytes the database may take, the oldest changes pruned first.")
 
     @default("audit")
     def _default_audit(self) -> Audit:
@@ -227,10 +238,14 @@ class Ledger(Service):
 
     @validate("max_bytes")
     def _valid_max_bytes(self, proposal: Any) -> int:
-        return int(at_least(proposal, MIN_BYTES))
+        return in_range(proposal, MIN_BYTES, 1024**4)
 
-    def __init__(self, db_path: str | None = None, **kwargs: Any):
-        super().__init__(**given(kwargs, db_path=db_path))
+    @validate("db_path")
+    def _valid_db_path(self, proposal: Any) -> str:
+        return str(proposal["value"]) or self._default_db_path()
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-ledger")
         self._conn: sqlite3.Connection | None = None  # the worker thread's own
         self._failing: str | None = None  # what failed last (logged once until it works again)
@@ -484,6 +499,8 @@ class Ledger(Service):
             not_undoable = "some of its writes could not be recorded"
         if kind == "upgrade":
             not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
+        if kind == "create":
+            not_undoable = "it created the notebook (delete the file to undo it)"
         conn = self._db()
         self._make_room(conn, size)  # first: the files never grow past max_bytes
         now = time.time()

@@ -36,6 +36,7 @@ from .jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    RESOURCE_NOT_FOUND,
     UNSUPPORTED_PROTOCOL_VERSION,
     Message,
     RequestId,
@@ -46,6 +47,7 @@ from .jsonrpc import (
     parse_message,
     result_message,
 )
+from .resources import TEMPLATES, ResourceNotFound, list_resources, read_resource
 from .tools import TOOLS, Services, Tool, ToolCall, ToolResult
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
@@ -58,6 +60,8 @@ SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 SESSION_HEADER, VERSION_HEADER = "mcp-session-id", "mcp-protocol-version"
 METHOD_HEADER, NAME_HEADER = "mcp-method", "mcp-name"
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
+CAPABILITIES = {"tools": {"listChanged": False}, "resources": {"subscribe": False, "listChanged": False}}
 CACHE_TTL_MS = 5 * 60 * 1000  # tools/list and server/discover change only with the server's version
 MAX_SESSIONS = 1000  # legacy sessions kept; the least recently used goes first
 MAX_SESSIONS_PER_IDENTITY = 100  # of them, one identity's (mcp_max_sessions_per_identity)
@@ -290,6 +294,8 @@ class McpServer:
                 return Answer(200, result_message(msg.id, self._tools_list(msg, session.version, False)))
             if msg.method == "tools/call":
                 return self._tools_call(msg, request, session.version, session)
+            if msg.method in RESOURCE_METHODS:
+                return Answer(200, result_message(msg.id, await self._resources(msg, request)))
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
         except RpcError as e:  # a method's error is an ordinary JSON-RPC answer in this era
             return Answer(200, e.to_message())
@@ -328,6 +334,9 @@ class McpServer:
                 return Answer(200, result_message(msg.id, self._tools_list(msg, version, True)))
             if msg.method == "tools/call":
                 return self._tools_call(msg, request, version, None)
+            if msg.method in RESOURCE_METHODS:
+                result = self._modern_result(await self._resources(msg, request))
+                return Answer(200, result_message(msg.id, result))
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
         except RpcError as e:
             return Answer(MODERN_STATUS.get(e.code, 200), e.to_message())
@@ -475,7 +484,7 @@ class McpServer:
         session = self._open_session(request.user, version)
         result = {
             "protocolVersion": version,
-            "capabilities": {"tools": {"listChanged": False}},
+            "capabilities": CAPABILITIES,
             "serverInfo": self._server_info(version),
             "instructions": INSTRUCTIONS,
         }
@@ -485,7 +494,7 @@ class McpServer:
         return self._modern_result(
             {
                 "supportedVersions": list(reversed(VERSIONS)),
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "resources": {}},
                 "instructions": INSTRUCTIONS,
                 "ttlMs": CACHE_TTL_MS,
                 "cacheScope": "private",
@@ -520,6 +529,40 @@ class McpServer:
             if tool.output_schema is not None:
                 out["outputSchema"] = tool.output_schema
         return out
+
+    async def _resources(self, msg: Message, request: HttpRequest) -> dict[str, Any]:
+        """``resources/list``, ``resources/read``, ``resources/templates/list`` (see :mod:`.resources`):
+        reading notebooks, so the caller needs ``read`` on ``contents`` as the notebook_read tool does."""
+        if msg.method == "resources/templates/list":
+            return {"resourceTemplates": TEMPLATES}
+        try:
+            allowed = await request.authorize("read", "contents")
+        except AgentToolsError as e:
+            raise RpcError(INVALID_REQUEST, f"Permission denied: {e.message}", id=msg.id) from None
+        if not allowed:
+            raise RpcError(
+                INVALID_REQUEST,
+                "Permission denied: User is not authorized to read on resource: contents (resources are "
+                "notebooks); nothing was read.",
+                id=msg.id,
+            )
+        try:
+            if msg.method == "resources/list":
+                cursor = msg.params.get("cursor")
+                if cursor is not None and not isinstance(cursor, str):
+                    raise RpcError(INVALID_PARAMS, "Invalid params: 'cursor' must be a string", id=msg.id)
+                return await list_resources(self.services, cursor)
+            uri = msg.params.get("uri")
+            if not isinstance(uri, str):
+                raise RpcError(INVALID_PARAMS, "Invalid params: 'uri' must be a string", id=msg.id)
+            return await read_resource(self.services, uri)
+        except ResourceNotFound as e:
+            raise RpcError(RESOURCE_NOT_FOUND, e.message, data={"uri": e.uri}, id=msg.id) from None
+        except AgentToolsError as e:
+            if e.status == 404:
+                uri = str(msg.params.get("uri", ""))[:200]
+                raise RpcError(RESOURCE_NOT_FOUND, e.message, data={"uri": uri}, id=msg.id) from None
+            raise RpcError(INVALID_PARAMS, e.message, id=msg.id) from None
 
     def _tools_call(
         self, msg: Message, request: HttpRequest, version: str, session: LegacySession | None

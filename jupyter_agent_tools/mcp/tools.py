@@ -17,15 +17,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BadRequest
+from ..files import MAX_DEPTH as MAX_FILE_DEPTH
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
 from ..ledger.text import change_text, changes_text
 from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_body, read_view, render_text
-from ..notebook.summary import base64_size, human_size, is_textual, joined_text
-from ..schemas import ACTIONS, CELL_TYPES
+from ..notebook.summary import base64_size, data_size, is_textual, joined_text
+from ..schemas import ACTIONS, CELL_TYPES, is_create_request
+from ..text import human_size
 from ..validation import json_type, short_repr
-from .schemas import component, portable, without_image_data, without_null
-from .schemas import field as schema_field
+from .tool_schemas import component, portable, without_image_data, without_null
+from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
     from ..eval.notebook_run import NotebookRunner
@@ -121,13 +123,6 @@ def options(
 # -------------------------------------------------------------------------------------------- images
 
 
-def _decoded_size(mime: str, data: str) -> int:
-    if mime == "image/svg+xml":
-        return len(data.encode("utf-8"))
-    compact = data.rstrip()
-    return max(0, len(compact) * 3 // 4 - (len(compact) - len(compact.rstrip("="))))
-
-
 def _take_image(mime: str, data: str, size: int, include: bool, images: list[Image]) -> str:
     """Attach an image when asked and possible; the placeholder text that says what happened."""
     what = f"{mime} image, {human_size(size)}"
@@ -170,7 +165,7 @@ async def _eval(call: ToolCall) -> ToolResult:
         for display in cell.get("displays", []):
             if display.get("type") == "image" and "data" in display:  # (a placeholder has no data)
                 mime, data = str(display.get("mime")), str(display.get("data") or "")
-                size = _decoded_size(mime, data)
+                size = data_size(mime, data)
                 placeholder = _take_image(mime, data, size, own["include_images"], images)
                 notes.append(f"cell {cell.get('index', 0) + 1}: {placeholder}")
                 display = {"type": "image", "mime": mime, "bytes": size}
@@ -306,7 +301,12 @@ async def _notebook_output_read(call: ToolCall) -> ToolResult:
 
 async def _notebook_edit(call: ToolCall) -> ToolResult:
     own, body = options(call.arguments, {"path": ("string", REQUIRED)}, rest=True)
-    answer = await call.services.notebook_store.edit(own["path"], body)
+    store = call.services.notebook_store
+    if is_create_request(body):
+        created = await store.create(own["path"], body)
+        text = render_text(created, output_tool="notebook_output_read")
+        return ToolResult(f"{created['message']}\n{text}", created)
+    answer = await store.edit(own["path"], body)
     messages = [result["message"] for result in answer.get("results", [])] or [answer["message"]]
     if "upgraded_from" in answer:
         messages.append(f"Upgraded the file from nbformat {answer['upgraded_from']} to 4.5.")
@@ -323,9 +323,10 @@ def _notebook_edit_input() -> dict[str, Any]:
             "path": NOTEBOOK_PATH,
             "action": {
                 "type": "string",
-                "enum": list(ACTIONS),
+                "enum": [*ACTIONS, "create"],
                 "description": "One operation: edit (replace a cell's source, outputs kept), insert, delete, "
-                "move, or clear_outputs (one cell, or all: true). Leave out when sending 'ops'.",
+                "move, clear_outputs (one cell, or all: true), replace (old -> new in a cell), or create "
+                "(a new notebook). Leave out when sending 'ops'.",
             },
             "cell_index": {
                 "type": "integer",
@@ -342,7 +343,16 @@ def _notebook_edit_input() -> dict[str, Any]:
                 "description": "insert: the new cell's type (default code); edit: convert the cell to it.",
             },
             "to_index": schema_field("MoveRequest", "to_index"),
-            "all": schema_field("ClearOutputsRequest", "all"),
+            "all": {"type": "boolean", "description": "clear_outputs: every cell; replace: every match."},
+            "old": {"type": "string", "description": "replace: exact text, matching once unless all."},
+            "new": {"type": "string"},
+            "cells": {
+                "type": "array",
+                "items": {"type": "object", "required": ["source"]},
+                "description": "create: [{cell_type, source}].",
+            },
+            "kernel_name": {"type": "string", "description": "create: default the server's."},
+            "parents": {"type": "boolean", "description": "create: make missing folders."},
             "ops": {
                 # each op's fields are the ones above: the items are not spelled out a second time (the
                 # route's validator checks each op and names what is wrong)
@@ -351,11 +361,12 @@ def _notebook_edit_input() -> dict[str, Any]:
                 "minItems": 1,
                 "description": "Several operations applied in order, all or none (one save). Each is an "
                 "object with the fields above: action, cell_index or cell_id, content, cell_type, to_index, "
-                "all.",
+                "all, old, new.",
             },
             "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
-            "upgrade": schema_field("NotebookBatchRequest", "upgrade"),
-            "repair": schema_field("NotebookBatchRequest", "repair"),
+            # (the tool's description says when each is needed; the route's schema has the long story)
+            "upgrade": {"type": "boolean", "description": "Write an nbformat 3 file converted to 4.5."},
+            "repair": {"type": "boolean", "description": "Apply nbformat's repairs first (listed)."},
         },
         "required": ["path"],
         "additionalProperties": False,
@@ -399,16 +410,6 @@ async def _session_delete(call: ToolCall) -> ToolResult:
     return ToolResult(f"Session {own['name']!r} and its kernel were shut down; its artifacts are removed.")
 
 
-def _utf8_boundary(data: bytes) -> int:
-    """Length of the longest prefix of ``data`` that does not end inside a UTF-8 character."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # a character's first byte
-            need = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
-            return len(data) if back >= need else len(data) - back
-    return len(data)
-
-
 async def _artifact_read(call: ToolCall) -> ToolResult:
     own, _ = options(
         call.arguments,
@@ -417,15 +418,8 @@ async def _artifact_read(call: ToolCall) -> ToolResult:
     if own["offset"] < 0:
         raise BadRequest("'offset' must be at least 0")
     limit = min(max(own["limit"], MIN_ARTIFACT_PAGE), MAX_ARTIFACT_PAGE)
-    data, total = call.services.eval_service.artifacts.read_range(own["id"], own["offset"], limit)
-    start = 0
-    while start < min(3, len(data)) and data[start] & 0xC0 == 0x80:
-        start += 1  # an offset inside a character: begin at the next one
-    offset = min(own["offset"], total) + start
-    data = data[start:]
-    end = len(data) if offset + len(data) >= total else _utf8_boundary(data)
-    text = data[:end].decode("utf-8", errors="replace")
-    next_offset = offset + end if offset + end < total else None
+    page = call.services.eval_service.artifacts.read_text_page(own["id"], own["offset"], limit)
+    offset, end, total, next_offset = page.offset, page.size, page.total, page.next_offset
     more = f"more: artifact_read with offset {next_offset}" if next_offset is not None else "end"
     answer = {
         "artifact_id": own["id"],
@@ -433,10 +427,10 @@ async def _artifact_read(call: ToolCall) -> ToolResult:
         "bytes": end,
         "total_bytes": total,
         "next_offset": next_offset,
-        "text": text,
+        "text": page.text,
     }
     return ToolResult(
-        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{text}", answer
+        f"[artifact {own['id']}: bytes {offset}-{offset + end} of {total}; {more}]\n{page.text}", answer
     )
 
 
@@ -457,43 +451,28 @@ ARTIFACT_OUTPUT = {
 async def _file_list(call: ToolCall) -> ToolResult:
     own, _ = options(
         call.arguments,
-        {"path": ("string", ""), "recursive": ("boolean", False), "limit": ("integer", 500)},
+        {
+            "path": ("string", ""),
+            "recursive": ("boolean", False),
+            "limit": ("integer", 500),
+            "glob": ("string", None),
+            "max_depth": ("integer", None),
+            "start": ("string", None),
+        },
     )
     manager = call.services.notebook_store.contents_manager
-    answer = await list_files(manager, own["path"], recursive=own["recursive"], limit=own["limit"])
+    answer = await list_files(manager, **own)
     lines = [f"{answer['path'] or '/'}: {len(answer['entries'])} entries"]
     for entry in answer["entries"]:
+        modified = str(entry["last_modified"] or "")[:19]
         if entry["type"] == "directory":
-            lines.append(f"{entry['path']}/")
+            lines.append(f"{entry['path']}/ {modified}")
         else:
             size = f", {human_size(entry['size'])}" if entry["size"] is not None else ""
-            lines.append(f"{entry['path']} ({entry['type']}{size})")
+            lines.append(f"{entry['path']} ({entry['type']}{size}) {modified}")
     if answer["truncated"]:
-        lines.append("(more entries exist: raise 'limit' or list a subdirectory)")
+        lines.append(f"(more: call again with start={answer['next_start']!r})")
     return ToolResult("\n".join(lines), answer)
-
-
-FILE_LIST_OUTPUT = {
-    "type": "object",
-    "properties": {
-        "path": {"type": "string"},
-        "entries": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "type": {"type": "string", "enum": ["notebook", "file", "directory"]},
-                    "size": {"type": ["integer", "null"]},
-                    "last_modified": {"type": ["string", "null"]},
-                },
-                "required": ["path", "type", "size", "last_modified"],
-            },
-        },
-        "truncated": {"type": "boolean"},
-    },
-    "required": ["path", "entries", "truncated"],
-}
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -631,16 +610,20 @@ _TOOLS: tuple[Tool, ...] = (
     Tool(
         name="notebook_edit",
         title="Edit a notebook",
-        description="Change a notebook cell by cell: edit a cell's source (outputs kept), insert, delete or "
-        "move cells. Send one operation (action plus cell_index or cell_id, content, cell_type, to_index) "
-        "or several as 'ops' (all applied or none). With expected_hash (from notebook_read) nothing changes "
+        description="Change a notebook cell by cell: edit a cell's source (outputs kept), replace text in "
+        "it, insert, delete or move cells; or create a notebook. Send one operation (action plus "
+        "cell_index or cell_id, content, cell_type, to_index) or several as 'ops' (all applied or none). "
+        "With expected_hash (from notebook_read) nothing changes "
         "if the notebook changed since. Works on the live document when the notebook is open in "
-        "JupyterLab. The file keeps its own JSON layout. An nbformat 3 file needs upgrade: true; a "
+        "JupyterLab. An nbformat 3 file needs upgrade: true; a "
         "notebook invalid as found (notebook_read lists its 'problems') needs repair: true. Returns what "
         "was done and the new hash.",
         permissions=(("write", "contents"),),
         input_schema=_notebook_edit_input(),
-        output_schema=component("NotebookChangeResult"),
+        output_schema={  # create answers as a read does
+            "type": "object",
+            "anyOf": [component("NotebookChangeResult"), component("NotebookCreated")],
+        },
         run=_notebook_edit,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     ),
@@ -713,19 +696,22 @@ _TOOLS: tuple[Tool, ...] = (
     Tool(
         name="file_list",
         title="List files",
-        description="List the notebooks, files and directories in a directory of the server (hidden files "
-        "excluded, as in JupyterLab's file browser), to find what to open. 'recursive' walks "
-        "subdirectories; at most 'limit' entries (default 500).",
+        description="Find notebooks and files: a folder's entries with sizes and modification times (hidden "
+        "files as JupyterLab shows them). 'recursive', 'glob' (e.g. '**/*.ipynb') or 'max_depth' walk "
+        "subfolders. At most 'limit' entries (default 500); next_start is the next page's 'start'.",
         permissions=(("read", "contents"),),
         input_schema=_object(
             {
-                "path": {"type": "string", "default": "", "description": "Directory relative to the root."},
+                "path": {"type": "string", "default": "", "description": "Folder relative to the root."},
                 "recursive": {"type": "boolean", "default": False},
+                "glob": {"type": "string"},
+                "max_depth": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_DEPTH},
+                "start": {"type": "string"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT, "default": 500},
             },
             [],
         ),
-        output_schema=FILE_LIST_OUTPUT,
+        output_schema=component("FileList"),
         run=_file_list,
         annotations=READ_ONLY,
     ),

@@ -235,3 +235,38 @@ def _sync_directory(directory: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def create_exclusive(target: str, data: bytes) -> bool:
+    """Create ``target`` holding ``data``, atomically: a reader sees no file or the whole file, and an
+    existing file is never replaced. False when ``target`` exists (nothing written).
+
+    The bytes go to a temporary file next to it (flushed to disk), which is then hard-linked to the name:
+    ``link`` fails if the name exists. Where the file system has no hard links, the file is created
+    with ``O_EXCL`` and written in place.
+    """
+    directory, name = os.path.split(target)
+    tmp = os.path.join(directory, f".~{name}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                raise
+            try:
+                with open(target, "xb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except FileExistsError:
+                return False
+    finally:
+        discard(tmp)
+    _sync_directory(directory)
+    return True

@@ -18,11 +18,15 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from traitlets import Callable as CallableTrait
+from traitlets import CaselessStrEnum, Float, validate
 
 from ..compat import live_outputs_factory, room_is_settled
 from ..errors import RETRY_AFTER_MOMENT, Conflict, Unavailable
+from ..traits import Service, at_least
 from .format import content_hash, join_source, serialize_notebook
 
 RTC_MODES = ("auto", "never")
@@ -293,21 +297,27 @@ class LiveNotebook:
         return value
 
 
-class LiveDocuments:
+class LiveDocuments(Service):
     """Finds the live document of a notebook through the server's settings; imports nothing."""
 
-    def __init__(
-        self,
-        settings: Callable[[], Mapping[str, Any]],
-        *,
-        mode: str = "auto",
-        log: logging.Logger | None = None,
-        ready_timeout: float = 10.0,
-    ):
-        self._settings = settings
-        self.mode = mode.lower()
-        self.log = log or logging.getLogger(__name__)
-        self.ready_timeout = ready_timeout
+    settings = CallableTrait(help="Returns the server's Tornado settings, where the rooms are found.")
+    mode = CaselessStrEnum(
+        RTC_MODES,
+        default_value="auto",
+        help="Where notebook edits go when real-time collaboration (jupyter-collaboration or "
+        "jupyter-server-documents) has the notebook open in a room. 'auto': into the room's live document, "
+        "so people see them at once and keep their unsaved work (the room autosaves the file); 'never': "
+        "always into the file, as without collaboration.",
+    ).tag(config=True)
+    ready_timeout = Float(
+        10.0,
+        help="Seconds a notebook read or edit waits for a collaborative room that is loading or reloading "
+        "the notebook from disk; past it the request answers 503 with Retry-After.",
+    ).tag(config=True)
+
+    @validate("ready_timeout")
+    def _valid_ready_timeout(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0, strict=True))
 
     async def open(self, path: str) -> LiveNotebook | None:
         """A read of the notebook's live document, or ``None`` when no room has it open.
@@ -316,7 +326,7 @@ class LiveDocuments:
         """
         if self.mode == "never":
             return None
-        settings = self._settings()
+        settings = self.settings()
         api = settings.get(_KEY_YDOC)
         file_ids = settings.get(_KEY_FILE_ID)
         if api is None or file_ids is None or not hasattr(api, "get_document"):

@@ -16,7 +16,9 @@ from ..validation import check, short_repr
 from .format import join_source, split_source
 from .validity import derive_cell_id, indexes
 
-OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index", "all")
+OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index", "all", "old", "new")
+# Matches a failed replace lists (the message and the error's ``matches``).
+MAX_LISTED_MATCHES = 20
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class CellOp:
     cell_type: str | None = None
     to_index: int | None = None
     all: bool = False
+    old: str | None = None  # replace: the exact text to find
+    new: str | None = None  # replace: what it becomes
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ def _op_from(raw: dict[str, Any]) -> CellOp:
         cell_type=raw.get("cell_type"),
         to_index=raw.get("to_index"),
         all=bool(raw.get("all", False)),
+        old=raw.get("old"),
+        new=raw.get("new"),
     )
 
 
@@ -291,6 +297,25 @@ class _Editor:
         )
         return OpOutcome(message, self._details(op, op.to_index, cell, fromIndex=index))
 
+    def _replace(self, op: CellOp, position: int) -> OpOutcome:
+        index = self._locate(op)
+        cell = self.cells[index]
+        assert op.old is not None and op.new is not None
+        source = join_source(cell.get("source", ""))
+        found = find_matches(source, op.old)
+        if not found or (len(found) > 1 and not op.all):
+            raise _replace_error(index, source, op.old, found)
+        cell = dict(cell)
+        cell["source"] = split_source(source.replace(op.old, op.new))
+        self.cells[index] = cell
+        n = len(found)
+        lines = ", ".join(str(line) for line in sorted({line for line, _ in found}))
+        message = (
+            f"Replaced {n} match{'es' if n > 1 else ''} in {cell.get('cell_type')} cell at index {index} "
+            f"(line{'s' if ',' in lines else ''} {lines}). Notebook has {_cells(len(self.cells))}."
+        )
+        return OpOutcome(message, self._details(op, index, cell, replacements=n))
+
     def _clear_outputs(self, op: CellOp, position: int) -> OpOutcome:
         if op.all:
             cleared = 0
@@ -312,6 +337,38 @@ class _Editor:
         return OpOutcome(message, self._details(op, index, cell))
 
 
+def find_matches(source: str, old: str) -> list[tuple[int, str]]:
+    """Where ``old`` occurs in ``source`` (non-overlapping, as ``str.replace`` replaces): each match's
+    1-based line and that line's text."""
+    found: list[tuple[int, str]] = []
+    lines = source.split("\n")
+    at = source.find(old)
+    while at >= 0:
+        line = source.count("\n", 0, at)
+        found.append((line + 1, lines[line]))
+        at = source.find(old, at + len(old))
+    return found
+
+
+def _replace_error(index: int, source: str, old: str, found: list[tuple[int, str]]) -> BadRequest:
+    """The 400 of a replace whose ``old`` matches no time, or several times without ``all``."""
+    if not found:
+        lines = source.count("\n") + 1 if source else 0
+        return BadRequest(
+            f"No match for 'old' {short_repr(old)} in cell {index} ({lines} lines; the text must match "
+            "exactly, whitespace and newlines included): nothing was replaced. Read the cell again",
+            extra={"matches": []},
+        )
+    listed = found[:MAX_LISTED_MATCHES]
+    where = "; ".join(f"line {line}: {short_repr(text)}" for line, text in listed)
+    more = f" (and {len(found) - len(listed)} more)" if len(found) > len(listed) else ""
+    return BadRequest(
+        f"'old' {short_repr(old)} matches {len(found)} times in cell {index}, at {where}{more}: nothing was "
+        "replaced. Make 'old' longer so that it matches once, or send \"all\": true to replace every match",
+        extra={"matches": [{"line": line, "text": text} for line, text in listed]},
+    )
+
+
 def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str, *, batch: bool = False) -> EditOutcome:
     """Apply ``ops`` in order to a copy of ``nb`` and return it with what each operation did.
 
@@ -326,6 +383,8 @@ def apply_ops(nb: dict[str, Any], ops: list[CellOp], id_seed: str, *, batch: boo
             outcomes.append(editor.apply(op, position))
         except BadRequest as e:
             if batch or len(ops) > 1:
-                raise BadRequest(f"ops[{position}]: {e.message} (no operation was applied)") from None
+                raise BadRequest(
+                    f"ops[{position}]: {e.message} (no operation was applied)", extra=e.extra
+                ) from None
             raise
     return EditOutcome(notebook=editor.nb, outcomes=outcomes)

@@ -32,8 +32,7 @@ from uuid import uuid4
 
 from ..artifacts import ArtifactOpener
 from ..eval.sink import Spill, compact_line
-from ..text import resolve_carriage_returns
-from .summary import human_size
+from ..text import human_size, resolve_carriage_returns
 
 SPLIT_MIMES = ("application/javascript", "image/svg+xml")  # nbformat splits these besides text/*
 TEXT_MIMES_TO_BOUND = ("text/plain", "text/html", "text/markdown", "text/latex")
@@ -104,7 +103,7 @@ def _head(text: str, nbytes: int) -> str:
 def _note(head: str, total: int, limit: str, artifact_id: str | None, kept: int | None = None) -> str:
     where = f" Full output: artifact {artifact_id}." if artifact_id else ""
     if artifact_id and kept is not None:
-        where = f" Artifact {artifact_id} holds only its first {kept} bytes (artifacts_max_bytes)."
+        where = f" Artifact {artifact_id} holds only its first {kept} bytes (ArtifactStore.max_bytes)."
     note = f"[Output truncated: showing {_nbytes(head)} of {total} bytes ({limit}).{where}]\n"
     return head + ("" if head.endswith("\n") or not head else "\n") + note
 
@@ -271,11 +270,11 @@ class CellOutputs:
             stream.spill.write_text(text, "replace")
             return
         room = self.max_text_bytes
-        limit = "max_run_output_bytes"
+        limit = "NotebookRunner.max_output_bytes_stored"
         if self.max_bytes:
             cell_room = self.max_bytes - (self._used - stream.kept) - NOTE_BYTES
             if cell_room < room:
-                room, limit = max(0, cell_room), "max_run_cell_bytes"
+                room, limit = max(0, cell_room), "NotebookRunner.max_cell_bytes_stored"
         if stream.kept + nbytes <= room:
             stream.parts.append(text)
             stream.kept += nbytes
@@ -331,7 +330,7 @@ class CellOutputs:
                 if spill.kept is not None:
                     spill.discard()  # the note would promise the whole output
                 head = _head(value, self.max_text_bytes)
-                data[mime] = _note(head, nbytes, "max_run_output_bytes", spill.artifact_id)
+                data[mime] = _note(head, nbytes, "NotebookRunner.max_output_bytes_stored", spill.artifact_id)
         return data
 
     def _update(self, content: dict[str, Any]) -> bool:
@@ -391,7 +390,7 @@ class CellOutputs:
         where = f"; it is in artifact {artifact_id}" if artifact_id else ""
         text = (
             f"[An update of this display ({human_size(nbytes)}) is not stored in the notebook: this cell's "
-            f"outputs reached max_run_cell_bytes{where}.]"
+            f"outputs reached NotebookRunner.max_cell_bytes_stored{where}.]"
         )
         return {"text/plain": text}
 
@@ -414,7 +413,8 @@ class CellOutputs:
         )
         text = (
             f"[Not stored in the notebook: {' and '.join(counts)} ({human_size(omitted['bytes'])}); this "
-            f"cell's outputs reached max_run_cell_bytes ({human_size(self.max_bytes)}). {where}]\n"
+            "cell's outputs reached NotebookRunner.max_cell_bytes_stored "
+            f"({human_size(self.max_bytes)}). {where}]\n"
         )
         return {
             "output_type": "display_data",

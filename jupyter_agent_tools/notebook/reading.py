@@ -17,8 +17,8 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from ..errors import BadRequest, NotFound
-from ..text import strip_ansi
-from .summary import Link, base64_size, human_size, is_textual, joined_text, summarize_cell
+from ..text import human_size, strip_ansi
+from .summary import Link, data_size, is_textual, joined_text, summarize_cell
 
 MAX_READ_LIMIT = 10_000  # cells in one page
 MAX_CELL_REFS = 1000  # cells named in one cell_ids
@@ -224,7 +224,7 @@ def _size(mime: str, value: Any) -> int | None:
     raw = joined_text(value)
     if raw is None:
         return None
-    return len(raw.encode()) if is_textual(mime) else base64_size(raw)
+    return data_size(mime, raw)
 
 
 # ---------------------------------------------------------------------------------------------- as text

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import posixpath
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -37,9 +38,11 @@ from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..ledger.service import ChangeGroup, Ledger, Recorded, check_hash
 from ..ledger.undo import conflicts, inverse
-from ..traits import Service, at_least, given
+from ..traits import Service, at_least
 from ..validation import check
 from . import disk
+from .create import new_notebook as build_notebook
+from .create import parse_create_request
 from .format import content_hash, parse_any_notebook, serialize_notebook
 from .layout import follow_source_style, render_edit
 from .live import LiveDocuments, LiveNotebook
@@ -162,20 +165,28 @@ class NotebookStore(Service):
     """Reads and edits notebooks through a jupyter_server contents manager.
 
     The application builds the class named by ``AgentToolsApp.notebook_store_class`` with
-    ``parent=app`` and every setting below as a keyword.
+    ``parent=app`` and its collaborators; the settings are ``c.NotebookStore.*``.
     """
 
     contents_manager = AnyTrait(help="The server's contents manager (reads and saves the files).")
     live = Instance(LiveDocuments, allow_none=True, help="Where notebooks open in RTC rooms are edited.")
     summary_max_chars = Int(
-        2000, help="Characters of each text output shown when a notebook is read (0 or less: no limit)."
-    )
-    max_ops = Int(1000, help="Most cell operations accepted in one batch edit.")
+        2000,
+        help="Characters of each text output (stream, result, traceback) shown when an agent reads a "
+        "notebook; longer text is cut with a note. 0 means no limit.",
+    ).tag(config=True)
+    max_ops = Int(1000, help="Most cell operations accepted in one batch edit request.").tag(config=True)
     busy_timeout = Float(
-        3.0, help="Seconds to wait for a file that another writer is in the middle of writing."
-    )
+        3.0,
+        help="Seconds a notebook read or edit waits for a file that another writer (JupyterLab saving "
+        "through /api/contents, an editor) is in the middle of writing; past it the request answers 503 "
+        "with Retry-After. Reads never treat such a file as corrupt.",
+    ).tag(config=True)
     audit = Instance(Audit, help="Records every change (audit event and metrics).")
     ledger = Instance(Ledger, allow_none=True, help="Records every change for review and undo (None: off).")
+    kernel_spec_manager = AnyTrait(
+        None, allow_none=True, help="The server's kernelspec manager: a new notebook's kernelspec."
+    )
 
     @default("audit")
     def _default_audit(self) -> Audit:
@@ -189,8 +200,8 @@ class NotebookStore(Service):
     def _valid_busy_timeout(self, proposal: Any) -> float:
         return float(at_least(proposal, 0))
 
-    def __init__(self, contents_manager: Any = None, *, log: Any = None, **kwargs: Any):
-        super().__init__(**given(kwargs, contents_manager=contents_manager, log=log))
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._swept: set[str] = set()  # files whose leftovers of killed saves were looked for
         # Hashes of texts this store wrote in nbformat's own layout (bounded): editing such a text again
@@ -412,7 +423,8 @@ class NotebookStore(Service):
             if writable and self._escapes_root(path):
                 raise AgentToolsError(
                     f"Refusing to run {path}: it resolves outside the server's root (it is a link to a file "
-                    "outside it), and a run writes its outputs into the notebook; nothing was run", 403
+                    "outside it), and a run writes its outputs into the notebook; nothing was run",
+                    403,
                 )
             async with self._lock(path):
                 loaded = await self._open(path)
@@ -460,6 +472,128 @@ class NotebookStore(Service):
                 answer["message"] += f" Repaired {len(repairs)} problem(s) found in the notebook first."
         answer.update(_recorded_fields(notes))
         return answer
+
+    async def create(self, path: str, body: Any) -> dict[str, Any]:
+        """Create the notebook ``path`` (``{"action": "create", "cells", "kernel_name", "parents"}``):
+        nbformat 4.5 in nbformat's layout with the kernelspec set, created atomically and never over an
+        existing file (409). Audited and recorded as a ``create`` change. Returns the read answer."""
+        request = parse_create_request(body, self.max_ops)
+        with path_errors(path.strip("/")):
+            path = await self._check_path(path)
+            if any(part in ("", ".", "..") for part in path.split("/")):
+                raise BadRequest(f"A new notebook's path cannot have empty, '.' or '..' parts: {shown(path)}")
+            kernelspec = await self._kernelspec(request.kernel_name)
+            notebook = build_notebook(path, request.cells, kernelspec)
+            validate_notebook(notebook, path)
+            text = serialize_notebook(notebook)
+            async with self._lock(path):
+                if self._escapes_root(path):  # (before any folder is made)
+                    raise AgentToolsError(
+                        f"Refusing to create {path}: its folder links to a folder outside the server root",
+                        403,
+                    )
+                await self._make_parents(path, request.parents)
+                new_hash = await self._create_file(path, text)
+        _remember(self._nbformat_layout, new_hash, None, NBFORMAT_LAYOUT_MEMORY)
+        empty = {**notebook, "cells": []}
+        self.audit.notebook_changed(
+            path=path,
+            actions=["create"],
+            before=empty,
+            after=notebook,
+            hash_before="",
+            hash_after=new_hash,
+            live=False,
+        )
+        notes: dict[str, Any] = {}
+        if self.ledger is not None:
+            recorded = await self.ledger.record(path, empty, notebook, "", new_hash, kind="create")
+            if recorded is not None:
+                notes["ledger"] = recorded
+        answer = read_notebook(notebook, path, new_hash, self.summary_max_chars, ReadView())
+        n = len(notebook["cells"])
+        answer["message"] = (
+            f"Created {path} with {n} cell{'' if n == 1 else 's'} (kernel {kernelspec['name']})."
+        )
+        answer.update(_recorded_fields(notes))
+        return answer
+
+    async def _kernelspec(self, name: str | None) -> dict[str, str]:
+        """``{name, display_name, language}`` of kernelspec ``name`` (None: the default) as the server's
+        kernelspec manager describes it; 400 naming the installed ones when it has no such kernelspec."""
+        ksm = self.kernel_spec_manager
+        default = str(getattr(ksm, "default_kernel_name", None) or "python3")
+        name = name or default
+        if ksm is None:
+            return {"name": name, "display_name": name, "language": "python" if name == default else ""}
+        specs = await ensure_async(ksm.get_all_specs())
+        found = specs.get(name) if isinstance(specs, dict) else None
+        if not isinstance(found, dict):
+            installed = ", ".join(sorted(specs)) if isinstance(specs, dict) else ""
+            raise BadRequest(f"No such kernel: {name[:100]!r} (installed: {installed or 'none'})")
+        raw = found.get("spec")
+        spec: dict[str, Any] = raw if isinstance(raw, dict) else found
+        return {
+            "name": name,
+            "display_name": str(spec.get("display_name") or name),
+            "language": str(spec.get("language") or ""),
+        }
+
+    async def _make_parents(self, path: str, parents: bool) -> None:
+        """Make sure the folder of ``path`` exists: 404 when it does not, unless ``parents`` (then each
+        missing folder is made through the contents manager, each inside the caller's paths)."""
+        cm = self.contents_manager
+        folder = posixpath.dirname(path)
+        if not folder or await ensure_async(cm.dir_exists(folder)):
+            return
+        if not parents:
+            raise NotFound(f'Folder not found: {shown(folder)} (send "parents": true to create it)')
+        parts = folder.split("/")
+        for depth in range(1, len(parts) + 1):
+            sub = "/".join(parts[:depth])
+            if await ensure_async(cm.dir_exists(sub)):
+                continue
+            if not path_allowed(sub, getattr(cm, "root_dir", None)):
+                raise NotFound(f"Folder not found: {shown(sub)}")
+            if await ensure_async(cm.file_exists(sub)):
+                raise Conflict(f"Cannot create folder {shown(sub)}: a file has that name")
+            try:
+                await ensure_async(cm.save({"type": "directory"}, sub))
+            except HTTPError as e:
+                if e.status_code < 500:
+                    raise AgentToolsError(e.log_message or f"Cannot create {sub}", e.status_code) from e
+                raise
+
+    async def _create_file(self, path: str, text: str) -> str:
+        """Write a new file (409 if ``path`` exists): atomically, and never over another file, on a local
+        disk; through the contents manager otherwise. Returns the hash of the bytes written."""
+        cm = self.contents_manager
+        exists = Conflict(f"Notebook already exists: {path} (read it, or edit it; nothing was written)")
+        if await ensure_async(cm.exists(path)):
+            raise exists
+        model: dict[str, Any] = {"type": "file", "format": "text", "content": text}
+        os_path = self._os_path(path)
+        if os_path is None:
+            try:
+                await ensure_async(cm.save(model, path))
+            except HTTPError as e:
+                if e.status_code < 500:
+                    raise AgentToolsError(e.log_message or f"Cannot save {path}", e.status_code) from e
+                raise
+            return content_hash(text.encode("utf-8"))
+        cm.run_pre_save_hooks(model=model, path=path)
+        content = model.get("content")
+        if not isinstance(content, str):
+            raise AgentToolsError(f"A pre-save hook left no text to save for {path}", 500)
+        data = content.encode("utf-8")
+        if not await asyncio.to_thread(disk.create_exclusive, os_path, data):
+            raise exists
+        saved = await ensure_async(cm.get(path, content=False))
+        cm.run_post_save_hooks(model=saved, os_path=os_path)
+        emit = getattr(cm, "emit", None)
+        if callable(emit):
+            emit(data={"action": "save", "path": path})
+        return content_hash(data)
 
     async def change(
         self,
@@ -720,6 +854,8 @@ def change_kind(actions: Sequence[str]) -> str:
     """What kind of change a write with these actions is, as the ledger lists it."""
     if "undo" in actions:
         return "undo"
+    if "create" in actions:
+        return "create"
     if any(a.startswith("run_") for a in actions):
         return "run"
     if "upgrade" in actions:

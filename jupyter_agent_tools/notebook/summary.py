@@ -53,20 +53,14 @@ def base64_size(data: str) -> int:
     return max(0, compact * 3 // 4 - (len(stripped) - len(stripped.rstrip("="))))
 
 
+def data_size(mime: str, data: str) -> int:
+    """Bytes an output's ``data`` for ``mime`` stands for: UTF-8 text as it is, anything else base64."""
+    return len(data.encode("utf-8", "replace")) if is_textual(mime) else base64_size(data)
+
+
 def _binary_size(data: Any) -> int:
     raw = joined_text(data)
     return 0 if raw is None else base64_size(raw)
-
-
-def human_size(size: int | None) -> str:
-    """``size`` bytes for a person or a model: 512 bytes, 1.5 KB, 2.0 MB."""
-    if size is None:
-        return "size unknown"
-    if size < 1024:
-        return f"{size} bytes"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.1f} KB"
-    return f"{size / 1024 / 1024:.1f} MB"
 
 
 def _plain(value: Any) -> Any:

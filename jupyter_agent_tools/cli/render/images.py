@@ -9,6 +9,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from ...text import human_size
+
 EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/svg+xml": ".svg"}
 
 
@@ -33,14 +35,6 @@ def _dimensions(mime: str, data: bytes) -> tuple[int, int] | None:
         width, height = struct.unpack("<HH", data[6:10])
         return int(width), int(height)
     return None
-
-
-def human_size(size: int) -> str:
-    if size < 1024:
-        return f"{size} B"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.1f} KB"
-    return f"{size / (1024 * 1024):.1f} MB"
 
 
 def describe(display: dict[str, Any], saved: Path | None = None) -> str:

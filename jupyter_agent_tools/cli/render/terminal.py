@@ -21,8 +21,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ...client import AgentAPIError, EvalEvent
+from ...text import human_size
 from . import NotebookCall, RunPlan, stream_failure
-from .images import Saver, describe, human_size
+from .images import Saver, describe
 from .plain import SESSION_COLUMNS, PlainRenderer, output_lines, pool_line, session_cell
 
 COLLAPSED_LINES = 10  # source lines shown before "… n more lines" (--expand shows all)

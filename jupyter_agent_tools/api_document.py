@@ -12,6 +12,8 @@ import functools
 from typing import Any
 
 from . import __version__
+from .files import MAX_DEPTH, MAX_SCANNED
+from .files import MAX_LIMIT as MAX_FILE_LIMIT
 from .notebook.reading import FORMATS, INCLUDES, INLINE_MIMES, MAX_CELL_REFS, MAX_READ_LIMIT
 from .schemas import SCHEMAS, SESSION_NAME_PATTERN, ref
 
@@ -59,8 +61,8 @@ def _retry(description: str) -> dict[str, Any]:
 
 
 NOTEBOOK_BUSY = _retry(
-    "The notebook's collaborative room is still loading it (rtc_mode auto), or another writer (the contents "
-    "API, an editor) is in the middle of writing the file, which does not parse yet: retry."
+    "The notebook's collaborative room is still loading it (LiveDocuments.mode auto), or another writer "
+    "(the contents API, an editor) is in the middle of writing the file, which does not parse yet: retry."
 )
 FORBIDDEN = _error(
     "Not authenticated (no or wrong token; an expired or revoked agent token; a cookie request without its "
@@ -179,9 +181,14 @@ def _paths() -> dict[str, Any]:
             },
             "post": {
                 "operationId": "changeNotebook",
-                "summary": "Edit, insert, delete or move cells",
+                "summary": "Edit, insert, delete, move or replace text in cells; or create the notebook",
                 "description": "One operation, or a batch {ops: [...]} applied in order and atomically "
                 "(all or none, one save; on a local disk a temporary file renamed over the notebook). "
+                "replace changes exact text inside a cell: 'old' must match once, or every match with "
+                "all: true; otherwise 400 with 'matches' (each match's line in the cell). "
+                "{action: create} creates the notebook instead (201 with the read answer; 409 if the path "
+                "exists; 404 for a missing folder unless parents: true): nbformat 4.5 in nbformat's "
+                "layout, metadata.kernelspec from the kernelspec manager, never written over a file. "
                 "Deterministic: the same file and request give the same bytes. Edits of one notebook are "
                 "serialized, and the file is checked again just before it is replaced: a change by another "
                 "writer since the read is a 409 with expected_hash, else the edit is applied to it.",
@@ -190,13 +197,20 @@ def _paths() -> dict[str, Any]:
                 "requestBody": _body(ref("NotebookChangeRequest"), "One operation or a batch."),
                 "responses": {
                     "200": _json("What was done, and the new hash.", ref("NotebookChangeResult")),
+                    "201": _json("create: the new notebook, as a read answers it.", ref("NotebookCreated")),
                     "400": _error(
                         "The body is invalid, or an operation cannot apply (index out of range, unknown "
-                        "cell id...), or the result would not be a valid notebook. Nothing was changed."
+                        "cell id, a replace whose 'old' matches no time or several times without all...), "
+                        "or the result would not be a valid notebook; create: an unknown kernel_name. "
+                        "Nothing was changed."
                     ),
                     "403": FORBIDDEN,
-                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                    "404": _error(
+                        "No such notebook (also hidden and outside-root paths); create: its folder does not "
+                        "exist (send parents: true)."
+                    ),
                     "409": _error(
+                        "create: the path exists. "
                         "expected_hash does not match the file, also when another writer changed it while "
                         "the edit was being saved (or the live document changed during the edit); without "
                         "expected_hash, another writer kept changing it during every attempt. Read it "
@@ -282,15 +296,15 @@ def _paths() -> dict[str, Any]:
                 "description": "The kernel of the notebook's jupyter_server session (created as JupyterLab "
                 "would when there is none). Cells run in notebook order; their outputs are stored as "
                 "nbformat outputs (old ones cleared when a cell starts, saved when it ends), at most "
-                "max_run_cell_bytes per cell: past it one placeholder output says what was left out and "
-                "the artifact that holds it. Answers one "
+                "NotebookRunner.max_cell_bytes_stored per cell: past it one placeholder output says what was "
+                "left out and the artifact that holds it. Answers one "
                 f"JSON result, or with 'Accept: {NDJSON}' the eval event stream; closing it interrupts. "
                 "Images in the answer are {type, mime, bytes, url} (url: the output route); their base64 "
                 "only with include_images. A kernel death ends the run (restarted: true); nothing is "
                 "re-run. A cell that does not stop after the interrupt gets the kernel restarted in place "
                 "(same id; the output names the cell). A notebook deleted during the run still answers 200 "
                 "(outputs_error says its outputs could not be written). Kernels runs started are shut down "
-                "when unused (notebook_kernel_idle_timeout, max_notebook_kernels).",
+                "when unused (NotebookKernels.idle_timeout, NotebookKernels.max_kernels).",
                 "tags": ["notebooks"],
                 "x-authorization": [
                     {"resource": "contents", "action": "write"},
@@ -426,17 +440,33 @@ def _paths() -> dict[str, Any]:
                 "summary": "The full output of a truncated cell",
                 "tags": ["eval"],
                 "x-authorization": {"resource": "kernels", "action": "read"},
+                "parameters": [
+                    {
+                        "name": "Range",
+                        "in": "header",
+                        "required": False,
+                        "description": "One byte range (bytes=START-END, bytes=START-, bytes=-LAST): "
+                        "the answer is 206 with that part (a range may cut a UTF-8 character). Several "
+                        "ranges or another unit are ignored (the whole text, 200).",
+                        "schema": {"type": "string"},
+                    }
+                ],
                 "responses": {
                     "200": {
                         "description": "The full sanitized output text; for an omitted display its data "
                         "as text (base64, SVG, JSON); for cut HTML the whole HTML.",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
+                    "206": {
+                        "description": "The byte range asked for (Content-Range: bytes START-END/TOTAL).",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
                     "403": FORBIDDEN,
                     "404": _error(
                         "No such artifact (artifacts go with their session, expire, and the oldest go "
-                        "past artifacts_max_bytes)."
+                        "past ArtifactStore.max_bytes)."
                     ),
+                    "416": _error("The range starts past the artifact's end (Content-Range: bytes */TOTAL)."),
                 },
             },
         },
@@ -500,6 +530,7 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        **_files_paths(),
         "/api/agent/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",
@@ -511,6 +542,60 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+    }
+
+
+def _files_paths() -> dict[str, Any]:
+    """Finding files: the contents manager's listing, walked and filtered, a page at a time."""
+    return {
+        "/api/agent/files": {
+            "get": {
+                "operationId": "listFiles",
+                "summary": "Find notebooks and files under a folder (glob, depth, pages)",
+                "description": "The entries of a folder as the contents manager lists them (hidden files "
+                "only where allow_hidden, hide_globs applied, an agent token's paths only), with sizes "
+                "and modification times. With recursive, glob or max_depth, its subfolders too, "
+                "depth-first, each folder's entries by name. A page holds at most 'limit' entries and a "
+                f"call examines at most {MAX_SCANNED} entries: 'truncated' says more may exist, "
+                "'next_start' is the 'start' of the next page.",
+                "tags": ["files"],
+                "x-authorization": {"resource": "contents", "action": "read"},
+                "parameters": [
+                    _query("path", "The folder, relative to the root (default: root).", {"type": "string"}),
+                    _query(
+                        "glob",
+                        "Only paths (relative to 'path') matching it: * ? [...] within a name, ** for any "
+                        "number of folders, e.g. **/*.ipynb.",
+                        {"type": "string"},
+                    ),
+                    _query(
+                        "max_depth",
+                        f"Folder levels walked, 1 (the folder's own entries) to {MAX_DEPTH}; default: 1, "
+                        "or every level with recursive or a glob with **.",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_DEPTH},
+                    ),
+                    _query("recursive", "1, true, yes or on: walk every level.", {"type": "string"}),
+                    _query(
+                        "start",
+                        "The 'next_start' of the previous page (a path): this page begins after it.",
+                        {"type": "string"},
+                    ),
+                    _query(
+                        "limit",
+                        f"Most entries in the page (default 500), 1 to {MAX_FILE_LIMIT}.",
+                        {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT},
+                    ),
+                ],
+                "responses": {
+                    "200": _json("The entries of the page.", ref("FileList")),
+                    "400": _error(
+                        "A bad glob, max_depth, limit or start, 'path' with '.' or '..', or 'path' is a file."
+                    ),
+                    "403": FORBIDDEN,
+                    "404": _error("No such folder (also hidden ones, and outside an agent token's paths)."),
+                },
+            }
+        }
     }
 
 
@@ -542,7 +627,7 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                 "summary": "The changes the extension made to a notebook, newest first",
                 "description": "Every edit batch, notebook run (one entry per run), clear_outputs, upgrade, "
                 "repair and undo, with who asked (user, via), a short summary and the cells it touched "
-                "(without their bodies). Kept up to ledger_max_changes_per_notebook per notebook.",
+                "(without their bodies). Kept up to Ledger.max_changes_per_notebook per notebook.",
                 "tags": ["changes"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [
@@ -663,6 +748,7 @@ def _document() -> dict[str, Any]:
             {"name": "sessions", "description": "Eval sessions and their kernels."},
             {"name": "tokens", "description": "Agent tokens: scoped, revocable identities for agents."},
             {"name": "changes", "description": "The change ledger: review and undo what was changed."},
+            {"name": "files", "description": "Find notebooks and files."},
             {"name": "meta", "description": "The API contract."},
         ],
         "paths": _paths(),

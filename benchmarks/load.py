@@ -32,7 +32,7 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .server import Server, jupyter_server
+from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 NOTEBOOKS = ("shared-a.ipynb", "shared-b.ipynb")
 CONTENTS_NOTEBOOK = "saved-by-contents-api.ipynb"  # written through /api/contents, read through ours
@@ -210,7 +210,7 @@ def run_load(duration: float = 60.0, agents: int = 6, sessions: int = 3, seed: i
     """Start a server, run the agents for ``duration`` seconds, check every invariant."""
     report = LoadReport(duration=duration, agents=agents, sessions=sessions)
     with jupyter_server(
-        extra_args=[f"--AgentToolsApp.max_sessions={sessions}", "--AgentToolsApp.idle_timeout=0"]
+        extra_args=[f"--SessionManager.max_sessions={sessions}", "--SessionManager.idle_timeout=0"]
     ) as server:
         root: Path = server.root_dir
         for name in NOTEBOOKS:

@@ -1,0 +1,395 @@
+"""The one implementation of the client's calls, on ``httpx.AsyncClient``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import Any, Literal
+
+import httpx
+
+from . import calls
+from .calls import Call
+from .models import CellsArg, EditAnswer, EvalEvent, EvalResult, NotebookAnswer, Op
+
+
+class AsyncAgentClient:
+    """The client. ``url`` is the server's base URL (with its ``base_url``); ``token`` its token; ``client``
+    names the calling program (sent as ``X-Agent-Client``; ``cli`` is recorded as such in the change
+    ledger). Every method is awaited; streams are async iterators. :class:`AgentClient` is the same client
+    for code that does not run an event loop.
+
+    ``transport`` lets tests plug in an ``httpx`` transport (e.g. ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = calls.DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+        client: str | None = None,
+    ):
+        self.url, self.token = calls.base_url(url, token)
+        headers = calls.headers(self.token, client)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def __aenter__(self) -> AsyncAgentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _timeout(self, read: float | None) -> httpx.Timeout:
+        return httpx.Timeout(self._http.timeout.connect, read=read, write=read, pool=read)
+
+    async def _send(self, call: Call) -> httpx.Response:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                json=call.body,
+                params=call.params or None,
+                timeout=self._timeout(call.read_timeout),
+            )
+        except httpx.TransportError as e:
+            raise calls.transport_error(e, self.url) from e
+        if response.status_code >= 400:
+            raise calls.error_from(response, response.content)
+        return response
+
+    async def _json(self, call: Call) -> Any:
+        response = await self._send(call)
+        return response.json() if response.content else None
+
+    async def _events(self, call: Call, raise_on_error: bool) -> AsyncGenerator[EvalEvent, None]:
+        try:
+            async with self._http.stream(
+                call.method,
+                call.path,
+                json=call.body,
+                headers={"Accept": calls.NDJSON},
+                timeout=self._timeout(calls.STREAM_READ_TIMEOUT),
+            ) as response:
+                if response.status_code >= 400:
+                    raise calls.error_from(response, await response.aread())
+                async for line in response.aiter_lines():
+                    event = calls.decode_event(line)
+                    if event is None:
+                        continue
+                    if raise_on_error and event.get("type") == "error":
+                        raise calls.stream_failure(event, self.url)
+                    yield event
+        except httpx.TransportError as e:
+            raise calls.transport_error(e, self.url) from e
+
+    async def eval(
+        self,
+        cells: CellsArg,
+        *,
+        session: str | None = None,
+        mode: Literal["session", "per-call"] | None = None,
+        reset: bool | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_file: str | None = None,
+        kernel_name: str | None = None,
+    ) -> EvalResult:
+        """Run cells (a string is one cell) and return the JSON answer of ``POST /api/agent/eval``."""
+        call = calls.eval_call(
+            cells,
+            session=session,
+            mode=mode,
+            reset=reset,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            session_file=session_file,
+            kernel_name=kernel_name,
+        )
+        result: EvalResult = await self._json(call)
+        return result
+
+    def stream_eval(
+        self,
+        cells: CellsArg,
+        *,
+        session: str | None = None,
+        mode: Literal["session", "per-call"] | None = None,
+        reset: bool | None = None,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        session_file: str | None = None,
+        kernel_name: str | None = None,
+        raise_on_error: bool = True,
+    ) -> AsyncGenerator[EvalEvent, None]:
+        """Run cells and yield the NDJSON events as they come; the last is ``result`` (or ``error``).
+
+        An ``error`` event raises :class:`AgentAPIError` unless ``raise_on_error`` is false. Closing the
+        iterator early (``await it.aclose()``; with :class:`AgentClient`, ``.close()`` or leaving a
+        ``with contextlib.closing(...)``) closes the connection, which cancels the run and interrupts the
+        kernel.
+        """
+        call = calls.eval_call(
+            cells,
+            session=session,
+            mode=mode,
+            reset=reset,
+            timeout=timeout,
+            cwd=cwd,
+            env=env,
+            session_file=session_file,
+            kernel_name=kernel_name,
+        )
+        return self._events(call, raise_on_error)
+
+    async def read_notebook(
+        self,
+        path: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        cell_ids: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+        include_binary: bool = False,
+        since: str | None = None,
+    ) -> NotebookAnswer:
+        """``GET /api/agent/notebooks/{path}``: the notebook's cells (all, a page from ``start`` of at most
+        ``limit``, or the ``cell_ids``: ids or ``@index``), ``cell_count`` and its ``hash``; ``include``:
+        ``tags``, ``metadata``, ``attachments``; ``since`` (an earlier answer's hash): ``changes_since``."""
+        answer: NotebookAnswer = await self._json(
+            calls.read_call(
+                path,
+                include_binary=include_binary,
+                start=start,
+                limit=limit,
+                cell_ids=cell_ids,
+                include=include,
+                since=since,
+            )
+        )
+        return answer
+
+    async def read_notebook_text(
+        self,
+        path: str,
+        *,
+        start: int | None = None,
+        limit: int | None = None,
+        cell_ids: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+    ) -> str:
+        """The same read as compact plain text for a model's context (``format=text``)."""
+        return (
+            await self._send(
+                calls.read_call(path, text=True, start=start, limit=limit, cell_ids=cell_ids, include=include)
+            )
+        ).text
+
+    async def read_output(self, path: str, cell: str, n: int) -> dict[str, Any]:
+        """``GET .../cells/{cell}/outputs/{n}``: output ``n`` of cell ``cell`` (id or ``@index``) in full."""
+        answer: dict[str, Any] = await self._json(calls.output_call(path, cell, n, None))
+        return answer
+
+    async def read_output_data(self, path: str, cell: str, n: int, mime: str) -> bytes:
+        """One MIME type of that output as bytes (``?mime=``): an image's decoded bytes, a text's UTF-8."""
+        return (await self._send(calls.output_call(path, cell, n, mime))).content
+
+    async def edit_notebook(
+        self,
+        path: str,
+        ops: Op | Sequence[Op],
+        *,
+        expected_hash: str | None = None,
+        upgrade: bool = False,
+        repair: bool = False,
+    ) -> EditAnswer:
+        """``POST /api/agent/notebooks/{path}``: one operation (a mapping) or a batch (a sequence).
+
+        ``upgrade``: write an nbformat 3 file converted to nbformat 4.5; ``repair``: apply nbformat's
+        repairs to a notebook that is invalid as found (the answer's ``repairs`` lists them)."""
+        answer: EditAnswer = await self._json(calls.edit_call(path, ops, expected_hash, upgrade, repair))
+        return answer
+
+    async def run_notebook(
+        self,
+        path: str,
+        *,
+        cell_ids: Sequence[str] | None = None,
+        cell_indices: Sequence[int] | None = None,
+        all_cells: bool | None = None,
+        timeout: float | None = None,
+        stop_on_error: bool | None = None,
+        expected_hash: str | None = None,
+        include_images: bool | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/notebooks/{path}/run``: run the notebook's cells (all when none are named).
+
+        Images come as ``{type, mime, bytes, url}``; ``include_images`` adds their base64 (``data``)."""
+        call = calls.run_call(
+            path,
+            cell_ids=cell_ids,
+            cell_indices=cell_indices,
+            all_cells=all_cells,
+            timeout=timeout,
+            stop_on_error=stop_on_error,
+            expected_hash=expected_hash,
+            include_images=include_images,
+        )
+        return dict(await self._json(call))
+
+    def stream_run_notebook(
+        self,
+        path: str,
+        *,
+        cell_ids: Sequence[str] | None = None,
+        cell_indices: Sequence[int] | None = None,
+        all_cells: bool | None = None,
+        timeout: float | None = None,
+        stop_on_error: bool | None = None,
+        expected_hash: str | None = None,
+        include_images: bool | None = None,
+        raise_on_error: bool = True,
+    ) -> AsyncGenerator[EvalEvent, None]:
+        """Like :meth:`run_notebook`, as an NDJSON event stream (the events of :meth:`stream_eval`)."""
+        call = calls.run_call(
+            path,
+            cell_ids=cell_ids,
+            cell_indices=cell_indices,
+            all_cells=all_cells,
+            timeout=timeout,
+            stop_on_error=stop_on_error,
+            expected_hash=expected_hash,
+            include_images=include_images,
+        )
+        return self._events(call, raise_on_error)
+
+    async def sessions(self) -> dict[str, Any]:
+        """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}, "pool": {...}}``."""
+        return dict(await self._json(Call("GET", "api/agent/sessions")))
+
+    async def interrupt(self, name: str) -> dict[str, Any]:
+        """``POST /api/agent/sessions/{name}/interrupt``: cancel what the session runs."""
+        return dict(
+            await self._json(Call("POST", f"api/agent/sessions/{calls.quote_path(name)}/interrupt", {}))
+        )
+
+    async def delete_session(self, name: str) -> None:
+        """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down."""
+        await self._send(Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}"))
+
+    async def tokens(self) -> list[dict[str, Any]]:
+        """``GET /api/agent/tokens``: the agent tokens (never the tokens themselves), oldest first."""
+        return list((await self._json(Call("GET", "api/agent/tokens")))["tokens"])
+
+    async def create_token(
+        self,
+        name: str,
+        scopes: Sequence[str],
+        *,
+        paths: Sequence[str] | None = None,
+        expires_in: float | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/tokens``: a new agent token; its ``token`` is in this answer only."""
+        return dict(await self._json(calls.token_call(name, scopes, paths, expires_in)))
+
+    async def revoke_token(self, name: str) -> dict[str, Any]:
+        """``DELETE /api/agent/tokens/{name}``: revoke it (its record stays, as revoked)."""
+        return dict(await self._json(Call("DELETE", f"api/agent/tokens/{calls.quote_path(name)}")))
+
+    async def artifact(self, artifact_id: str) -> str:
+        """``GET /api/agent/artifacts/{id}``: the full output of a truncated cell."""
+        return "".join([piece async for piece in self.stream_artifact(artifact_id)])
+
+    async def stream_artifact(self, artifact_id: str) -> AsyncGenerator[str, None]:
+        """The artifact's text in pieces, without holding all of it in memory."""
+        path = f"api/agent/artifacts/{calls.quote_path(artifact_id)}"
+        try:
+            async with self._http.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    raise calls.error_from(response, await response.aread())
+                async for piece in response.aiter_text():
+                    yield piece
+        except httpx.TransportError as e:
+            raise calls.transport_error(e, self.url) from e
+
+    # -- the change ledger -----------------------------------------------------------------------------
+
+    async def notebook_changes(
+        self, path: str, *, limit: int | None = None, before: str | None = None
+    ) -> dict[str, Any]:
+        """``GET .../changes``: the notebook's recorded changes, newest first (``before``: older than that
+        change id; the answer's ``next_before`` pages on)."""
+        answer: dict[str, Any] = await self._json(calls.changes_call(path, limit, before))
+        return answer
+
+    async def notebook_change(self, path: str, change_id: str) -> dict[str, Any]:
+        """``GET .../changes/{id}``: one change with each cell's before and after and source diffs."""
+        answer: dict[str, Any] = await self._json(calls.change_call(path, change_id))
+        return answer
+
+    async def undo_change(
+        self, path: str, change_id: str, *, expected_hash: str | None = None
+    ) -> dict[str, Any]:
+        """``POST .../changes/{id}/undo``: undo one change (409 naming the cells changed since)."""
+        answer: dict[str, Any] = await self._json(calls.change_call(path, change_id, True, expected_hash))
+        return answer
+
+    async def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
+        """``GET /api/agent/changes``: every notebook's changes, newest first (``since``: an ISO time)."""
+        answer: dict[str, Any] = await self._json(calls.all_changes_call(since, limit))
+        return answer
+
+    # -- creating notebooks, finding files ---------------------------------------------------------------
+
+    async def create_notebook(
+        self,
+        path: str,
+        cells: Sequence[Mapping[str, str]] | None = None,
+        *,
+        kernel_name: str | None = None,
+        parents: bool = False,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/notebooks/{path}`` with ``{"action": "create"}``: a new notebook (409 if the
+        path exists; ``parents``: make missing folders). ``cells``: ``[{"cell_type", "source"}]``.
+        Returns the notebook as a read answers it, with ``message`` and ``change_id``."""
+        answer: dict[str, Any] = await self._json(calls.create_call(path, cells, kernel_name, parents))
+        return answer
+
+    async def replace_in_cell(
+        self,
+        path: str,
+        cell: int | str,
+        old: str,
+        new: str,
+        *,
+        all: bool = False,
+        expected_hash: str | None = None,
+    ) -> EditAnswer:
+        """The ``replace`` edit: ``old`` -> ``new`` in one cell (an index or an id); ``old`` must match
+        once, or every match is replaced with ``all`` (else 400 listing the matches' lines)."""
+        return await self.edit_notebook(
+            path, calls.replace_op(cell, old, new, all), expected_hash=expected_hash
+        )
+
+    async def list_files(
+        self,
+        path: str = "",
+        *,
+        glob: str | None = None,
+        max_depth: int | None = None,
+        recursive: bool = False,
+        start: str | None = None,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """``GET /api/agent/files``: a page of a folder's entries (``next_start``: the next page's start)."""
+        call = calls.files_call(path, glob, max_depth, recursive, start, limit)
+        answer: dict[str, Any] = await self._json(call)
+        return answer

@@ -1,0 +1,151 @@
+""":class:`AgentClient`: the client for code without an event loop (the CLI, scripts, notebooks).
+
+It is :class:`AsyncAgentClient` run on an event loop of its own in a daemon thread: each method is the
+async one, waited for; each stream is the async one, iterated a step at a time. So there is one
+implementation of every call. Ctrl-C (or any exception) while a call waits cancels it on that loop and
+waits for the cancellation to finish, so a stream's connection is closed (which interrupts its run)
+before the exception reaches the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import httpx
+
+from . import calls
+from .aio import AsyncAgentClient
+
+P = ParamSpec("P")
+T = TypeVar("T")
+# How long an interrupted call may take to finish its cancellation (closing its connection).
+CANCEL_WAIT = 10.0
+
+
+class _Loop:
+    """An event loop in a daemon thread, and a way to wait for a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="agent-client", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        task: list[asyncio.Task[T]] = []
+
+        async def tracked() -> T:
+            current = asyncio.current_task()
+            assert current is not None
+            task.append(current)
+            return await coro
+
+        future = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            if not future.done():  # interrupted in this thread: cancel there, and wait until it is
+                self.loop.call_soon_threadsafe(lambda: task[0].cancel() if task else future.cancel())
+                concurrent.futures.wait([future], timeout=CANCEL_WAIT)
+            raise
+
+    def iterate(self, stream: AsyncIterator[T]) -> Generator[T, None, None]:
+        try:
+            while True:
+                try:
+                    yield self.run(anext(stream))  # type: ignore[arg-type]
+                except StopAsyncIteration:
+                    return
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                self.run(close())
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(CANCEL_WAIT)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def _waits(
+    method: Callable[Concatenate[AsyncAgentClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[AgentClient, P], T]:
+    @functools.wraps(method)
+    def call(self: AgentClient, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._loop.run(method(self._async, *args, **kwargs))
+
+    return call
+
+
+def _iterates(
+    method: Callable[Concatenate[AsyncAgentClient, P], AsyncIterator[T]],
+) -> Callable[Concatenate[AgentClient, P], Generator[T, None, None]]:
+    @functools.wraps(method)
+    def call(self: AgentClient, *args: P.args, **kwargs: P.kwargs) -> Generator[T, None, None]:
+        return self._loop.iterate(method(self._async, *args, **kwargs))
+
+    return call
+
+
+class AgentClient:
+    """The client, blocking: the methods of :class:`AsyncAgentClient` (same arguments, same answers), each
+    waited for; streams are plain iterators. Use it as a context manager, or call :meth:`close`.
+
+    ``transport`` lets tests plug in an ``httpx`` transport (e.g. ``httpx.MockTransport``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = calls.DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+        client: str | None = None,
+    ):
+        self._async = AsyncAgentClient(url, token, timeout=timeout, transport=transport, client=client)
+        self.url, self.token = self._async.url, self._async.token
+        self._loop = _Loop()
+
+    def __enter__(self) -> AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections and the client's event loop."""
+        try:
+            self._loop.run(self._async.aclose())
+        finally:
+            self._loop.stop()
+
+    eval = _waits(AsyncAgentClient.eval)
+    stream_eval = _iterates(AsyncAgentClient.stream_eval)
+    read_notebook = _waits(AsyncAgentClient.read_notebook)
+    read_notebook_text = _waits(AsyncAgentClient.read_notebook_text)
+    read_output = _waits(AsyncAgentClient.read_output)
+    read_output_data = _waits(AsyncAgentClient.read_output_data)
+    edit_notebook = _waits(AsyncAgentClient.edit_notebook)
+    run_notebook = _waits(AsyncAgentClient.run_notebook)
+    stream_run_notebook = _iterates(AsyncAgentClient.stream_run_notebook)
+    sessions = _waits(AsyncAgentClient.sessions)
+    interrupt = _waits(AsyncAgentClient.interrupt)
+    delete_session = _waits(AsyncAgentClient.delete_session)
+    tokens = _waits(AsyncAgentClient.tokens)
+    create_token = _waits(AsyncAgentClient.create_token)
+    revoke_token = _waits(AsyncAgentClient.revoke_token)
+    artifact = _waits(AsyncAgentClient.artifact)
+    stream_artifact = _iterates(AsyncAgentClient.stream_artifact)
+    notebook_changes = _waits(AsyncAgentClient.notebook_changes)
+    notebook_change = _waits(AsyncAgentClient.notebook_change)
+    undo_change = _waits(AsyncAgentClient.undo_change)
+    changes = _waits(AsyncAgentClient.changes)
+    create_notebook = _waits(AsyncAgentClient.create_notebook)
+    replace_in_cell = _waits(AsyncAgentClient.replace_in_cell)
+    list_files = _waits(AsyncAgentClient.list_files)

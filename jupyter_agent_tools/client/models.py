@@ -1,0 +1,108 @@
+"""What the client's calls answer and raise: typed answers and :class:`AgentAPIError`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+
+class AgentAPIError(Exception):
+    """A call failed: ``status`` is the HTTP status (``None`` when the server could not be reached or
+    did not answer in time), ``message`` the route's message, ``reason`` its short reason if any."""
+
+    def __init__(self, status: int | None, message: str, reason: str | None = None, url: str = ""):
+        super().__init__(f"HTTP {status}: {message}" if status is not None else message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.url = url
+
+    @property
+    def timed_out(self) -> bool:
+        """No answer came in time (``httpx`` timed out), as opposed to a refused connection."""
+        return self.status is None and self.reason == "timeout"
+
+
+class Cell(TypedDict, total=False):
+    code: str
+    title: str | None
+
+
+class CellError(TypedDict):
+    ename: str
+    evalue: str
+    traceback: list[str]
+
+
+class CellResult(TypedDict):
+    index: int
+    title: str | None
+    status: str  # complete | error | cancelled
+    output: str
+    exit_code: int
+    error: CellError | None
+    displays: list[dict[str, Any]]
+    duration_ms: int
+    stdin_requested: bool
+    truncated: bool
+    total_bytes: int
+    total_lines: int
+    output_bytes: int
+    output_lines: int
+    artifact_id: str | None
+
+
+class EvalResult(TypedDict):
+    session: str | None
+    mode: str
+    kernel_id: str | None
+    cancelled: bool
+    timed_out: bool
+    restarted: bool
+    error: str | None
+    output: str
+    cells: list[CellResult]
+
+
+class NotebookCell(TypedDict, total=False):
+    index: int
+    id: str | None
+    cell_type: str
+    source: str
+    execution_count: int | None
+    outputs: list[dict[str, Any]]
+
+
+class _NotebookAnswer(TypedDict):
+    path: str
+    nbformat: int
+    nbformat_minor: int | None
+    hash: str
+    cell_count: int
+    start: int | None
+    next_start: int | None
+    cells: list[NotebookCell]
+
+
+class NotebookAnswer(_NotebookAnswer, total=False):
+    converted_from: str  # an nbformat 3 file, shown converted
+    problems: list[str]  # a notebook invalid as found
+
+
+class _EditAnswer(TypedDict):
+    message: str
+    details: dict[str, Any]
+    hash: str
+    results: list[dict[str, Any]]
+
+
+class EditAnswer(_EditAnswer, total=False):
+    repairs: list[str]  # with repair=True
+    upgraded_from: str  # with upgrade=True on an nbformat 3 file
+
+
+# One NDJSON event: {"type": "cell_start" | "chunk" | "display" | "cell_end" | "heartbeat" | "restart" |
+# "result" | "error", ...} (docs/api.md, "The event stream").
+EvalEvent = dict[str, Any]
+CellsArg = str | Sequence[str | Cell | Mapping[str, Any]]
+Op = Mapping[str, Any]
