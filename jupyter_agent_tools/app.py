@@ -241,7 +241,7 @@ class AgentToolsApp(ExtensionApp):
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
         self.settings["jupyter_agent_tools_audit"] = audit
-        self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self)
+        self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self, audit=audit)
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,

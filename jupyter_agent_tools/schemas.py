@@ -772,6 +772,25 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "created": {"type": "string", "format": "date-time"},
             "last_used": {"type": "string", "format": "date-time"},
             "busy": _BOOL,
+            "busy_since": {
+                "anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}],
+                "description": "When the running call took its turn; null when the session is not busy",
+            },
+            "running_cell": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "index": _INT,
+                            "cell_id": _STR_OR_NULL,
+                            "of": {"type": ["integer", "null"]},
+                        },
+                    },
+                    {"type": "null"},
+                ],
+                "description": "The cell the running call runs: its index in the eval request (of: the "
+                "request's cell count) or in the notebook (cell_id: the notebook cell's id); null when idle",
+            },
             "queue_depth": {"type": "integer", "description": "calls waiting for their turn"},
             "restarts": _INT,
             "executions": _INT,

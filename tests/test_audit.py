@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jupyter_agent_tools.audit import Audit, set_user
 from jupyter_agent_tools.audit.events import (
     EXECUTION,
+    LEDGER_CHANGE,
     NOTEBOOK_CHANGE,
     RECOVERY,
     REFUSAL,
@@ -159,6 +160,14 @@ def test_events_of_an_edit_an_eval_a_recovery_an_eviction_and_a_refusal(audited:
     assert change["hash_after"] == edit["hash"] and change["hash_before"] != edit["hash"]
     assert change["target"] == "file"
     assert "sources" not in change
+    # ... and the ledger's entry of it (what the Agents panel lists live), with the id the answer has
+    (recorded,) = audited.events(LEDGER_CHANGE)
+    assert recorded["change_id"] == edit["change_id"] and recorded["path"] == "nb.ipynb"
+    assert recorded["user"] == USER and recorded["via"] == "http" and recorded["kind"] == "edit"
+    assert recorded["undoable"] is True and recorded["action"] == "insert 1 cell"
+    assert recorded["cells"] == [
+        {"id": "added", "what": ["inserted"], "index_before": None, "index_after": 1}
+    ]
 
     # an eval whose output is cut (an artifact), in session "a"
     status, result = audited.call(
@@ -194,9 +203,22 @@ def test_events_of_an_edit_an_eval_a_recovery_an_eviction_and_a_refusal(audited:
     # an eviction: max_sessions=1, so session "b" evicts the idle session "a"
     status, result = audited.call("POST", "api/agent/eval", {"session": "b", "cells": [{"code": "1"}]})
     assert status == 200, result
-    steps = [(e["session"], e["action"]) for e in audited.events(SESSION)]
+    lifecycle = [e for e in audited.events(SESSION) if not e["action"].startswith(("call_", "cell_"))]
+    steps = [(e["session"], e["action"]) for e in lifecycle]
     assert steps == [("a", "created"), ("a", "evicted"), ("b", "created")]
-    evicted = audited.events(SESSION)[1]
+    # each call of a session is told as it takes its turn and as it ends (the panel's runs in progress)
+    calls = [(e["session"], e["action"]) for e in audited.events(SESSION) if e["action"].startswith("call_")]
+    assert calls == [("a", "call_started"), ("a", "call_ended")] * 2 + [
+        ("b", "call_started"),
+        ("b", "call_ended"),
+    ]
+    assert all(e["queue_depth"] == 0 for e in audited.events(SESSION) if e["action"].startswith("call_"))
+    # ... and each cell it starts (the first call ran two cells; the second ran its one cell twice)
+    cells = [(e["session"], e["cell"]) for e in audited.events(SESSION) if e["action"] == "cell_started"]
+    assert cells == [("a", {"index": i, "of": n}) for i, n in ((0, 2), (1, 2), (0, 1), (0, 1))] + [
+        ("b", {"index": 0, "of": 1})
+    ]
+    evicted = lifecycle[1]
     assert evicted["owner"] == USER and evicted["user"] == USER and evicted["idle_seconds"] >= 0
 
     # refusals by the authorizer: the eval route and the notebook route, nothing done
@@ -443,7 +465,10 @@ class TestLifecycle:
         await evaluate("1", session="kept")
         assert (await api("POST", "sessions/kept/interrupt", body={}))[0] == 200
         assert (await api("DELETE", "sessions/kept"))[0] == 204
-        steps = [(e["session"], e["action"]) for e in agent_audit_events("session")][-3:]
+        lifecycle = [
+            e for e in agent_audit_events("session") if not e["action"].startswith(("call_", "cell_"))
+        ]
+        steps = [(e["session"], e["action"]) for e in lifecycle][-3:]
         assert steps == [("kept", "created"), ("kept", "interrupted"), ("kept", "deleted")]
-        interrupted = agent_audit_events("session")[-2]
+        interrupted = lifecycle[-2]
         assert interrupted["interrupted_call"] is False and isinstance(interrupted["user"], str)

@@ -14,129 +14,30 @@ root); Playwright's own browser download is never used. The test is skipped only
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from browser import ARTIFACTS, http, launch, needs_chromium, running_lab
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-from jupyter_agent_tools.testing.server import free_port
 
 pytest.importorskip("jupyterlab", reason="jupyterlab (from jupyter-collaboration) is not installed")
 pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
-CHROMIUM = os.environ.get("AGENT_TOOLS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 INSERTED = "inserted by the agent"
 
-pytestmark = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK),
-    reason=f"no Chromium at {CHROMIUM} (python3 dev.py test installs Debian's chromium when run as root)",
-)
-
-
-def http(method: str, url: str, token: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Authorization": f"token {token}"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"null")
+pytestmark = needs_chromium
 
 
 @pytest.fixture
 def lab(tmp_path: Path):
     """A ``jupyter lab`` subprocess on 127.0.0.1 with a token, all its state under ``tmp_path``."""
-    root = tmp_path / "root"
-    root.mkdir()
-    config_dir = tmp_path / "config"
-    config_dir.mkdir()
-    (config_dir / "jupyter_server_config.json").write_text(
-        json.dumps(
-            {
-                "ServerApp": {
-                    "jpserver_extensions": {
-                        "jupyterlab": True,
-                        "jupyter_server_fileid": True,
-                        "jupyter_server_ydoc": True,
-                        "jupyter_agent_tools": True,
-                    }
-                },
-                "YDocExtension": {
-                    "document_save_delay": 0.5,
-                    "session_store_path": str(tmp_path / "sessions.json"),
-                },
-                "SQLiteYStore": {"db_path": str(tmp_path / "ystore.db")},
-                "BaseFileIdManager": {"db_path": str(tmp_path / "fileid.db")},
-            }
-        )
-    )
-    token = secrets.token_hex(16)
-    port = free_port()
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(config_dir),
-        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
-    }
-    log = (tmp_path / "lab.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--no-browser",
-            "--allow-root",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if http("GET", f"{base}/api/status", token, timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"jupyter lab did not start:\n{(tmp_path / 'lab.log').read_text()[-3000:]}"
-                )
-            time.sleep(0.1)
-        yield {"base": base, "token": token, "root": root, "log": tmp_path / "lab.log"}
-    finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with running_lab(tmp_path) as running:
+        yield running
 
 
 def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path) -> None:
@@ -152,20 +53,7 @@ def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path)
     ARTIFACTS.mkdir(exist_ok=True)
 
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],  # Playwright gives every launch a fresh temporary profile (--user-data-dir)
-        )
+        browser = launch(playwright)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             synced: list[str] = []
@@ -226,23 +114,6 @@ def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path)
             break
         assert time.monotonic() < deadline, f"the file never got both edits: {sources}"
         time.sleep(0.1)
-
-
-def launch(playwright: Any) -> Any:
-    return playwright.chromium.launch(
-        executable_path=CHROMIUM,
-        headless=True,
-        args=[
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ],
-    )
 
 
 def test_jupyterlab_shows_agent_run_outputs_live(lab: dict[str, Any], tmp_path: Path) -> None:

@@ -39,7 +39,8 @@ EXECUTION = f"{SCHEMA_BASE}/execution/v1"
 SESSION = f"{SCHEMA_BASE}/session/v1"
 RECOVERY = f"{SCHEMA_BASE}/recovery/v1"
 REFUSAL = f"{SCHEMA_BASE}/refusal/v1"
-SCHEMA_IDS = (NOTEBOOK_CHANGE, EXECUTION, SESSION, RECOVERY, REFUSAL)
+LEDGER_CHANGE = f"{SCHEMA_BASE}/ledger_change/v1"
+SCHEMA_IDS = (NOTEBOOK_CHANGE, EXECUTION, SESSION, RECOVERY, REFUSAL, LEDGER_CHANGE)
 
 # The outcome of each kind of recovery as SessionManager.record() reports it (a retry reports its end too).
 RECOVERY_OUTCOMES = {
@@ -255,6 +256,27 @@ class Audit(Service):
             },
         )
 
+    def call(self, session: KernelSession, step: str) -> None:
+        """A call of ``session`` waits for its turn (``call_queued``), takes it (``call_started``), starts
+        a cell (``cell_started``) or ends (``call_ended``): session events with the session's queue and
+        notebook, no metrics (the execution event counts calls)."""
+        if not self.listening(SESSION):
+            return
+        data: dict[str, Any] = {
+            "user": current_user(),
+            "owner": session.owner,
+            "session": session.name,
+            "action": step,
+            "mode": session.mode,
+            "kernel_id": session.kernel_id,
+            "queue_depth": session.waiting,
+        }
+        if session.notebook is not None:
+            data["notebook"] = session.notebook
+        if step == "cell_started" and session.running_cell is not None:
+            data["cell"] = {k: v for k, v in session.running_cell.items() if v is not None}
+        self.emit(SESSION, data)
+
     def recovery(self, session: KernelSession, kind: str, outcome: str, message: str = "") -> None:
         """A recovery of ``session``'s kernel and how it ended."""
         metrics.RECOVERIES.labels(kind=kind, outcome=outcome).inc()
@@ -282,6 +304,16 @@ class Audit(Service):
             self.session(session, LIFECYCLE_KINDS[kind], **extra)
         elif kind in RECOVERY_OUTCOMES:
             self.recovery(session, kind, RECOVERY_OUTCOMES[kind], message)
+
+    # -- the change ledger ------------------------------------------------------------------------
+
+    def ledger_change(self, entry: dict[str, Any]) -> None:
+        """The change ledger recorded ``entry`` (its ChangeEntry, as ``GET /api/agent/changes`` lists it):
+        what a review panel shows of it, live."""
+        if not self.listening(LEDGER_CHANGE):
+            return
+        data = {k: v for k, v in entry.items() if k != "id" and v is not None}
+        self.emit(LEDGER_CHANGE, {**data, "user": entry.get("user"), "change_id": entry["id"]})
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -396,6 +396,7 @@ class NotebookRunner(Service):
             max_bytes=self.max_cell_bytes_stored,
             open_artifact=lambda: artifacts.create(session.name),
         )
+        session.cell_started(target.index, target.cell_id)
         await self._write(path, target, [], None, clear=True)
         live = await self._is_live(path)
         changed, finished = asyncio.Event(), asyncio.Event()

@@ -445,6 +445,7 @@ class EvalService(Service):
             if cancel.is_set():
                 break
             emit({"type": "cell_start", "index": index, "title": cell.title})
+            session.cell_started(index, None, len(request.cells))
             sink = OutputSink(
                 max_bytes=self.max_output_bytes,
                 open_artifact=lambda: self.artifacts.create(session.name),

@@ -97,7 +97,13 @@ class KernelSession:
         self.executions = 0
         self.recoveries: Counter[str] = Counter()
         self.cancel: asyncio.Event | None = None  # the running call's; set means "stop it"
+        self.busy_since: float | None = None  # when the running call took its turn
+        # The cell the running call runs: {"index", "cell_id", "of"} (cell_id: a notebook run's; of: an
+        # eval's cell count); None between cells' calls.
+        self.running_cell: dict[str, Any] | None = None
         self.waiting = 0
+        # Told each step of a call (call_queued, call_started, cell_started, call_ended): session events.
+        self.on_turn: Callable[[KernelSession, str], None] | None = None
         self._turns = asyncio.Lock()  # wakes waiters first-in first-out
 
     # -- state -----------------------------------------------------------------------------------
@@ -131,12 +137,25 @@ class KernelSession:
         """
         self.waiting += 1
         try:
+            if self._turns.locked():
+                self._tell("call_queued")
             acquired = await self._acquire(cancel)
         finally:
             self.waiting -= 1
         if acquired:
             self.cancel = cancel
+            self.busy_since = time.time()
+            self._tell("call_started")
         return acquired
+
+    def cell_started(self, index: int, cell_id: str | None, of: int | None = None) -> None:
+        """The running call starts a cell: its index in the request (eval) or the notebook (a run)."""
+        self.running_cell = {"index": index, "cell_id": cell_id, "of": of}
+        self._tell("cell_started")
+
+    def _tell(self, step: str) -> None:
+        if self.on_turn is not None:
+            self.on_turn(self, step)
 
     async def _acquire(self, cancel: asyncio.Event) -> bool:
         if not self._turns.locked():
@@ -165,8 +184,9 @@ class KernelSession:
 
         A session closed during the call (deleted, evicted) gives up any kernel started meanwhile.
         """
-        self.cancel = None
+        self.cancel = self.busy_since = self.running_cell = None
         self.last_used = time.time()
+        self._tell("call_ended")
         try:
             if self.closed:
                 await self._stop_kernel()
@@ -247,6 +267,8 @@ class KernelSession:
             "created": _iso(self.created),
             "last_used": _iso(self.last_used),
             "busy": self.busy,
+            "busy_since": None if self.busy_since is None else _iso(self.busy_since),
+            "running_cell": self.running_cell,
             "queue_depth": self.waiting,
             "restarts": self.restarts,
             "executions": self.executions,

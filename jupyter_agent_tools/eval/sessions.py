@@ -151,6 +151,7 @@ class EvalSessionManager(Service):
             if len(self.sessions) + self._closing < self.max_sessions:
                 session = KernelSession(name, self.kernels)
                 session.owner = current_user()
+                session.on_turn = self.audit.call
                 session.predecessor_gone = self.gone.pop(name, None)
                 self.sessions[name] = session
                 self.audit.session(session, "created")
@@ -215,6 +216,7 @@ class EvalSessionManager(Service):
     def open_per_call(self) -> KernelSession:
         """A new per-call session, listed (and deletable) while its call runs."""
         session = KernelSession(f"per-call-{uuid4().hex[:12]}", self.kernels, mode="per-call")
+        session.on_turn = self.audit.call
         session.owner = current_user()
         self.per_call[session.name] = session
         return session
@@ -259,6 +261,7 @@ class EvalSessionManager(Service):
             session = KernelSession(name, self.kernels, mode="notebook")
             session.notebook = path
             session.owner = current_user()
+            session.on_turn = self.audit.call
             self.notebooks[path] = session
         return session
 

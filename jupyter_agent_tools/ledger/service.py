@@ -35,8 +35,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 
-from traitlets import Int, Unicode, default, validate
+from traitlets import Instance, Int, Unicode, default, validate
 
+from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_user, current_via
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
@@ -219,6 +220,11 @@ class Ledger(Service):
         help="Bytes the ledger's database may take; past it the oldest changes (of any notebook) are pruned "
         "first. At least 262144 (256 KiB).",
     ).tag(config=True)
+    audit = Instance(Audit, help="Told each recorded change (the ledger_change audit event).")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return NO_AUDIT
 
     @default("db_path")
     def _default_db_path(self) -> str:
@@ -399,15 +405,17 @@ class Ledger(Service):
         self.remember(path, hash_after, after, base=(hash_before, before))
         return await self._recorded(recording)
 
-    async def _recorded(self, recording: Future[int]) -> Recorded:
-        """What a submitted insert answers: its change id, or not recorded (logged once)."""
+    async def _recorded(self, recording: Future[dict[str, Any]]) -> Recorded:
+        """What a submitted insert answers: its change id, or not recorded (logged once). A recorded
+        change is told to the audit (its ``ledger_change`` event: a review panel's live feed)."""
         try:
-            change_id = await asyncio.wrap_future(recording)
+            entry = await asyncio.wrap_future(recording)
         except Exception as e:
             self._failed("record changes", e)
             return Recorded(None, False)
         self._worked()
-        return Recorded(str(change_id), True)
+        self.audit.ledger_change(entry)
+        return Recorded(entry["id"], True)
 
     def _record_one(
         self,
@@ -421,7 +429,7 @@ class Ledger(Service):
         undoes: str | None,
         user: str | None,
         via: str | None,
-    ) -> int:
+    ) -> dict[str, Any]:
         """Worker: what one write did, entered in the database (one round trip from the event loop)."""
         change = diff(before, after)
         action = summarize(change, action_kind)
@@ -480,7 +488,8 @@ class Ledger(Service):
         user: str | None,
         via: str | None,
         incomplete: bool,
-    ) -> int:
+    ) -> dict[str, Any]:
+        """Worker: enter a change in the database; its entry (as the list routes answer it)."""
         summary, body, blobs = _encode(change.cells)
         size = len(summary) + len(body) + sum(len(b) for b in blobs.values())
         if size > self.max_bytes // MAX_ENTRY_SHARE:
@@ -494,13 +503,14 @@ class Ledger(Service):
             not_undoable = "it created the notebook (delete the file to undo it)"
         conn = self._db()
         self._make_room(conn, size)  # first: the files never grow past max_bytes
+        now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(
                 "INSERT INTO changes (time, path, user, via, kind, action, hash_before, hash_after, undoes, "
                 "not_undoable, cells, body, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    time.time(),
+                    now,
                     path,
                     user,
                     via,
@@ -529,7 +539,9 @@ class Ledger(Service):
                 conn.execute("ROLLBACK")
             raise
         self._settle(conn)
-        return change_id
+        undone = int(undoes) if undoes is not None else None
+        row = (change_id, now, path, user, via, kind, action, hash_before, hash_after, undone)
+        return _entry((*row, not_undoable, summary))
 
     def _prune_notebook(self, conn: sqlite3.Connection, path: str) -> None:
         """Keep the newest ``max_changes_per_notebook`` changes and twice as many snapshots of ``path``."""

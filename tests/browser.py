@@ -1,0 +1,159 @@
+"""What the browser tests share: a real ``jupyter lab`` with real-time collaboration and this extension, its
+state in a private directory, and headless Debian Chromium driven by Playwright (its own browser download
+is never used). Chromium comes from the system (``apt-get install chromium``, done by ``python3 dev.py
+test`` when run as root); the tests that use it skip only when it is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_agent_tools.testing.server import free_port
+
+CHROMIUM = os.environ.get("AGENT_TOOLS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+needs_chromium = pytest.mark.skipif(
+    not os.access(CHROMIUM, os.X_OK),
+    reason=f"no Chromium at {CHROMIUM} (python3 dev.py test installs Debian's chromium when run as root)",
+)
+
+
+def http(method: str, url: str, token: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
+    """One request with the server's token: (status, the JSON answer or None)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Authorization": f"token {token}"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"null")
+
+
+def launch(playwright: Any) -> Any:
+    """Headless Debian Chromium (Playwright gives every launch a fresh temporary profile)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+@contextmanager
+def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A ``jupyter lab`` subprocess on 127.0.0.1 with a token, all its state under ``tmp_path``:
+    ``{"base", "token", "root", "log"}``."""
+    root = tmp_path / "root"
+    root.mkdir()
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {
+                    "jpserver_extensions": {
+                        "jupyterlab": True,
+                        "jupyter_server_fileid": True,
+                        "jupyter_server_ydoc": True,
+                        "jupyter_agent_tools": True,
+                    }
+                },
+                "YDocExtension": {
+                    "document_save_delay": 0.5,
+                    "session_store_path": str(tmp_path / "sessions.json"),
+                },
+                "SQLiteYStore": {"db_path": str(tmp_path / "ystore.db")},
+                "BaseFileIdManager": {"db_path": str(tmp_path / "fileid.db")},
+            }
+        )
+    )
+    # No news or update checks (no network; no toast over the page's screenshots).
+    notification = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    (notification / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    token = secrets.token_hex(16)
+    port = free_port()
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config_dir),
+        "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
+    }
+    log = (tmp_path / "lab.log").open("ab")
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--no-browser",
+        "--allow-root",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+    ]
+    base = f"http://127.0.0.1:{port}"
+    process: subprocess.Popen[bytes] | None = None
+
+    def start() -> None:
+        nonlocal process
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http("GET", f"{base}/api/status", token, timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"jupyter lab did not start:\n{(tmp_path / 'lab.log').read_text()[-3000:]}"
+                )
+            time.sleep(0.1)
+
+    def stop() -> None:
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def restart() -> None:
+        """Stop the server and start it again on the same port, with the same state."""
+        stop()
+        start()
+
+    try:
+        start()
+        yield {"base": base, "token": token, "root": root, "log": tmp_path / "lab.log", "restart": restart}
+    finally:
+        stop()
+        log.close()

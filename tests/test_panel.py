@@ -1,0 +1,327 @@
+"""The Agents panel (the package's JupyterLab extension, frontend/) in a real browser.
+
+One real ``jupyter lab`` (real-time collaboration, this extension, real kernels; its state in a private
+temporary directory) and one headless Debian Chromium page for the module, with a notebook open and the
+panel shown. Agents act through the HTTP routes; the panel must show it live, from the server's event bus
+(``/api/events/subscribe``), and its buttons must act:
+
+- an agent's edit of the open notebook lists the change and marks the cell (class ``jp-agent-changed``, a
+  tooltip saying who, via which door), until the person edits the cell; Diff shows it; Open selects it;
+- an agent's eval shows as a session and a run in progress (its cell, its elapsed time) while it runs;
+  **Interrupt** stops it; **Stop** shuts the session down;
+- **Undo** restores the cell, in the live view and in the file; an undo the server refuses (409: the cell
+  changed since) is shown in the change's row, readably;
+- a notebook run shows the cell it runs, in the panel and in the open notebook; **Interrupt** stops it;
+- Notebook 7's notebook view has the panel and the marks too;
+- after the server restarts, the panel connects again and is live;
+- screenshots of the panel are saved (``test-artifacts/panel.png``, ``panel_undo_refused.png``; the ones
+  in docs/ come from here).
+
+The DOM hooks used here are the ones docs/panel.md documents.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import nbformat
+import pytest
+from browser import ARTIFACTS, http, launch, needs_chromium, running_lab
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+pytest.importorskip("jupyterlab", reason="jupyterlab is not installed")
+pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+pytestmark = [needs_chromium, pytest.mark.timeout(180)]
+
+PANEL = "#jp-agent-activity"
+NOTEBOOK = "analysis.ipynb"
+ORIGINAL = "total = sum(range(10))"
+
+
+@pytest.fixture
+def jp_asyncio_loop() -> None:
+    """No in-process server here: pytest-jupyter's loop per test would take (and close) the event loop
+    of the module's Playwright, which runs in this thread."""
+
+
+@pytest.fixture
+def jp_server_cleanup() -> None:
+    """(Nothing to clean up: the server is a subprocess.)"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("panel")
+    with running_lab(tmp) as running:
+        first = new_code_cell(ORIGINAL)
+        first["id"] = "total"
+        nb = new_notebook(
+            cells=[new_markdown_cell("# Analysis"), first, new_code_cell("print(total)")],
+            metadata={
+                "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                "language_info": {"name": "python"},
+            },
+        )
+        nbformat.write(nb, str(running["root"] / NOTEBOOK))
+        running["tmp"] = tmp
+        yield running
+
+
+@pytest.fixture(scope="module")
+def page(lab: dict[str, Any]) -> Iterator[Any]:
+    """The notebook open in JupyterLab (joined to its collaborative room), the Agents panel shown and
+    connected to the event bus."""
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 860}).new_page()
+            synced: list[str] = []
+
+            def on_websocket(ws: Any) -> None:
+                if "/api/collaboration/room/json:notebook:" in ws.url:
+                    ws.on("framereceived", lambda _frame: synced.append(ws.url))
+
+            page.on("websocket", on_websocket)
+            page.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?reset&token={lab['token']}", timeout=90_000)
+            page.wait_for_function(
+                f"() => document.querySelector('.jp-Notebook')?.innerText.includes({ORIGINAL!r})",
+                timeout=90_000,
+            )
+            deadline = time.monotonic() + 60
+            while not synced:
+                assert time.monotonic() < deadline, "the notebook never joined its collaborative room"
+                page.wait_for_timeout(50)
+            # The panel is a left-sidebar tab: show it, then wait for its live connection.
+            page.locator('.jp-SideBar [data-id="jp-agent-activity"]').click()
+            page.wait_for_selector(f'{PANEL}[data-connected="true"]', state="visible", timeout=30_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def agent(lab: dict[str, Any], method: str, route: str, body: Any = None, timeout: float = 60) -> Any:
+    status, answer = http(method, f"{lab['base']}/api/agent/{route}", lab["token"], body, timeout)
+    assert status == 200, (status, answer)
+    return answer
+
+
+def cell(page: Any, index: int) -> Any:
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def file_source(lab: dict[str, Any], index: int, expected: str, timeout: float = 30) -> str:
+    """The source of a cell in the notebook file, once it is ``expected`` (the room saves it)."""
+    deadline = time.monotonic() + timeout
+    source = None
+    while time.monotonic() < deadline:
+        try:  # the room's save writes in place: the file may be caught half written
+            source = nbformat.read(str(lab["root"] / NOTEBOOK), as_version=4).cells[index].source
+        except Exception as e:
+            source = repr(e)
+        if source == expected:
+            return source
+        time.sleep(0.1)
+    raise AssertionError(f"the file's cell {index} is {source!r}, never {expected!r}")
+
+
+def test_an_agent_edit_is_listed_live_and_marks_the_cell(lab: dict[str, Any], page: Any) -> None:
+    edited = "total = sum(range(100))  # the agent's"
+    answer = agent(
+        lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "edit", "cell_id": "total", "content": edited}
+    )
+    change_id = answer["change_id"]
+    row = page.locator(f'{PANEL} [data-change-id="{change_id}"]')
+    row.wait_for(timeout=20_000)
+    text = row.inner_text()
+    assert NOTEBOOK in text and "via http" in text and "total (edited)" in text, text
+    assert {b.get_attribute("data-action") for b in row.locator("button").all()} == {"open", "diff", "undo"}
+    # The live view shows the agent's text, and the cell carries the mark, with who and which door.
+    marked = page.locator(".jp-Notebook .jp-Cell.jp-agent-changed")
+    marked.wait_for(timeout=20_000)
+    assert marked.count() == 1
+    page.wait_for_function(
+        "(t) => document.querySelector('.jp-Notebook .jp-agent-changed')?.innerText.includes(t)",
+        arg="range(100)",
+        timeout=20_000,
+    )
+    tooltip = marked.get_attribute("title") or ""
+    assert tooltip.startswith("Changed by token-") and "via http" in tooltip, tooltip
+    assert marked.get_attribute("data-agent-change-id") == change_id
+    # Diff shows the change's before and after, readably.
+    row.locator('button[data-action="diff"]').click()
+    dialog = page.locator(".jp-Dialog")
+    dialog.wait_for(timeout=10_000)
+    shown = dialog.inner_text()
+    assert f"-{ORIGINAL}" in shown and f"+{edited}" in shown, shown
+    dialog.locator("button.jp-mod-accept").click()
+    dialog.wait_for(state="detached", timeout=10_000)
+    # Open selects the changed cell in its notebook (the first cell was the active one).
+    assert "range(100)" not in page.locator(".jp-Notebook .jp-Cell.jp-mod-active").inner_text()
+    row.locator('button[data-action="open"]').click()
+    page.wait_for_function(
+        "() => document.querySelector('.jp-Notebook .jp-mod-active')?.innerText.includes('range(100)')",
+        timeout=10_000,
+    )
+
+
+def test_an_agent_eval_shows_live_and_interrupt_stops_it(lab: dict[str, Any], page: Any) -> None:
+    started, flag = lab["tmp"] / "started", lab["tmp"] / "never"
+    code = (
+        f"import os, pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+        f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.05)\nprint('done')"
+    )
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            agent, lab, "POST", "eval", {"session": "analyst", "cells": [{"code": code}], "timeout": 120}, 150
+        )
+        try:
+            run = page.locator(f'{PANEL} [data-run="analyst"]')
+            run.wait_for(timeout=60_000)
+            session = page.locator(f'{PANEL} [data-session="analyst"]')
+            assert "busy" in session.inner_text() and "token-" in session.inner_text()
+            assert "eval: analyst" in run.inner_text()
+            page.wait_for_timeout(1100)  # the elapsed time ticks
+            assert " s" in run.locator(".jp-AgentActivity-elapsed").inner_text()
+            deadline = time.monotonic() + 60
+            while not started.exists():  # the kernel runs the cell (its start is over)
+                assert time.monotonic() < deadline and not running.done(), "the eval never started its cell"
+                time.sleep(0.05)
+            run.filter(has_text="running cell 1 of 1").wait_for(timeout=20_000)
+            ARTIFACTS.mkdir(exist_ok=True)
+            cell(page, 2).locator(".jp-InputPrompt").click()  # another cell active: the mark shows plainly
+            page.screenshot(path=str(ARTIFACTS / "panel.png"))
+            run.locator('button[data-action="interrupt"]').click()
+            answer = running.result(timeout=60)
+        finally:
+            flag.touch()
+    assert answer["cancelled"] is True and answer["cells"][0]["status"] == "cancelled", json.dumps(answer)[
+        :2000
+    ]
+    run.wait_for(state="detached", timeout=20_000)  # no longer in progress
+    assert "busy" not in page.locator(f'{PANEL} [data-session="analyst"]').inner_text()
+    # Stop (after a confirmation) shuts the session down: gone from the server's list and from the panel.
+    page.locator(f'{PANEL} [data-session="analyst"] button[data-action="stop"]').click()
+    page.locator(".jp-Dialog button.jp-mod-accept").click()
+    page.locator(f'{PANEL} [data-session="analyst"]').wait_for(state="detached", timeout=20_000)
+    assert "analyst" not in [s["name"] for s in agent(lab, "GET", "sessions")["sessions"]]
+
+
+def test_undo_in_the_panel_restores_the_cell_live_and_in_the_file(lab: dict[str, Any], page: Any) -> None:
+    changes = agent(lab, "GET", f"notebooks/{NOTEBOOK}/changes")["changes"]
+    edit = next(c for c in changes if c["kind"] == "edit")
+    page.locator(f'{PANEL} [data-change-id="{edit["id"]}"] button[data-action="undo"]').click()
+    page.wait_for_function(
+        "(t) => document.querySelectorAll('.jp-Notebook .jp-Cell')[1]?.innerText.includes(t)",
+        arg=ORIGINAL,
+        timeout=20_000,
+    )
+    # The undo is itself a change, listed live.
+    undo = page.locator(f'{PANEL} [data-change-id="{int(edit["id"]) + 1}"]')
+    undo.wait_for(timeout=20_000)
+    assert f"undo {edit['id']}" in undo.inner_text()
+    assert file_source(lab, 1, ORIGINAL) == ORIGINAL
+
+
+def test_a_refused_undo_says_why_and_an_edit_ends_the_mark(lab: dict[str, Any], page: Any) -> None:
+    answer = agent(
+        lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "edit", "cell_id": "total", "content": "x = 1"}
+    )
+    change_id = answer["change_id"]
+    page.locator(f'{PANEL} [data-change-id="{change_id}"]').wait_for(timeout=20_000)
+    marked = cell(page, 1)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[1]?.matches('.jp-agent-changed') && "
+        "document.querySelectorAll('.jp-Notebook .jp-Cell')[1]?.innerText.includes('x = 1')",
+        timeout=20_000,
+    )
+    # The person edits the cell: the mark goes, and the server's live document has the edit.
+    marked.locator(".cm-content").click()
+    page.keyboard.press("End")
+    page.keyboard.type("  # mine")
+    assert "jp-agent-changed" not in (marked.get_attribute("class") or "")
+    deadline = time.monotonic() + 20
+    while "# mine" not in agent(lab, "GET", f"notebooks/{NOTEBOOK}")["cells"][1]["source"]:
+        assert time.monotonic() < deadline, "the person's edit never reached the server"
+        time.sleep(0.1)
+    # Undo of the agent's change: 409, shown in its row, naming the cell and why; nothing written.
+    row = page.locator(f'{PANEL} [data-change-id="{change_id}"]')
+    row.locator('button[data-action="undo"]').click()
+    problem = row.locator(".jp-AgentActivity-problem")
+    problem.wait_for(timeout=20_000)
+    text = problem.inner_text()
+    assert text.startswith(f"Cannot undo. Change {change_id} of {NOTEBOOK} cannot be undone"), text
+    assert "cell total: its source changed since" in text, text
+    assert "x = 1  # mine" in cell(page, 1).inner_text()
+    page.screenshot(path=str(ARTIFACTS / "panel_undo_refused.png"))
+
+
+def test_a_notebook_run_shows_its_running_cell_and_interrupt_stops_it(lab: dict[str, Any], page: Any) -> None:
+    flag = lab["tmp"] / "never-run"
+    code = f"import os, time\nwhile not os.path.exists({str(flag)!r}):\n    time.sleep(0.05)"
+    agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": code, "cell_id": "wait"})
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            agent, lab, "POST", f"notebooks/{NOTEBOOK}/run", {"cell_ids": ["wait"], "timeout": 120}, 150
+        )
+        try:
+            # The run is in progress, at its cell; the cell in the open notebook shows it runs.
+            run = page.locator(f"{PANEL} [data-run]", has_text="running cell wait")
+            run.wait_for(timeout=60_000)
+            assert NOTEBOOK in run.inner_text()
+            page.locator(".jp-Notebook .jp-Cell.jp-agent-running").wait_for(timeout=20_000)
+            assert "time.sleep" in page.locator(".jp-Notebook .jp-Cell.jp-agent-running").inner_text()
+            run.locator('button[data-action="interrupt"]').click()
+            answer = running.result(timeout=60)
+        finally:
+            flag.touch()
+    (result,) = answer["cells"]
+    assert result["status"] == "error" and "KeyboardInterrupt" in json.dumps(result), answer
+    run.wait_for(state="detached", timeout=20_000)
+    page.locator(".jp-Notebook .jp-Cell.jp-agent-running").wait_for(state="detached", timeout=20_000)
+
+
+def test_notebook_7_has_the_panel_and_the_marks(lab: dict[str, Any], page: Any) -> None:
+    """The same extension in Notebook 7's notebook view (the same server serves it)."""
+    pytest.importorskip("notebook", reason="Notebook 7 is not installed")
+    nb7 = page.context.new_page()
+    try:
+        nb7.goto(f"{lab['base']}/notebooks/{NOTEBOOK}", timeout=90_000)
+        nb7.wait_for_selector(f'{PANEL}[data-connected="true"]', state="attached", timeout=60_000)
+        nb7.wait_for_function(
+            "() => document.querySelector('.jp-Notebook')?.innerText.includes('time.sleep')", timeout=60_000
+        )
+        answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": "seen_in = 7"})
+        nb7.wait_for_selector(
+            f'{PANEL} [data-change-id="{answer["change_id"]}"]', state="attached", timeout=20_000
+        )
+        nb7.locator(".jp-Notebook .jp-Cell.jp-agent-changed", has_text="seen_in = 7").wait_for(timeout=20_000)
+    finally:
+        nb7.close()
+
+
+def test_the_panel_reconnects_after_a_server_restart(lab: dict[str, Any], page: Any) -> None:
+    # Every state the panel's connection goes through, recorded in the page.
+    page.evaluate(
+        """() => {
+            window.__agentConnection = [];
+            const root = document.getElementById('jp-agent-activity');
+            new MutationObserver(() => window.__agentConnection.push(root.dataset.connected))
+                .observe(root, {attributes: true, attributeFilter: ['data-connected']});
+        }"""
+    )
+    lab["restart"]()
+    page.wait_for_function(
+        "() => window.__agentConnection.includes('false') && "
+        "document.getElementById('jp-agent-activity').dataset.connected === 'true'",
+        timeout=60_000,
+    )
+    # Live again: a change made now is listed (and the ledger kept the earlier ones across the restart).
+    answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": "after = 'restart'"})
+    page.locator(f'{PANEL} [data-change-id="{answer["change_id"]}"]').wait_for(timeout=20_000)
+    assert page.locator(f"{PANEL} [data-change-id]").count() > 1
