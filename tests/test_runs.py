@@ -11,6 +11,7 @@ from typing import Any
 import nbformat
 import pytest
 from contract import Contract
+
 from jupyter_agent_tools.api_document import openapi_document
 
 pytestmark = pytest.mark.timeout(180)
