@@ -30,7 +30,7 @@ def chunks(n: int) -> list[dict[str, Any]]:
 
 
 def test_events_are_numbered_and_replayed_from_memory_and_artifact(tmp_path: Path) -> None:
-    store = ArtifactStore(tmp_path / "artifacts")
+    store = ArtifactStore(root=tmp_path / "artifacts")
     log = RunLog(
         memory_bytes=1000,
         max_bytes=10**6,
