@@ -89,6 +89,7 @@ class AgentToolsApp(ExtensionApp):
         NotebookKernels,
         Audit,
         Ledger,
+        RunRegistry,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
