@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import posixpath
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,8 +30,11 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
+from traitlets import Callable as CallableTrait
 from traitlets import Instance, Int, default, validate
 
+from ..artifacts import ArtifactStore
+from ..audit import Audit
 from ..audit.events import ExecutionRecord
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source
@@ -40,21 +43,20 @@ from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore
 from ..notebook.summary import base64_size, is_textual, joined_text
 from ..traits import Service, at_least, given
-from .executor import CellExecution, ExecutionLimits, run_cell
-from .messages import CellOutcome, format_combined_output, needs_worker
+from .executor import CellExecution, Emit, noop, not_run_fields
+from .kernels import KernelService
+from .messages import answer_text
 from .notebook_kernels import NotebookKernels
+from .recovery import KernelRecovery
 from .request import RunRequest, parse_run_request
 from .service import EvalService
 from .session import KernelSession, SessionState
-from .sink import OutputSink
+from .sessions import SessionManager
 
-Emit = Callable[[dict[str, Any]], None]
+Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the one execution path
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
 LIVE_OUTPUT_INTERVAL = 0.25
-# A stream chunk longer than this is added to the cell's outputs in a worker thread (as displays this
-# large are interpreted in one), so the server keeps answering.
-LARGE_CHUNK = 64 * 1024
 KERNEL_LOST_NOTICE = (
     "[The notebook's kernel died or was restarted during the run; its state is lost. Cells after it "
     "were not run, and nothing was run again.]"
@@ -83,8 +85,22 @@ class _CellRun:
     hash: str | None  # the notebook's hash after the write
 
 
-def _noop(_: dict[str, Any]) -> None:
-    return None
+class _Stored:
+    """A cell's stored outputs as its execution's :class:`~.executor.Observer`: messages are added (in a
+    worker thread when large), and the outputs read, under one lock."""
+
+    def __init__(self, outputs: CellOutputs, added: Callable[[bool], None]) -> None:
+        self.outputs = outputs
+        self.added = added
+        self._lock = threading.Lock()
+
+    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+        with self._lock:
+            return self.outputs.add(msg_type, content)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self.outputs.to_nbformat()
 
 
 class NotebookRunner(Service):
@@ -93,7 +109,15 @@ class NotebookRunner(Service):
     The application builds the class named by ``AgentToolsApp.notebook_runner_class``.
     """
 
-    eval_service = Instance(EvalService, help="Runs the cells (sessions, kernels, artifacts).")
+    eval_service = Instance(
+        EvalService, allow_none=True, help="Where the collaborators below come from when not given."
+    )
+    sessions = Instance(SessionManager, help="The sessions (one per notebook, mode notebook).")
+    kernels = Instance(KernelService, help="Checks kernelspecs, connects, interrupts and restarts kernels.")
+    recovery = Instance(KernelRecovery, help="What is done when the kernel died or is wedged.")
+    artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
+    audit = Instance(Audit, help="Records every run.")
+    execute = CallableTrait(help="Runs one cell (default: the eval service's execute, the one path).")
     store = Instance(NotebookStore, help="Reads the notebook and saves the outputs.")
     session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
     notebook_kernels = Instance(NotebookKernels, help="Shuts down the kernels runs started when unused.")
@@ -108,7 +132,36 @@ class NotebookRunner(Service):
 
     @default("notebook_kernels")
     def _default_notebook_kernels(self) -> NotebookKernels:
-        return NotebookKernels(self.session_manager, self.eval.sessions, parent=self)
+        return NotebookKernels(self.session_manager, self.sessions, parent=self)
+
+    def _from_eval(self, name: str) -> Any:
+        if self.eval_service is None:
+            raise ValueError(f"NotebookRunner needs {name} (or eval_service to take it from)")
+        return getattr(self.eval_service, name)
+
+    @default("sessions")
+    def _default_sessions(self) -> SessionManager:
+        return self._from_eval("sessions")
+
+    @default("kernels")
+    def _default_kernels(self) -> KernelService:
+        return self._from_eval("kernels")
+
+    @default("recovery")
+    def _default_recovery(self) -> KernelRecovery:
+        return self._from_eval("recovery")
+
+    @default("artifacts")
+    def _default_artifacts(self) -> ArtifactStore:
+        return self._from_eval("artifacts")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return self._from_eval("audit")
+
+    @default("execute")
+    def _default_execute(self) -> Execute:
+        return self._from_eval("execute")
 
     def __init__(
         self,
@@ -121,11 +174,6 @@ class NotebookRunner(Service):
             **given(kwargs, eval_service=eval_service, store=store, session_manager=session_manager)
         )
 
-    @property
-    def eval(self) -> EvalService:
-        """The eval service (its short name in this module)."""
-        return self.eval_service
-
     async def run(
         self, path: str, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
     ) -> dict[str, Any]:
@@ -133,7 +181,7 @@ class NotebookRunner(Service):
 
         The run is recorded when it ends (:meth:`Audit.execution`, mode ``notebook``), failed or not.
         """
-        with self.eval.audit.executing("notebook") as record:
+        with self.audit.executing("notebook") as record:
             record.result = await self._run(path, body, emit, cancel, record)
         return record.result
 
@@ -141,7 +189,7 @@ class NotebookRunner(Service):
         self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, record: ExecutionRecord
     ) -> dict[str, Any]:
         request = parse_run_request(body)
-        emit = emit or _noop
+        emit = emit or noop
         cancel = cancel or asyncio.Event()
         path, notebook, hash_, _live = await self.store.load(path, writable=True)
         if request.expected_hash is not None and request.expected_hash != hash_:
@@ -153,9 +201,9 @@ class NotebookRunner(Service):
         targets = _select(notebook, request, path)
         record.code = [t.source for t in targets if t.cell_type == "code"]
         if await self._session_kernel(path) is None:  # 400 before anything is created
-            await self.eval.kernels.check_kernel_name(self._kernel_name(notebook))
+            await self.kernels.check_kernel_name(self._kernel_name(notebook))
         while True:
-            session = self.eval.sessions.for_notebook(path)
+            session = self.sessions.for_notebook(path)
             record.session = session.name
             if not await session.take_turn(cancel):
                 return self._answer(path, None, session, [], [], cancelled=True)
@@ -169,8 +217,7 @@ class NotebookRunner(Service):
             kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
             # Waiting for a kernel that was there counts against the call's timeout; one this run just
             # started may take kernel_ready_timeout, like any kernel start (eval's too).
-            kernels = self.eval.kernels
-            ready_within = kernels.ready_timeout if created else began + request.timeout - loop.time()
+            ready_within = self.kernels.ready_timeout if created else began + request.timeout - loop.time()
             await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
             deadline = (loop.time() if created else began) + request.timeout
             async with self.store.grouped(path, "run") as group:  # one ledger entry for the whole run
@@ -196,7 +243,7 @@ class NotebookRunner(Service):
     def _kernel_name(self, notebook: dict[str, Any]) -> str:
         spec = (notebook.get("metadata") or {}).get("kernelspec") or {}
         kernel_name = spec.get("name") if isinstance(spec.get("name"), str) else None
-        return kernel_name or self.eval.kernels.default_kernel_name
+        return kernel_name or self.kernels.default_kernel_name
 
     async def _notebook_kernel(self, path: str, notebook: dict[str, Any]) -> tuple[str, str, bool]:
         """The kernel of the notebook's jupyter_server session, created as JupyterLab would if none:
@@ -205,7 +252,7 @@ class NotebookRunner(Service):
         if found is not None:
             return (*found, False)
         kernel_name = self._kernel_name(notebook)
-        await self.eval.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
+        await self.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
         await self.notebook_kernels.make_room(path)
         try:
             model = await ensure_async(
@@ -214,7 +261,7 @@ class NotebookRunner(Service):
                 )
             )
         except Exception as e:
-            raise self.eval.kernels.translate(e) from e
+            raise self.kernels.translate(e) from e
         kernel_id = str(model["kernel"]["id"])
         self.notebook_kernels.note(path, str(model["id"]), kernel_id)
         return kernel_id, kernel_name, True
@@ -232,7 +279,7 @@ class NotebookRunner(Service):
         """Connect the session to the notebook's kernel (again, when it was restarted or replaced),
         waiting at most ``ready_within`` seconds for it to answer; 503 when it does not."""
         if session.kernel_id == kernel_id and session.state is SessionState.READY:
-            notice = await self.eval.recovery.revive(session)
+            notice = await self.recovery.revive(session)
             if notice is not None:
                 notices.append(notice.replace("restarted before this call", "lost before this run"))
             if session.state is SessionState.READY:
@@ -259,7 +306,7 @@ class NotebookRunner(Service):
             ) from e
 
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
-        return kernel_id, await self.eval.kernels.connect(kernel_id, ready_within)
+        return kernel_id, await self.kernels.connect(kernel_id, ready_within)
 
     async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
         """The cell would not stop after the interrupt: restart the notebook's kernel in place through the
@@ -267,13 +314,13 @@ class NotebookRunner(Service):
         open sees it) and return the notice that says so."""
         kernel_id = session.kernel_id
         assert kernel_id is not None
-        self.eval.recovery.after_wedge(session)
+        self.recovery.after_wedge(session)
         await session.drop_kernel()  # disconnect; the next run attaches to the restarted kernel
         cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
         try:
-            await self.eval.kernels.restart(kernel_id)
+            await self.kernels.restart(kernel_id)
         except Exception as e:
-            self.eval.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
+            self.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
             return (
                 f"[{cell} did not stop after the interrupt, so the notebook's kernel {kernel_id} was "
                 f"restarted, but it did not come back ({type(e).__name__}: {e}): its state is lost. Cells "
@@ -301,7 +348,7 @@ class NotebookRunner(Service):
         kernel_id = session.kernel_id  # the notebook's kernel keeps its id when it is restarted
         code_cells = [t for t in targets if t.cell_type == "code"]
         cells: list[dict[str, Any]] = []
-        outcomes: list[CellOutcome] = []
+        outcomes = []
         stopped = False
         restarted = False
         hash_: str | None = None
@@ -324,18 +371,7 @@ class NotebookRunner(Service):
                 if display["type"] == "image":
                     emit({"type": "display", "index": target.index, "display": display})
             name = f"cell {target.index} (id {target.cell_id})" if target.cell_id else f"cell {target.index}"
-            outcomes.append(
-                CellOutcome(
-                    index=position - 1,
-                    title=name,
-                    name=name,
-                    status=execution.status,
-                    output=execution.summary.output if execution.summary else "",
-                    exit_code=execution.exit_code,
-                    has_displays=bool(cells[-1]["displays"]),
-                    kernel_died=execution.kernel_died,
-                )
-            )
+            outcomes.append(execution.outcome(position - 1, name, name))
             emit(
                 {
                     "type": "cell_end",
@@ -360,14 +396,12 @@ class NotebookRunner(Service):
                 emit({"type": "restart", "session": session.name, "message": notice})
             elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
                 stopped = True
-        output = format_combined_output(outcomes, len(code_cells)) if outcomes else ""
         if not_written:
             notices.append(
                 f"[The outputs could not be written into the notebook: {not_written[0]} The cells ran; "
                 "their output is below and in this answer.]"
             )
-        if notices:
-            output = "\n".join([*notices, output]) if output else "\n".join(notices)
+        output = answer_text(outcomes, len(code_cells), notices)
         result = self._answer(path, hash_, session, cells, [], restarted=restarted)
         result["kernel_id"] = kernel_id
         result["output"] = output
@@ -393,17 +427,13 @@ class NotebookRunner(Service):
         not_written: list[str],
     ) -> _CellRun:
         """Run one cell and write its outputs."""
-        artifacts = self.eval.artifacts
         outputs = CellOutputs(
             max_text_bytes=self.max_output_bytes_stored,
             max_bytes=self.max_cell_bytes_stored,
-            open_artifact=lambda: artifacts.create(session.name),
+            open_artifact=lambda: self.artifacts.create(session.name),
         )
-        await self._write(path, target, [], None, clear=True)
-        live = await self._is_live(path)
+        live = (await self._write(path, target, [], None, clear=True))[2]
         changed, finished = asyncio.Event(), asyncio.Event()
-        # Held while a large message is added in a worker thread: the outputs are read between adds only.
-        adding = asyncio.Lock()
 
         async def push_live() -> None:
             # Leading and trailing edge: the first output goes out at once, later ones at most every
@@ -414,16 +444,13 @@ class NotebookRunner(Service):
                 if finished.is_set():
                     return  # the final write follows
                 changed.clear()
-                async with adding:
-                    stored = outputs.to_nbformat()
-                await self._write(path, target, stored, outputs.execution_count, audited=False)
+                snapshot = await asyncio.to_thread(stored.snapshot)  # a large add may hold the lock
+                await self._write(path, target, snapshot, outputs.execution_count, audited=False)
                 try:
                     await asyncio.wait_for(finished.wait(), LIVE_OUTPUT_INTERVAL)
                     return
                 except asyncio.TimeoutError:
                     pass
-
-        pushing = asyncio.ensure_future(push_live()) if live else None
 
         def added(changed_outputs: bool) -> None:
             if changed_outputs:
@@ -431,59 +458,30 @@ class NotebookRunner(Service):
                 if live:
                     changed.set()
 
-        async def add_in_thread(msg_type: str, content: dict[str, Any]) -> None:
-            async with adding:
-                added(await asyncio.to_thread(outputs.add, msg_type, content))
-
-        def observe(msg_type: str, content: dict[str, Any]) -> Awaitable[None] | None:
-            if _large(msg_type, content):
-                return add_in_thread(msg_type, content)
-            added(outputs.add(msg_type, content))
-            return None
-
-        conn, kernel_id = session.connection, session.kernel_id
-        assert conn is not None and kernel_id is not None
-        sink = OutputSink(
-            max_bytes=self.eval.max_output_bytes, open_artifact=lambda: artifacts.create(session.name)
-        )
+        stored = _Stored(outputs, added)
+        pushing = asyncio.ensure_future(push_live()) if live else None
         try:
-            execution = await run_cell(
-                conn,
+            execution = await self.execute(
+                session,
                 target.source,
                 index=target.index,
-                sink=sink,
-                limits=ExecutionLimits(
-                    deadline=deadline,
-                    timeout_seconds=request.timeout,
-                    interrupt_grace=self.eval.interrupt_grace,
-                    liveness_interval=self.eval.liveness_interval,
-                ),
+                deadline=deadline,
+                timeout=request.timeout,
                 cancel=cancel,
-                interrupt=lambda: self.eval.kernels.interrupt(kernel_id),
                 emit=emit,
-                # Images are answered from what the cell stores (placeholders with the output's URL).
-                output_limits=dataclasses.replace(self.eval.output_limits, images=False),
-                observe=observe,
+                images=False,  # answered from what the cell stores (placeholders with the output's URL)
+                observer=stored,
             )
         finally:
-            sink.close()
             outputs.close()
             if pushing is not None:
                 finished.set()
                 changed.set()
                 await asyncio.gather(pushing, return_exceptions=True)
-        session.executions += 1
-        stored = outputs.to_nbformat()
+        final = outputs.to_nbformat()
         count = outputs.execution_count
-        written, hash_ = await self._write(path, target, stored, count, not_written=not_written)
-        return _CellRun(execution, stored, count, outputs.omitted(), written, hash_)
-
-    async def _is_live(self, path: str) -> bool:
-        """Whether the notebook is open in a collaborative room (False when it cannot be read)."""
-        try:
-            return (await self.store.load(path))[3]
-        except AgentToolsError:
-            return False
+        written, hash_, _ = await self._write(path, target, final, count, not_written=not_written)
+        return _CellRun(execution, final, count, outputs.omitted(), written, hash_)
 
     async def _write(
         self,
@@ -495,8 +493,9 @@ class NotebookRunner(Service):
         clear: bool = False,
         audited: bool = True,
         not_written: list[str] | None = None,
-    ) -> tuple[bool, str | None]:
-        """Put the cell's outputs (or none, when it starts) into the notebook; (written, new hash).
+    ) -> tuple[bool, str | None, bool]:
+        """Put the cell's outputs (or none, when it starts) into the notebook; (written, new hash, whether
+        it went to a live document).
 
         Recorded as a ``run_clear`` or ``run_outputs`` change (outputs pushed to a live document while
         the cell runs are not: ``audited=False``; the cell's final write is).
@@ -517,16 +516,18 @@ class NotebookRunner(Service):
             cells[position] = cell
             return {**nb, "cells": cells}, True
 
+        notes: dict[str, Any] = {}
         try:
+            action = "run_clear" if clear else "run_outputs"
             written, hash_ = await self.store.change(
-                path, transform, actions=["run_clear" if clear else "run_outputs"], audited=audited
+                path, transform, actions=[action], audited=audited, notes=notes
             )
         except AgentToolsError as e:  # the notebook went away or cannot be saved: the run goes on
-            self.eval.sessions.log.warning("notebook run %s: outputs not written: %s", path, e.message)
+            self.sessions.log.warning("notebook run %s: outputs not written: %s", path, e.message)
             if not_written is not None and not not_written:
                 not_written.append(e.message if e.message.endswith(".") else e.message + ".")
-            return False, None
-        return written, hash_
+            return False, None, False
+        return written, hash_, bool(notes.get("live"))
 
     def _answer(
         self,
@@ -602,28 +603,21 @@ def _find(nb: dict[str, Any], target: _Target) -> int | None:
     return None
 
 
-def _not_run(target: _Target, status: str) -> dict[str, Any]:
+def _cell_fields(target: _Target, fields: dict[str, Any], ran: _CellRun | None = None) -> dict[str, Any]:
+    """A cell of a run's answer: which cell, how it ran (``fields``), what it stored."""
     return {
         "index": target.index,
         "cell_id": target.cell_id,
         "title": target.cell_id,
-        "status": status,
-        "output": "",
-        "exit_code": 0,
-        "error": None,
-        "displays": [],
-        "duration_ms": 0,
-        "stdin_requested": False,
-        "truncated": False,
-        "total_bytes": 0,
-        "total_lines": 0,
-        "output_bytes": 0,
-        "output_lines": 0,
-        "artifact_id": None,
-        "execution_count": None,
-        "outputs_written": False,
-        "outputs_omitted": None,
+        **fields,
+        "execution_count": ran.execution_count if ran else None,
+        "outputs_written": ran.written if ran else False,
+        "outputs_omitted": ran.omitted if ran else None,
     }
+
+
+def _not_run(target: _Target, status: str) -> dict[str, Any]:
+    return _cell_fields(target, not_run_fields(status))
 
 
 def _cell_result(path: str, target: _Target, request: RunRequest, ran: _CellRun) -> dict[str, Any]:
@@ -631,16 +625,7 @@ def _cell_result(path: str, target: _Target, request: RunRequest, ran: _CellRun)
     ref = target.cell_id if target.cell_id is not None else f"@{target.index}"
     images = _images(ran.stored, path, ref if ran.written else None, request.include_images)
     fields["displays"] = [d for d in fields["displays"] if d.get("type") != "image"] + images
-    return {
-        "index": target.index,
-        "cell_id": target.cell_id,
-        "title": target.cell_id,
-        **fields,
-        "execution_count": ran.execution_count,
-        "outputs_written": ran.written,
-        "outputs_omitted": ran.omitted,
-        "timed_out": ran.execution.timed_out,
-    }
+    return {**_cell_fields(target, fields, ran), "timed_out": ran.execution.timed_out}
 
 
 def _images(
@@ -668,11 +653,3 @@ def _images(
                 image["data"] = raw
             images.append(image)
     return images
-
-
-def _large(msg_type: str, content: dict[str, Any]) -> bool:
-    """Whether adding this message to the stored outputs is work for a worker thread."""
-    if msg_type == "stream":
-        text = content.get("text")
-        return isinstance(text, str) and len(text) > LARGE_CHUNK
-    return msg_type == "error" or needs_worker(msg_type, content)

@@ -9,9 +9,9 @@ start its kernel, run the cells (:func:`~.executor.run_cell`), answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
-from collections.abc import Callable
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -25,17 +25,15 @@ from ..compat import pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, given
 from .connection import KernelConnection
-from .executor import CellExecution, ExecutionLimits, run_cell
+from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
 from .kernels import KernelService
-from .messages import CellOutcome, OutputLimits, format_combined_output
+from .messages import OutputLimits, answer_text
 from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest, parse_eval_request
 from .session import InitSpec, KernelSession, SessionState
 from .sessions import SessionManager
 from .sink import OutputSink
-
-Emit = Callable[[dict[str, Any]], None]
 
 # The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
 # server that fell behind): what the answer and the artifact hold may lack the end of the output.
@@ -70,10 +68,6 @@ def lost_notice(name: str, gone: dict[str, Any]) -> str:
         f"[Session {name!r} was {gone['message']} at {gone['at']}: its variables and imports are gone; "
         "this call runs in a new kernel.]"
     )
-
-
-def _noop(_: dict[str, Any]) -> None:
-    return None
 
 
 def _noting_output(session: KernelSession, emit: Emit) -> Emit:
@@ -249,7 +243,7 @@ class EvalService(Service):
         cwd = await self._resolve_cwd(request.cwd)
         if request.kernel_name:  # before any session is created, evicted or reset
             await self.kernels.check_kernel_name(request.kernel_name)
-        emit = emit or _noop
+        emit = emit or noop
         cancel = cancel or asyncio.Event()
         self.pool.start()  # the first eval starts filling the pool (none before: no idle kernel)
         if request.mode == "per-call":
@@ -296,28 +290,15 @@ class EvalService(Service):
         if session.init == spec or session.closed:
             return
         self.artifacts.session_dir(session.name)  # the kernel is told ARTIFACTS exists
-        assert session.connection is not None and session.kernel_id is not None
-        kernel_id = session.kernel_id
-        sink = OutputSink(max_bytes=self.max_output_bytes)
-        try:
-            result = await run_cell(
-                session.connection,
-                build_init_code(spec),
-                index=-1,
-                sink=sink,
-                limits=ExecutionLimits(
-                    deadline=asyncio.get_running_loop().time() + self.init_timeout,
-                    timeout_seconds=self.init_timeout,
-                    interrupt_grace=self.interrupt_grace,
-                    liveness_interval=self.liveness_interval,
-                ),
-                cancel=asyncio.Event(),
-                interrupt=lambda: self.kernels.interrupt(kernel_id),
-                emit=_noop,
-                silent=True,
-            )
-        finally:
-            sink.close()
+        result = await self.execute(
+            session,
+            build_init_code(spec),
+            index=-1,
+            deadline=asyncio.get_running_loop().time() + self.init_timeout,
+            timeout=self.init_timeout,
+            cancel=asyncio.Event(),
+            silent=True,
+        )
         if result.kernel_died and session.closed:
             return  # shut down by a DELETE during the init step, not dead
         if result.kernel_died:
@@ -413,38 +394,21 @@ class EvalService(Service):
         cancel: asyncio.Event,
         deadline: float,
     ) -> list[tuple[int, CellExecution]]:
-        conn, kernel_id = session.connection, session.kernel_id
-        assert conn is not None and kernel_id is not None
         results: list[tuple[int, CellExecution]] = []
         emit = _noting_output(session, emit)
         for index, cell in enumerate(request.cells):
             if cancel.is_set():
                 break
             emit({"type": "cell_start", "index": index, "title": cell.title})
-            sink = OutputSink(
-                max_bytes=self.max_output_bytes,
-                open_artifact=lambda: self.artifacts.create(session.name),
+            execution = await self.execute(
+                session,
+                cell.code,
+                index=index,
+                deadline=deadline,
+                timeout=request.timeout,
+                cancel=cancel,
+                emit=emit,
             )
-            try:
-                execution = await run_cell(
-                    conn,
-                    cell.code,
-                    index=index,
-                    sink=sink,
-                    limits=ExecutionLimits(
-                        deadline=deadline,
-                        timeout_seconds=request.timeout,
-                        interrupt_grace=self.interrupt_grace,
-                        liveness_interval=self.liveness_interval,
-                    ),
-                    cancel=cancel,
-                    interrupt=lambda: self.kernels.interrupt(kernel_id),
-                    emit=emit,
-                    output_limits=self.output_limits,
-                )
-            finally:
-                sink.close()
-            session.executions += 1
             if execution.idle_missing:
                 self.sessions.record(
                     session,
@@ -465,6 +429,55 @@ class EvalService(Service):
             if execution.status != "complete":
                 break
         return results
+
+    async def execute(
+        self,
+        session: KernelSession,
+        code: str,
+        *,
+        index: int,
+        deadline: float,
+        timeout: float,
+        cancel: asyncio.Event,
+        emit: Emit = noop,
+        silent: bool = False,
+        images: bool = True,
+        observer: Observer | None = None,
+    ) -> CellExecution:
+        """Run one cell on the session's kernel: the one execution path of eval's cells, its silent init
+        step (no artifact, not counted) and a notebook run's cells (``observer``: the stored outputs;
+        ``images=False``: its images are answered from what the cell stored). Bounded by this service's
+        output limits; a deadline or cancel interrupts the kernel, which gets ``interrupt_grace``."""
+        conn, kernel_id = session.connection, session.kernel_id
+        assert conn is not None and kernel_id is not None
+        sink = OutputSink(
+            max_bytes=self.max_output_bytes,
+            open_artifact=None if silent else lambda: self.artifacts.create(session.name),
+        )
+        limits = self.output_limits if images else dataclasses.replace(self.output_limits, images=False)
+        try:
+            return await run_cell(
+                conn,
+                code,
+                index=index,
+                sink=sink,
+                limits=ExecutionLimits(
+                    deadline=deadline,
+                    timeout_seconds=timeout,
+                    interrupt_grace=self.interrupt_grace,
+                    liveness_interval=self.liveness_interval,
+                ),
+                cancel=cancel,
+                interrupt=lambda: self.kernels.interrupt(kernel_id),
+                emit=emit,
+                silent=silent,
+                output_limits=limits,
+                observer=observer,
+            )
+        finally:
+            sink.close()
+            if not silent:
+                session.executions += 1
 
     # -- per-call mode ------------------------------------------------------------------------------
 
@@ -506,28 +519,12 @@ class EvalService(Service):
         cell_results = []
         outcomes = []
         for index, execution in cells:
-            summary = execution.summary
-            assert summary is not None
             title = request.cells[index].title
             cell_results.append({"index": index, "title": title, **execution.result_fields()})
-            outcomes.append(
-                CellOutcome(
-                    index=index,
-                    title=title,
-                    status=execution.status,
-                    output=summary.output,
-                    exit_code=execution.exit_code,
-                    has_displays=bool(execution.displays),
-                    kernel_died=execution.kernel_died,
-                )
-            )
+            outcomes.append(execution.outcome(index, title))
         if any(e.idle_missing for _, e in cells):
             notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
-        output = format_combined_output(outcomes, len(request.cells)) if outcomes else ""
-        if error:
-            output = f"{output}\n{error}".strip("\n")
-        if notices:
-            output = "\n".join([*notices, output]) if output else "\n".join(notices)
+        output = answer_text(outcomes, len(request.cells), notices, error)
         if cancelled and not cells:
             output = "(cancelled before it started)"
         return {
