@@ -32,6 +32,7 @@ from .handlers.mcp import McpHandler
 from .handlers.notebooks import (
     NOTEBOOK_PATH_REGEX,
     NotebookHandler,
+    NotebookKernelHandler,
     NotebookOutputHandler,
     NotebookRunHandler,
 )
@@ -580,6 +581,7 @@ class AgentToolsApp(ExtensionApp):
             max_output_bytes_stored=self.max_run_output_bytes,
             max_cell_bytes_stored=self.max_run_cell_bytes,
         )
+        self.eval_service.notebooks = self.notebook_runner  # eval with "notebook" runs in its kernel
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,
@@ -598,6 +600,7 @@ class AgentToolsApp(ExtensionApp):
                     NotebookOutputHandler,
                 ),
                 (rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes", NotebookChangesHandler),
+                (rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/kernel", NotebookKernelHandler),
                 (
                     rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes/(?P<change_id>[^/]+)",
                     NotebookChangeHandler,

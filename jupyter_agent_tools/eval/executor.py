@@ -74,6 +74,7 @@ class CellExecution:
     idle_missing: bool = False  # the reply came but its "idle" never did (iopub messages were lost)
     duration_ms: int = 0
     summary: SinkSummary | None = None
+    execution_count: int | None = None  # the kernel's, from the execute_reply
 
     def result_fields(self) -> dict[str, Any]:
         """The per-cell fields of an answer (eval's and a notebook run's): status, text, displays, sizes."""
@@ -95,8 +96,11 @@ class CellExecution:
             "artifact_id": summary.artifact_id,
         }
 
-    def outcome(self, index: int, title: str | None, name: str | None = None) -> CellOutcome:
-        """How the cell ended, for :func:`~.messages.answer_text` (``index``: its place in the request)."""
+    def outcome(
+        self, index: int, title: str | None, name: str | None = None, has_displays: bool | None = None
+    ) -> CellOutcome:
+        """How the cell ended, for :func:`~.messages.answer_text` (``index``: its place in the request;
+        ``has_displays``: when the answer's displays are not this execution's, a notebook run's images)."""
         assert self.summary is not None
         return CellOutcome(
             index=index,
@@ -105,7 +109,7 @@ class CellExecution:
             status=self.status,
             output=self.summary.output,
             exit_code=self.exit_code,
-            has_displays=bool(self.displays),
+            has_displays=bool(self.displays) if has_displays is None else has_displays,
             kernel_died=self.kernel_died,
         )
 
@@ -372,6 +376,8 @@ def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution
                 "traceback": [strip_ansi(str(line)) for line in reply.get("traceback", [])],
             }
     result.settled = run.done
+    count = reply.get("execution_count")
+    result.execution_count = count if isinstance(count, int) else None
     result.idle_missing = run.idle_missing
     result.duration_ms = int((time.monotonic() - started) * 1000)
     result.summary = run.sink.finish()

@@ -24,7 +24,7 @@ import contextlib
 import posixpath
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +38,13 @@ from ..audit import Audit
 from ..audit.events import ExecutionRecord
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source
+from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
 from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore
 from ..notebook.summary import base64_size, is_textual, joined_text
 from ..traits import Service, at_least, given
+from ..validation import check
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .kernels import KernelService
 from .messages import answer_text
@@ -57,10 +59,21 @@ Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the on
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
 LIVE_OUTPUT_INTERVAL = 0.25
+RUN_AFTER = ("insert", "edit")  # a run with ops and no cells named runs the code cells these ops touched
 KERNEL_LOST_NOTICE = (
     "[The notebook's kernel died or was restarted during the run; its state is lost. Cells after it "
     "were not run, and nothing was run again.]"
 )
+
+
+@dataclass
+class Turn:
+    """A call's turn on a notebook's session (see :meth:`NotebookRunner.attached`)."""
+
+    session: KernelSession
+    notices: list[str]  # what happened to the kernel before this call (lost, restarted)
+    deadline: float  # event-loop time by which the call's cells must end
+    cancelled: bool = False
 
 
 @dataclass
@@ -189,6 +202,7 @@ class NotebookRunner(Service):
         self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, record: ExecutionRecord
     ) -> dict[str, Any]:
         request = parse_run_request(body)
+        edit = parse_edit_request({"ops": list(request.ops)}, self.store.max_ops) if request.ops else None
         emit = emit or noop
         cancel = cancel or asyncio.Event()
         path, notebook, hash_, _live = await self.store.load(path, writable=True)
@@ -198,15 +212,81 @@ class NotebookRunner(Service):
                 f"current hash {hash_}); read it again and retry"
             )
         record.path = path
-        targets = _select(notebook, request, path)
-        record.code = [t.source for t in targets if t.cell_type == "code"]
-        if await self._session_kernel(path) is None:  # 400 before anything is created
+        targets = _select(notebook, request, path) if edit is None else []
+        if await self._session_kernel(path) is None:  # 400 before anything is created or changed
             await self.kernels.check_kernel_name(self._kernel_name(notebook))
+        async with self.store.grouped(path, "run") as group:  # one ledger entry: the edit and the outputs
+            edited: dict[str, Any] | None = None
+            if edit is not None:
+                edited, targets = await self._edit(path, edit, request)
+            record.code = [t.source for t in targets if t.cell_type == "code"]
+            async with self.attached(path, notebook, request.timeout, cancel, record) as turn:
+                if turn.cancelled:
+                    result = self._answer(path, None, turn.session, [], [], cancelled=True)
+                else:
+                    result = await self._run_targets(
+                        path, turn.session, targets, request, emit, cancel, turn.notices, turn.deadline
+                    )
+            if edited is not None:
+                result["edit"] = edited
+                if result["hash"] is None:
+                    result["hash"] = edited["hash"]
+        if group is not None and (not turn.cancelled or edited is not None):
+            result.update(group.fields())  # known once the group ended
+        emit({"type": "result", "result": result})
+        return result
+
+    async def _edit(
+        self, path: str, edit: EditRequest, request: RunRequest
+    ) -> tuple[dict[str, Any], list[_Target]]:
+        """Apply the run's ``ops`` (one save, under ``expected_hash``) and choose the cells to run in the
+        edited notebook: those the request names, else the code cells the ops inserted or edited."""
+
+        def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], Any]:
+            outcome = apply_ops(nb, edit.ops, id_seed=hash_, batch=True)
+            edited = outcome.notebook
+            if request.all or request.cell_ids is not None or request.cell_indices is not None:
+                return edited, (outcome, _select(edited, request, path))
+            ids = [o.details.get("cellId") for o in outcome.outcomes if o.details.get("action") in RUN_AFTER]
+            chosen = [
+                i
+                for i, c in enumerate(edited["cells"])
+                if c.get("id") is not None and c.get("id") in ids and c.get("cell_type") == "code"
+            ]
+            return edited, (outcome, [_target(edited["cells"], i) for i in chosen])
+
+        (outcome, targets), new_hash = await self.store.change(
+            path,
+            transform,
+            expected_hash=request.expected_hash,
+            actions=[op.action for op in edit.ops],
+        )
+        answer = {
+            "message": outcome.message,
+            "hash": new_hash,
+            "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
+        }
+        return answer, targets
+
+    @contextlib.asynccontextmanager
+    async def attached(
+        self,
+        path: str,
+        notebook: dict[str, Any],
+        timeout: float,
+        cancel: asyncio.Event,
+        record: ExecutionRecord | None = None,
+    ) -> AsyncIterator[Turn]:
+        """The turn of the notebook's session, connected to the notebook's kernel (created as JupyterLab
+        would when there is none): notebook runs and eval with ``notebook`` run their cells inside it.
+        ``turn.cancelled``: cancelled while waiting for the turn (nothing was started)."""
         while True:
             session = self.sessions.for_notebook(path)
-            record.session = session.name
+            if record is not None:
+                record.session = session.name
             if not await session.take_turn(cancel):
-                return self._answer(path, None, session, [], [], cancelled=True)
+                yield Turn(session, [], 0.0, cancelled=True)
+                return
             if not session.closed:
                 break
             await session.end_turn()  # its kernel was shut down as unused while this run waited
@@ -217,18 +297,11 @@ class NotebookRunner(Service):
             kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
             # Waiting for a kernel that was there counts against the call's timeout; one this run just
             # started may take kernel_ready_timeout, like any kernel start (eval's too).
-            ready_within = self.kernels.ready_timeout if created else began + request.timeout - loop.time()
+            ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
             await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
-            deadline = (loop.time() if created else began) + request.timeout
-            async with self.store.grouped(path, "run") as group:  # one ledger entry for the whole run
-                result = await self._run_targets(
-                    path, session, targets, request, emit, cancel, notices, deadline
-                )
-            result.update(group.fields() if group is not None else {})
+            yield Turn(session, notices, (loop.time() if created else began) + timeout)
         finally:
             await session.end_turn()
-        emit({"type": "result", "result": result})
-        return result
 
     # -- the kernel ------------------------------------------------------------------------------
 
@@ -305,10 +378,109 @@ class NotebookRunner(Service):
                 retry_after=RETRY_AFTER_KERNEL_START,
             ) from e
 
+    async def readable(self, path: str) -> tuple[str, dict[str, Any]]:
+        """(checked path, notebook) of a notebook to run code in without writing it (eval's ``notebook``)."""
+        path, notebook, _, _ = await self.store.load(path)
+        return path, notebook
+
+    async def kernel(self, path: str) -> dict[str, Any]:
+        """The notebook's kernel (``GET .../kernel``): whether it runs, its state, its kernelspec, the
+        execution count last seen here, and whether a person (a browser's websocket) is connected."""
+        path, _ = await self.readable(path)
+        found = await self._session_kernel(path)
+        session = self.sessions.notebooks.get(path)
+        answer: dict[str, Any] = {
+            "path": path,
+            "kernel_id": None,
+            "kernel_name": None,
+            "state": "not_running",
+            "execution_count": None,
+            "connections": 0,
+            "person_connected": False,
+            "started_by_run": path in self.notebook_kernels.started,
+            "busy": bool(session is not None and session.busy),
+        }
+        if found is None:
+            return answer
+        kernel_id, kernel_name = found
+        try:
+            model = await ensure_async(self.kernels.kernel_manager.kernel_model(kernel_id))
+        except Exception:  # gone between the two looks
+            return answer
+        connections = int(model.get("connections") or 0)
+        attached = session is not None and session.kernel_id == kernel_id
+        answer.update(
+            kernel_id=kernel_id,
+            kernel_name=kernel_name or model.get("name"),
+            state=str(model.get("execution_state") or "unknown"),
+            execution_count=session.execution_count if attached and session is not None else None,
+            connections=connections,
+            person_connected=connections > 0,
+        )
+        return answer
+
+    async def kernel_action(self, path: str, body: Any) -> dict[str, Any]:
+        """``POST .../kernel``: ``interrupt`` (a running call answers cancelled), ``restart`` (in place,
+        as JupyterLab's Restart Kernel: state is lost) or ``shutdown`` (the notebook's jupyter_server
+        session and kernel are deleted, as JupyterLab's Shut Down Kernel)."""
+        check("NotebookKernelRequest", body)
+        action = body["action"]
+        path, _ = await self.readable(path)
+        found = await self._session_kernel(path)
+        if found is None:
+            raise Conflict(f"The notebook {path} has no running kernel to {action}; run a cell to start one")
+        kernel_id = found[0]
+        session = self.sessions.notebooks.get(path)
+        running = session is not None and session.cancel is not None and not session.cancel.is_set()
+        if running and session is not None and session.cancel is not None:
+            session.cancel.set()  # the running call answers cancelled (its cell is interrupted)
+        message = ""
+        try:
+            if action == "interrupt":
+                if not running:
+                    await self.kernels.interrupt(kernel_id)
+                message = f"Interrupted the kernel of {path}."
+            elif action == "restart":
+                if session is not None:
+                    await session.drop_kernel()  # the next call attaches to the restarted kernel
+                await self.kernels.restart(kernel_id, now=False)
+                message = (
+                    f"Restarted the kernel of {path} (kernel {kernel_id}): its state was lost (variables, "
+                    "imports); run the cells again to rebuild it."
+                )
+            else:
+                if session is not None:
+                    await session.drop_kernel()
+                self.notebook_kernels.started.pop(path, None)
+                for model in await ensure_async(self.session_manager.list_sessions()):
+                    if model.get("path") == path and (model.get("kernel") or {}).get("id") == kernel_id:
+                        await ensure_async(self.session_manager.delete_session(model["id"]))
+                message = f"Shut down the kernel of {path}: its state was lost."
+        except AgentToolsError:
+            raise
+        except Exception as e:
+            raise self.kernels.translate(e) from e
+        answer = await self.kernel(path)
+        answer.update(
+            action=action,
+            interrupted_call=running,
+            state_lost=action in ("restart", "shutdown"),
+            message=message,
+        )
+        return answer
+
+    async def restart_wedged(self, session: KernelSession, cell: str) -> str:
+        """:meth:`_restart_wedged` for a cell named ``cell`` (eval's ``notebook``)."""
+        return await self._restart_in_place(session, cell)
+
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
         return kernel_id, await self.kernels.connect(kernel_id, ready_within)
 
     async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
+        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
+        return await self._restart_in_place(session, cell)
+
+    async def _restart_in_place(self, session: KernelSession, cell: str) -> str:
         """The cell would not stop after the interrupt: restart the notebook's kernel in place through the
         server's kernel manager (what JupyterLab's "Restart Kernel" does, so a person with the notebook
         open sees it) and return the notice that says so."""
@@ -316,7 +488,6 @@ class NotebookRunner(Service):
         assert kernel_id is not None
         self.recovery.after_wedge(session)
         await session.drop_kernel()  # disconnect; the next run attaches to the restarted kernel
-        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
         try:
             await self.kernels.restart(kernel_id)
         except Exception as e:
@@ -371,7 +542,7 @@ class NotebookRunner(Service):
                 if display["type"] == "image":
                     emit({"type": "display", "index": target.index, "display": display})
             name = f"cell {target.index} (id {target.cell_id})" if target.cell_id else f"cell {target.index}"
-            outcomes.append(execution.outcome(position - 1, name, name))
+            outcomes.append(execution.outcome(position - 1, name, name, bool(cells[-1]["displays"])))
             emit(
                 {
                     "type": "cell_end",
@@ -583,15 +754,16 @@ def _select(notebook: dict[str, Any], request: RunRequest, path: str) -> list[_T
                     f"Cell id {cell_id!r} is ambiguous in {path}: cells {found} share it; use cell_indices"
                 )
             chosen.add(found[0])
-    return [
-        _Target(
-            index=i,
-            cell_id=cells[i].get("id") if isinstance(cells[i].get("id"), str) else None,
-            cell_type=str(cells[i].get("cell_type")),
-            source=join_source(cells[i].get("source", "")),
-        )
-        for i in sorted(chosen)
-    ]
+    return [_target(cells, i) for i in sorted(chosen)]
+
+
+def _target(cells: list[dict[str, Any]], i: int) -> _Target:
+    return _Target(
+        index=i,
+        cell_id=cells[i].get("id") if isinstance(cells[i].get("id"), str) else None,
+        cell_type=str(cells[i].get("cell_type")),
+        source=join_source(cells[i].get("source", "")),
+    )
 
 
 def _find(nb: dict[str, Any], target: _Target) -> int | None:

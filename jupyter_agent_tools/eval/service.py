@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import functools
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
@@ -35,11 +35,20 @@ from .session import InitSpec, KernelSession, SessionState
 from .sessions import SessionManager
 from .sink import OutputSink
 
+if TYPE_CHECKING:
+    from .notebook_run import NotebookRunner
+
 # The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
 # server that fell behind): what the answer and the artifact hold may lack the end of the output.
 OUTPUT_MAY_BE_INCOMPLETE = (
     "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
     "fell behind): the end of the output may be missing from this answer and its artifact.]"
+)
+
+
+NOTEBOOK_KERNEL_LOST = (
+    "[The notebook's kernel died or was restarted during this call; its state is lost. Nothing was run "
+    "again.]"
 )
 
 
@@ -111,6 +120,7 @@ class EvalService(Service):
         return self.sessions.audit
 
     pool = Instance(KernelPool, help="Warm kernels new per-call and session kernels are taken from.")
+    notebooks = AnyTrait(None, allow_none=True, help="The NotebookRunner: eval with 'notebook' runs there.")
 
     @validate("max_output_bytes", "max_cells")
     def _valid_counts(self, proposal: Any) -> int:
@@ -234,7 +244,11 @@ class EvalService(Service):
             request = parse_eval_request(body, self.max_cells)
             record.code = [cell.code for cell in request.cells]
             record.session = request.session if request.mode == "session" else None
-            record.result = await self._run(request, emit, cancel)
+            if request.notebook is not None:
+                record.mode, record.session, record.path = "notebook", None, request.notebook
+                record.result = await self._run_in_notebook(request, emit or noop, cancel or asyncio.Event())
+            else:
+                record.result = await self._run(request, emit, cancel)
         return record.result
 
     async def _run(
@@ -250,6 +264,41 @@ class EvalService(Service):
             result = await self._run_per_call(request, cwd, emit, cancel)
         else:
             result = await self._run_session(request, cwd, emit, cancel)
+        emit({"type": "result", "result": result})
+        return result
+
+    # -- notebook mode ------------------------------------------------------------------------------
+
+    async def _run_in_notebook(
+        self, request: EvalRequest, emit: Emit, cancel: asyncio.Event
+    ) -> dict[str, Any]:
+        """Run the cells in the notebook's own kernel (started as a notebook run would start it), in
+        the turn runs of that notebook take; the file is not written. A kernel that dies or a cell that
+        will not stop is handled as in a run: nothing is re-run, the answer says the state was lost."""
+        runner: NotebookRunner | None = self.notebooks
+        if runner is None:
+            raise AgentToolsError("Eval in a notebook's kernel is not available on this server", 501)
+        path, notebook = await runner.readable(request.notebook or "")
+        async with runner.attached(path, notebook, request.timeout, cancel) as turn:
+            session = turn.session
+            if turn.cancelled:
+                result = self._answer(session, request, [], [], restarted=False, cancelled=True)
+            else:
+                cells = await self._run_cells(session, request, emit, cancel, turn.deadline)
+                notices, restarted = list(turn.notices), False
+                last = cells[-1] if cells else None
+                if last is not None and last[1].kernel_died:
+                    restarted = True
+                    notices.append(NOTEBOOK_KERNEL_LOST)
+                    emit({"type": "restart", "session": session.name, "message": NOTEBOOK_KERNEL_LOST})
+                    await session.mark_dead()
+                elif last is not None and last[1].cancelled and not last[1].settled:
+                    restarted = True
+                    notice = await runner.restart_wedged(session, f"Cell {last[0] + 1}")
+                    notices.append(notice)
+                    emit({"type": "restart", "session": session.name, "message": notice})
+                result = self._answer(session, request, cells, notices, restarted=restarted)
+        result["notebook"] = path
         emit({"type": "result", "result": result})
         return result
 
@@ -456,7 +505,7 @@ class EvalService(Service):
         )
         limits = self.output_limits if images else dataclasses.replace(self.output_limits, images=False)
         try:
-            return await run_cell(
+            execution = await run_cell(
                 conn,
                 code,
                 index=index,
@@ -478,6 +527,9 @@ class EvalService(Service):
             sink.close()
             if not silent:
                 session.executions += 1
+        if execution.execution_count is not None and not silent:
+            session.execution_count = execution.execution_count
+        return execution
 
     # -- per-call mode ------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 from tornado.iostream import StreamClosedError
@@ -83,7 +84,15 @@ class EvalHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("execute")
     async def post(self) -> None:
-        await self._respond(await self.json_body())
+        body = await self.json_body()
+        if isinstance(body, dict) and "notebook" in body:  # runs in a notebook's kernel: reads it too
+            allowed = self.authorizer.is_authorized(self, self.current_user, "read", "contents")
+            if not await ensure_async(allowed):
+                raise web.HTTPError(
+                    403,
+                    "User is not authorized to read on resource: contents (eval with 'notebook' needs it).",
+                )
+        await self._respond(body)
 
     async def _respond(self, body: Any) -> None:
         """One JSON answer, or the NDJSON stream of events when the client accepts it."""
