@@ -181,6 +181,7 @@ def _eval_call(
     env: Mapping[str, str] | None,
     session_file: str | None,
     kernel_name: str | None,
+    notebook: str | None = None,
 ) -> _Call:
     body = {"cells": _cells(cells)} | _drop_none(
         session=session,
@@ -191,6 +192,7 @@ def _eval_call(
         env=dict(env) if env is not None else None,
         session_file=session_file,
         kernel_name=kernel_name,
+        notebook=notebook,
     )
     return _Call("POST", "api/agent/eval", body, read_timeout=(timeout or 30.0) + START_ALLOWANCE)
 
@@ -205,6 +207,7 @@ def _run_call(
     stop_on_error: bool | None,
     expected_hash: str | None,
     include_images: bool | None = None,
+    ops: Sequence[Mapping[str, Any]] | None = None,
 ) -> _Call:
     named = [x for x in (cell_ids, cell_indices) if x is not None]
     if len(named) > 1 or (named and all_cells):
@@ -216,8 +219,9 @@ def _run_call(
         stop_on_error=stop_on_error,
         expected_hash=expected_hash,
         include_images=include_images,
+        ops=[dict(op) for op in ops] if ops else None,
     )
-    if not named:
+    if not named and not ops:
         body["all"] = True
     return _Call(
         "POST",
@@ -302,6 +306,13 @@ def _change_call(path: str, change_id: str, undo: bool = False, expected_hash: s
     if not undo:
         return _Call("GET", url)
     return _Call("POST", url + "/undo", _drop_none(expected_hash=expected_hash) or None)
+
+
+def _kernel_call(path: str, action: str | None) -> _Call:
+    url = f"api/agent/notebooks/{_quote_path(path)}/kernel"
+    if action is None:
+        return _Call("GET", url)
+    return _Call("POST", url, {"action": action}, read_timeout=120.0)
 
 
 def _all_changes_call(since: str | None, limit: int | None) -> _Call:
@@ -444,6 +455,7 @@ class AgentClient:
         env: Mapping[str, str] | None = None,
         session_file: str | None = None,
         kernel_name: str | None = None,
+        notebook: str | None = None,
     ) -> EvalResult:
         """Run cells (a string is one cell) and return the JSON answer of ``POST /api/agent/eval``."""
         call = _eval_call(
@@ -456,6 +468,7 @@ class AgentClient:
             env=env,
             session_file=session_file,
             kernel_name=kernel_name,
+            notebook=notebook,
         )
         result: EvalResult = self._json(call)
         return result
@@ -472,6 +485,7 @@ class AgentClient:
         env: Mapping[str, str] | None = None,
         session_file: str | None = None,
         kernel_name: str | None = None,
+        notebook: str | None = None,
         raise_on_error: bool = True,
     ) -> Generator[EvalEvent, None, None]:
         """Run cells and yield the NDJSON events as they come; the last is ``result`` (or ``error``).
@@ -490,6 +504,7 @@ class AgentClient:
             env=env,
             session_file=session_file,
             kernel_name=kernel_name,
+            notebook=notebook,
         )
         return self._events(call, raise_on_error)
 
@@ -570,6 +585,7 @@ class AgentClient:
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
         include_images: bool | None = None,
+        ops: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """``POST /api/agent/notebooks/{path}/run``: run the notebook's cells (all when none are named).
 
@@ -583,6 +599,7 @@ class AgentClient:
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
             include_images=include_images,
+            ops=ops,
         )
         return dict(self._json(call))
 
@@ -678,6 +695,12 @@ class AgentClient:
         answer: dict[str, Any] = self._json(_change_call(path, change_id, True, expected_hash))
         return answer
 
+    def notebook_kernel(self, path: str, action: str | None = None) -> dict[str, Any]:
+        """``GET .../kernel`` (state, kernelspec, people connected), or ``POST`` with ``action``
+        (``interrupt``, ``restart``, ``shutdown``)."""
+        answer: dict[str, Any] = self._json(_kernel_call(path, action))
+        return answer
+
     def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
         """``GET /api/agent/changes``: every notebook's changes, newest first (``since``: an ISO time)."""
         answer: dict[str, Any] = self._json(_all_changes_call(since, limit))
@@ -767,6 +790,7 @@ class AsyncAgentClient:
         env: Mapping[str, str] | None = None,
         session_file: str | None = None,
         kernel_name: str | None = None,
+        notebook: str | None = None,
     ) -> EvalResult:
         """See :meth:`AgentClient.eval`."""
         call = _eval_call(
@@ -779,6 +803,7 @@ class AsyncAgentClient:
             env=env,
             session_file=session_file,
             kernel_name=kernel_name,
+            notebook=notebook,
         )
         result: EvalResult = await self._json(call)
         return result
@@ -795,6 +820,7 @@ class AsyncAgentClient:
         env: Mapping[str, str] | None = None,
         session_file: str | None = None,
         kernel_name: str | None = None,
+        notebook: str | None = None,
         raise_on_error: bool = True,
     ) -> AsyncGenerator[EvalEvent, None]:
         """See :meth:`AgentClient.stream_eval` (``await it.aclose()`` cancels the run)."""
@@ -808,6 +834,7 @@ class AsyncAgentClient:
             env=env,
             session_file=session_file,
             kernel_name=kernel_name,
+            notebook=notebook,
         )
         return self._events(call, raise_on_error)
 
@@ -885,6 +912,7 @@ class AsyncAgentClient:
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
         include_images: bool | None = None,
+        ops: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """See :meth:`AgentClient.run_notebook`."""
         call = _run_call(
@@ -896,6 +924,7 @@ class AsyncAgentClient:
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
             include_images=include_images,
+            ops=ops,
         )
         return dict(await self._json(call))
 
@@ -991,6 +1020,11 @@ class AsyncAgentClient:
     ) -> dict[str, Any]:
         """See :meth:`AgentClient.undo_change`."""
         answer: dict[str, Any] = await self._json(_change_call(path, change_id, True, expected_hash))
+        return answer
+
+    async def notebook_kernel(self, path: str, action: str | None = None) -> dict[str, Any]:
+        """See :meth:`AgentClient.notebook_kernel`."""
+        answer: dict[str, Any] = await self._json(_kernel_call(path, action))
         return answer
 
     async def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:

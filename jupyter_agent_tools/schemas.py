@@ -230,9 +230,8 @@ EVAL_SCHEMAS: dict[str, Any] = {
             "notebook": {
                 "type": "string",
                 "minLength": 1,
-                "description": "Run the cells in this notebook's own kernel (started as a run would), "
-                "sharing its variables; the file is not written. Not with session, mode, reset, cwd, env, "
-                "session_file or kernel_name.",
+                "description": "Run in this notebook's own kernel (sharing its variables; the file is "
+                "not written). Not with session, mode, reset, cwd, env, session_file, kernel_name.",
             },
             "session": {
                 "type": "string",

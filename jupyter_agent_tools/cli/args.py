@@ -106,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         "-e", "--env", action="append", default=[], metavar="KEY=VAL", help="an environment variable"
     )
     ev.add_argument("--kernel", metavar="NAME", help="the kernel spec (default: the server's)")
+    ev.add_argument(
+        "--notebook",
+        metavar="PATH",
+        help="run in this notebook's own kernel (its variables; file not written)",
+    )
     _run_display(ev)
     _common(ev, stream=True)
 
@@ -209,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("path", metavar="PATH", help=PATH_HELP)
     diff.add_argument("change_id", metavar="ID", help="the change (nb log lists them)")
     _common(diff)
+
+    kernel = nbc.add_parser("kernel", help="the notebook's own kernel: state; interrupt, restart, shutdown")
+    kernel.add_argument("path", metavar="PATH", help=PATH_HELP)
+    kernel.add_argument("action", nargs="?", choices=["interrupt", "restart", "shutdown"], help="what to do")
+    _common(kernel)
 
     undo = nbc.add_parser("undo", help="undo one change (refused if a cell it touched changed since)")
     undo.add_argument("path", metavar="PATH", help=PATH_HELP)

@@ -82,6 +82,7 @@ def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) 
         cwd=args.cwd,
         env=_env(args.env) or None,
         kernel_name=args.kernel,
+        notebook=args.notebook,
         raise_on_error=False,
     )
     save = Path(args.save_images) if args.save_images else None
@@ -134,6 +135,16 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         return nb_output(client, args, renderer)
     if args.nb_command in ("log", "diff", "undo"):
         return nb_ledger(client, args, renderer)
+    if args.nb_command == "kernel":
+        kernel = client.notebook_kernel(args.path, args.action)
+        text = kernel.get("message") or (
+            f"Kernel of {kernel['path']}: {kernel['state']}"
+            + (f", {kernel['kernel_name']} ({kernel['kernel_id']})" if kernel["kernel_id"] else "")
+            + (f", execution count {kernel['execution_count']}" if kernel["execution_count"] else "")
+            + (", a person is connected" if kernel["person_connected"] else "")
+        )
+        renderer.done(text, kernel)
+        return exits.OK
     op, cell = notebook_op(args)
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:

@@ -375,7 +375,8 @@ async def _session_list(call: ToolCall) -> ToolResult:
     answer = service.listing()
     sessions = answer["sessions"]
     lines = [
-        f"- {s['name']}: {'busy' if s['busy'] else 'idle'}, kernel {s.get('kernel_name') or '-'} "
+        f"- {s['name']}{' (notebook ' + s['notebook'] + ')' if s.get('notebook') else ''}: "
+        f"{'busy' if s['busy'] else 'idle'}, kernel {s.get('kernel_name') or '-'} "
         f"({s['kernel_id'] or 'not started'}), {s['queue_depth']} queued, {s['restarts']} restarts, "
         f"last used {s['last_used']}"
         for s in sessions
@@ -542,6 +543,12 @@ def _notebook_run_input() -> dict[str, Any]:
     schema = component("NotebookRunRequest")
     schema.pop("oneOf", None)  # several model APIs refuse it; the route's own validator still applies
     schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"], "include_images": INCLUDE_IMAGES}
+    schema["properties"]["ops"] = {  # the route validates each op (notebook_edit's schema, not repeated)
+        "type": "array",
+        "items": {"type": "object"},
+        "description": "notebook_edit's ops, applied first (one save); with no cells named, the code cells "
+        "they insert or edit run.",
+    }
     schema["required"] = ["path"]
     result: dict[str, Any] = without_null(schema)
     return result
@@ -575,6 +582,21 @@ async def _notebook_undo(call: ToolCall) -> ToolResult:
     )
     answer = await call.services.notebook_store.undo(own["path"], own["change_id"], body)
     return ToolResult(f"{answer['message']}\nhash: {answer['hash']}", answer)
+
+
+async def _notebook_kernel(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"path": ("string", REQUIRED), "action": ("string", None)})
+    runner = call.services.notebook_runner
+    if own["action"] is None:
+        answer = await runner.kernel(own["path"])
+    else:
+        answer = await runner.kernel_action(own["path"], {"action": own["action"]})
+    text = answer.get("message") or (
+        f"Kernel of {answer['path']}: {answer['state']}"
+        + (f", {answer['kernel_name']} ({answer['kernel_id']})" if answer["kernel_id"] else "")
+        + (", a person is connected" if answer["person_connected"] else "")
+    )
+    return ToolResult(text, answer)
 
 
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
@@ -658,6 +680,23 @@ _TOOLS: tuple[Tool, ...] = (
         output_schema=without_image_data(component("NotebookRunResult")),
         run=_notebook_run,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
+    ),
+    Tool(
+        name="notebook_kernel",
+        title="A notebook's kernel",
+        description="A notebook's own kernel: state, kernelspec, whether a person is connected; with "
+        "'action' interrupt, restart (state is lost) or shutdown it. eval with 'notebook' runs code there.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_object(
+            {
+                "path": NOTEBOOK_PATH,
+                "action": {"type": "string", "enum": ["interrupt", "restart", "shutdown"]},
+            },
+            ["path"],
+        ),
+        output_schema=component("NotebookKernel"),
+        run=_notebook_kernel,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False},
     ),
     Tool(
         name="session_list",
