@@ -171,3 +171,27 @@ async def test_notebook_kernel_describe_interrupt_restart_shutdown(api, jp_root_
         assert fragment in answer["message"], answer
     status, answer = await api("GET", "notebooks", "nope.ipynb", "kernel")
     assert status == 404
+
+
+async def test_a_notebook_without_a_kernel_starts_from_the_warm_pool(api, jp_root_dir, jp_serverapp):
+    """The first eval fills the pool; a notebook of the pool's kernelspec then takes its warm kernel,
+    which jupyter_server adopts as the notebook's session kernel, in the notebook's own directory."""
+    service = jp_serverapp.web_app.settings["jupyter_agent_tools"].eval_service
+    pool = service.pool
+    pool.size = 1
+    await post(api, "eval", cells=[{"code": "1"}], mode="per-call")  # starts filling
+    for _ in range(300):
+        if pool.ready_count:
+            break
+        await asyncio.sleep(0.05)
+    (warm,) = pool.kernel_ids
+    (jp_root_dir / "sub").mkdir()
+    make(jp_root_dir / "sub", "w.ipynb", "import os\nprint(os.getcwd())\nprint(__session__)")
+    answer = await post(api, "notebooks", "sub/w.ipynb", "run", all=True)
+    assert answer["kernel_id"] == warm and pool.taken == 1
+    cwd, session_name = answer["cells"][0]["output"].splitlines()
+    assert cwd == str(jp_root_dir / "sub") and session_name == str(jp_root_dir / "sub" / "w.ipynb")
+    km = jp_serverapp.kernel_manager
+    assert km.get_kernel(warm)._restarter._pcallback is not None  # the server's kernel now: auto-restarted on death
+    _, kernel = await api("GET", "notebooks", "sub/w.ipynb", "kernel")
+    assert kernel["kernel_id"] == warm and kernel["started_by_run"] is True

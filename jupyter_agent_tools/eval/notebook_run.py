@@ -45,10 +45,12 @@ from ..notebook.store import NotebookStore
 from ..notebook.summary import base64_size, is_textual, joined_text
 from ..traits import Service, at_least, given
 from ..validation import check
+from .connection import KernelConnection
 from .executor import CellExecution, Emit, noop, not_run_fields
-from .kernels import KernelService
+from .kernels import KernelService, close_quietly
 from .messages import answer_text
 from .notebook_kernels import NotebookKernels
+from .pool import KernelPool
 from .recovery import KernelRecovery
 from .request import RunRequest, parse_run_request
 from .service import EvalService
@@ -131,6 +133,11 @@ class NotebookRunner(Service):
     artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
     audit = Instance(Audit, help="Records every run.")
     execute = CallableTrait(help="Runs one cell (default: the eval service's execute, the one path).")
+    pool = Instance(
+        KernelPool,
+        allow_none=True,
+        help="Warm kernels: a notebook without a kernel of the pool's spec takes one.",
+    )
     store = Instance(NotebookStore, help="Reads the notebook and saves the outputs.")
     session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
     notebook_kernels = Instance(NotebookKernels, help="Shuts down the kernels runs started when unused.")
@@ -172,6 +179,10 @@ class NotebookRunner(Service):
     def _default_audit(self) -> Audit:
         return self._from_eval("audit")
 
+    @default("pool")
+    def _default_pool(self) -> KernelPool | None:
+        return self.eval_service.pool if self.eval_service is not None else None
+
     @default("execute")
     def _default_execute(self) -> Execute:
         return self._from_eval("execute")
@@ -186,6 +197,7 @@ class NotebookRunner(Service):
         super().__init__(
             **given(kwargs, eval_service=eval_service, store=store, session_manager=session_manager)
         )
+        self._warm: dict[str, KernelConnection] = {}  # pooled kernels adopted, until attached
 
     async def run(
         self, path: str, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
@@ -298,7 +310,10 @@ class NotebookRunner(Service):
             # Waiting for a kernel that was there counts against the call's timeout; one this run just
             # started may take kernel_ready_timeout, like any kernel start (eval's too).
             ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
+            pooled = kernel_id in self._warm
             await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
+            if pooled:
+                await self._settle_pooled(session, path)
             yield Turn(session, notices, (loop.time() if created else began) + timeout)
         finally:
             await session.end_turn()
@@ -327,17 +342,60 @@ class NotebookRunner(Service):
         kernel_name = self._kernel_name(notebook)
         await self.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
         await self.notebook_kernels.make_room(path)
+        pooled = await self.pool.take(kernel_name) if self.pool is not None else None
         try:
             model = await ensure_async(
                 self.session_manager.create_session(
-                    path=path, name=posixpath.basename(path), type="notebook", kernel_name=kernel_name
+                    path=path,
+                    name=posixpath.basename(path),
+                    type="notebook",
+                    kernel_name=kernel_name,
+                    kernel_id=pooled[0] if pooled else None,  # jupyter_server adopts a running kernel
                 )
             )
         except Exception as e:
+            if pooled is not None:
+                await close_quietly(pooled[1])
+                await self.kernels.shutdown(pooled[0])
             raise self.kernels.translate(e) from e
         kernel_id = str(model["kernel"]["id"])
         self.notebook_kernels.note(path, str(model["id"]), kernel_id)
+        if pooled is not None and pooled[0] == kernel_id:
+            self._adopt(kernel_id, pooled[1])
         return kernel_id, kernel_name, True
+
+    def _adopt(self, kernel_id: str, connection: KernelConnection) -> None:
+        """A warm kernel of the pool became the notebook's: it is the server's session's kernel now
+        (auto-restarted by its manager on death, as one JupyterLab started), connected already, and
+        moved into the notebook's directory once attached (:meth:`_settle_pooled`)."""
+        self.kernels.started.discard(kernel_id)
+        with contextlib.suppress(Exception):  # a gateway kernel has no restarter here
+            start = getattr(self.kernels.kernel_manager.get_kernel(kernel_id), "start_restarter", None)
+            if callable(start):
+                start()
+        self._warm[kernel_id] = connection
+
+    async def _settle_pooled(self, session: KernelSession, path: str) -> None:
+        """What jupyter_server gives a kernel it starts for a notebook, given to a pooled one: the
+        notebook's directory as working directory, ``JPY_SESSION_NAME`` and ``__session__``."""
+        api_dir = await ensure_async(self.session_manager.contents_manager.get_kernel_path(path=path))
+        cwd = str(self.kernels.kernel_manager.cwd_for_path(api_dir))
+        name = self.session_manager.get_kernel_env(path, posixpath.basename(path))["JPY_SESSION_NAME"]
+        code = (
+            f"import os as _jat_os\n_jat_os.chdir({cwd!r})\n"
+            f"_jat_os.environ['JPY_SESSION_NAME'] = {name!r}\n__session__ = {name!r}\ndel _jat_os\n"
+        )
+        loop = asyncio.get_running_loop()
+        timeout = self.kernels.ready_timeout
+        await self.execute(
+            session,
+            code,
+            index=-1,
+            deadline=loop.time() + timeout,
+            timeout=timeout,
+            cancel=asyncio.Event(),
+            silent=True,
+        )
 
     async def _attach(
         self,
@@ -474,7 +532,8 @@ class NotebookRunner(Service):
         return await self._restart_in_place(session, cell)
 
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
-        return kernel_id, await self.kernels.connect(kernel_id, ready_within)
+        warm = self._warm.pop(kernel_id, None)  # a pooled kernel comes connected
+        return kernel_id, warm or await self.kernels.connect(kernel_id, ready_within)
 
     async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
         cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
