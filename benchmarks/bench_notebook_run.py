@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -118,6 +119,8 @@ def normalized(nb: nbformat.NotebookNode) -> list[Any]:
                 outputs.append(output)
         for output in outputs:
             if output["output_type"] == "stream":
+                # a warning names the cell's file, in a directory named after the kernel's process id
+                output["text"] = re.sub(r"ipykernel_\d+", "ipykernel_<pid>", output["text"])
                 # JupyterLab resolves "\r" overwrites in what it stores; nbclient keeps them raw
                 output["text"] = "\n".join(line.rsplit("\r", 1)[-1] for line in output["text"].split("\n"))
         cells.append({"execution_count": cell.execution_count, "outputs": outputs})
@@ -221,7 +224,8 @@ def run(options: argparse.Namespace) -> BenchResult:
         "text for a model and the run is written into the file cell by cell (clear, then outputs).",
         f"Outputs compared on {compared['cells']} code cells (execution counts included; consecutive "
         "stream outputs merged and carriage-return overwrites resolved on nbclient's side, as JupyterLab "
-        f"stores them): {compared['equal']} equal.",
+        "stores them; the kernel's process id in a warning's file path, ipykernel_<pid>, is the one part "
+        f"no two kernels share and is masked): {compared['equal']} equal.",
         f"{repeat} repetitions after one untimed warm-up round; the two variants interleaved, alternating "
         "which goes first; each run on a fresh copy of the notebook.",
     ]

@@ -610,7 +610,6 @@ def test_nb_run(cli: Any, server: Server) -> None:
     assert subset.returncode == 1 and "cell 2 (id cell2)" in subset.stdout.lower(), subset.stdout
 
 
-
 def test_nb_kernel_and_eval_in_a_notebook(cli: Any, server: Server) -> None:
     name = write_notebook(server, unique("kern") + ".ipynb", ["base = 21"])
     assert "not_running" in cli("nb", "kernel", name).stdout
@@ -635,6 +634,7 @@ def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_
     saved = out / "cell1-1.png"
     assert saved.read_bytes() == base64.b64decode(PNG_1X1)
     assert f"[image/png 1x1, 70 B] saved to {saved}" in done.stderr
+
 
 # -- sessions and artifacts ------------------------------------------------------------------------------
 

@@ -192,6 +192,7 @@ async def test_a_notebook_without_a_kernel_starts_from_the_warm_pool(api, jp_roo
     cwd, session_name = answer["cells"][0]["output"].splitlines()
     assert cwd == str(jp_root_dir / "sub") and session_name == str(jp_root_dir / "sub" / "w.ipynb")
     km = jp_serverapp.kernel_manager
-    assert km.get_kernel(warm)._restarter._pcallback is not None  # the server's kernel now: auto-restarted on death
+    # the server's kernel now: auto-restarted on death, as one jupyter_server started
+    assert km.get_kernel(warm)._restarter._pcallback is not None
     _, kernel = await api("GET", "notebooks", "sub/w.ipynb", "kernel")
     assert kernel["kernel_id"] == warm and kernel["started_by_run"] is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -15,18 +15,14 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..eval.backlog import StreamBacklog
+from ..eval.executor import Emit
+from ..eval.executor import noop as _ignore
 from ..eval.pace import STREAM_PACE, StreamPace
 from ..eval.service import EvalService
 from ..text import json_string_body
 from .base import AgentAPIHandler
 
 NDJSON = "application/x-ndjson"
-Emit = Callable[[dict[str, Any]], None]
-
-
-def _ignore(_: dict[str, Any]) -> None:
-    return None
-
 
 # Characters of output text sent per write: JSON encoding and HTTP chunk framing copy each write a few
 # times, so a 16 MB chunk goes out as several lines rather than one huge one.
