@@ -614,6 +614,7 @@ class AgentClient:
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
         include_images: bool | None = None,
+        ops: Sequence[Mapping[str, Any]] | None = None,
         raise_on_error: bool = True,
     ) -> Generator[EvalEvent, None, None]:
         """Like :meth:`run_notebook`, as an NDJSON event stream (the events of :meth:`stream_eval`)."""
@@ -626,6 +627,7 @@ class AgentClient:
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
             include_images=include_images,
+            ops=ops,
         )
         return self._events(call, raise_on_error)
 
@@ -939,6 +941,7 @@ class AsyncAgentClient:
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
         include_images: bool | None = None,
+        ops: Sequence[Mapping[str, Any]] | None = None,
         raise_on_error: bool = True,
     ) -> AsyncGenerator[EvalEvent, None]:
         """See :meth:`AgentClient.stream_run_notebook`."""
@@ -951,6 +954,7 @@ class AsyncAgentClient:
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
             include_images=include_images,
+            ops=ops,
         )
         return self._events(call, raise_on_error)
 

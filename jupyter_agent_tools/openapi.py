@@ -352,7 +352,10 @@ def _paths() -> dict[str, Any]:
                     "400": _error("The body is invalid, or not a .ipynb path."),
                     "403": FORBIDDEN,
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
-                    "409": _error("The notebook has no running kernel."),
+                    "409": _error(
+                        "restart: the notebook has no running kernel (interrupt and shutdown "
+                        "answer 200, nothing to do)."
+                    ),
                     "413": TOO_LARGE,
                     "503": _retry("The kernel could not be restarted or did not answer."),
                 },

@@ -624,6 +624,11 @@ def test_nb_kernel_and_eval_in_a_notebook(cli: Any, server: Server) -> None:
     assert "Shut down" in cli("nb", "kernel", name, "shutdown").stdout
     bad = cli("nb", "kernel", name, "explode")
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
+    # insert and run in one call: the new cell's output, and one change in the ledger
+    done = cli("nb", "insert", name, "--id", "added", "--content", "print('added ran')", "--run")
+    assert done.returncode == 0 and done.stdout == "added ran\n", (done.stdout, done.stderr)
+    log = cli("nb", "log", name, "--json")
+    assert json.loads(log.stdout)["changes"][0]["kind"] == "run"
 
 
 def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_path: Path) -> None:

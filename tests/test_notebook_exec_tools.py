@@ -130,8 +130,10 @@ async def test_notebook_kernel_describe_interrupt_restart_shutdown(api, jp_root_
     make(jp_root_dir, "k.ipynb", "v = 5")
     _, none = await api("GET", "notebooks", "k.ipynb", "kernel")
     assert none["state"] == "not_running" and none["kernel_id"] is None
-    answer = await post(api, "notebooks", "k.ipynb", "kernel", expect=409, action="interrupt")
-    assert "no running kernel" in answer["message"]
+    answer = await post(api, "notebooks", "k.ipynb", "kernel", expect=409, action="restart")
+    assert "no running kernel to restart" in answer["message"]
+    nothing = await post(api, "notebooks", "k.ipynb", "kernel", action="shutdown")
+    assert nothing["state"] == "not_running" and "nothing to shutdown" in nothing["message"]
     await post(api, "notebooks", "k.ipynb", "run", all=True)
     _, kernel = await api("GET", "notebooks", "k.ipynb", "kernel")
     assert kernel["state"] in ("idle", "busy") and kernel["kernel_name"] == "python3"

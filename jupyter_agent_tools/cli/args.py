@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     _expected_hash(edit)
     _fidelity(edit)
     edit.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    edit.add_argument(
+        "--run", action="store_true", help="then run the cell, in one call (one save, one ledger entry)"
+    )
     _common(edit)
 
     insert = nbc.add_parser("insert", help="insert a new cell")
@@ -159,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     _expected_hash(insert)
     _fidelity(insert)
     insert.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    insert.add_argument(
+        "--run", action="store_true", help="then run the cell, in one call (one save, one ledger entry)"
+    )
     _common(insert)
 
     delete = nbc.add_parser("delete", help="delete a cell")

@@ -146,6 +146,13 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         renderer.done(text, kernel)
         return exits.OK
     op, cell = notebook_op(args)
+    if getattr(args, "run", False):  # nb edit/insert --run: the run route applies the op, then runs it
+        if args.upgrade or args.repair:
+            raise UsageError("--run does not take --upgrade or --repair: edit the notebook first")
+        events = client.stream_run_notebook(
+            args.path, ops=[op], expected_hash=args.expected_hash, raise_on_error=False
+        )
+        return _run(renderer, events, RunPlan(None, None))
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
         answer = client.edit_notebook(

@@ -485,8 +485,17 @@ class NotebookRunner(Service):
         action = body["action"]
         path, _ = await self.readable(path)
         found = await self._session_kernel(path)
-        if found is None:
-            raise Conflict(f"The notebook {path} has no running kernel to {action}; run a cell to start one")
+        if found is None and action == "restart":
+            raise Conflict(f"The notebook {path} has no running kernel to restart; run a cell to start one")
+        if found is None:  # nothing to interrupt or shut down: done already
+            answer = await self.kernel(path)
+            answer.update(
+                action=action,
+                interrupted_call=False,
+                state_lost=False,
+                message=f"The notebook {path} has no running kernel: nothing to {action}.",
+            )
+            return answer
         kernel_id = found[0]
         session = self.sessions.notebooks.get(path)
         running = session is not None and session.cancel is not None and not session.cancel.is_set()
