@@ -15,6 +15,14 @@ cell; what does not fit goes to an artifact as it arrives) and written through t
 cleared when it starts, its outputs saved when it ends; a notebook open in a collaborative room gets
 them as they arrive. The answer gives images as ``{mime, bytes, url}`` (the output route that serves
 them), with their base64 only when asked (``include_images``).
+
+A run may carry ``ops`` (the edit route's batch): they are applied first, in one save under the run's
+``expected_hash`` and in the run's ledger group, and the cells run are chosen in the edited notebook.
+:meth:`NotebookRunner.attached` is the one way onto a notebook's kernel (a turn, the kernel found or
+created, connected): runs use it, and so does eval with ``notebook``. A notebook with no kernel whose
+kernelspec is the warm pool's gets a pooled kernel, adopted by jupyter_server as its session kernel.
+:meth:`NotebookRunner.kernel` and :meth:`NotebookRunner.kernel_action` describe, interrupt, restart and
+shut down a notebook's kernel (``/api/agent/notebooks/{path}/kernel``).
 """
 
 from __future__ import annotations
