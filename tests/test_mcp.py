@@ -633,6 +633,20 @@ async def test_sdk_insert_and_run_eval_in_the_notebook_and_its_kernel(
     assert "42" in json.dumps(nbformat.read(str(jp_root_dir / "mix.ipynb"), 4).cells[1].outputs)
 
 
+async def test_eval_in_a_notebook_also_needs_read_on_contents(url, jp_auth_header, jp_root_dir, api) -> None:
+    nb = new_notebook(cells=[new_code_cell("secret = 1", id="a")])
+    nb.nbformat_minor = 5
+    nbformat.write(nb, str(jp_root_dir / "private.ipynb"))
+    DenyOne.denied = {("read", "contents")}
+    body = {"cells": [{"code": "open('made.txt', 'w')"}], "notebook": "private.ipynb"}
+    status, answer = await api("POST", "eval", body=body)
+    assert status == 403 and "read on resource: contents" in answer["message"], answer
+    async with legacy(url, jp_auth_header) as session:
+        result = await session.call_tool("eval", body)
+        assert result.is_error and "also needs 'read' on 'contents'" in text_of(result)
+    assert not (jp_root_dir / "made.txt").exists()
+
+
 # -------------------------------------------------------------------------------------- artifacts
 
 

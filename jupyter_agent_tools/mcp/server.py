@@ -572,7 +572,9 @@ class McpServer:
                 )
                 return self._call_result(result, version)
         try:
-            result = await tool.run(ToolCall(self.services, arguments, call.cancel, progress.push))
+            result = await tool.run(
+                ToolCall(self.services, arguments, call.cancel, progress.push, request.authorize)
+            )
         except AgentToolsError as e:
             retry = f" (retry after {e.retry_after} s)" if e.retry_after else ""
             result = ToolResult(f"{e.message}{retry}", is_error=True)

@@ -71,6 +71,8 @@ class ToolCall:
     arguments: dict[str, Any]
     cancel: asyncio.Event
     progress: Callable[[str], None]
+    # Asks the authorizer for one more (action, resource) than the tool's own (eval with 'notebook').
+    authorize: Callable[[str, str], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,9 @@ async def _eval(call: ToolCall) -> ToolResult:
         elif event.get("type") == "restart":
             call.progress(f"{event.get('message', '')}\n")
 
+    if "notebook" in body and call.authorize is not None and not await call.authorize("read", "contents"):
+        message = "Permission denied: eval with 'notebook' also needs 'read' on 'contents'; nothing was run."
+        return ToolResult(message, is_error=True)
     result = await call.services.eval_service.run(body, emit=on_event, cancel=call.cancel)
     images: list[Image] = []
     notes: list[str] = []
