@@ -626,7 +626,8 @@ def test_nb_kernel_and_eval_in_a_notebook(cli: Any, server: Server) -> None:
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
     # insert and run in one call: the new cell's output, and one change in the ledger
     done = cli("nb", "insert", name, "--id", "added", "--content", "print('added ran')", "--run")
-    assert done.returncode == 0 and done.stdout == "added ran\n", (done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[1/1] cell 1 (id added)\nadded ran\n", done.stdout
     log = cli("nb", "log", name, "--json")
     assert json.loads(log.stdout)["changes"][0]["kind"] == "run"
 
