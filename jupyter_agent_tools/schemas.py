@@ -746,8 +746,26 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
             },
             "pool": ref("PoolInfo"),
+            "notebook_kernels": {
+                "type": "array",
+                "items": ref("NotebookKernelEntry"),
+                "description": "Every notebook that has a kernel (JupyterLab's too), by path",
+            },
         },
-        required=["sessions", "totals", "pool"],
+        required=["sessions", "totals", "pool", "notebook_kernels"],
+    ),
+    "NotebookKernelEntry": _obj(
+        {
+            "path": _STR,
+            "kernel_id": _STR,
+            "kernel_name": _STR_OR_NULL,
+            "state": {"type": "string", "description": "the kernel's execution_state"},
+            "connections": {"type": "integer", "description": "websocket clients (people) on the kernel"},
+            "person_connected": _BOOL,
+            "started_by_run": {"type": "boolean", "description": "a run started it (shut down when unused)"},
+            "attached": {"type": "boolean", "description": "a run or eval of this server is connected to it"},
+        },
+        description="A notebook's own kernel (its jupyter_server session's).",
     ),
     "PoolInfo": _obj(
         {

@@ -616,6 +616,7 @@ def test_nb_kernel_and_eval_in_a_notebook(cli: Any, server: Server) -> None:
     assert cli("nb", "run", name).returncode == 0
     done = cli("eval", "--notebook", name, "-c", "print(base * 2)")
     assert done.returncode == 0 and done.stdout == "42\n", done.stderr
+    assert f"Notebook {name}: kernel python3" in cli("sessions").stdout
     shown = cli("nb", "kernel", name)
     assert shown.returncode == 0 and f"Kernel of {name}: idle, python3" in shown.stdout, shown.stdout
     restarted = cli("nb", "kernel", name, "restart", "--json")

@@ -626,6 +626,7 @@ async def test_sdk_insert_and_run_eval_in_the_notebook_and_its_kernel(
         assert "Kernel of mix.ipynb: idle" in text_of(kernel)
         listed = await session.call_tool("session_list", {})
         assert "(notebook mix.ipynb)" in text_of(listed)
+        assert "- notebook mix.ipynb: kernel python3" in text_of(listed)
         restarted = await session.call_tool("notebook_kernel", {"path": "mix.ipynb", "action": "restart"})
         assert restarted.structured_content["state_lost"] is True and "state was lost" in text_of(restarted)
         bad = await session.call_tool("notebook_kernel", {"path": "mix.ipynb", "action": "explode"})

@@ -143,6 +143,8 @@ async def test_notebook_kernel_describe_interrupt_restart_shutdown(api, jp_root_
     _, listing = await api("GET", "sessions")
     (mine,) = [s for s in listing["sessions"] if s["notebook"] == "k.ipynb"]
     assert mine["kernel_id"] == kernel["kernel_id"] and mine["mode"] == "notebook"
+    (entry,) = [k for k in listing["notebook_kernels"] if k["path"] == "k.ipynb"]
+    assert entry["kernel_id"] == kernel["kernel_id"] and entry["attached"] and entry["started_by_run"]
 
     # interrupt stops a running eval in the notebook's kernel: it answers cancelled
     slow = asyncio.ensure_future(
@@ -198,3 +200,16 @@ async def test_a_notebook_without_a_kernel_starts_from_the_warm_pool(api, jp_roo
     assert km.get_kernel(warm)._restarter._pcallback is not None
     _, kernel = await api("GET", "notebooks", "sub/w.ipynb", "kernel")
     assert kernel["kernel_id"] == warm and kernel["started_by_run"] is True
+
+
+async def test_the_listing_shows_notebook_kernels_a_person_opened(api, jp_fetch, jp_root_dir):
+    make(jp_root_dir, "lab.ipynb", "pass")
+    body = json.dumps({"path": "lab.ipynb", "type": "notebook", "name": "l", "kernel": {"name": "python3"}})
+    lab = json.loads((await jp_fetch("api", "sessions", method="POST", body=body)).body)
+    _, listing = await api("GET", "sessions")
+    (entry,) = listing["notebook_kernels"]
+    assert entry["path"] == "lab.ipynb" and entry["kernel_id"] == lab["kernel"]["id"]
+    assert (
+        entry["attached"] is False and entry["started_by_run"] is False and entry["person_connected"] is False
+    )
+    assert listing["sessions"] == []  # no run attached to it yet

@@ -485,6 +485,31 @@ class NotebookRunner(Service):
         )
         return answer
 
+    async def notebook_kernel_list(self) -> list[dict[str, Any]]:
+        """Every notebook that has a kernel (jupyter_server's notebook sessions, JupyterLab's included):
+        path, kernel, state, people connected, whether this server's runs attached to it."""
+        listed = []
+        for model in await ensure_async(self.session_manager.list_sessions()):
+            kernel = model.get("kernel") or {}
+            path = model.get("path")
+            if model.get("type") != "notebook" or not kernel.get("id") or not isinstance(path, str):
+                continue
+            session = self.sessions.notebooks.get(path)
+            connections = int(kernel.get("connections") or 0)
+            listed.append(
+                {
+                    "path": path,
+                    "kernel_id": str(kernel["id"]),
+                    "kernel_name": kernel.get("name"),
+                    "state": str(kernel.get("execution_state") or "unknown"),
+                    "connections": connections,
+                    "person_connected": connections > 0,
+                    "started_by_run": path in self.notebook_kernels.started,
+                    "attached": session is not None and session.kernel_id == kernel["id"],
+                }
+            )
+        return sorted(listed, key=lambda k: k["path"])
+
     async def kernel_action(self, path: str, body: Any) -> dict[str, Any]:
         """``POST .../kernel``: ``interrupt`` (a running call answers cancelled), ``restart`` (in place,
         as JupyterLab's Restart Kernel: state is lost) or ``shutdown`` (the notebook's jupyter_server

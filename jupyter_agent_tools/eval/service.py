@@ -169,6 +169,14 @@ class EvalService(Service):
             "pool": self.pool.describe(),
         }
 
+    async def listing_with_notebooks(self) -> dict[str, Any]:
+        """:meth:`listing` plus ``notebook_kernels``: every notebook that has a kernel, with its path."""
+        answer = self.listing()
+        answer["notebook_kernels"] = (
+            await self.notebooks.notebook_kernel_list() if self.notebooks is not None else []
+        )
+        return answer
+
     async def shutdown(self) -> None:
         """Shut down every kernel this service started: sessions', per-call ones still running, pooled."""
         await asyncio.gather(self.sessions.shutdown(), self.pool.shutdown())

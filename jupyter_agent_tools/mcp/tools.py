@@ -377,7 +377,7 @@ SESSION_NAME = {"type": "string", "description": "The session's name (as given t
 async def _session_list(call: ToolCall) -> ToolResult:
     options(call.arguments, {})
     service = call.services.eval_service
-    answer = service.listing()
+    answer = await service.listing_with_notebooks()
     sessions = answer["sessions"]
     lines = [
         f"- {s['name']}{' (notebook ' + s['notebook'] + ')' if s.get('notebook') else ''}: "
@@ -385,6 +385,11 @@ async def _session_list(call: ToolCall) -> ToolResult:
         f"({s['kernel_id'] or 'not started'}), {s['queue_depth']} queued, {s['restarts']} restarts, "
         f"last used {s['last_used']}"
         for s in sessions
+    ]
+    lines += [
+        f"- notebook {k['path']}: kernel {k.get('kernel_name') or '-'} ({k['kernel_id']}), {k['state']}"
+        + (", a person is connected" if k["person_connected"] else "")
+        for k in answer["notebook_kernels"]
     ]
     return ToolResult("\n".join(lines) if lines else "No eval sessions.", answer)
 
