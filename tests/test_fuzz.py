@@ -111,6 +111,8 @@ OPERATIONS = [
     ("GET", "/api/agent/notebooks/{path}/changes/{change_id}"),
     ("POST", "/api/agent/notebooks/{path}/changes/{change_id}/undo"),
     ("GET", "/api/agent/changes"),
+    ("GET", "/api/agent/notebooks/{path}/kernel"),
+    ("POST", "/api/agent/notebooks/{path}/kernel"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")
