@@ -363,6 +363,44 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        "/api/agent/notebooks/{path}/kernel": {
+            "parameters": [notebook_path],
+            "get": {
+                "operationId": "readNotebookKernel",
+                "summary": "The notebook's own kernel: state, kernelspec, execution count, people on it",
+                "tags": ["notebooks"],
+                "x-authorization": {"resource": "kernels", "action": "read"},
+                "responses": {
+                    "200": _json("The kernel (state not_running when it has none).", ref("NotebookKernel")),
+                    "400": _error("Not a .ipynb path."),
+                    "403": FORBIDDEN,
+                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                },
+            },
+            "post": {
+                "operationId": "controlNotebookKernel",
+                "summary": "Interrupt, restart or shut down the notebook's kernel",
+                "description": "interrupt: a run or eval in progress answers cancelled. restart: in place "
+                "(same id), as JupyterLab's Restart Kernel; the answer says the state was lost. shutdown: "
+                "the notebook's jupyter_server session and its kernel are deleted, as JupyterLab's Shut "
+                "Down Kernel. A restart or shutdown cancels a call in progress first.",
+                "tags": ["notebooks"],
+                "x-authorization": {"resource": "kernels", "action": "execute"},
+                "requestBody": _body(ref("NotebookKernelRequest"), "The action."),
+                "responses": {
+                    "200": _json("The kernel after the action, and what was done.", ref("NotebookKernel")),
+                    "400": _error("The body is invalid, or not a .ipynb path."),
+                    "403": FORBIDDEN,
+                    "404": _error("No such notebook (also hidden and outside-root paths)."),
+                    "409": _error(
+                        "restart: the notebook has no running kernel (interrupt and shutdown "
+                        "answer 200, nothing to do)."
+                    ),
+                    "413": TOO_LARGE,
+                    "503": _retry("The kernel could not be restarted or did not answer."),
+                },
+            },
+        },
         **_ledger_paths(notebook_path),
         "/api/agent/eval": {
             "post": {

@@ -32,6 +32,7 @@ from .handlers.mcp import McpHandler
 from .handlers.notebooks import (
     NOTEBOOK_PATH_REGEX,
     NotebookHandler,
+    NotebookKernelHandler,
     NotebookOutputHandler,
     NotebookRunHandler,
 )
@@ -278,6 +279,7 @@ class AgentToolsApp(ExtensionApp):
         self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )
+        self.eval_service.notebooks = self.notebook_runner  # eval with "notebook" runs in its kernel
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,
@@ -296,6 +298,7 @@ class AgentToolsApp(ExtensionApp):
                     NotebookOutputHandler,
                 ),
                 (rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes", NotebookChangesHandler),
+                (rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/kernel", NotebookKernelHandler),
                 (
                     rf"/api/agent/notebooks{NOTEBOOK_PATH_REGEX}/changes/(?P<change_id>[^/]+)",
                     NotebookChangeHandler,

@@ -290,6 +290,12 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "description": "Answer 202 at once with the run_id (Location: /api/agent/runs/{id}); "
                 "the work goes on when the client goes.",
             },
+            "notebook": {
+                "type": "string",
+                "minLength": 1,
+                "description": "Run in this notebook's own kernel (sharing its variables; the file is "
+                "not written). Not with session, mode, reset, cwd, env, session_file, kernel_name.",
+            },
             "session": {
                 "type": "string",
                 "pattern": SESSION_NAME_PATTERN,
@@ -658,8 +664,9 @@ ANSWER_SCHEMAS: dict[str, Any] = {
     ),
     "EvalResult": _obj(
         {
-            "session": {**_STR_OR_NULL, "description": "null in per-call mode"},
-            "mode": {"type": "string", "enum": list(EVAL_MODES)},
+            "session": {**_STR_OR_NULL, "description": "null in per-call and notebook mode"},
+            "mode": {"type": "string", "enum": [*EVAL_MODES, "notebook"]},
+            "notebook": {"type": "string", "description": "Only with 'notebook': its path"},
             "kernel_id": _STR_OR_NULL,
             "cancelled": _BOOL,
             "timed_out": _BOOL,
@@ -822,8 +829,26 @@ ANSWER_SCHEMAS: dict[str, Any] = {
                 "description": "Counters since the server started (evictions, restarts, idle_shutdowns...).",
             },
             "pool": ref("PoolInfo"),
+            "notebook_kernels": {
+                "type": "array",
+                "items": ref("NotebookKernelEntry"),
+                "description": "Every notebook that has a kernel (JupyterLab's too), by path",
+            },
         },
-        required=["sessions", "totals", "pool"],
+        required=["sessions", "totals", "pool", "notebook_kernels"],
+    ),
+    "NotebookKernelEntry": _obj(
+        {
+            "path": _STR,
+            "kernel_id": _STR,
+            "kernel_name": _STR_OR_NULL,
+            "state": {"type": "string", "description": "the kernel's execution_state"},
+            "connections": {"type": "integer", "description": "websocket clients (people) on the kernel"},
+            "person_connected": _BOOL,
+            "started_by_run": {"type": "boolean", "description": "a run started it (shut down when unused)"},
+            "attached": {"type": "boolean", "description": "a run or eval of this server is connected to it"},
+        },
+        description="A notebook's own kernel (its jupyter_server session's).",
     ),
     "PoolInfo": _obj(
         {
@@ -899,11 +924,38 @@ RUN_SCHEMAS: dict[str, Any] = {
                 "description": "Give each image's base64 (SVG: its text) in its display's 'data'; without "
                 "it an image is {type, mime, bytes, url}, url being the output route that serves it.",
             },
+            "ops": {
+                "type": "array",
+                "items": ref("CellOp"),
+                "minItems": 1,
+                "description": "An edit batch (as the edit route's 'ops') applied first, in the same save "
+                "and under the same expected_hash; then the cells named run (ids the ops gave included), "
+                "or without cell_ids/cell_indices/all the code cells the ops inserted or edited.",
+                "x-errors": {
+                    "type": "'ops' must be a non-empty array of operations",
+                    "minItems": "'ops' must be a non-empty array of operations",
+                },
+            },
         },
         "additionalProperties": False,
-        "oneOf": [{"required": ["cell_ids"]}, {"required": ["cell_indices"]}, {"required": ["all"]}],
+        "oneOf": [
+            {"required": ["cell_ids"]},
+            {"required": ["cell_indices"]},
+            {"required": ["all"]},
+            {
+                "required": ["ops"],
+                "not": {
+                    "anyOf": [
+                        {"required": ["cell_ids"]},
+                        {"required": ["cell_indices"]},
+                        {"required": ["all"]},
+                    ]
+                },
+            },
+        ],
         "x-errors": {
-            "oneOf": "send exactly one of 'cell_ids', 'cell_indices' or \"all\": true",
+            "oneOf": "send exactly one of 'cell_ids', 'cell_indices' or \"all\": true (or 'ops' alone: "
+            "the cells it inserts or edits run)",
             "type": 'Request body must be a JSON object like {"all": true}',
         },
     },
@@ -995,7 +1047,27 @@ ANSWER_SCHEMAS["NotebookRunResult"] = _obj(
             "the run): the cells ran and their outputs are only in this answer; null when all were written",
         },
         "cells": {"type": "array", "items": ref("NotebookRunCellResult")},
-    }
+        "edit": _obj(
+            {
+                "message": _STR,
+                "hash": _STR,
+                "results": {"type": "array", "items": _obj({"message": _STR, "details": ref("OpDetails")})},
+            },
+            description="With 'ops': what the edit did (as the edit route answers it), before the run",
+        ),
+    },
+    required=[
+        "path",
+        "kernel_id",
+        "hash",
+        "cancelled",
+        "timed_out",
+        "restarted",
+        "error",
+        "output",
+        "outputs_error",
+        "cells",
+    ],
 )
 
 ANSWER_SCHEMAS["NotebookRunDisplayEvent"] = _obj(
@@ -1236,6 +1308,7 @@ LEDGER_SCHEMAS: dict[str, Any] = {
 }
 ANSWER_SCHEMAS["NotebookChangeResult"]["properties"].update(_RECORDED)
 ANSWER_SCHEMAS["NotebookRunResult"]["properties"].update(_RECORDED)
+ANSWER_SCHEMAS["EvalResult"]["required"].remove("notebook")  # only eval with 'notebook' has it
 ANSWER_SCHEMAS["NotebookRead"]["properties"]["changes_since"] = {
     **ref("ChangesSince"),
     "description": "Only with ?since=<hash>: which cells changed since that version, and by whom",
@@ -1320,7 +1393,73 @@ DETACHED_SCHEMAS["RunEvent"] = {
     ],
 }
 
+# -------------------------------------------------------------------------------------- notebook kernel
+
+KERNEL_ACTIONS = ("interrupt", "restart", "shutdown")
+KERNEL_SCHEMAS: dict[str, Any] = {
+    "NotebookKernelRequest": {
+        "type": "object",
+        "description": "What to do with the notebook's kernel.",
+        "properties": {
+            "action": {
+                "type": "string",
+                "enum": list(KERNEL_ACTIONS),
+                "description": "interrupt (a running call answers cancelled); restart (in place, as "
+                "JupyterLab's Restart Kernel: its state is lost); shutdown (the notebook's session and "
+                "kernel are deleted, as JupyterLab's Shut Down Kernel).",
+                "x-errors": {"enum": "'action' must be one of interrupt, restart, shutdown, got {got}"},
+            },
+        },
+        "required": ["action"],
+        "additionalProperties": False,
+        "x-errors": {
+            "required": "'action' is required: interrupt, restart or shutdown",
+            "type": 'Request body must be a JSON object like {"action": "interrupt"}',
+        },
+    },
+    "NotebookKernel": _obj(
+        {
+            "path": _STR,
+            "kernel_id": _STR_OR_NULL,
+            "kernel_name": _STR_OR_NULL,
+            "state": {
+                "type": "string",
+                "description": "The kernel's execution_state (idle, busy, starting, ...); not_running "
+                "when the notebook has no kernel",
+            },
+            "execution_count": {
+                "type": ["integer", "null"],
+                "description": "The kernel's execution count as of the last cell run through this server",
+            },
+            "connections": {"type": "integer", "description": "Websocket clients (people) on the kernel"},
+            "person_connected": _BOOL,
+            "started_by_run": {"type": "boolean", "description": "A run started it (shut down when unused)"},
+            "busy": {"type": "boolean", "description": "A run or eval of this server holds the notebook"},
+            "action": {"type": "string", "enum": list(KERNEL_ACTIONS), "description": "Only after POST"},
+            "interrupted_call": {"type": "boolean", "description": "Only after POST: a running call was"},
+            "state_lost": {
+                "type": "boolean",
+                "description": "Only after POST: variables and imports are gone",
+            },
+            "message": {"type": "string", "description": "Only after POST: what was done"},
+        },
+        required=[
+            "path",
+            "kernel_id",
+            "kernel_name",
+            "state",
+            "execution_count",
+            "connections",
+            "person_connected",
+            "started_by_run",
+            "busy",
+        ],
+        description="The notebook's own kernel (its jupyter_server session's).",
+    ),
+}
+
 SCHEMAS: dict[str, Any] = {
+    **KERNEL_SCHEMAS,
     **NOTEBOOK_SCHEMAS,
     **EVAL_SCHEMAS,
     **RUN_SCHEMAS,

@@ -122,6 +122,8 @@ ROUTES = [
     ("GET", "api/agent/notebooks/nb.ipynb/changes/1", None, {READ_CONTENTS}),
     ("POST", "api/agent/notebooks/nb.ipynb/changes/1/undo", {}, {WRITE_CONTENTS}),
     ("GET", "api/agent/changes", None, {READ_CONTENTS}),
+    ("GET", "api/agent/notebooks/nb.ipynb/kernel", None, {READ_KERNELS}),
+    ("POST", "api/agent/notebooks/nb.ipynb/kernel", {"action": "interrupt"}, {EXECUTE_KERNELS}),
 ]
 PAIRS = [
     ("read", "contents"),

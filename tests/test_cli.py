@@ -631,6 +631,29 @@ def test_nb_run(cli: Any, server: Server) -> None:
     assert subset.returncode == 1 and "cell 2 (id cell2)" in subset.stdout.lower(), subset.stdout
 
 
+def test_nb_kernel_and_eval_in_a_notebook(cli: Any, server: Server) -> None:
+    name = write_notebook(server, unique("kern") + ".ipynb", ["base = 21"])
+    assert "not_running" in cli("nb", "kernel", name).stdout
+    assert cli("nb", "run", name).returncode == 0
+    done = cli("eval", "--notebook", name, "-c", "print(base * 2)")
+    assert done.returncode == 0 and done.stdout == "42\n", done.stderr
+    assert f"Notebook {name}: kernel python3" in cli("sessions").stdout
+    shown = cli("nb", "kernel", name)
+    assert shown.returncode == 0 and f"Kernel of {name}: idle, python3" in shown.stdout, shown.stdout
+    restarted = cli("nb", "kernel", name, "restart", "--json")
+    assert restarted.returncode == 0 and json.loads(restarted.stdout)["state_lost"] is True
+    assert "NameError" in cli("eval", "--notebook", name, "-c", "base").stdout
+    assert "Shut down" in cli("nb", "kernel", name, "shutdown").stdout
+    bad = cli("nb", "kernel", name, "explode")
+    assert bad.returncode != 0 and "invalid choice" in bad.stderr
+    # insert and run in one call: the new cell's output, and one change in the ledger
+    done = cli("nb", "insert", name, "--id", "added", "--content", "print('added ran')", "--run")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[1/1] cell 1 (id added)\nadded ran\n", done.stdout
+    log = cli("nb", "log", name, "--json")
+    assert json.loads(log.stdout)["changes"][0]["kind"] == "run"
+
+
 def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_path: Path) -> None:
     name = write_notebook(server, unique("plot") + ".ipynb", [SHOW_IMAGE.format(PNG_1X1)])
     out = tmp_path / "images"
@@ -639,6 +662,7 @@ def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_
     saved = out / "cell1-1.png"
     assert saved.read_bytes() == base64.b64decode(PNG_1X1)
     assert f"[image/png 1x1, 70 bytes] saved to {saved}" in done.stderr
+
 
 
 

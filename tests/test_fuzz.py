@@ -116,6 +116,8 @@ OPERATIONS = [
     ("GET", "/api/agent/runs/{run_id}"),
     ("GET", "/api/agent/runs/{run_id}/events"),
     ("POST", "/api/agent/runs/{run_id}/cancel"),
+    ("GET", "/api/agent/notebooks/{path}/kernel"),
+    ("POST", "/api/agent/notebooks/{path}/kernel"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

@@ -46,6 +46,7 @@ ROUTES = {
     "notebook_output_read": ("GET", "/api/agent/notebooks/{path}/cells/{cell}/outputs/{n}"),
     "notebook_edit": ("POST", "/api/agent/notebooks/{path}"),
     "notebook_run": ("POST", "/api/agent/notebooks/{path}/run"),
+    "notebook_kernel": ("POST", "/api/agent/notebooks/{path}/kernel"),
     "session_list": ("GET", "/api/agent/sessions"),
     "session_interrupt": ("POST", "/api/agent/sessions/{name}/interrupt"),
     "session_delete": ("DELETE", "/api/agent/sessions/{name}"),
@@ -609,6 +610,49 @@ async def test_notebook_run_attaches_images_only_when_asked(url, jp_auth_header,
         assert asked.structured_content["cells"][0]["displays"] == [placeholder]  # never base64 in it
 
 
+async def test_sdk_insert_and_run_eval_in_the_notebook_and_its_kernel(
+    url, jp_auth_header, jp_root_dir
+) -> None:
+    nb = new_notebook(cells=[new_code_cell("base = 40", id="a")])
+    nb.nbformat_minor = 5
+    nbformat.write(nb, str(jp_root_dir / "mix.ipynb"))
+    async with legacy(url, jp_auth_header) as session:
+        ops = [{"action": "insert", "cell_id": "b", "content": "print(base + 2)"}]
+        ran = await session.call_tool(
+            "notebook_run", {"path": "mix.ipynb", "ops": ops, "cell_ids": ["a", "b"]}
+        )
+        assert not ran.is_error, text_of(ran)
+        assert ran.structured_content["cells"][1]["output"] == "42\n"
+        assert ran.structured_content["edit"]["results"][0]["details"]["cellId"] == "b"
+        scratch = await session.call_tool("eval", {"cells": [{"code": "base * 2"}], "notebook": "mix.ipynb"})
+        assert text_of(scratch) == "80\n" and scratch.structured_content["mode"] == "notebook"
+        kernel = await session.call_tool("notebook_kernel", {"path": "mix.ipynb"})
+        assert kernel.structured_content["kernel_id"] == scratch.structured_content["kernel_id"]
+        assert "Kernel of mix.ipynb: idle" in text_of(kernel)
+        listed = await session.call_tool("session_list", {})
+        assert "(notebook mix.ipynb)" in text_of(listed)
+        assert "- notebook mix.ipynb: kernel python3" in text_of(listed)
+        restarted = await session.call_tool("notebook_kernel", {"path": "mix.ipynb", "action": "restart"})
+        assert restarted.structured_content["state_lost"] is True and "state was lost" in text_of(restarted)
+        bad = await session.call_tool("notebook_kernel", {"path": "mix.ipynb", "action": "explode"})
+        assert bad.is_error and "'action' must be one of" in text_of(bad)
+    assert "42" in json.dumps(nbformat.read(str(jp_root_dir / "mix.ipynb"), 4).cells[1].outputs)
+
+
+async def test_eval_in_a_notebook_also_needs_read_on_contents(url, jp_auth_header, jp_root_dir, api) -> None:
+    nb = new_notebook(cells=[new_code_cell("secret = 1", id="a")])
+    nb.nbformat_minor = 5
+    nbformat.write(nb, str(jp_root_dir / "private.ipynb"))
+    DenyOne.denied = {("read", "contents")}
+    body = {"cells": [{"code": "open('made.txt', 'w')"}], "notebook": "private.ipynb"}
+    status, answer = await api("POST", "eval", body=body)
+    assert status == 403 and "read on resource: contents" in answer["message"], answer
+    async with legacy(url, jp_auth_header) as session:
+        result = await session.call_tool("eval", body)
+        assert result.is_error and "also needs 'read' on 'contents'" in text_of(result)
+    assert not (jp_root_dir / "made.txt").exists()
+
+
 # -------------------------------------------------------------------------------------- artifacts
 
 
@@ -656,6 +700,7 @@ TOOL_CALLS: dict[str, dict[str, Any]] = {
     "notebook_undo": {"path": "nb.ipynb", "change_id": "1"},  # the markdown cell _keep_session inserts
     "run_status": {},
     "run_cancel": {"run_id": "0123456789abcdef"},  # no such run: refused first, else a 404 tool error
+    "notebook_kernel": {"path": "nb.ipynb"},
 }
 
 

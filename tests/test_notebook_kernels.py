@@ -43,7 +43,9 @@ class TestAtMostMaxKernels:
     def jp_server_config(self) -> dict[str, Any]:
         return {
             "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            # counts the kernel manager's kernels: no warm pool kernel beside the notebooks'
             "NotebookKernels": {"max_kernels": MAX},
+            "KernelPool": {"size": 0},
         }
 
     async def test_twelve_runs_of_twelve_notebooks_leave_at_most_max_notebook_kernels(

@@ -336,3 +336,29 @@ async def test_the_run_is_one_change_without_the_persons_edits_and_undoes_live(a
     await until(lambda: live_outputs(client, 0) == [], "the client to see the outputs the cell had before")
     assert live_count(client, 0) is None
     assert client.sources()[2] == "z = 3\nz += 1  # typed by a person"
+
+
+async def test_insert_and_run_in_one_call_on_an_open_notebook(api, jp_root_dir, connect):
+    """ops + run on a notebook open in a room: the person sees the new cell appear in place and its
+    outputs arrive; the edit and the outputs are one change; the file the room saves has both."""
+    path = make(jp_root_dir, "ins.ipynb", jp_root_dir.parent / "unused.flag")
+    client = await connect("ins.ipynb")
+    _, read = await api("GET", "notebooks", "ins.ipynb")
+    ops = [{"action": "insert", "cell_index": 2, "cell_id": "added", "content": "print('added ran')"}]
+    answer = await run(api, "ins.ipynb", ops=ops, expected_hash=read["hash"])
+    assert [c["cell_id"] for c in answer["cells"]] == ["added"]
+    assert answer["cells"][0]["output"] == "added ran\n" and answer["edit"]["hash"]
+    await until(lambda: len(client.notebook.ycells) == 4, "the inserted cell to reach the client")
+    assert client.notebook.ycells[2].to_py()["id"] == "added"
+    expected = [{"output_type": "stream", "name": "stdout", "text": "added ran\n"}]
+    await until(lambda: live_outputs(client, 2) == expected, "the new cell's outputs to reach the client")
+    assert live_outputs(client, 0) == []  # the other cells did not run
+    _, changes = await api("GET", "notebooks", "ins.ipynb", "changes")
+    newest = changes["changes"][0]
+    assert newest["id"] == answer["change_id"] and newest["kind"] == "run"
+
+    def saved() -> bool:
+        nb = read_file(path)
+        return nb is not None and len(nb.cells) == 4 and nb.cells[2].outputs == expected
+
+    await until(saved, "the room to save the new cell with its outputs")

@@ -121,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--kernel", metavar="NAME", help="the kernel spec (default: the server's)")
     _detach(ev)
+    ev.add_argument(
+        "--notebook",
+        metavar="PATH",
+        help="run in this notebook's own kernel (its variables; file not written)",
+    )
     _run_display(ev)
     _common(ev, stream=True)
 
@@ -156,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     _expected_hash(edit)
     _fidelity(edit)
     edit.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    edit.add_argument(
+        "--run", action="store_true", help="then run the cell, in one call (one save, one ledger entry)"
+    )
     _common(edit)
 
     insert = nbc.add_parser("insert", help="insert a new cell")
@@ -169,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     _expected_hash(insert)
     _fidelity(insert)
     insert.add_argument("--expand", action="store_true", help="do not collapse a long source")
+    insert.add_argument(
+        "--run", action="store_true", help="then run the cell, in one call (one save, one ledger entry)"
+    )
     _common(insert)
 
     delete = nbc.add_parser("delete", help="delete a cell")
@@ -252,6 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("path", metavar="PATH", help=PATH_HELP)
     diff.add_argument("change_id", metavar="ID", help="the change (nb log lists them)")
     _common(diff)
+
+    kernel = nbc.add_parser("kernel", help="the notebook's own kernel: state; interrupt, restart, shutdown")
+    kernel.add_argument("path", metavar="PATH", help=PATH_HELP)
+    kernel.add_argument("action", nargs="?", choices=["interrupt", "restart", "shutdown"], help="what to do")
+    _common(kernel)
 
     undo = nbc.add_parser("undo", help="undo one change (refused if a cell it touched changed since)")
     undo.add_argument("path", metavar="PATH", help=PATH_HELP)

@@ -107,6 +107,7 @@ def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) 
         cwd=args.cwd,
         env=_env(args.env) or None,
         kernel_name=args.kernel,
+        notebook=args.notebook,
         raise_on_error=False,
     )
     save = Path(args.save_images) if args.save_images else None
@@ -163,7 +164,24 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
         return nb_ledger(client, args, renderer)
     if args.nb_command == "create":
         return nb_create(client, args, renderer)
+    if args.nb_command == "kernel":
+        kernel = client.notebook_kernel(args.path, args.action)
+        text = kernel.get("message") or (
+            f"Kernel of {kernel['path']}: {kernel['state']}"
+            + (f", {kernel['kernel_name']} ({kernel['kernel_id']})" if kernel["kernel_id"] else "")
+            + (f", execution count {kernel['execution_count']}" if kernel["execution_count"] else "")
+            + (", a person is connected" if kernel["person_connected"] else "")
+        )
+        renderer.done(text, kernel)
+        return exits.OK
     op, cell = notebook_op(args)
+    if getattr(args, "run", False):  # nb edit/insert --run: the run route applies the op, then runs it
+        if args.upgrade or args.repair:
+            raise UsageError("--run does not take --upgrade or --repair: edit the notebook first")
+        events = client.stream_run_notebook(
+            args.path, ops=[op], expected_hash=args.expected_hash, raise_on_error=False
+        )
+        return _run(renderer, events, RunPlan(None, None))
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
         answer = client.edit_notebook(

@@ -102,6 +102,7 @@ class AsyncAgentClient:
         env: Mapping[str, str] | None = None,
         session_file: str | None = None,
         kernel_name: str | None = None,
+        notebook: str | None = None,
     ) -> EvalResult:
         """Run cells (a string is one cell) and return the JSON answer of ``POST /api/agent/eval``."""
         call = calls.eval_call(
@@ -114,6 +115,7 @@ class AsyncAgentClient:
             env=env,
             session_file=session_file,
             kernel_name=kernel_name,
+            notebook=notebook,
         )
         result: EvalResult = await self._json(call)
         return result
@@ -130,6 +132,7 @@ class AsyncAgentClient:
         env: Mapping[str, str] | None = None,
         session_file: str | None = None,
         kernel_name: str | None = None,
+        notebook: str | None = None,
         raise_on_error: bool = True,
     ) -> AsyncGenerator[EvalEvent, None]:
         """Run cells and yield the NDJSON events as they come; the last is ``result`` (or ``error``).
@@ -149,6 +152,7 @@ class AsyncAgentClient:
             env=env,
             session_file=session_file,
             kernel_name=kernel_name,
+            notebook=notebook,
         )
         return self._events(call, raise_on_error)
 
@@ -231,6 +235,7 @@ class AsyncAgentClient:
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
         include_images: bool | None = None,
+        ops: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """``POST /api/agent/notebooks/{path}/run``: run the notebook's cells (all when none are named).
 
@@ -244,6 +249,7 @@ class AsyncAgentClient:
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
             include_images=include_images,
+            ops=ops,
         )
         return dict(await self._json(call))
 
@@ -258,6 +264,7 @@ class AsyncAgentClient:
         stop_on_error: bool | None = None,
         expected_hash: str | None = None,
         include_images: bool | None = None,
+        ops: Sequence[Mapping[str, Any]] | None = None,
         raise_on_error: bool = True,
     ) -> AsyncGenerator[EvalEvent, None]:
         """Like :meth:`run_notebook`, as an NDJSON event stream (the events of :meth:`stream_eval`)."""
@@ -270,6 +277,7 @@ class AsyncAgentClient:
             stop_on_error=stop_on_error,
             expected_hash=expected_hash,
             include_images=include_images,
+            ops=ops,
         )
         return self._events(call, raise_on_error)
 
@@ -320,6 +328,12 @@ class AsyncAgentClient:
                     raise
                 failures += 1
                 await asyncio.sleep(min(5.0, 0.5 * failures))
+
+    async def notebook_kernel(self, path: str, action: str | None = None) -> dict[str, Any]:
+        """``GET .../kernel`` (state, kernelspec, people connected), or ``POST`` with ``action``
+        (``interrupt``, ``restart``, ``shutdown``)."""
+        answer: dict[str, Any] = await self._json(calls.kernel_call(path, action))
+        return answer
 
     async def sessions(self) -> dict[str, Any]:
         """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}, "pool": {...}}``."""

@@ -155,3 +155,4 @@ class AgentClient:
     run = _waits(AsyncAgentClient.run)
     cancel_run = _waits(AsyncAgentClient.cancel_run)
     run_events = _iterates(AsyncAgentClient.run_events)
+    notebook_kernel = _waits(AsyncAgentClient.notebook_kernel)

@@ -58,6 +58,7 @@ def eval_call(
     env: Mapping[str, str] | None,
     session_file: str | None,
     kernel_name: str | None,
+    notebook: str | None = None,
 ) -> Call:
     body = {"cells": cell_bodies(cells)} | drop_none(
         session=session,
@@ -68,6 +69,7 @@ def eval_call(
         env=dict(env) if env is not None else None,
         session_file=session_file,
         kernel_name=kernel_name,
+        notebook=notebook,
     )
     return Call("POST", "api/agent/eval", body, read_timeout=(timeout or 30.0) + START_ALLOWANCE)
 
@@ -82,6 +84,7 @@ def run_call(
     stop_on_error: bool | None,
     expected_hash: str | None,
     include_images: bool | None = None,
+    ops: Sequence[Mapping[str, Any]] | None = None,
 ) -> Call:
     named = [x for x in (cell_ids, cell_indices) if x is not None]
     if len(named) > 1 or (named and all_cells):
@@ -93,8 +96,9 @@ def run_call(
         stop_on_error=stop_on_error,
         expected_hash=expected_hash,
         include_images=include_images,
+        ops=[dict(op) for op in ops] if ops else None,
     )
-    if not named:
+    if not named and not ops:
         body["all"] = True
     return Call(
         "POST",
@@ -223,8 +227,25 @@ def all_changes_call(since: str | None, limit: int | None) -> Call:
     return call
 
 
-EVAL_OPTIONS = ("session", "mode", "reset", "timeout", "cwd", "env", "session_file", "kernel_name")
-RUN_OPTIONS = ("cell_ids", "cell_indices", "all_cells", "timeout", "stop_on_error", "expected_hash")
+def kernel_call(path: str, action: str | None) -> Call:
+    url = f"api/agent/notebooks/{quote_path(path)}/kernel"
+    if action is None:
+        return Call("GET", url)
+    return Call("POST", url, {"action": action}, read_timeout=120.0)
+
+
+EVAL_OPTIONS = (
+    "session",
+    "mode",
+    "reset",
+    "timeout",
+    "cwd",
+    "env",
+    "session_file",
+    "kernel_name",
+    "notebook",
+)
+RUN_OPTIONS = ("cell_ids", "cell_indices", "all_cells", "timeout", "stop_on_error", "expected_hash", "ops")
 RUN_EVENTS_RETRIES = 5  # connection failures in a row before run_events gives up
 
 

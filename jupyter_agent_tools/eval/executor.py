@@ -12,11 +12,12 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..text import strip_ansi
 from .connection import KernelConnection, drain
 from .messages import (
+    CellOutcome,
     Display,
     ErrorInfo,
     OutputLimits,
@@ -37,8 +38,24 @@ STDIN_REFUSED = "StdinNotImplementedError"
 STDIN_NOTICE = "This call cannot read stdin, so input() failed: put the value in the code instead.\n"
 STDIN_EMPTY = "This call cannot read stdin, so input() got '': put the value in the code instead.\n"
 Emit = Callable[[dict[str, Any]], None]
-# May return an awaitable, awaited before the next message is handled (work too big for the event loop).
-Observe = Callable[[str, dict[str, Any]], Awaitable[None] | None]
+
+
+def noop(_: dict[str, Any]) -> None:
+    """An ``emit`` that drops the events (a caller that streams nothing)."""
+    return None
+
+
+class Observer(Protocol):
+    """Sees every iopub message of an execution but its status (a notebook run stores outputs from them)."""
+
+    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+        """Take one message; whether what is stored changed. Runs in a worker thread for a large message,
+        in the same step as the message's interpretation for the answer (one decision, one hop)."""
+        ...  # pragma: no cover
+
+    def added(self, changed: bool) -> None:
+        """Back on the event loop after :meth:`add`."""
+        ...  # pragma: no cover
 
 
 @dataclass
@@ -57,6 +74,7 @@ class CellExecution:
     idle_missing: bool = False  # the reply came but its "idle" never did (iopub messages were lost)
     duration_ms: int = 0
     summary: SinkSummary | None = None
+    execution_count: int | None = None  # the kernel's, from the execute_reply
 
     def result_fields(self) -> dict[str, Any]:
         """The per-cell fields of an answer (eval's and a notebook run's): status, text, displays, sizes."""
@@ -77,6 +95,37 @@ class CellExecution:
             "output_lines": summary.output_lines,
             "artifact_id": summary.artifact_id,
         }
+
+    def outcome(
+        self, index: int, title: str | None, name: str | None = None, has_displays: bool | None = None
+    ) -> CellOutcome:
+        """How the cell ended, for :func:`~.messages.answer_text` (``index``: its place in the request;
+        ``has_displays``: when the answer's displays are not this execution's, a notebook run's images)."""
+        assert self.summary is not None
+        return CellOutcome(
+            index=index,
+            title=title,
+            name=name,
+            status=self.status,
+            output=self.summary.output,
+            exit_code=self.exit_code,
+            has_displays=bool(self.displays) if has_displays is None else has_displays,
+            kernel_died=self.kernel_died,
+        )
+
+
+def not_run_fields(status: str) -> dict[str, Any]:
+    """:meth:`CellExecution.result_fields` of a cell that did not run (``skipped``, ``not_run``)."""
+    empty = SinkSummary(
+        output="",
+        truncated=False,
+        total_bytes=0,
+        total_lines=0,
+        output_bytes=0,
+        output_lines=0,
+        artifact_id=None,
+    )
+    return CellExecution(status=status, summary=empty).result_fields()
 
 
 @dataclass
@@ -104,14 +153,14 @@ class _Run:
         sink: OutputSink,
         emit: Emit,
         output_limits: OutputLimits,
-        observe: Observe | None = None,
+        observer: Observer | None = None,
     ):
         self.conn = conn
         self.index = index
         self.sink = sink
         self.emit = emit
         self.rich = RichOutput(output_limits, save=sink.spill)
-        self.observe = observe
+        self.observer = observer
         self.result = CellExecution()
         self.msg_id = ""
         self.reply: dict[str, Any] | None = None
@@ -160,17 +209,15 @@ class _Run:
             if content.get("execution_state") == "idle":
                 self.idle = True
             return
-        if self.observe is not None:
-            observed = self.observe(msg_type, content)
-            if observed is not None:
-                await observed
-        if needs_worker(msg_type, content):
-            # HTML conversion and large display data: in a thread, so the server keeps answering. Later
-            # messages wait in the queue meanwhile, so the output keeps its order.
+        if needs_worker(msg_type, content, storing=self.observer is not None):
+            # HTML conversion, large display data, large chunks to store: in a thread, so the server keeps
+            # answering. Later messages wait in the queue meanwhile, so the output keeps its order.
             loop = asyncio.get_running_loop()
-            items = await loop.run_in_executor(None, interpret_iopub, msg_type, content, self.rich)
+            changed, items = await loop.run_in_executor(None, self._interpret, msg_type, content)
         else:
-            items = interpret_iopub(msg_type, content, self.rich)
+            changed, items = self._interpret(msg_type, content)
+        if self.observer is not None:
+            self.observer.added(changed)
         ours = next((i for i in items if isinstance(i, ErrorInfo) and self._caused_here(i)), None)
         for item in items:
             if isinstance(item, Text):
@@ -187,6 +234,11 @@ class _Run:
             self.text(("" if self.last_char == "\n" else "\n") + STDIN_NOTICE, "error")
         elif ours is not None:
             self.stopped_at = cell_frame(ours)
+
+    def _interpret(self, msg_type: str, content: dict[str, Any]) -> tuple[bool, list[Any]]:
+        """The message stored (by the observer) and read for the answer, in one step."""
+        changed = self.observer.add(msg_type, content) if self.observer is not None else False
+        return changed, interpret_iopub(msg_type, content, self.rich)
 
     def _caused_here(self, info: ErrorInfo) -> bool:
         """An error this call caused, not the code: the refused input(), or the timeout's interrupt."""
@@ -209,17 +261,15 @@ async def run_cell(
     emit: Emit,
     silent: bool = False,
     output_limits: OutputLimits | None = None,
-    observe: Observe | None = None,
+    observer: Observer | None = None,
 ) -> CellExecution:
     """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``.
 
-    ``observe(msg_type, content)`` also sees every iopub message of this execution but its status (a
-    notebook run builds the cell's stored outputs from them); an awaitable it returns is awaited before
-    the next message.
+    ``observer`` also sees every iopub message of this execution but its status (see :class:`Observer`).
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    run = _Run(conn, index, sink, emit, output_limits or OutputLimits(), observe)
+    run = _Run(conn, index, sink, emit, output_limits or OutputLimits(), observer)
     drain(conn.messages)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
@@ -326,6 +376,8 @@ def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution
                 "traceback": [strip_ansi(str(line)) for line in reply.get("traceback", [])],
             }
     result.settled = run.done
+    count = reply.get("execution_count")
+    result.execution_count = count if isinstance(count, int) else None
     result.idle_missing = run.idle_missing
     result.duration_ms = int((time.monotonic() - started) * 1000)
     result.summary = run.sink.finish()

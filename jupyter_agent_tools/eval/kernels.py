@@ -277,14 +277,15 @@ class KernelService(Service):
     async def interrupt(self, kernel_id: str) -> None:
         await ensure_async(self.kernel_manager.interrupt_kernel(kernel_id))
 
-    async def restart(self, kernel_id: str) -> None:
+    async def restart(self, kernel_id: str, *, now: bool = True) -> None:
         """Restart a kernel in place (same id, what JupyterLab's "Restart Kernel" asks the server for),
         killing its process at once, and wait, bounded by ``ready_timeout``, until the new one answers.
 
         For a kernel that would not stop after an interrupt: a graceful shutdown request would only add
         the manager's ``shutdown_wait_time``. Raises when the restart fails or the kernel does not answer.
+        ``now=False``: the graceful restart a person's "Restart Kernel" is.
         """
-        restarted = await ensure_async(self.kernel_manager.restart_kernel(kernel_id, now=True))
+        restarted = await ensure_async(self.kernel_manager.restart_kernel(kernel_id, now=now))
         if inspect.isawaitable(restarted):  # jupyter_server: resolves on the new kernel's kernel_info_reply
             answered = asyncio.ensure_future(restarted)
             # jupyter_server fails it itself later (its kernel_info_timeout) when we stop waiting first

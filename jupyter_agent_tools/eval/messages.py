@@ -277,9 +277,16 @@ def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> lis
 _WORKER_BYTES = 64 * 1024
 
 
-def needs_worker(msg_type: str, content: dict[str, Any]) -> bool:
+def needs_worker(msg_type: str, content: dict[str, Any], *, storing: bool = False) -> bool:
     """Whether interpreting this message may take long enough to block an event loop: a display whose
-    text comes from HTML, or whose data is large (to measure, and maybe to save as an artifact)."""
+    text comes from HTML, or whose data is large (to measure, and maybe to save as an artifact); when
+    the outputs are also ``storing`` (a notebook run), a long stream chunk or an error too."""
+    if storing:
+        if msg_type == "error":
+            return True
+        if msg_type == "stream":
+            text = content.get("text")
+            return isinstance(text, str) and len(text) > _WORKER_BYTES
     if msg_type not in DISPLAY_MESSAGES:
         return False
     data = content.get("data") or {}
@@ -383,6 +390,15 @@ def _cell_text(cell: CellOutcome) -> str:
     if cell.kernel_died:
         return "(no output: the kernel died while running this cell)"
     return "(no text output)" if cell.has_displays else "(no output)"
+
+
+def answer_text(cells: list[CellOutcome], total: int, notices: list[str], error: str | None = None) -> str:
+    """An answer's ``output``: its notices, then :func:`format_combined_output` of the cells that ran,
+    then the ``error`` that ended it (eval's and a notebook run's)."""
+    output = format_combined_output(cells, total) if cells else ""
+    if error:
+        output = f"{output}\n{error}".strip("\n")
+    return "\n".join([*notices, output]) if output else "\n".join(notices)
 
 
 def format_combined_output(cells: list[CellOutcome], total: int | None = None) -> str:

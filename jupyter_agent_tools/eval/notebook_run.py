@@ -15,50 +15,75 @@ cell; what does not fit goes to an artifact as it arrives) and written through t
 cleared when it starts, its outputs saved when it ends; a notebook open in a collaborative room gets
 them as they arrive. The answer gives images as ``{mime, bytes, url}`` (the output route that serves
 them), with their base64 only when asked (``include_images``).
+
+A run may carry ``ops`` (the edit route's batch): they are applied first, in one save under the run's
+``expected_hash`` and in the run's ledger group, and the cells run are chosen in the edited notebook.
+:meth:`NotebookRunner.attached` is the one way onto a notebook's kernel (a turn, the kernel found or
+created, connected): runs use it, and so does eval with ``notebook``. A notebook with no kernel whose
+kernelspec is the warm pool's gets a pooled kernel, adopted by jupyter_server as its session kernel.
+:meth:`NotebookRunner.kernel` and :meth:`NotebookRunner.kernel_action` describe, interrupt, restart and
+shut down a notebook's kernel (``/api/agent/notebooks/{path}/kernel``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import posixpath
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
+from traitlets import Callable as CallableTrait
 from traitlets import Instance, Int, default, validate
 
+from ..artifacts import ArtifactStore
+from ..audit import Audit
 from ..audit.events import ExecutionRecord
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source
+from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
 from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore
 from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least
-from .executor import CellExecution, ExecutionLimits, run_cell
-from .messages import CellOutcome, format_combined_output, needs_worker
+from ..validation import check
+from .connection import KernelConnection
+from .executor import CellExecution, Emit, noop, not_run_fields
+from .kernels import KernelService, close_quietly
+from .messages import answer_text
 from .notebook_kernels import NotebookKernels
+from .pool import KernelPool
+from .recovery import KernelRecovery
 from .request import RunRequest, parse_run_request
 from .service import EvalService
 from .session import KernelSession, SessionState
-from .sink import OutputSink
+from .sessions import SessionManager
 
-Emit = Callable[[dict[str, Any]], None]
+Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the one execution path
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
 LIVE_OUTPUT_INTERVAL = 0.25
-# A stream chunk longer than this is added to the cell's outputs in a worker thread (as displays this
-# large are interpreted in one), so the server keeps answering.
-LARGE_CHUNK = 64 * 1024
+RUN_AFTER = ("insert", "edit")  # a run with ops and no cells named runs the code cells these ops touched
 KERNEL_LOST_NOTICE = (
     "[The notebook's kernel died or was restarted during the run; its state is lost. Cells after it "
     "were not run, and nothing was run again.]"
 )
+
+
+@dataclass
+class Turn:
+    """A call's turn on a notebook's session (see :meth:`NotebookRunner.attached`)."""
+
+    session: KernelSession
+    notices: list[str]  # what happened to the kernel before this call (lost, restarted)
+    deadline: float  # event-loop time by which the call's cells must end
+    cancelled: bool = False
 
 
 @dataclass
@@ -83,8 +108,22 @@ class _CellRun:
     hash: str | None  # the notebook's hash after the write
 
 
-def _noop(_: dict[str, Any]) -> None:
-    return None
+class _Stored:
+    """A cell's stored outputs as its execution's :class:`~.executor.Observer`: messages are added (in a
+    worker thread when large), and the outputs read, under one lock."""
+
+    def __init__(self, outputs: CellOutputs, added: Callable[[bool], None]) -> None:
+        self.outputs = outputs
+        self.added = added
+        self._lock = threading.Lock()
+
+    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+        with self._lock:
+            return self.outputs.add(msg_type, content)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self.outputs.to_nbformat()
 
 
 class NotebookRunner(Service):
@@ -93,7 +132,20 @@ class NotebookRunner(Service):
     The application builds the class named by ``AgentToolsApp.notebook_runner_class``.
     """
 
-    eval_service = Instance(EvalService, help="Runs the cells (sessions, kernels, artifacts).")
+    eval_service = Instance(
+        EvalService, allow_none=True, help="Where the collaborators below come from when not given."
+    )
+    sessions = Instance(SessionManager, help="The sessions (one per notebook, mode notebook).")
+    kernels = Instance(KernelService, help="Checks kernelspecs, connects, interrupts and restarts kernels.")
+    recovery = Instance(KernelRecovery, help="What is done when the kernel died or is wedged.")
+    artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
+    audit = Instance(Audit, help="Records every run.")
+    execute = CallableTrait(help="Runs one cell (default: the eval service's execute, the one path).")
+    pool = Instance(
+        KernelPool,
+        allow_none=True,
+        help="Warm kernels: a notebook without a kernel of the pool's spec takes one.",
+    )
     store = Instance(NotebookStore, help="Reads the notebook and saves the outputs.")
     session_manager = AnyTrait(help="jupyter_server's session manager: the notebook's own kernel.")
     notebook_kernels = Instance(NotebookKernels, help="Shuts down the kernels runs started when unused.")
@@ -116,12 +168,44 @@ class NotebookRunner(Service):
 
     @default("notebook_kernels")
     def _default_notebook_kernels(self) -> NotebookKernels:
-        return NotebookKernels(session_manager=self.session_manager, sessions=self.eval.sessions, parent=self)
+        return NotebookKernels(session_manager=self.session_manager, sessions=self.sessions, parent=self)
 
-    @property
-    def eval(self) -> EvalService:
-        """The eval service (its short name in this module)."""
-        return self.eval_service
+    def _from_eval(self, name: str) -> Any:
+        if self.eval_service is None:
+            raise ValueError(f"NotebookRunner needs {name} (or eval_service to take it from)")
+        return getattr(self.eval_service, name)
+
+    @default("sessions")
+    def _default_sessions(self) -> SessionManager:
+        return self._from_eval("sessions")
+
+    @default("kernels")
+    def _default_kernels(self) -> KernelService:
+        return self._from_eval("kernels")
+
+    @default("recovery")
+    def _default_recovery(self) -> KernelRecovery:
+        return self._from_eval("recovery")
+
+    @default("artifacts")
+    def _default_artifacts(self) -> ArtifactStore:
+        return self._from_eval("artifacts")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return self._from_eval("audit")
+
+    @default("pool")
+    def _default_pool(self) -> KernelPool | None:
+        return self.eval_service.pool if self.eval_service is not None else None
+
+    @default("execute")
+    def _default_execute(self) -> Execute:
+        return self._from_eval("execute")
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._warm: dict[str, KernelConnection] = {}  # pooled kernels adopted, until attached
 
     async def run(
         self, path: str, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
@@ -130,7 +214,7 @@ class NotebookRunner(Service):
 
         The run is recorded when it ends (:meth:`Audit.execution`, mode ``notebook``), failed or not.
         """
-        with self.eval.audit.executing("notebook") as record:
+        with self.audit.executing("notebook") as record:
             record.result = await self._run(path, body, emit, cancel, record)
         return record.result
 
@@ -138,7 +222,8 @@ class NotebookRunner(Service):
         self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, record: ExecutionRecord
     ) -> dict[str, Any]:
         request = parse_run_request(body)
-        emit = emit or _noop
+        edit = parse_edit_request({"ops": list(request.ops)}, self.store.max_ops) if request.ops else None
+        emit = emit or noop
         cancel = cancel or asyncio.Event()
         path, notebook, hash_, _live = await self.store.load(path, writable=True)
         if request.expected_hash is not None and request.expected_hash != hash_:
@@ -147,15 +232,81 @@ class NotebookRunner(Service):
                 f"current hash {hash_}); read it again and retry"
             )
         record.path = path
-        targets = _select(notebook, request, path)
-        record.code = [t.source for t in targets if t.cell_type == "code"]
-        if await self._session_kernel(path) is None:  # 400 before anything is created
-            await self.eval.kernels.check_kernel_name(self._kernel_name(notebook))
+        targets = _select(notebook, request, path) if edit is None else []
+        if await self._session_kernel(path) is None:  # 400 before anything is created or changed
+            await self.kernels.check_kernel_name(self._kernel_name(notebook))
+        async with self.store.grouped(path, "run") as group:  # one ledger entry: the edit and the outputs
+            edited: dict[str, Any] | None = None
+            if edit is not None:
+                edited, targets = await self._edit(path, edit, request)
+            record.code = [t.source for t in targets if t.cell_type == "code"]
+            async with self.attached(path, notebook, request.timeout, cancel, record) as turn:
+                if turn.cancelled:
+                    result = self._answer(path, None, turn.session, [], [], cancelled=True)
+                else:
+                    result = await self._run_targets(
+                        path, turn.session, targets, request, emit, cancel, turn.notices, turn.deadline
+                    )
+            if edited is not None:
+                result["edit"] = edited
+                if result["hash"] is None:
+                    result["hash"] = edited["hash"]
+        if group is not None and (not turn.cancelled or edited is not None):
+            result.update(group.fields())  # known once the group ended
+        emit({"type": "result", "result": result})
+        return result
+
+    async def _edit(
+        self, path: str, edit: EditRequest, request: RunRequest
+    ) -> tuple[dict[str, Any], list[_Target]]:
+        """Apply the run's ``ops`` (one save, under ``expected_hash``) and choose the cells to run in the
+        edited notebook: those the request names, else the code cells the ops inserted or edited."""
+
+        def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], Any]:
+            outcome = apply_ops(nb, edit.ops, id_seed=hash_, batch=True)
+            edited = outcome.notebook
+            if request.all or request.cell_ids is not None or request.cell_indices is not None:
+                return edited, (outcome, _select(edited, request, path))
+            ids = [o.details.get("cellId") for o in outcome.outcomes if o.details.get("action") in RUN_AFTER]
+            chosen = [
+                i
+                for i, c in enumerate(edited["cells"])
+                if c.get("id") is not None and c.get("id") in ids and c.get("cell_type") == "code"
+            ]
+            return edited, (outcome, [_target(edited["cells"], i) for i in chosen])
+
+        (outcome, targets), new_hash = await self.store.change(
+            path,
+            transform,
+            expected_hash=request.expected_hash,
+            actions=[op.action for op in edit.ops],
+        )
+        answer = {
+            "message": outcome.message,
+            "hash": new_hash,
+            "results": [{"message": o.message, "details": o.details} for o in outcome.outcomes],
+        }
+        return answer, targets
+
+    @contextlib.asynccontextmanager
+    async def attached(
+        self,
+        path: str,
+        notebook: dict[str, Any],
+        timeout: float,
+        cancel: asyncio.Event,
+        record: ExecutionRecord | None = None,
+    ) -> AsyncIterator[Turn]:
+        """The turn of the notebook's session, connected to the notebook's kernel (created as JupyterLab
+        would when there is none): notebook runs and eval with ``notebook`` run their cells inside it.
+        ``turn.cancelled``: cancelled while waiting for the turn (nothing was started)."""
         while True:
-            session = self.eval.sessions.for_notebook(path)
-            record.session = session.name
+            session = self.sessions.for_notebook(path)
+            if record is not None:
+                record.session = session.name
             if not await session.take_turn(cancel):
-                return self._answer(path, None, session, [], [], cancelled=True)
+                yield Turn(session, [], 0.0, cancelled=True)
+                return
             if not session.closed:
                 break
             await session.end_turn()  # its kernel was shut down as unused while this run waited
@@ -166,19 +317,14 @@ class NotebookRunner(Service):
             kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
             # Waiting for a kernel that was there counts against the call's timeout; one this run just
             # started may take KernelService.ready_timeout, like any kernel start (eval's too).
-            kernels = self.eval.kernels
-            ready_within = kernels.ready_timeout if created else began + request.timeout - loop.time()
+            ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
+            pooled = kernel_id in self._warm
             await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
-            deadline = (loop.time() if created else began) + request.timeout
-            async with self.store.grouped(path, "run") as group:  # one ledger entry for the whole run
-                result = await self._run_targets(
-                    path, session, targets, request, emit, cancel, notices, deadline
-                )
-            result.update(group.fields() if group is not None else {})
+            if pooled:
+                await self._settle_pooled(session, path)
+            yield Turn(session, notices, (loop.time() if created else began) + timeout)
         finally:
             await session.end_turn()
-        emit({"type": "result", "result": result})
-        return result
 
     # -- the kernel ------------------------------------------------------------------------------
 
@@ -193,7 +339,7 @@ class NotebookRunner(Service):
     def _kernel_name(self, notebook: dict[str, Any]) -> str:
         spec = (notebook.get("metadata") or {}).get("kernelspec") or {}
         kernel_name = spec.get("name") if isinstance(spec.get("name"), str) else None
-        return kernel_name or self.eval.kernels.default_kernel_name
+        return kernel_name or self.kernels.default_kernel_name
 
     async def _notebook_kernel(self, path: str, notebook: dict[str, Any]) -> tuple[str, str, bool]:
         """The kernel of the notebook's jupyter_server session, created as JupyterLab would if none:
@@ -202,19 +348,62 @@ class NotebookRunner(Service):
         if found is not None:
             return (*found, False)
         kernel_name = self._kernel_name(notebook)
-        await self.eval.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
+        await self.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
         await self.notebook_kernels.make_room(path)
+        pooled = await self.pool.take(kernel_name) if self.pool is not None else None
         try:
             model = await ensure_async(
                 self.session_manager.create_session(
-                    path=path, name=posixpath.basename(path), type="notebook", kernel_name=kernel_name
+                    path=path,
+                    name=posixpath.basename(path),
+                    type="notebook",
+                    kernel_name=kernel_name,
+                    kernel_id=pooled[0] if pooled else None,  # jupyter_server adopts a running kernel
                 )
             )
         except Exception as e:
-            raise self.eval.kernels.translate(e) from e
+            if pooled is not None:
+                await close_quietly(pooled[1])
+                await self.kernels.shutdown(pooled[0])
+            raise self.kernels.translate(e) from e
         kernel_id = str(model["kernel"]["id"])
         self.notebook_kernels.note(path, str(model["id"]), kernel_id)
+        if pooled is not None and pooled[0] == kernel_id:
+            self._adopt(kernel_id, pooled[1])
         return kernel_id, kernel_name, True
+
+    def _adopt(self, kernel_id: str, connection: KernelConnection) -> None:
+        """A warm kernel of the pool became the notebook's: it is the server's session's kernel now
+        (auto-restarted by its manager on death, as one JupyterLab started), connected already, and
+        moved into the notebook's directory once attached (:meth:`_settle_pooled`)."""
+        self.kernels.started.discard(kernel_id)
+        with contextlib.suppress(Exception):  # a gateway kernel has no restarter here
+            start = getattr(self.kernels.kernel_manager.get_kernel(kernel_id), "start_restarter", None)
+            if callable(start):
+                start()
+        self._warm[kernel_id] = connection
+
+    async def _settle_pooled(self, session: KernelSession, path: str) -> None:
+        """What jupyter_server gives a kernel it starts for a notebook, given to a pooled one: the
+        notebook's directory as working directory, ``JPY_SESSION_NAME`` and ``__session__``."""
+        api_dir = await ensure_async(self.session_manager.contents_manager.get_kernel_path(path=path))
+        cwd = str(self.kernels.kernel_manager.cwd_for_path(api_dir))
+        name = self.session_manager.get_kernel_env(path, posixpath.basename(path))["JPY_SESSION_NAME"]
+        code = (
+            f"import os as _jat_os\n_jat_os.chdir({cwd!r})\n"
+            f"_jat_os.environ['JPY_SESSION_NAME'] = {name!r}\n__session__ = {name!r}\ndel _jat_os\n"
+        )
+        loop = asyncio.get_running_loop()
+        timeout = self.kernels.ready_timeout
+        await self.execute(
+            session,
+            code,
+            index=-1,
+            deadline=loop.time() + timeout,
+            timeout=timeout,
+            cancel=asyncio.Event(),
+            silent=True,
+        )
 
     async def _attach(
         self,
@@ -229,7 +418,7 @@ class NotebookRunner(Service):
         """Connect the session to the notebook's kernel (again, when it was restarted or replaced),
         waiting at most ``ready_within`` seconds for it to answer; 503 when it does not."""
         if session.kernel_id == kernel_id and session.state is SessionState.READY:
-            notice = await self.eval.recovery.revive(session)
+            notice = await self.recovery.revive(session)
             if notice is not None:
                 notices.append(notice.replace("restarted before this call", "lost before this run"))
             if session.state is SessionState.READY:
@@ -255,22 +444,155 @@ class NotebookRunner(Service):
                 retry_after=RETRY_AFTER_KERNEL_START,
             ) from e
 
+    async def readable(self, path: str) -> tuple[str, dict[str, Any]]:
+        """(checked path, notebook) of a notebook to run code in without writing it (eval's ``notebook``)."""
+        path, notebook, _, _ = await self.store.load(path)
+        return path, notebook
+
+    async def kernel(self, path: str) -> dict[str, Any]:
+        """The notebook's kernel (``GET .../kernel``): whether it runs, its state, its kernelspec, the
+        execution count last seen here, and whether a person (a browser's websocket) is connected."""
+        path, _ = await self.readable(path)
+        found = await self._session_kernel(path)
+        session = self.sessions.notebooks.get(path)
+        answer: dict[str, Any] = {
+            "path": path,
+            "kernel_id": None,
+            "kernel_name": None,
+            "state": "not_running",
+            "execution_count": None,
+            "connections": 0,
+            "person_connected": False,
+            "started_by_run": path in self.notebook_kernels.started,
+            "busy": bool(session is not None and session.busy),
+        }
+        if found is None:
+            return answer
+        kernel_id, kernel_name = found
+        try:
+            model = await ensure_async(self.kernels.kernel_manager.kernel_model(kernel_id))
+        except Exception:  # gone between the two looks
+            return answer
+        connections = int(model.get("connections") or 0)
+        attached = session is not None and session.kernel_id == kernel_id
+        answer.update(
+            kernel_id=kernel_id,
+            kernel_name=kernel_name or model.get("name"),
+            state=str(model.get("execution_state") or "unknown"),
+            execution_count=session.execution_count if attached and session is not None else None,
+            connections=connections,
+            person_connected=connections > 0,
+        )
+        return answer
+
+    async def notebook_kernel_list(self) -> list[dict[str, Any]]:
+        """Every notebook that has a kernel (jupyter_server's notebook sessions, JupyterLab's included):
+        path, kernel, state, people connected, whether this server's runs attached to it."""
+        listed = []
+        for model in await ensure_async(self.session_manager.list_sessions()):
+            kernel = model.get("kernel") or {}
+            path = model.get("path")
+            if model.get("type") != "notebook" or not kernel.get("id") or not isinstance(path, str):
+                continue
+            session = self.sessions.notebooks.get(path)
+            connections = int(kernel.get("connections") or 0)
+            listed.append(
+                {
+                    "path": path,
+                    "kernel_id": str(kernel["id"]),
+                    "kernel_name": kernel.get("name"),
+                    "state": str(kernel.get("execution_state") or "unknown"),
+                    "connections": connections,
+                    "person_connected": connections > 0,
+                    "started_by_run": path in self.notebook_kernels.started,
+                    "attached": session is not None and session.kernel_id == kernel["id"],
+                }
+            )
+        return sorted(listed, key=lambda k: k["path"])
+
+    async def kernel_action(self, path: str, body: Any) -> dict[str, Any]:
+        """``POST .../kernel``: ``interrupt`` (a running call answers cancelled), ``restart`` (in place,
+        as JupyterLab's Restart Kernel: state is lost) or ``shutdown`` (the notebook's jupyter_server
+        session and kernel are deleted, as JupyterLab's Shut Down Kernel)."""
+        check("NotebookKernelRequest", body)
+        action = body["action"]
+        path, _ = await self.readable(path)
+        found = await self._session_kernel(path)
+        if found is None and action == "restart":
+            raise Conflict(f"The notebook {path} has no running kernel to restart; run a cell to start one")
+        if found is None:  # nothing to interrupt or shut down: done already
+            answer = await self.kernel(path)
+            answer.update(
+                action=action,
+                interrupted_call=False,
+                state_lost=False,
+                message=f"The notebook {path} has no running kernel: nothing to {action}.",
+            )
+            return answer
+        kernel_id = found[0]
+        session = self.sessions.notebooks.get(path)
+        running = session is not None and session.cancel is not None and not session.cancel.is_set()
+        if running and session is not None and session.cancel is not None:
+            session.cancel.set()  # the running call answers cancelled (its cell is interrupted)
+        message = ""
+        try:
+            if action == "interrupt":
+                if not running:
+                    await self.kernels.interrupt(kernel_id)
+                message = f"Interrupted the kernel of {path}."
+            elif action == "restart":
+                if session is not None:
+                    await session.drop_kernel()  # the next call attaches to the restarted kernel
+                await self.kernels.restart(kernel_id, now=False)
+                message = (
+                    f"Restarted the kernel of {path} (kernel {kernel_id}): its state was lost (variables, "
+                    "imports); run the cells again to rebuild it."
+                )
+            else:
+                if session is not None:
+                    await session.drop_kernel()
+                self.notebook_kernels.started.pop(path, None)
+                for model in await ensure_async(self.session_manager.list_sessions()):
+                    if model.get("path") == path and (model.get("kernel") or {}).get("id") == kernel_id:
+                        await ensure_async(self.session_manager.delete_session(model["id"]))
+                message = f"Shut down the kernel of {path}: its state was lost."
+        except AgentToolsError:
+            raise
+        except Exception as e:
+            raise self.kernels.translate(e) from e
+        answer = await self.kernel(path)
+        answer.update(
+            action=action,
+            interrupted_call=running,
+            state_lost=action in ("restart", "shutdown"),
+            message=message,
+        )
+        return answer
+
+    async def restart_wedged(self, session: KernelSession, cell: str) -> str:
+        """:meth:`_restart_wedged` for a cell named ``cell`` (eval's ``notebook``)."""
+        return await self._restart_in_place(session, cell)
+
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
-        return kernel_id, await self.eval.kernels.connect(kernel_id, ready_within)
+        warm = self._warm.pop(kernel_id, None)  # a pooled kernel comes connected
+        return kernel_id, warm or await self.kernels.connect(kernel_id, ready_within)
 
     async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
+        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
+        return await self._restart_in_place(session, cell)
+
+    async def _restart_in_place(self, session: KernelSession, cell: str) -> str:
         """The cell would not stop after the interrupt: restart the notebook's kernel in place through the
         server's kernel manager (what JupyterLab's "Restart Kernel" does, so a person with the notebook
         open sees it) and return the notice that says so."""
         kernel_id = session.kernel_id
         assert kernel_id is not None
-        self.eval.recovery.after_wedge(session)
+        self.recovery.after_wedge(session)
         await session.drop_kernel()  # disconnect; the next run attaches to the restarted kernel
-        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
         try:
-            await self.eval.kernels.restart(kernel_id)
+            await self.kernels.restart(kernel_id)
         except Exception as e:
-            self.eval.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
+            self.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
             return (
                 f"[{cell} did not stop after the interrupt, so the notebook's kernel {kernel_id} was "
                 f"restarted, but it did not come back ({type(e).__name__}: {e}): its state is lost. Cells "
@@ -298,7 +620,7 @@ class NotebookRunner(Service):
         kernel_id = session.kernel_id  # the notebook's kernel keeps its id when it is restarted
         code_cells = [t for t in targets if t.cell_type == "code"]
         cells: list[dict[str, Any]] = []
-        outcomes: list[CellOutcome] = []
+        outcomes = []
         stopped = False
         restarted = False
         hash_: str | None = None
@@ -321,18 +643,7 @@ class NotebookRunner(Service):
                 if display["type"] == "image":
                     emit({"type": "display", "index": target.index, "display": display})
             name = f"cell {target.index} (id {target.cell_id})" if target.cell_id else f"cell {target.index}"
-            outcomes.append(
-                CellOutcome(
-                    index=position - 1,
-                    title=name,
-                    name=name,
-                    status=execution.status,
-                    output=execution.summary.output if execution.summary else "",
-                    exit_code=execution.exit_code,
-                    has_displays=bool(cells[-1]["displays"]),
-                    kernel_died=execution.kernel_died,
-                )
-            )
+            outcomes.append(execution.outcome(position - 1, name, name, bool(cells[-1]["displays"])))
             emit(
                 {
                     "type": "cell_end",
@@ -357,14 +668,12 @@ class NotebookRunner(Service):
                 emit({"type": "restart", "session": session.name, "message": notice})
             elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
                 stopped = True
-        output = format_combined_output(outcomes, len(code_cells)) if outcomes else ""
         if not_written:
             notices.append(
                 f"[The outputs could not be written into the notebook: {not_written[0]} The cells ran; "
                 "their output is below and in this answer.]"
             )
-        if notices:
-            output = "\n".join([*notices, output]) if output else "\n".join(notices)
+        output = answer_text(outcomes, len(code_cells), notices)
         result = self._answer(path, hash_, session, cells, [], restarted=restarted)
         result["kernel_id"] = kernel_id
         result["output"] = output
@@ -390,18 +699,14 @@ class NotebookRunner(Service):
         not_written: list[str],
     ) -> _CellRun:
         """Run one cell and write its outputs."""
-        artifacts = self.eval.artifacts
         outputs = CellOutputs(
             max_text_bytes=self.max_output_bytes_stored,
             max_bytes=self.max_cell_bytes_stored,
-            open_artifact=lambda: artifacts.create(session.name),
+            open_artifact=lambda: self.artifacts.create(session.name),
         )
         session.cell_started(target.index, target.cell_id)
-        await self._write(path, target, [], None, clear=True)
-        live = await self._is_live(path)
+        live = (await self._write(path, target, [], None, clear=True))[2]
         changed, finished = asyncio.Event(), asyncio.Event()
-        # Held while a large message is added in a worker thread: the outputs are read between adds only.
-        adding = asyncio.Lock()
 
         async def push_live() -> None:
             # Leading and trailing edge: the first output goes out at once, later ones at most every
@@ -412,16 +717,13 @@ class NotebookRunner(Service):
                 if finished.is_set():
                     return  # the final write follows
                 changed.clear()
-                async with adding:
-                    stored = outputs.to_nbformat()
-                await self._write(path, target, stored, outputs.execution_count, audited=False)
+                snapshot = await asyncio.to_thread(stored.snapshot)  # a large add may hold the lock
+                await self._write(path, target, snapshot, outputs.execution_count, audited=False)
                 try:
                     await asyncio.wait_for(finished.wait(), LIVE_OUTPUT_INTERVAL)
                     return
                 except asyncio.TimeoutError:
                     pass
-
-        pushing = asyncio.ensure_future(push_live()) if live else None
 
         def added(changed_outputs: bool) -> None:
             if changed_outputs:
@@ -429,59 +731,30 @@ class NotebookRunner(Service):
                 if live:
                     changed.set()
 
-        async def add_in_thread(msg_type: str, content: dict[str, Any]) -> None:
-            async with adding:
-                added(await asyncio.to_thread(outputs.add, msg_type, content))
-
-        def observe(msg_type: str, content: dict[str, Any]) -> Awaitable[None] | None:
-            if _large(msg_type, content):
-                return add_in_thread(msg_type, content)
-            added(outputs.add(msg_type, content))
-            return None
-
-        conn, kernel_id = session.connection, session.kernel_id
-        assert conn is not None and kernel_id is not None
-        sink = OutputSink(
-            max_bytes=self.eval.max_output_bytes, open_artifact=lambda: artifacts.create(session.name)
-        )
+        stored = _Stored(outputs, added)
+        pushing = asyncio.ensure_future(push_live()) if live else None
         try:
-            execution = await run_cell(
-                conn,
+            execution = await self.execute(
+                session,
                 target.source,
                 index=target.index,
-                sink=sink,
-                limits=ExecutionLimits(
-                    deadline=deadline,
-                    timeout_seconds=request.timeout,
-                    interrupt_grace=self.eval.interrupt_grace,
-                    liveness_interval=self.eval.liveness_interval,
-                ),
+                deadline=deadline,
+                timeout=request.timeout,
                 cancel=cancel,
-                interrupt=lambda: self.eval.kernels.interrupt(kernel_id),
                 emit=emit,
-                # Images are answered from what the cell stores (placeholders with the output's URL).
-                output_limits=dataclasses.replace(self.eval.output_limits, images=False),
-                observe=observe,
+                images=False,  # answered from what the cell stores (placeholders with the output's URL)
+                observer=stored,
             )
         finally:
-            sink.close()
             outputs.close()
             if pushing is not None:
                 finished.set()
                 changed.set()
                 await asyncio.gather(pushing, return_exceptions=True)
-        session.executions += 1
-        stored = outputs.to_nbformat()
+        final = outputs.to_nbformat()
         count = outputs.execution_count
-        written, hash_ = await self._write(path, target, stored, count, not_written=not_written)
-        return _CellRun(execution, stored, count, outputs.omitted(), written, hash_)
-
-    async def _is_live(self, path: str) -> bool:
-        """Whether the notebook is open in a collaborative room (False when it cannot be read)."""
-        try:
-            return (await self.store.load(path))[3]
-        except AgentToolsError:
-            return False
+        written, hash_, _ = await self._write(path, target, final, count, not_written=not_written)
+        return _CellRun(execution, final, count, outputs.omitted(), written, hash_)
 
     async def _write(
         self,
@@ -493,8 +766,9 @@ class NotebookRunner(Service):
         clear: bool = False,
         audited: bool = True,
         not_written: list[str] | None = None,
-    ) -> tuple[bool, str | None]:
-        """Put the cell's outputs (or none, when it starts) into the notebook; (written, new hash).
+    ) -> tuple[bool, str | None, bool]:
+        """Put the cell's outputs (or none, when it starts) into the notebook; (written, new hash, whether
+        it went to a live document).
 
         Recorded as a ``run_clear`` or ``run_outputs`` change (outputs pushed to a live document while
         the cell runs are not: ``audited=False``; the cell's final write is).
@@ -515,16 +789,18 @@ class NotebookRunner(Service):
             cells[position] = cell
             return {**nb, "cells": cells}, True
 
+        notes: dict[str, Any] = {}
         try:
+            action = "run_clear" if clear else "run_outputs"
             written, hash_ = await self.store.change(
-                path, transform, actions=["run_clear" if clear else "run_outputs"], audited=audited
+                path, transform, actions=[action], audited=audited, notes=notes
             )
         except AgentToolsError as e:  # the notebook went away or cannot be saved: the run goes on
-            self.eval.sessions.log.warning("notebook run %s: outputs not written: %s", path, e.message)
+            self.sessions.log.warning("notebook run %s: outputs not written: %s", path, e.message)
             if not_written is not None and not not_written:
                 not_written.append(e.message if e.message.endswith(".") else e.message + ".")
-            return False, None
-        return written, hash_
+            return False, None, False
+        return written, hash_, bool(notes.get("live"))
 
     def _answer(
         self,
@@ -580,15 +856,16 @@ def _select(notebook: dict[str, Any], request: RunRequest, path: str) -> list[_T
                     f"Cell id {cell_id!r} is ambiguous in {path}: cells {found} share it; use cell_indices"
                 )
             chosen.add(found[0])
-    return [
-        _Target(
-            index=i,
-            cell_id=cells[i].get("id") if isinstance(cells[i].get("id"), str) else None,
-            cell_type=str(cells[i].get("cell_type")),
-            source=join_source(cells[i].get("source", "")),
-        )
-        for i in sorted(chosen)
-    ]
+    return [_target(cells, i) for i in sorted(chosen)]
+
+
+def _target(cells: list[dict[str, Any]], i: int) -> _Target:
+    return _Target(
+        index=i,
+        cell_id=cells[i].get("id") if isinstance(cells[i].get("id"), str) else None,
+        cell_type=str(cells[i].get("cell_type")),
+        source=join_source(cells[i].get("source", "")),
+    )
 
 
 def _find(nb: dict[str, Any], target: _Target) -> int | None:
@@ -600,28 +877,21 @@ def _find(nb: dict[str, Any], target: _Target) -> int | None:
     return None
 
 
-def _not_run(target: _Target, status: str) -> dict[str, Any]:
+def _cell_fields(target: _Target, fields: dict[str, Any], ran: _CellRun | None = None) -> dict[str, Any]:
+    """A cell of a run's answer: which cell, how it ran (``fields``), what it stored."""
     return {
         "index": target.index,
         "cell_id": target.cell_id,
         "title": target.cell_id,
-        "status": status,
-        "output": "",
-        "exit_code": 0,
-        "error": None,
-        "displays": [],
-        "duration_ms": 0,
-        "stdin_requested": False,
-        "truncated": False,
-        "total_bytes": 0,
-        "total_lines": 0,
-        "output_bytes": 0,
-        "output_lines": 0,
-        "artifact_id": None,
-        "execution_count": None,
-        "outputs_written": False,
-        "outputs_omitted": None,
+        **fields,
+        "execution_count": ran.execution_count if ran else None,
+        "outputs_written": ran.written if ran else False,
+        "outputs_omitted": ran.omitted if ran else None,
     }
+
+
+def _not_run(target: _Target, status: str) -> dict[str, Any]:
+    return _cell_fields(target, not_run_fields(status))
 
 
 def _cell_result(path: str, target: _Target, request: RunRequest, ran: _CellRun) -> dict[str, Any]:
@@ -629,16 +899,7 @@ def _cell_result(path: str, target: _Target, request: RunRequest, ran: _CellRun)
     ref = target.cell_id if target.cell_id is not None else f"@{target.index}"
     images = _images(ran.stored, path, ref if ran.written else None, request.include_images)
     fields["displays"] = [d for d in fields["displays"] if d.get("type") != "image"] + images
-    return {
-        "index": target.index,
-        "cell_id": target.cell_id,
-        "title": target.cell_id,
-        **fields,
-        "execution_count": ran.execution_count,
-        "outputs_written": ran.written,
-        "outputs_omitted": ran.omitted,
-        "timed_out": ran.execution.timed_out,
-    }
+    return {**_cell_fields(target, fields, ran), "timed_out": ran.execution.timed_out}
 
 
 def _images(
@@ -666,11 +927,3 @@ def _images(
                 image["data"] = raw
             images.append(image)
     return images
-
-
-def _large(msg_type: str, content: dict[str, Any]) -> bool:
-    """Whether adding this message to the stored outputs is work for a worker thread."""
-    if msg_type == "stream":
-        text = content.get("text")
-        return isinstance(text, str) and len(text) > LARGE_CHUNK
-    return msg_type == "error" or needs_worker(msg_type, content)

@@ -34,6 +34,11 @@ class EvalRequest:
     env: dict[str, str] = field(default_factory=dict)
     session_file: str | None = None
     kernel_name: str | None = None
+    notebook: str | None = None  # run in this notebook's own kernel (no session of its own)
+
+
+# What only a session or per-call kernel has: refused next to 'notebook'.
+NOT_WITH_NOTEBOOK = ("session", "mode", "reset", "cwd", "env", "session_file", "kernel_name")
 
 
 def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
@@ -47,6 +52,13 @@ def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
     if isinstance(body, dict):
         _check_sizes(body, max_cells)
     check("EvalRequest", body)
+    if "notebook" in body:
+        extra = [name for name in NOT_WITH_NOTEBOOK if name in body]
+        if extra:
+            raise BadRequest(
+                f"'{extra[0]}' does not apply with 'notebook': the code runs in the notebook's own kernel "
+                "(its kernelspec, its working directory, its variables)"
+            )
     cells = [Cell(code=raw["code"], title=raw.get("title")) for raw in body["cells"]]
     timeout = body.get("timeout", DEFAULT_TIMEOUT)
     if timeout != timeout:  # NaN (Python's json module accepts it; the handler refuses it earlier)
@@ -62,6 +74,7 @@ def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
         env=dict(body.get("env") or {}),
         session_file=body.get("session_file"),
         kernel_name=body.get("kernel_name") or None,
+        notebook=body.get("notebook"),
     )
 
 
@@ -100,6 +113,7 @@ class RunRequest:
     stop_on_error: bool = True
     expected_hash: str | None = None
     include_images: bool = False
+    ops: tuple[dict[str, Any], ...] = ()  # an edit batch applied first (same save, same expected_hash)
 
 
 def parse_run_request(body: Any) -> RunRequest:
@@ -120,4 +134,5 @@ def parse_run_request(body: Any) -> RunRequest:
         stop_on_error=body.get("stop_on_error", True),
         expected_hash=body.get("expected_hash"),
         include_images=body.get("include_images", False),
+        ops=tuple(body.get("ops") or ()),
     )

@@ -9,10 +9,10 @@ start its kernel, run the cells (:func:`~.executor.run_cell`), answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
 from tornado.web import HTTPError
@@ -25,9 +25,9 @@ from ..compat import pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, in_range
 from .connection import KernelConnection
-from .executor import CellExecution, ExecutionLimits, run_cell
+from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
 from .kernels import KernelService
-from .messages import CellOutcome, OutputLimits, format_combined_output
+from .messages import OutputLimits, answer_text
 from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest, parse_eval_request
@@ -35,13 +35,20 @@ from .session import InitSpec, KernelSession, SessionState
 from .sessions import SessionManager
 from .sink import OutputSink
 
-Emit = Callable[[dict[str, Any]], None]
+if TYPE_CHECKING:
+    from .notebook_run import NotebookRunner
 
 # The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
 # server that fell behind): what the answer and the artifact hold may lack the end of the output.
 OUTPUT_MAY_BE_INCOMPLETE = (
     "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
     "fell behind): the end of the output may be missing from this answer and its artifact.]"
+)
+
+
+NOTEBOOK_KERNEL_LOST = (
+    "[The notebook's kernel died or was restarted during this call; its state is lost. Nothing was run "
+    "again.]"
 )
 
 
@@ -70,10 +77,6 @@ def lost_notice(name: str, gone: dict[str, Any]) -> str:
         f"[Session {name!r} was {gone['message']} at {gone['at']}: its variables and imports are gone; "
         "this call runs in a new kernel.]"
     )
-
-
-def _noop(_: dict[str, Any]) -> None:
-    return None
 
 
 def _noting_output(session: KernelSession, emit: Emit) -> Emit:
@@ -143,6 +146,7 @@ class EvalService(Service):
         return self.sessions.audit
 
     pool = Instance(KernelPool, help="Warm kernels new per-call and session kernels are taken from.")
+    notebooks = AnyTrait(None, allow_none=True, help="The NotebookRunner: eval with 'notebook' runs there.")
 
     @validate("max_output_bytes", "max_cells")
     def _valid_counts(self, proposal: Any) -> int:
@@ -188,6 +192,14 @@ class EvalService(Service):
             "totals": dict(self.sessions.totals),
             "pool": self.pool.describe(),
         }
+
+    async def listing_with_notebooks(self) -> dict[str, Any]:
+        """:meth:`listing` plus ``notebook_kernels``: every notebook that has a kernel, with its path."""
+        answer = self.listing()
+        answer["notebook_kernels"] = (
+            await self.notebooks.notebook_kernel_list() if self.notebooks is not None else []
+        )
+        return answer
 
     async def shutdown(self) -> None:
         """Shut down every kernel this service started: sessions', per-call ones still running, pooled."""
@@ -264,7 +276,11 @@ class EvalService(Service):
             request = parse_eval_request(body, self.max_cells)
             record.code = [cell.code for cell in request.cells]
             record.session = request.session if request.mode == "session" else None
-            record.result = await self._run(request, emit, cancel)
+            if request.notebook is not None:
+                record.mode, record.session, record.path = "notebook", None, request.notebook
+                record.result = await self._run_in_notebook(request, emit or noop, cancel or asyncio.Event())
+            else:
+                record.result = await self._run(request, emit, cancel)
         return record.result
 
     async def _run(
@@ -273,13 +289,48 @@ class EvalService(Service):
         cwd = await self._resolve_cwd(request.cwd)
         if request.kernel_name:  # before any session is created, evicted or reset
             await self.kernels.check_kernel_name(request.kernel_name)
-        emit = emit or _noop
+        emit = emit or noop
         cancel = cancel or asyncio.Event()
         self.pool.start()  # the first eval starts filling the pool (none before: no idle kernel)
         if request.mode == "per-call":
             result = await self._run_per_call(request, cwd, emit, cancel)
         else:
             result = await self._run_session(request, cwd, emit, cancel)
+        emit({"type": "result", "result": result})
+        return result
+
+    # -- notebook mode ------------------------------------------------------------------------------
+
+    async def _run_in_notebook(
+        self, request: EvalRequest, emit: Emit, cancel: asyncio.Event
+    ) -> dict[str, Any]:
+        """Run the cells in the notebook's own kernel (started as a notebook run would start it), in
+        the turn runs of that notebook take; the file is not written. A kernel that dies or a cell that
+        will not stop is handled as in a run: nothing is re-run, the answer says the state was lost."""
+        runner: NotebookRunner | None = self.notebooks
+        if runner is None:
+            raise AgentToolsError("Eval in a notebook's kernel is not available on this server", 501)
+        path, notebook = await runner.readable(request.notebook or "")
+        async with runner.attached(path, notebook, request.timeout, cancel) as turn:
+            session = turn.session
+            if turn.cancelled:
+                result = self._answer(session, request, [], [], restarted=False, cancelled=True)
+            else:
+                cells = await self._run_cells(session, request, emit, cancel, turn.deadline)
+                notices, restarted = list(turn.notices), False
+                last = cells[-1] if cells else None
+                if last is not None and last[1].kernel_died:
+                    restarted = True
+                    notices.append(NOTEBOOK_KERNEL_LOST)
+                    emit({"type": "restart", "session": session.name, "message": NOTEBOOK_KERNEL_LOST})
+                    await session.mark_dead()
+                elif last is not None and last[1].cancelled and not last[1].settled:
+                    restarted = True
+                    notice = await runner.restart_wedged(session, f"Cell {last[0] + 1}")
+                    notices.append(notice)
+                    emit({"type": "restart", "session": session.name, "message": notice})
+                result = self._answer(session, request, cells, notices, restarted=restarted)
+        result["notebook"] = path
         emit({"type": "result", "result": result})
         return result
 
@@ -320,28 +371,15 @@ class EvalService(Service):
         if session.init == spec or session.closed:
             return
         self.artifacts.session_dir(session.name)  # the kernel is told ARTIFACTS exists
-        assert session.connection is not None and session.kernel_id is not None
-        kernel_id = session.kernel_id
-        sink = OutputSink(max_bytes=self.max_output_bytes)
-        try:
-            result = await run_cell(
-                session.connection,
-                build_init_code(spec),
-                index=-1,
-                sink=sink,
-                limits=ExecutionLimits(
-                    deadline=asyncio.get_running_loop().time() + self.init_timeout,
-                    timeout_seconds=self.init_timeout,
-                    interrupt_grace=self.interrupt_grace,
-                    liveness_interval=self.liveness_interval,
-                ),
-                cancel=asyncio.Event(),
-                interrupt=lambda: self.kernels.interrupt(kernel_id),
-                emit=_noop,
-                silent=True,
-            )
-        finally:
-            sink.close()
+        result = await self.execute(
+            session,
+            build_init_code(spec),
+            index=-1,
+            deadline=asyncio.get_running_loop().time() + self.init_timeout,
+            timeout=self.init_timeout,
+            cancel=asyncio.Event(),
+            silent=True,
+        )
         if result.kernel_died and session.closed:
             return  # shut down by a DELETE during the init step, not dead
         if result.kernel_died:
@@ -437,8 +475,6 @@ class EvalService(Service):
         cancel: asyncio.Event,
         deadline: float,
     ) -> list[tuple[int, CellExecution]]:
-        conn, kernel_id = session.connection, session.kernel_id
-        assert conn is not None and kernel_id is not None
         results: list[tuple[int, CellExecution]] = []
         emit = _noting_output(session, emit)
         for index, cell in enumerate(request.cells):
@@ -446,30 +482,15 @@ class EvalService(Service):
                 break
             emit({"type": "cell_start", "index": index, "title": cell.title})
             session.cell_started(index, None, len(request.cells))
-            sink = OutputSink(
-                max_bytes=self.max_output_bytes,
-                open_artifact=lambda: self.artifacts.create(session.name),
+            execution = await self.execute(
+                session,
+                cell.code,
+                index=index,
+                deadline=deadline,
+                timeout=request.timeout,
+                cancel=cancel,
+                emit=emit,
             )
-            try:
-                execution = await run_cell(
-                    conn,
-                    cell.code,
-                    index=index,
-                    sink=sink,
-                    limits=ExecutionLimits(
-                        deadline=deadline,
-                        timeout_seconds=request.timeout,
-                        interrupt_grace=self.interrupt_grace,
-                        liveness_interval=self.liveness_interval,
-                    ),
-                    cancel=cancel,
-                    interrupt=lambda: self.kernels.interrupt(kernel_id),
-                    emit=emit,
-                    output_limits=self.output_limits,
-                )
-            finally:
-                sink.close()
-            session.executions += 1
             if execution.idle_missing:
                 self.sessions.record(
                     session,
@@ -490,6 +511,58 @@ class EvalService(Service):
             if execution.status != "complete":
                 break
         return results
+
+    async def execute(
+        self,
+        session: KernelSession,
+        code: str,
+        *,
+        index: int,
+        deadline: float,
+        timeout: float,
+        cancel: asyncio.Event,
+        emit: Emit = noop,
+        silent: bool = False,
+        images: bool = True,
+        observer: Observer | None = None,
+    ) -> CellExecution:
+        """Run one cell on the session's kernel: the one execution path of eval's cells, its silent init
+        step (no artifact, not counted) and a notebook run's cells (``observer``: the stored outputs;
+        ``images=False``: its images are answered from what the cell stored). Bounded by this service's
+        output limits; a deadline or cancel interrupts the kernel, which gets ``interrupt_grace``."""
+        conn, kernel_id = session.connection, session.kernel_id
+        assert conn is not None and kernel_id is not None
+        sink = OutputSink(
+            max_bytes=self.max_output_bytes,
+            open_artifact=None if silent else lambda: self.artifacts.create(session.name),
+        )
+        limits = self.output_limits if images else dataclasses.replace(self.output_limits, images=False)
+        try:
+            execution = await run_cell(
+                conn,
+                code,
+                index=index,
+                sink=sink,
+                limits=ExecutionLimits(
+                    deadline=deadline,
+                    timeout_seconds=timeout,
+                    interrupt_grace=self.interrupt_grace,
+                    liveness_interval=self.liveness_interval,
+                ),
+                cancel=cancel,
+                interrupt=lambda: self.kernels.interrupt(kernel_id),
+                emit=emit,
+                silent=silent,
+                output_limits=limits,
+                observer=observer,
+            )
+        finally:
+            sink.close()
+            if not silent:
+                session.executions += 1
+        if execution.execution_count is not None and not silent:
+            session.execution_count = execution.execution_count
+        return execution
 
     # -- per-call mode ------------------------------------------------------------------------------
 
@@ -531,28 +604,12 @@ class EvalService(Service):
         cell_results = []
         outcomes = []
         for index, execution in cells:
-            summary = execution.summary
-            assert summary is not None
             title = request.cells[index].title
             cell_results.append({"index": index, "title": title, **execution.result_fields()})
-            outcomes.append(
-                CellOutcome(
-                    index=index,
-                    title=title,
-                    status=execution.status,
-                    output=summary.output,
-                    exit_code=execution.exit_code,
-                    has_displays=bool(execution.displays),
-                    kernel_died=execution.kernel_died,
-                )
-            )
+            outcomes.append(execution.outcome(index, title))
         if any(e.idle_missing for _, e in cells):
             notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
-        output = format_combined_output(outcomes, len(request.cells)) if outcomes else ""
-        if error:
-            output = f"{output}\n{error}".strip("\n")
-        if notices:
-            output = "\n".join([*notices, output]) if output else "\n".join(notices)
+        output = answer_text(outcomes, len(request.cells), notices, error)
         if cancelled and not cells:
             output = "(cancelled before it started)"
         return {

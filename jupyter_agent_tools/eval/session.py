@@ -95,6 +95,7 @@ class KernelSession:
         self.created = self.last_used = time.time()
         self.restarts = 0
         self.executions = 0
+        self.execution_count: int | None = None  # the kernel's, from its last execute_reply seen here
         self.recoveries: Counter[str] = Counter()
         self.cancel: asyncio.Event | None = None  # the running call's; set means "stop it"
         self.busy_since: float | None = None  # when the running call took its turn

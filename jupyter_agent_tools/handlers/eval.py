@@ -7,9 +7,10 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
+from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.utils import url_path_join
 from tornado import web
@@ -17,6 +18,8 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..eval.backlog import StreamBacklog
+from ..eval.executor import Emit
+from ..eval.executor import noop as _ignore
 from ..eval.pace import STREAM_PACE, StreamPace
 from ..eval.request import parse_eval_request
 from ..eval.service import EvalService
@@ -26,12 +29,6 @@ from ..text import json_string_body
 from .base import AgentAPIHandler
 
 NDJSON = "application/x-ndjson"
-Emit = Callable[[dict[str, Any]], None]
-
-
-def _ignore(_: dict[str, Any]) -> None:
-    return None
-
 
 # Characters of output text sent per write: JSON encoding and HTTP chunk framing copy each write a few
 # times, so a 16 MB chunk goes out as several lines rather than one huge one.
@@ -89,7 +86,15 @@ class EvalHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("execute")
     async def post(self) -> None:
-        await self._respond(await self.json_body())
+        body = await self.json_body()
+        if isinstance(body, dict) and "notebook" in body:  # runs in a notebook's kernel: reads it too
+            allowed = self.authorizer.is_authorized(self, self.current_user, "read", "contents")
+            if not await ensure_async(allowed):
+                raise web.HTTPError(
+                    403,
+                    "User is not authorized to read on resource: contents (eval with 'notebook' needs it).",
+                )
+        await self._respond(body)
 
     run_kind = "eval"
 

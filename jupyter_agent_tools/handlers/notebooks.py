@@ -139,3 +139,26 @@ class NotebookRunHandler(EvalHandler):
             )
         self._path = path
         await self._respond(await self.json_body())
+
+
+class NotebookKernelHandler(AgentAPIHandler):
+    """GET describes the notebook's own kernel (``read`` on ``kernels``); POST interrupts, restarts or
+    shuts it down (``execute`` on ``kernels``)."""
+
+    route_name = "notebook_kernel"
+
+    auth_resource = "kernels"
+
+    @property
+    def runner(self) -> NotebookRunner:
+        return self.extensionapp.notebook_runner  # type: ignore[attr-defined]
+
+    @web.authenticated
+    @authorized("read")
+    async def get(self, path: str) -> None:
+        self.write_json(await self.runner.kernel(path))
+
+    @web.authenticated
+    @authorized("execute")
+    async def post(self, path: str) -> None:
+        self.write_json(await self.runner.kernel_action(path, await self.json_body()))

@@ -25,7 +25,7 @@ class SessionListHandler(_EvalRoute):
     @web.authenticated
     @authorized("read")
     async def get(self) -> None:
-        self.write_json(self.service.listing())
+        self.write_json(await self.service.listing_with_notebooks())
 
 
 class SessionHandler(_EvalRoute):

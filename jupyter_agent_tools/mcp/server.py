@@ -632,7 +632,7 @@ class McpServer:
         refused = await self._refusal(tool, request, version)
         if refused is not None:
             return refused
-        return await self._execute(tool, arguments, version, call.cancel, progress.push)
+        return await self._execute(tool, arguments, version, call.cancel, progress.push, request.authorize)
 
     async def _refusal(self, tool: Tool, request: HttpRequest, version: str) -> dict[str, Any] | None:
         """The tool error when the caller lacks a permission the tool's route asks; None when allowed."""
@@ -658,9 +658,10 @@ class McpServer:
         version: str,
         cancel: asyncio.Event,
         progress: Callable[[str], None],
+        authorize: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> dict[str, Any]:
         try:
-            result = await tool.run(ToolCall(self.services, arguments, cancel, progress))
+            result = await tool.run(ToolCall(self.services, arguments, cancel, progress, authorize))
         except AgentToolsError as e:
             retry = f" (retry after {e.retry_after} s)" if e.retry_after else ""
             result = ToolResult(f"{e.message}{retry}", is_error=True)
@@ -745,7 +746,7 @@ class McpServer:
                 if text:
                     emit({"type": "chunk", "index": 0, "name": "stdout", "text": text})
 
-            return await self._execute(tool, arguments, TASK_VERSION, cancel, progress)
+            return await self._execute(tool, arguments, TASK_VERSION, cancel, progress, request.authorize)
 
         run = self.services.run_registry.start("mcp_tool", tool.name, call, state_of=tool_state)
         yield Outgoing(result_message(rid, {"task": self._task_json(run)}), final=True)

@@ -79,6 +79,8 @@ class ToolCall:
     arguments: dict[str, Any]
     cancel: asyncio.Event
     progress: Callable[[str], None]
+    # Asks the authorizer for one more (action, resource) than the tool's own (eval with 'notebook').
+    authorize: Callable[[str, str], Awaitable[bool]] | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,9 @@ async def _eval(call: ToolCall) -> ToolResult:
         elif event.get("type") == "restart":
             call.progress(f"{event.get('message', '')}\n")
 
+    if "notebook" in body and call.authorize is not None and not await call.authorize("read", "contents"):
+        message = "Permission denied: eval with 'notebook' also needs 'read' on 'contents'; nothing was run."
+        return ToolResult(message, is_error=True)
     result = await call.services.eval_service.run(body, emit=on_event, cancel=call.cancel)
     images: list[Image] = []
     notes: list[str] = []
@@ -429,13 +434,19 @@ SESSION_NAME = {"type": "string", "description": "The session's name (as given t
 async def _session_list(call: ToolCall) -> ToolResult:
     options(call.arguments, {})
     service = call.services.eval_service
-    answer = service.listing()
+    answer = await service.listing_with_notebooks()
     sessions = answer["sessions"]
     lines = [
-        f"- {s['name']}: {'busy' if s['busy'] else 'idle'}, kernel {s.get('kernel_name') or '-'} "
+        f"- {s['name']}{' (notebook ' + s['notebook'] + ')' if s.get('notebook') else ''}: "
+        f"{'busy' if s['busy'] else 'idle'}, kernel {s.get('kernel_name') or '-'} "
         f"({s['kernel_id'] or 'not started'}), {s['queue_depth']} queued, {s['restarts']} restarts, "
         f"last used {s['last_used']}"
         for s in sessions
+    ]
+    lines += [
+        f"- notebook {k['path']}: kernel {k.get('kernel_name') or '-'} ({k['kernel_id']}), {k['state']}"
+        + (", a person is connected" if k["person_connected"] else "")
+        for k in answer["notebook_kernels"]
     ]
     return ToolResult("\n".join(lines) if lines else "No eval sessions.", answer)
 
@@ -587,6 +598,12 @@ def _notebook_run_input() -> dict[str, Any]:
     schema.pop("oneOf", None)  # several model APIs refuse it; the route's own validator still applies
     schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"], "include_images": INCLUDE_IMAGES}
     schema["properties"]["detach"] = DETACH
+    schema["properties"]["ops"] = {  # the route validates each op (notebook_edit's schema, not repeated)
+        "type": "array",
+        "items": {"type": "object"},
+        "description": "notebook_edit's ops, applied first (one save); with no cells named, the code cells "
+        "they insert or edit run.",
+    }
     schema["required"] = ["path"]
     result: dict[str, Any] = without_null(schema)
     return result
@@ -697,6 +714,21 @@ async def _notebook_undo(call: ToolCall) -> ToolResult:
     return ToolResult(f"{answer['message']}\nhash: {answer['hash']}", answer)
 
 
+async def _notebook_kernel(call: ToolCall) -> ToolResult:
+    own, _ = options(call.arguments, {"path": ("string", REQUIRED), "action": ("string", None)})
+    runner = call.services.notebook_runner
+    if own["action"] is None:
+        answer = await runner.kernel(own["path"])
+    else:
+        answer = await runner.kernel_action(own["path"], {"action": own["action"]})
+    text = answer.get("message") or (
+        f"Kernel of {answer['path']}: {answer['state']}"
+        + (f", {answer['kernel_name']} ({answer['kernel_id']})" if answer["kernel_id"] else "")
+        + (", a person is connected" if answer["person_connected"] else "")
+    )
+    return ToolResult(text, answer)
+
+
 READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 _TOOLS: tuple[Tool, ...] = (
@@ -784,6 +816,23 @@ _TOOLS: tuple[Tool, ...] = (
         run=_notebook_run,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
         task_support="optional",
+    ),
+    Tool(
+        name="notebook_kernel",
+        title="A notebook's kernel",
+        description="A notebook's own kernel: state, kernelspec, whether a person is connected; with "
+        "'action' interrupt, restart (state is lost) or shutdown it. eval with 'notebook' runs code there.",
+        permissions=(("execute", "kernels"),),
+        input_schema=_object(
+            {
+                "path": NOTEBOOK_PATH,
+                "action": {"type": "string", "enum": ["interrupt", "restart", "shutdown"]},
+            },
+            ["path"],
+        ),
+        output_schema=component("NotebookKernel"),
+        run=_notebook_kernel,
+        annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False},
     ),
     Tool(
         name="session_list",

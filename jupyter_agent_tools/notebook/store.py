@@ -624,7 +624,7 @@ class NotebookStore(Service):
         False (a notebook run's intermediate output pushes: its final write of the cell is recorded), and
         entered in the change ledger (``notes["ledger"]``: its :class:`Recorded`); writes inside
         :meth:`grouped` become one entry, unaudited ones included. ``undoes``: the id of the change this
-        one undoes.
+        one undoes. ``notes["live"]`` is set when the change went to a live document.
         """
         with path_errors(path.strip("/")):
             path = await self._check_path(path)
@@ -649,6 +649,8 @@ class NotebookStore(Service):
                             )
                         validate_notebook(notebook, path, loaded.notebook)
                         new_hash = loaded.apply(notebook)
+                        if notes is not None:
+                            notes["live"] = True
                         if audited:
                             self._audit(path, actions, loaded, notebook, new_hash, live=True, undoes=undoes)
                         await self._record(path, actions, loaded, notebook, new_hash, notes, undoes, audited)

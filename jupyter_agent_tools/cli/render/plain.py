@@ -124,6 +124,16 @@ def pool_line(answer: dict[str, Any]) -> str:
     )
 
 
+def notebook_kernel_lines(answer: dict[str, Any]) -> str:
+    """One line per notebook that has a kernel (JupyterLab's too), or ""."""
+    return "".join(
+        f"Notebook {k['path']}: kernel {k.get('kernel_name') or '-'} ({k['kernel_id']}), {k['state']}"
+        + (", a person is connected" if k.get("person_connected") else "")
+        + "\n"
+        for k in answer.get("notebook_kernels") or []
+    )
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
@@ -134,12 +144,12 @@ def sessions_text(answer: dict[str, Any]) -> str:
     """The session list as aligned columns."""
     sessions = answer.get("sessions") or []
     if not sessions:
-        return "No sessions.\n" + pool_line(answer)
+        return "No sessions.\n" + notebook_kernel_lines(answer) + pool_line(answer)
     rows = [[title for title, _ in SESSION_COLUMNS]]
     rows += [[session_cell(s, key) for _, key in SESSION_COLUMNS] for s in sessions]
     widths = [max(len(row[i]) for row in rows) for i in range(len(SESSION_COLUMNS))]
     lines = ("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in rows)
-    return "".join(line + "\n" for line in lines) + pool_line(answer)
+    return "".join(line + "\n" for line in lines) + notebook_kernel_lines(answer) + pool_line(answer)
 
 
 class PlainRenderer:
