@@ -370,3 +370,31 @@ async def test_a_delete_while_the_kernel_starts_cancels_the_call(
     assert set(jp_serverapp.kernel_manager.list_kernel_ids()) <= before
     monkeypatch.undo()
     assert (await evaluate("1 + 1", session="after"))["cells"][0]["output"].strip() == "2"
+
+
+async def test_an_interrupt_while_the_kernel_starts_cancels_the_call(
+    api, evaluate, jp_serverapp, monkeypatch
+):
+    """An interrupt that lands while the session's kernel is being started answers the call cancelled
+    (not an empty success): none of its cells runs, and the session's next call runs normally."""
+    svc = service(jp_serverapp)
+    reached, release = asyncio.Event(), asyncio.Event()
+    original = svc.recovery.launch
+
+    async def paused(*args: Any, **kwargs: Any) -> Any:
+        result = await original(*args, **kwargs)
+        reached.set()
+        await release.wait()
+        return result
+
+    monkeypatch.setattr(svc.recovery, "launch", paused)
+    call = asyncio.ensure_future(evaluate("print('never')", timeout=30, session="early"))
+    await asyncio.wait_for(reached.wait(), 30)
+    status, answer = await api("POST", "sessions/early/interrupt")
+    assert status == 200, answer
+    release.set()
+    result = await asyncio.wait_for(call, 30)
+    assert result["cancelled"] is True and result["cells"] == [], result
+    assert "never" not in result["output"]
+    monkeypatch.undo()
+    assert (await evaluate("1 + 1", session="early"))["cells"][0]["output"].strip() == "2"

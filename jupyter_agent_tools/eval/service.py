@@ -433,7 +433,7 @@ class EvalService(Service):
         answer = functools.partial(self._answer, session_lost=lost)
         session.cwd = request.cwd
         restarted = await self._prepare(session, request, cwd, notices)
-        if session.closed:  # deleted while its kernel started: the call was cancelled, nothing failed
+        if session.closed or cancel.is_set():  # deleted or interrupted while its kernel started
             return answer(session, request, [], notices, restarted=restarted, cancelled=True)
         # The timeout budget covers running the cells, not waiting for a kernel to start.
         deadline = asyncio.get_running_loop().time() + request.timeout
