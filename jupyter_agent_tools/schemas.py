@@ -293,8 +293,8 @@ EVAL_SCHEMAS: dict[str, Any] = {
             "notebook": {
                 "type": "string",
                 "minLength": 1,
-                "description": "Run in this notebook's own kernel (sharing its variables; the file is "
-                "not written). Not with session, mode, reset, cwd, env, session_file, kernel_name.",
+                "description": "Run in this notebook's own kernel, sharing its variables (the file is "
+                "not written); the session options do not apply.",
             },
             "session": {
                 "type": "string",

@@ -410,9 +410,8 @@ def _notebook_edit_input() -> dict[str, Any]:
                 "type": "array",
                 "items": {"type": "object", "required": ["action"]},
                 "minItems": 1,
-                "description": "Several operations applied in order, all or none (one save). Each is an "
-                "object with the fields above: action, cell_index or cell_id, content, cell_type, to_index, "
-                "all, old, new.",
+                "description": "Several operations, applied in order, all or none (one save); each has "
+                "the fields above.",
             },
             "expected_hash": schema_field("NotebookBatchRequest", "expected_hash"),
             # (the tool's description says when each is needed; the route's schema has the long story)
@@ -737,9 +736,8 @@ _TOOLS: tuple[Tool, ...] = (
         title="Run Python",
         description="Run Python cells in a Jupyter kernel of the server and get their output. State persists "
         "between calls of the same 'session' (default 'default'); mode 'per-call' uses a fresh kernel. "
-        "Cells run in order and stop at the first error. Returns the combined output text (long output "
-        "keeps its tail; the full text is an artifact, see artifact_read) and per-cell results. Streams "
-        "output as progress while it runs.",
+        "Cells run in order and stop at the first error. Returns the combined output (a long one keeps its "
+        "tail; artifact_read has all) and per-cell results. Streams output as progress while it runs.",
         permissions=(("execute", "kernels"),),
         input_schema=_eval_input(),
         output_schema=_or_started(without_image_data(component("EvalResult"))),
@@ -785,13 +783,11 @@ _TOOLS: tuple[Tool, ...] = (
         name="notebook_edit",
         title="Edit a notebook",
         description="Change a notebook cell by cell: edit a cell's source (outputs kept), replace text in "
-        "it, insert, delete or move cells; or create a notebook. Send one operation (action plus "
-        "cell_index or cell_id, content, cell_type, to_index) or several as 'ops' (all applied or none). "
-        "With expected_hash (from notebook_read) nothing changes "
-        "if the notebook changed since. Works on the live document when the notebook is open in "
-        "JupyterLab. An nbformat 3 file needs upgrade: true; a "
-        "notebook invalid as found (notebook_read lists its 'problems') needs repair: true. Returns what "
-        "was done and the new hash.",
+        "it, insert, delete or move cells; or create a notebook. Send one operation or several as 'ops' (all "
+        "applied or none). With expected_hash (from notebook_read) nothing changes if the notebook changed "
+        "since. Works on the live document when the notebook is open in JupyterLab. An nbformat 3 file "
+        "needs upgrade: true; a notebook invalid as found (notebook_read lists its 'problems') needs "
+        "repair: true. Returns what was done and the new hash.",
         permissions=(("write", "contents"),),
         input_schema=_notebook_edit_input(),
         output_schema={  # create answers as a read does
@@ -806,10 +802,9 @@ _TOOLS: tuple[Tool, ...] = (
         title="Run a notebook's cells",
         description="Run cells of a notebook in the notebook's own kernel (the one a person sees in "
         "JupyterLab; state is shared with them) and write their outputs into the notebook. Name the cells "
-        "with exactly one of cell_ids, cell_indices or all: true; they run in notebook order and stop at "
-        "the first error unless stop_on_error is false. Returns each cell's status and output text and the "
-        "notebook's new hash; images as placeholders (attached as image content with include_images). "
-        "Streams output as progress while it runs.",
+        "with one of cell_ids, cell_indices or all: true (with ops: the cells they insert or edit); they "
+        "run in notebook order and stop at the first error unless stop_on_error is false. Returns each "
+        "cell's status and output text and the new hash. Streams output as progress while it runs.",
         permissions=(("write", "contents"), ("execute", "kernels")),
         input_schema=_notebook_run_input(),
         output_schema=_or_started(without_image_data(component("NotebookRunResult"))),
