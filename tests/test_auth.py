@@ -124,6 +124,11 @@ ROUTES = [
     ("GET", "api/agent/changes", None, {READ_CONTENTS}),
     ("GET", "api/agent/notebooks/nb.ipynb/kernel", None, {READ_KERNELS}),
     ("POST", "api/agent/notebooks/nb.ipynb/kernel", {"action": "interrupt"}, {EXECUTE_KERNELS}),
+    ("GET", "api/agent/files", None, {READ_CONTENTS}),
+    ("GET", "api/agent/runs", None, {READ_KERNELS}),
+    ("GET", "api/agent/runs/{run}", None, {READ_KERNELS}),
+    ("GET", "api/agent/runs/{run}/events", None, {READ_KERNELS}),
+    ("POST", "api/agent/runs/{run}/cancel", {}, {EXECUTE_KERNELS}),
 ]
 PAIRS = [
     ("read", "contents"),
@@ -138,7 +143,7 @@ PAIRS = [
 def _doc_path(url: str) -> str:
     url = url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace("{artifact}", "{artifact_id}")
     url = url.replace("tokens/bot", "tokens/{name}")
-    url = url.replace("/changes/1", "/changes/{change_id}")
+    url = url.replace("/changes/1", "/changes/{change_id}").replace("{run}", "{run_id}")
     return "/" + url.replace("/cells/@0/outputs/0", "/cells/{cell}/outputs/{n}")
 
 
@@ -155,8 +160,9 @@ def test_routes_are_every_documented_operation_with_its_permission() -> None:
     assert len(documented) == len(operations(openapi_document())) - 1  # all but openapi.json
 
 
-async def _setup(http, auth: dict[str, str]) -> str:
-    """A session 'keep' with a truncated output: returns its artifact id. The notebook's change 1 (the
+async def _setup(http, auth: dict[str, str]) -> dict[str, str]:
+    """A session 'keep' with a truncated output and a finished detached run: returns their ids (the
+    routes' ``{artifact}`` and ``{run}``). The notebook's change 1 (the
     ledger's first entry) inserts a markdown cell, which the routes' undo takes out again."""
     status, answer, _ = await http(
         "POST",
@@ -167,13 +173,25 @@ async def _setup(http, auth: dict[str, str]) -> str:
     assert status == 200 and answer["change_id"] == "1", answer
     status, answer, _ = await http("POST", "api/agent/eval", EVAL_BODY, auth)
     assert status == 200, answer
-    return answer["cells"][0]["artifact_id"]
+    artifact = answer["cells"][0]["artifact_id"]
+    detached = {"cells": [{"code": "1"}], "session": "keep", "detach": True}
+    status, run, _ = await http("POST", "api/agent/eval", detached, auth)
+    assert status == 202, run
+    status, ended, _ = await http("GET", f"api/agent/runs/{run['run_id']}?wait=60", None, auth)
+    assert status == 200 and ended["state"] == "complete", ended
+    return {"{artifact}": artifact, "{run}": run["run_id"]}
+
+
+def _fill(url: str, ids: dict[str, str]) -> str:
+    for name, value in ids.items():
+        url = url.replace(name, value)
+    return url
 
 
 async def test_no_token_is_refused_everywhere(
     http, jp_auth_header, notebook, jp_serverapp, jp_root_dir
 ) -> None:
-    artifact = await _setup(http, jp_auth_header)
+    ids = await _setup(http, jp_auth_header)
     kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
     before = notebook.read_bytes()
     routes = [
@@ -184,7 +202,7 @@ async def test_no_token_is_refused_everywhere(
     ]
     for bad in ({}, {"Authorization": "token wrong"}, {"Authorization": "Bearer nope"}):
         for method, url, body, _pair in routes:
-            status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, bad)
+            status, answer, _ = await http(method, _fill(url, ids), body, bad)
             assert status == 403, (method, url, bad, answer)
             assert "y" * 100 not in json.dumps(answer)
             # what to fix, never the XSRF check that only browsers with a login need
@@ -203,7 +221,7 @@ async def test_no_token_is_refused_everywhere(
 async def test_denying_one_permission(
     http, jp_auth_header, notebook, jp_serverapp, jp_root_dir, pair
 ) -> None:
-    artifact = await _setup(http, jp_auth_header)
+    ids = await _setup(http, jp_auth_header)
     DenyOne.denied = {pair}
     DenyOne.asked = []
     kernels = set(jp_serverapp.kernel_manager.list_kernel_ids())
@@ -211,7 +229,7 @@ async def test_denying_one_permission(
     for method, url, body, needs in ROUTES:
         if pair not in needs:
             continue
-        status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, jp_auth_header)
+        status, answer, _ = await http(method, _fill(url, ids), body, jp_auth_header)
         assert status == 403, (method, url, answer)
         assert f"not authorized to {pair[0]} on resource: {pair[1]}" in answer["message"]
     # nothing was done
@@ -227,7 +245,7 @@ async def test_denying_one_permission(
     for method, url, body, needs in ROUTES:
         if pair in needs or method == "DELETE":
             continue
-        status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, jp_auth_header)
+        status, answer, _ = await http(method, _fill(url, ids), body, jp_auth_header)
         assert status < 400, (method, url, answer)
     asked = {(a, r) for _h, a, r in DenyOne.asked}
     assert pair in asked
@@ -235,10 +253,10 @@ async def test_denying_one_permission(
 
 
 async def test_authorizer_is_asked_the_documented_pair(http, jp_auth_header, notebook) -> None:
-    artifact = await _setup(http, jp_auth_header)
+    ids = await _setup(http, jp_auth_header)
     for method, url, body, needs in ROUTES:
         DenyOne.asked = []
-        status, answer, _ = await http(method, url.replace("{artifact}", artifact), body, jp_auth_header)
+        status, answer, _ = await http(method, _fill(url, ids), body, jp_auth_header)
         assert status < 400, (method, url, answer)
         assert {(a, r) for _h, a, r in DenyOne.asked} == needs, (method, url, DenyOne.asked)
 
