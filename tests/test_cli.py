@@ -264,10 +264,15 @@ def test_blocking_client_interrupted_closes_the_stream(server: Server) -> None:
         assert next(events)["type"] == "cell_start"
         assert next(events)["type"] == "chunk"
         timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # as Ctrl-C does
+        # Python's own Ctrl-C handler, even when the suite runs with SIGINT ignored (a background job)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         timer.start()
         began = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            next(events)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                next(events)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert time.monotonic() - began < 5
         events.close()
         result = client.eval("print('after')", session=session, timeout=20)
@@ -457,6 +462,9 @@ def started_eval(server: Server, runtime_dir: Path, session: str, code: str) -> 
         stderr=subprocess.PIPE,
         text=True,
         env=base_env(runtime_dir, JUPYTER_AGENT_URL=server.url, JUPYTER_AGENT_TOKEN=server.token),
+        # Ctrl-C's default, as at a terminal, even when the suite itself runs with SIGINT ignored (a
+        # shell's background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stdout is not None
     seen = []
