@@ -201,8 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     replace = nbc.add_parser("replace", help="replace exact text inside a cell (once, or every match)")
     replace.add_argument("path", metavar="PATH", help=PATH_HELP)
     replace.add_argument("--cell", required=True, help=CELL_HELP)
-    replace.add_argument("--old", required=True, metavar="TEXT", help="the exact text to find")
-    replace.add_argument("--new", required=True, metavar="TEXT", help="what replaces it")
+    for name, what in (("old", "the exact text to find"), ("new", "what replaces it")):
+        group = replace.add_mutually_exclusive_group(required=True)
+        group.add_argument(f"--{name}", metavar="TEXT", help=what)
+        group.add_argument(
+            f"--{name}-file", metavar="FILE", help=f"{what}, read from FILE (- for stdin, for one of the two)"
+        )
     replace.add_argument("--all", action="store_true", help="replace every match (default: exactly one)")
     _expected_hash(replace)
     _fidelity(replace)
