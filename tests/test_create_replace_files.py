@@ -462,6 +462,28 @@ def test_a_listing_examines_a_bounded_number_of_entries_and_resumes(tmp_path, mo
     assert calls >= (6 * 61) // 50  # 366 entries examined (6 folders, 360 files), 50 per call
 
 
+def test_a_symlink_loop_is_walked_once(tmp_path) -> None:
+    """No server: a folder symlinked to its ancestor (or outside the root) is listed, not walked into."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    from jupyter_agent_tools import files
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a" / "b").mkdir(parents=True)
+    outside.mkdir()
+    (root / "a" / "b" / "n.ipynb").write_text("{}")
+    (outside / "secret.ipynb").write_text("{}")
+    os.symlink(root / "a", root / "a" / "b" / "loop")
+    os.symlink(outside, root / "a" / "out")
+    (root / "c").symlink_to(root / "a" / "b")  # a second way to b: walked, since it is not a loop
+    cm = FileContentsManager(root_dir=str(root))
+    page = asyncio.run(files.list_files(cm, "", recursive=True))
+    paths = [e["path"] for e in page["entries"]]
+    assert paths == ["a", "a/b", "a/b/loop", "a/b/n.ipynb", "a/out", "c", "c/loop", "c/loop/b", "c/loop/out",
+                     "c/n.ipynb"], paths
+    assert not page["truncated"]
+
+
 def test_hidden_files_are_listed_only_where_the_contents_manager_allows_them(tmp_path) -> None:
     from jupyter_server.services.contents.filemanager import FileContentsManager
 
