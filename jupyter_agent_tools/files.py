@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import inspect
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,6 +47,8 @@ class _Walk:
     scanned: int = 0
     last: str | None = None  # the last path examined
     more: bool = False  # stopped before the end
+    real_root: str | None = None  # the root's real path (file contents managers only)
+    on_path: set[str] | None = None  # the real paths of the folders being walked, top to current
 
 
 async def list_files(
@@ -100,6 +103,10 @@ async def list_files(
     if scope is not None and not outside_top and not scope.allows(path, root):
         raise NotFound(f"Directory not found: {path or '/'}")
     walk = _Walk(path, pattern, depth, limit, root, [])
+    if depth > 1 and isinstance(root, str) and callable(getattr(contents_manager, "_get_os_path", None)):
+        walk.real_root = os.path.realpath(root)
+        top_real = _real_dir(contents_manager, path)
+        walk.on_path = {top_real} if top_real else set()
     await _walk(contents_manager, walk, path, 1, cursor, top=True)
     return {
         "path": path,
@@ -151,9 +158,38 @@ async def _walk(cm: Any, walk: _Walk, directory: str, depth: int, cursor: list[s
         elif not after:
             walk.last = item_path
         if is_dir and depth < walk.max_depth:
-            await _walk(cm, walk, item_path, depth + 1, after, top=False)
+            real = _enter(cm, walk, item_path)
+            if real is False:
+                continue  # a symlink to a folder being walked (a loop) or outside the root
+            try:
+                await _walk(cm, walk, item_path, depth + 1, after, top=False)
+            finally:
+                if isinstance(real, str) and walk.on_path is not None:
+                    walk.on_path.discard(real)
             if walk.more:
                 return
+
+
+def _real_dir(cm: Any, path: str) -> str | None:
+    try:
+        return os.path.realpath(cm._get_os_path(path))
+    except Exception:  # a path the manager refuses: its own listing says so
+        return None
+
+
+def _enter(cm: Any, walk: _Walk, path: str) -> str | bool | None:
+    """Before walking into ``path``: False when its real directory is one already being walked on the
+    current path (a symlink loop) or lies outside the root; else its real path (now on the path), or None
+    when the contents manager has no files on disk."""
+    if walk.on_path is None or walk.real_root is None:
+        return None
+    real = _real_dir(cm, path)
+    if real is None:
+        return None
+    if real in walk.on_path or os.path.commonpath([real, walk.real_root]) != walk.real_root:
+        return False
+    walk.on_path.add(real)
+    return real
 
 
 async def _listing(contents_manager: Any, path: str, *, top: bool) -> tuple[list[str], list[dict[str, Any]]]:

@@ -369,7 +369,7 @@ def test_mcp_resources_list_read_and_templates(server) -> None:
 # -------------------------------------------------------------------------------------------- CLI
 
 
-def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(server: Server, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_AGENT", "JUPYTER_TOKEN"))}
     env.update(
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -378,6 +378,7 @@ def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
     )
     return subprocess.run(
         [sys.executable, "-m", "jupyter_agent_tools.cli", *args],
+        input=input,
         capture_output=True,
         text=True,
         env=env,
@@ -403,6 +404,29 @@ def test_cli_nb_create_nb_replace_and_files(server) -> None:
     assert files.stdout.splitlines()[0].startswith("c/cli.ipynb\t") and "(more: --start" in files.stdout
     as_json = cli(server, "files", "proj", "--json")
     assert {e["path"] for e in json.loads(as_json.stdout)["entries"]} >= {"proj/a.ipynb", "proj/deep"}
+
+
+def test_cli_nb_replace_reads_multi_line_text_from_a_file_or_stdin(server, tmp_path) -> None:
+    source = "def f(x):\n    return x\n\nprint(f(1))"
+    made = cli(server, "nb", "create", "c/multi.ipynb", "--parents", "--code", source)
+    assert made.returncode == 0, made.stderr
+    old = tmp_path / "old.txt"
+    old.write_text("def f(x):\n    return x\n")
+    replaced = cli(
+        server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", str(old), "--new-file", "-",
+        input="def f(x):\n    return 2 * x\n",
+    )
+    assert replaced.returncode == 0, replaced.stderr
+    cells = nbformat.read(str(server.root_dir / "c" / "multi.ipynb"), as_version=4).cells
+    assert cells[0].source == "def f(x):\n    return 2 * x\n\nprint(f(1))"
+    twice = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", "-", "--new-file", "-")
+    assert twice.returncode == 2 and "stdin" in twice.stderr
+    both = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old", "x", "--old-file", str(old),
+               "--new", "y")
+    assert both.returncode == 2 and "not allowed with" in both.stderr
+    missing = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", str(tmp_path / "no"),
+                  "--new", "y")
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
 
 
 def test_a_listing_examines_a_bounded_number_of_entries_and_resumes(tmp_path, monkeypatch) -> None:
@@ -436,6 +460,28 @@ def test_a_listing_examines_a_bounded_number_of_entries_and_resumes(tmp_path, mo
     expected = [f"d{d}/n{f:02}.ipynb" for d in range(6) for f in range(30)]
     assert seen == expected  # every notebook once, in order, although each call stopped after 50 entries
     assert calls >= (6 * 61) // 50  # 366 entries examined (6 folders, 360 files), 50 per call
+
+
+def test_a_symlink_loop_is_walked_once(tmp_path) -> None:
+    """No server: a folder symlinked to its ancestor (or outside the root) is listed, not walked into."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    from jupyter_agent_tools import files
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a" / "b").mkdir(parents=True)
+    outside.mkdir()
+    (root / "a" / "b" / "n.ipynb").write_text("{}")
+    (outside / "secret.ipynb").write_text("{}")
+    os.symlink(root / "a", root / "a" / "b" / "loop")
+    os.symlink(outside, root / "a" / "out")
+    (root / "c").symlink_to(root / "a" / "b")  # a second way to b: walked, since it is not a loop
+    cm = FileContentsManager(root_dir=str(root))
+    page = asyncio.run(files.list_files(cm, "", recursive=True))
+    paths = [e["path"] for e in page["entries"]]
+    assert paths == ["a", "a/b", "a/b/loop", "a/b/n.ipynb", "a/out", "c", "c/loop", "c/loop/b", "c/loop/out",
+                     "c/n.ipynb"], paths
+    assert not page["truncated"]
 
 
 def test_hidden_files_are_listed_only_where_the_contents_manager_allows_them(tmp_path) -> None:

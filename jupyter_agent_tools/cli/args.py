@@ -63,6 +63,14 @@ def _expected_hash(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _edit_options(parser: argparse.ArgumentParser, expand: str = "do not collapse a long source") -> None:
+    """The options every ``nb`` edit shares: the expected hash, fidelity, ``--expand`` and the common ones."""
+    _expected_hash(parser)
+    _fidelity(parser)
+    parser.add_argument("--expand", action="store_true", help=expand)
+    _common(parser)
+
+
 def _fidelity(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--upgrade", action="store_true", help="an nbformat 3 file: write it converted to nbformat 4.5"
@@ -158,13 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     edit.add_argument("--cell", required=True, help=CELL_HELP)
     _content(edit, required=True)
     _cell_type(edit)
-    _expected_hash(edit)
-    _fidelity(edit)
-    edit.add_argument("--expand", action="store_true", help="do not collapse a long source")
     edit.add_argument(
         "--run", action="store_true", help="then run the cell, in one call (one save, one ledger entry)"
     )
-    _common(edit)
+    _edit_options(edit)
 
     insert = nbc.add_parser("insert", help="insert a new cell")
     insert.add_argument("path", metavar="PATH", help=PATH_HELP)
@@ -174,51 +179,40 @@ def build_parser() -> argparse.ArgumentParser:
     insert.add_argument("--id", dest="new_id", metavar="ID", help="the new cell's id (default: derived)")
     _content(insert, required=True)
     _cell_type(insert)
-    _expected_hash(insert)
-    _fidelity(insert)
-    insert.add_argument("--expand", action="store_true", help="do not collapse a long source")
     insert.add_argument(
         "--run", action="store_true", help="then run the cell, in one call (one save, one ledger entry)"
     )
-    _common(insert)
+    _edit_options(insert)
 
     delete = nbc.add_parser("delete", help="delete a cell")
     delete.add_argument("path", metavar="PATH", help=PATH_HELP)
     delete.add_argument("--cell", required=True, help=CELL_HELP)
-    _expected_hash(delete)
-    _fidelity(delete)
-    delete.add_argument("--expand", action="store_true", help="do not collapse the removed source")
-    _common(delete)
+    _edit_options(delete, expand="do not collapse the removed source")
 
     move = nbc.add_parser("move", help="move a cell")
     move.add_argument("path", metavar="PATH", help=PATH_HELP)
     move.add_argument("--cell", required=True, help=CELL_HELP)
     move.add_argument("--to", dest="to_index", type=int, required=True, metavar="INDEX", help="its new index")
-    _expected_hash(move)
-    _fidelity(move)
-    move.add_argument("--expand", action="store_true", help="do not collapse a long source")
-    _common(move)
+    _edit_options(move)
 
     clear = nbc.add_parser("clear", help="clear the outputs of a cell or of all cells")
     clear.add_argument("path", metavar="PATH", help=PATH_HELP)
     which = clear.add_mutually_exclusive_group(required=True)
     which.add_argument("--cell", help=CELL_HELP)
     which.add_argument("--all", action="store_true", help="every cell")
-    _expected_hash(clear)
-    _fidelity(clear)
-    clear.add_argument("--expand", action="store_true", help="do not collapse a long source")
-    _common(clear)
+    _edit_options(clear)
 
     replace = nbc.add_parser("replace", help="replace exact text inside a cell (once, or every match)")
     replace.add_argument("path", metavar="PATH", help=PATH_HELP)
     replace.add_argument("--cell", required=True, help=CELL_HELP)
-    replace.add_argument("--old", required=True, metavar="TEXT", help="the exact text to find")
-    replace.add_argument("--new", required=True, metavar="TEXT", help="what replaces it")
+    for name, what in (("old", "the exact text to find"), ("new", "what replaces it")):
+        group = replace.add_mutually_exclusive_group(required=True)
+        group.add_argument(f"--{name}", metavar="TEXT", help=what)
+        group.add_argument(
+            f"--{name}-file", metavar="FILE", help=f"{what}, read from FILE (- for stdin, for one of the two)"
+        )
     replace.add_argument("--all", action="store_true", help="replace every match (default: exactly one)")
-    _expected_hash(replace)
-    _fidelity(replace)
-    replace.add_argument("--expand", action="store_true", help="do not collapse a long source")
-    _common(replace)
+    _edit_options(replace)
 
     new = nbc.add_parser("create", help="create a notebook (refused if the path exists)")
     new.add_argument("path", metavar="PATH", help=PATH_HELP)

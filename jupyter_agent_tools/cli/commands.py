@@ -136,7 +136,11 @@ def notebook_op(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         op.update(ref.as_fields())
         cell = str(ref)
     if action == "replace":
-        op.update(old=args.old, new=args.new, all=bool(args.all))
+        if args.old_file == "-" and args.new_file == "-":
+            raise UsageError("- (stdin) can be given once: to --old-file or to --new-file")
+        old = args.old if args.old_file is None else _read_file(args.old_file)
+        new = args.new if args.new_file is None else _read_file(args.new_file)
+        op.update(old=old, new=new, all=bool(args.all))
     if action in ("edit", "insert"):
         op["content"] = _content(args)
         if args.cell_type:
