@@ -12,13 +12,13 @@ from traitlets import Float, Int, Type, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .audit import Audit
-from .eval.kernels import KernelService
-from .eval.notebook_kernels import NotebookKernels
-from .eval.notebook_run import NotebookRunner
-from .eval.pool import KernelPool
-from .eval.recovery import KernelRecovery
-from .eval.service import EvalService
-from .eval.sessions import SessionManager
+from .execution.kernels import KernelService
+from .execution.notebook_kernels import NotebookKernels
+from .execution.notebook_run import NotebookRunner
+from .execution.pool import KernelPool
+from .execution.recovery import KernelRecovery
+from .execution.service import EvalService
+from .execution.sessions import SessionManager
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
@@ -157,28 +157,28 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     kernel_service_class = Type(
-        default_value="jupyter_agent_tools.eval.kernels.KernelService",
+        default_value="jupyter_agent_tools.execution.kernels.KernelService",
         klass=KernelService,
         help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
         "Built with parent=the app and kernel_manager; its settings are c.KernelService.*.",
     ).tag(config=True)
 
     session_manager_class = Type(
-        default_value="jupyter_agent_tools.eval.sessions.EvalSessionManager",
+        default_value="jupyter_agent_tools.execution.sessions.EvalSessionManager",
         klass=SessionManager,
         help="The class that keeps, evicts and sweeps the eval sessions (a subclass of EvalSessionManager). "
         "Built with parent=the app and kernels, artifacts, audit; its settings are c.EvalSessionManager.*.",
     ).tag(config=True)
 
     eval_service_class = Type(
-        default_value="jupyter_agent_tools.eval.service.EvalService",
+        default_value="jupyter_agent_tools.execution.service.EvalService",
         klass=EvalService,
         help="The class that runs eval requests (a subclass of EvalService). Built with parent=the app "
         "and sessions, kernels, artifacts, contents_manager, pool; its settings are c.EvalService.*.",
     ).tag(config=True)
 
     notebook_runner_class = Type(
-        default_value="jupyter_agent_tools.eval.notebook_run.NotebookRunner",
+        default_value="jupyter_agent_tools.execution.notebook_run.NotebookRunner",
         klass=NotebookRunner,
         help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
         "with parent=the app and eval_service, store, session_manager, notebook_kernels; its settings are "

@@ -5,7 +5,7 @@ managers, ``MappingKernelManager``), jupyter_client 8.10 (``MultiKernelManager``
 jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``), jupyter_events 0.12
 (``EventLogger``) and prometheus_client 0.2x (``REGISTRY``). ``tests/test_compat.py`` fails loudly if an
 upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity watching, whose
-``record_activity`` ``eval/activity.py`` follows: see docs/decisions/0003-held-kernel-activity.md).
+``record_activity`` ``execution/activity.py`` follows: see docs/decisions/0003-held-kernel-activity.md).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ import pytest
 from jupyter_client.session import Session
 
 from jupyter_agent_tools.compat import activity_watched
-from jupyter_agent_tools.eval.activity import KernelActivity
-from jupyter_agent_tools.eval.connection import ACTIVITY_HANDBACK_AFTER, LocalKernelConnection, _decode
+from jupyter_agent_tools.execution.activity import KernelActivity
+from jupyter_agent_tools.execution.connection import ACTIVITY_HANDBACK_AFTER, LocalKernelConnection, _decode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,7 @@ import pytest
 
 from jupyter_agent_tools.artifacts import ArtifactFull, ArtifactStore
 from jupyter_agent_tools.errors import NotFound
-from jupyter_agent_tools.eval.sink import OutputSink
+from jupyter_agent_tools.execution.sink import OutputSink
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from jupyter_agent_tools.eval.backlog import StreamBacklog, utf8_prefix
+from jupyter_agent_tools.execution.backlog import StreamBacklog, utf8_prefix
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 

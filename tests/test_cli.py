@@ -300,7 +300,7 @@ def test_client_and_command_stay_on_http(runtime_dir: Path) -> None:
     code = (
         "import sys, jupyter_agent_tools.client, jupyter_agent_tools.cli.commands, "
         "jupyter_agent_tools.cli.render.terminal, jupyter_agent_tools.cli.render.plain\n"
-        "server = ('jupyter_server', 'tornado', 'zmq', 'jupyter_agent_tools.eval',"
+        "server = ('jupyter_server', 'tornado', 'zmq', 'jupyter_agent_tools.execution',"
         " 'jupyter_agent_tools.notebook', 'jupyter_agent_tools.handlers', 'jupyter_agent_tools.app')\n"
         "print(sorted(m for m in sys.modules if m.startswith(server)))"
     )

@@ -12,13 +12,13 @@ from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
-from jupyter_agent_tools.eval.kernels import KernelService
-from jupyter_agent_tools.eval.notebook_kernels import NotebookKernels
-from jupyter_agent_tools.eval.notebook_run import NotebookRunner
-from jupyter_agent_tools.eval.pool import KernelPool
-from jupyter_agent_tools.eval.recovery import KernelRecovery
-from jupyter_agent_tools.eval.service import EvalService
-from jupyter_agent_tools.eval.sessions import SessionManager
+from jupyter_agent_tools.execution.kernels import KernelService
+from jupyter_agent_tools.execution.notebook_kernels import NotebookKernels
+from jupyter_agent_tools.execution.notebook_run import NotebookRunner
+from jupyter_agent_tools.execution.pool import KernelPool
+from jupyter_agent_tools.execution.recovery import KernelRecovery
+from jupyter_agent_tools.execution.service import EvalService
+from jupyter_agent_tools.execution.sessions import SessionManager
 from jupyter_agent_tools.ledger.service import Ledger
 from jupyter_agent_tools.notebook.live import LiveDocuments
 from jupyter_agent_tools.notebook.store import NotebookStore
@@ -320,6 +320,6 @@ def test_services_are_built_from_keywords(tmp_path):
     assert (sessions.kernels, sessions.artifacts, sessions.max_sessions) == (kernels, artifacts, 2)
     assert service.recovery.kernels is kernels and service.recovery.sessions is sessions
     assert service.max_cells == 3 and service.output_limits.display_bytes == 2 * 1024 * 1024
-    assert sessions.log.name == "jupyter_agent_tools.eval.sessions"
+    assert sessions.log.name == "jupyter_agent_tools.execution.sessions"
     with pytest.raises(TypeError):
         SessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings

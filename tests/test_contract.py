@@ -20,7 +20,7 @@ from tornado.httpclient import HTTPClientError
 
 from jupyter_agent_tools.api_document import openapi_document, operations
 from jupyter_agent_tools.errors import BadRequest
-from jupyter_agent_tools.eval.request import parse_eval_request
+from jupyter_agent_tools.execution.request import parse_eval_request
 from jupyter_agent_tools.handlers.openapi import UnknownRouteHandler
 from jupyter_agent_tools.notebook.create import parse_create_request
 from jupyter_agent_tools.notebook.operations import parse_edit_request

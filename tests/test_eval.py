@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.eval.executor import STDIN_NOTICE
+from jupyter_agent_tools.execution.executor import STDIN_NOTICE
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,5 +1,6 @@
-"""The executor (``eval/executor.py`` ``run_cell``) against a fake kernel connection: every way an execution
-ends (complete, error, timeout, cancel, a dead or restarted kernel, a lost idle, stdin), in milliseconds.
+"""The executor (``execution/executor.py`` ``run_cell``) against a fake kernel connection: every way
+an execution ends (complete, error, timeout, cancel, a dead or restarted kernel, a lost idle, stdin), in
+milliseconds.
 
 The fake (:mod:`jupyter_agent_tools.testing.fake_kernel`) delivers the messages a kernel would; what needs
 a real kernel's behaviour (signals, ZMQ, ipykernel's own messages) is tested with real kernels elsewhere
@@ -13,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.eval.executor import STDIN_EMPTY, CellExecution, ExecutionLimits, run_cell
-from jupyter_agent_tools.eval.sink import OutputSink
+from jupyter_agent_tools.execution.executor import STDIN_EMPTY, CellExecution, ExecutionLimits, run_cell
+from jupyter_agent_tools.execution.sink import OutputSink
 from jupyter_agent_tools.testing.fake_kernel import FakeKernelConnection, hangs, replies
 
 pytestmark = pytest.mark.quick  # no server, no kernel

@@ -459,7 +459,7 @@ def test_counts_are_checked_before_the_elements() -> None:
     """An oversize array is refused for its length, without validating what it holds (tens of seconds for
     200,000 operations)."""
     from jupyter_agent_tools.errors import BadRequest
-    from jupyter_agent_tools.eval.request import parse_eval_request
+    from jupyter_agent_tools.execution.request import parse_eval_request
     from jupyter_agent_tools.notebook.operations import parse_edit_request
 
     with pytest.raises(BadRequest, match="'ops' has 200000 operations; at most 1000 are allowed"):
@@ -544,7 +544,7 @@ async def test_huge_or_tiny_timeout_is_clamped_not_500(api, timeout, clamped) ->
 
 
 def test_timeout_clamps_exactly() -> None:
-    from jupyter_agent_tools.eval.request import parse_eval_request
+    from jupyter_agent_tools.execution.request import parse_eval_request
 
     for raw, expected in ((10**400, 600.0), (-(10**400), 1.0), (float("inf"), 600.0), (-float("inf"), 1.0)):
         assert parse_eval_request({"cells": [{"code": "1"}], "timeout": raw}).timeout == expected

@@ -14,7 +14,7 @@ import pytest
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
-from jupyter_agent_tools.eval.connection import LocalKernelConnection, MessageQueue, _decode, event
+from jupyter_agent_tools.execution.connection import LocalKernelConnection, MessageQueue, _decode, event
 
 pytestmark = pytest.mark.timeout(120)
 

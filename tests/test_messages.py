@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from samples import PNG_1PX
 
-from jupyter_agent_tools.eval.messages import (
+from jupyter_agent_tools.execution.messages import (
     STATUS_MIMES,
     CellOutcome,
     ClearOutput,

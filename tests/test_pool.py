@@ -16,8 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_shutdown import _kernel_children, alive, post_eval
 
-from jupyter_agent_tools.eval.faults import fd_usage
-from jupyter_agent_tools.eval.session import KernelSession
+from jupyter_agent_tools.execution.faults import fd_usage
+from jupyter_agent_tools.execution.session import KernelSession
 from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = pytest.mark.timeout(180)

@@ -17,7 +17,7 @@ from contract import NDJSON, Contract
 from test_eval import stream
 
 from jupyter_agent_tools.api_document import openapi_document
-from jupyter_agent_tools.eval.messages import RichOutput, bounded_html_to_text
+from jupyter_agent_tools.execution.messages import RichOutput, bounded_html_to_text
 
 pytestmark = pytest.mark.timeout(240)
 MB = 1024 * 1024

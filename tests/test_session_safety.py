@@ -22,8 +22,8 @@ from traitlets.config import Config
 
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.errors import NotFound
-from jupyter_agent_tools.eval.service import EvalService
-from jupyter_agent_tools.eval.sessions import SessionManager
+from jupyter_agent_tools.execution.service import EvalService
+from jupyter_agent_tools.execution.sessions import SessionManager
 
 NOT_PLAIN_NAMES = [".", "..", "...", ".hidden", "../x", "a/b", "%2e%2e"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.eval.session import (
+from jupyter_agent_tools.execution.session import (
     TRANSITIONS,
     InvalidTransition,
     KernelSession,

@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 import pytest
 
-from jupyter_agent_tools.eval.sink import OutputSink, SinkSummary
+from jupyter_agent_tools.execution.sink import OutputSink, SinkSummary
 from jupyter_agent_tools.text import sanitize
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel

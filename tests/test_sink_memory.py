@@ -11,7 +11,7 @@ import tracemalloc
 from pathlib import Path
 from typing import BinaryIO
 
-from jupyter_agent_tools.eval.sink import OutputSink
+from jupyter_agent_tools.execution.sink import OutputSink
 
 
 def test_memory_stays_bounded_for_100_mb(tmp_path: Path) -> None:

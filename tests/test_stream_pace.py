@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_agent_tools.eval.backlog import StreamBacklog
-from jupyter_agent_tools.eval.connection import MessageQueue
-from jupyter_agent_tools.eval.pace import StreamPace
+from jupyter_agent_tools.execution.backlog import StreamBacklog
+from jupyter_agent_tools.execution.connection import MessageQueue
+from jupyter_agent_tools.execution.pace import StreamPace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from jupyter_agent_tools.testing.server import jupyter_server

@@ -30,7 +30,7 @@ from . import metrics
 from .context import current_user
 
 if TYPE_CHECKING:
-    from ..eval.session import KernelSession
+    from ..execution.session import KernelSession
 
 SCHEMA_DIR = Path(__file__).parent / "event_schemas"
 SCHEMA_BASE = "https://events.jupyter.org/jupyter_agent_tools"

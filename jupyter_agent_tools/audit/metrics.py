@@ -25,8 +25,8 @@ from ..compat import registered_metric
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
-    from ..eval.pool import KernelPool
-    from ..eval.sessions import SessionManager
+    from ..execution.pool import KernelPool
+    from ..execution.sessions import SessionManager
 
 PREFIX = "jupyter_agent_"
 M = TypeVar("M", Counter, Histogram)

@@ -17,12 +17,12 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
-from ..eval.backlog import StreamBacklog
-from ..eval.executor import Emit
-from ..eval.executor import noop as _ignore
-from ..eval.pace import STREAM_PACE, StreamPace
-from ..eval.request import parse_eval_request
-from ..eval.service import EvalService
+from ..execution.backlog import StreamBacklog
+from ..execution.executor import Emit
+from ..execution.executor import noop as _ignore
+from ..execution.pace import STREAM_PACE, StreamPace
+from ..execution.request import parse_eval_request
+from ..execution.service import EvalService
 from ..runs import RunRegistry
 from ..streaming import TaskSource, pump
 from ..text import json_string_body

@@ -12,8 +12,8 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..errors import BadRequest
-from ..eval.notebook_run import NotebookRunner
-from ..eval.request import parse_run_request
+from ..execution.notebook_run import NotebookRunner
+from ..execution.request import parse_run_request
 from ..notebook.reading import output_body, query_int, read_view, render_text
 from ..notebook.store import NotebookStore
 from ..schemas import is_create_request

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..audit.context import current_user
 from ..errors import BadRequest
-from ..eval.request import parse_eval_request, parse_run_request
+from ..execution.request import parse_eval_request, parse_run_request
 from ..files import MAX_DEPTH as MAX_FILE_DEPTH
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
 from ..files import list_files
@@ -34,8 +34,8 @@ from .tool_schemas import component, portable, without_image_data, without_null
 from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
-    from ..eval.notebook_run import NotebookRunner
-    from ..eval.service import EvalService
+    from ..execution.notebook_run import NotebookRunner
+    from ..execution.service import EvalService
     from ..notebook.store import NotebookStore
     from ..runs import RunRegistry
 

@@ -18,7 +18,7 @@ cell and written to one artifact as they arrive (one JSON output per line), and 
 at the end says how many outputs and bytes were left out and where they are. Only what is stored counts:
 ``clear_output`` empties the cell and starts its artifact over. So memory stays within about
 ``max_bytes`` and one message, whatever the kernel sends. Artifacts are written through the
-:class:`~..eval.sink.Spill` eval's output uses; the caller gives the way to open one.
+:class:`~..execution.sink.Spill` eval's output uses; the caller gives the way to open one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from uuid import uuid4
 
 from ..artifacts import ArtifactOpener
-from ..eval.sink import Spill, compact_line
+from ..execution.sink import Spill, compact_line
 from ..text import human_size, resolve_carriage_returns
 
 SPLIT_MIMES = ("application/javascript", "image/svg+xml")  # nbformat splits these besides text/*

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..artifacts import ArtifactFull
-from ..eval.backlog import utf8_prefix, utf8_size
+from ..execution.backlog import utf8_prefix, utf8_size
 
 Event = dict[str, Any]
 INDEX_EVERY = 64 * 1024  # bytes of artifact between two entries of the sparse seq -> offset index

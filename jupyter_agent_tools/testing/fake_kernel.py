@@ -1,4 +1,4 @@
-"""A test double of a kernel connection (:class:`jupyter_agent_tools.eval.connection.KernelConnection`).
+"""A test double of a kernel connection (:class:`jupyter_agent_tools.execution.connection.KernelConnection`).
 
 No kernel process, no ZMQ: :meth:`FakeKernelConnection.execute` puts the Jupyter messages a *script*
 returns for the code on the connection's queue at once, shaped as :class:`LocalKernelConnection` delivers
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import uuid4
 
-from ..eval.connection import MessageQueue, event
+from ..execution.connection import MessageQueue, event
 
 Script = Callable[[str], list[tuple[str, str, dict[str, Any]]]]
 
