@@ -86,30 +86,20 @@ def _started(renderer: Renderer, answer: dict[str, Any]) -> int:
 
 def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
     cells = eval_cells(args)
+    bodies = [cell.as_json() for cell in cells]
+    options: dict[str, Any] = {
+        "session": args.session,
+        "mode": "per-call" if args.per_call else None,
+        "reset": True if args.reset else None,
+        "timeout": args.timeout,
+        "cwd": args.cwd,
+        "env": _env(args.env) or None,
+        "kernel_name": args.kernel,
+        "notebook": args.notebook,
+    }
     if args.detach:
-        answer = client.detach_eval(
-            [cell.as_json() for cell in cells],
-            session=args.session,
-            mode="per-call" if args.per_call else None,
-            reset=True if args.reset else None,
-            timeout=args.timeout,
-            cwd=args.cwd,
-            env=_env(args.env) or None,
-            kernel_name=args.kernel,
-        )
-        return _started(renderer, answer)
-    events = client.stream_eval(
-        [cell.as_json() for cell in cells],
-        session=args.session,
-        mode="per-call" if args.per_call else None,
-        reset=True if args.reset else None,
-        timeout=args.timeout,
-        cwd=args.cwd,
-        env=_env(args.env) or None,
-        kernel_name=args.kernel,
-        notebook=args.notebook,
-        raise_on_error=False,
-    )
+        return _started(renderer, client.detach_eval(bodies, **options))
+    events = client.stream_eval(bodies, **options, raise_on_error=False)
     save = Path(args.save_images) if args.save_images else None
     return _run(renderer, events, RunPlan([cell.title for cell in cells], save))
 
