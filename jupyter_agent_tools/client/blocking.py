@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -35,29 +36,62 @@ class _Loop:
         self._thread = threading.Thread(target=self.loop.run_forever, name="agent-client", daemon=True)
         self._thread.start()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        task: list[asyncio.Task[T]] = []
+    def run(self, coro: Awaitable[T]) -> T:
+        """Run ``coro`` on the loop and wait for it. Interrupted here (Ctrl-C), it is cancelled on the
+        loop and waited for, whenever the interrupt lands: the loop runs callbacks in the order they were
+        scheduled, so the cancel always comes after the start if the start was scheduled at all."""
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        started: list[asyncio.Task[T]] = []
 
-        async def tracked() -> T:
-            current = asyncio.current_task()
-            assert current is not None
-            task.append(current)
+        def settle(task: asyncio.Task[T]) -> None:
+            if task.cancelled():
+                getattr(coro, "close", lambda: None)()  # cancelled before its first step: never awaited
+                done.cancel() and done.set_running_or_notify_cancel()  # wake wait()
+            elif task.exception() is not None:
+                done.set_exception(task.exception())
+            else:
+                done.set_result(task.result())
+
+        async def awaited() -> T:  # create_task takes coroutines; anext() gives an awaitable
             return await coro
 
-        future = asyncio.run_coroutine_threadsafe(tracked(), self.loop)
+        def start() -> None:
+            started.append(self.loop.create_task(awaited()))
+            started[0].add_done_callback(settle)
+
+        def cancel() -> None:
+            if started:
+                started[0].cancel()
+            else:  # never started: nothing to wait for
+                getattr(coro, "close", lambda: None)()
+                done.cancel() and done.set_running_or_notify_cancel()  # wake wait()
+
         try:
-            return future.result()
+            self.loop.call_soon_threadsafe(start)
+            return done.result()
         except BaseException:
-            if not future.done():  # interrupted in this thread: cancel there, and wait until it is
-                self.loop.call_soon_threadsafe(lambda: task[0].cancel() if task else future.cancel())
-                concurrent.futures.wait([future], timeout=CANCEL_WAIT)
+            if not done.done():
+                self.loop.call_soon_threadsafe(cancel)
+                concurrent.futures.wait([done], timeout=CANCEL_WAIT)
             raise
+
+    async def _finish(self) -> None:
+        await asyncio.sleep(0)  # finalizers scheduled with call_soon become tasks
+        current = asyncio.current_task()
+        leftovers = [task for task in asyncio.all_tasks() if task is not current]
+        if leftovers:
+            _, pending = await asyncio.wait(leftovers, timeout=CANCEL_WAIT)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=CANCEL_WAIT)
+        await self.loop.shutdown_asyncgens()
 
     def iterate(self, stream: AsyncIterator[T]) -> Generator[T, None, None]:
         try:
             while True:
                 try:
-                    yield self.run(anext(stream))  # type: ignore[arg-type]
+                    yield self.run(anext(stream))
                 except StopAsyncIteration:
                     return
         finally:
@@ -66,6 +100,14 @@ class _Loop:
                 self.run(close())
 
     def stop(self) -> None:
+        """Let the loop's leftover work finish (bounded), then stop and close it.
+
+        A stream left early leaves httpx's inner async generators to the loop's finalizer, which closes
+        them in tasks of their own; stopping under those would print "Task was destroyed but it is
+        pending!" at exit. So wait for them, close what generators remain, and only then stop.
+        """
+        with contextlib.suppress(BaseException):  # a second Ctrl-C while closing: stop anyway
+            self.run(self._finish())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(CANCEL_WAIT)
         if not self._thread.is_alive():
