@@ -13,7 +13,19 @@ pytest_plugins = ["jupyter_server.pytest_plugin", "jupyter_agent_tools.pytest_pl
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
 # the default artifacts directory included, in a private directory: a test that goes wrong can never
 # touch the system's temp directory or other programs' files.
-PRIVATE_TMP = tempfile.mkdtemp(prefix="jupyter-agent-tools-tests-")
+# Under pytest-xdist the workers inherit the controller's TMPDIR: each takes a short folder inside it
+# rather than nesting another long name (Chromium's and tmux's sockets must fit in 108 bytes).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_INHERITED = os.environ.get("JUPYTER_AGENT_TOOLS_TEST_TMP")
+if _WORKER:  # xdist's workers get COLUMNS=80 LINES=24: the terminal tests' commands must see tmux's size
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+if _WORKER and _INHERITED:
+    PRIVATE_TMP = os.path.join(_INHERITED, _WORKER)
+    os.makedirs(PRIVATE_TMP, exist_ok=True)
+else:
+    PRIVATE_TMP = tempfile.mkdtemp(prefix="jupyter-agent-tools-tests-")
+    os.environ["JUPYTER_AGENT_TOOLS_TEST_TMP"] = PRIVATE_TMP
 os.environ["TMPDIR"] = PRIVATE_TMP
 tempfile.tempdir = PRIVATE_TMP
 

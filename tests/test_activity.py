@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,8 +36,20 @@ async def _kernel(km: Any) -> AsyncIterator[tuple[str, Any]]:
         await km.shutdown_kernel(kernel_id, now=True)
 
 
-async def _until_idle(conn: LocalKernelConnection, msg_id: str, kernel: Any) -> tuple[str, list[str]]:
-    """The stream text of ``msg_id`` until its idle status, and the kernel's state as each stream came."""
+def _print_and_hold(text: str, release: Path) -> str:
+    """Code that prints ``text``, then stays busy until ``release`` exists: the kernel's state seen with
+    the stream is the state while it runs, however late the test reads the stream."""
+    return (
+        f"import os, time\nprint({text!r}, flush=True)\n"
+        f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.01)"
+    )
+
+
+async def _until_idle(
+    conn: LocalKernelConnection, msg_id: str, kernel: Any, release: Path | None = None
+) -> tuple[str, list[str]]:
+    """The stream text of ``msg_id`` until its idle status, and the kernel's state as each stream came
+    (then ``release`` is created, for a cell of :func:`_print_and_hold`)."""
     text: list[str] = []
     states: list[str] = []
     while True:
@@ -46,6 +59,8 @@ async def _until_idle(conn: LocalKernelConnection, msg_id: str, kernel: Any) -> 
         if msg["msg_type"] == "stream":
             text.append(msg["content"]["text"])
             states.append(kernel.execution_state)
+            if release is not None:
+                release.touch()
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             return "".join(text), states
 
@@ -58,7 +73,9 @@ async def _eventually(check: Any, what: str, timeout: float = 20) -> None:
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-async def test_a_connection_records_activity_as_jupyter_servers_watcher_and_hands_it_back(jp_serverapp):
+async def test_a_connection_records_activity_as_jupyter_servers_watcher_and_hands_it_back(
+    jp_serverapp, tmp_path
+):
     km = jp_serverapp.kernel_manager
     async with _kernel(km) as (kernel_id, kernel):
         conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=16_000_000)
@@ -67,8 +84,8 @@ async def test_a_connection_records_activity_as_jupyter_servers_watcher_and_hand
             await conn.start(60)
             assert not _watched(kernel), "the server still reads every iopub message twice"
             before = kernel.last_activity
-            msg_id = conn.execute("import time\nprint('working', flush=True)\ntime.sleep(0.5)\nprint('done')")
-            text, states = await _until_idle(conn, msg_id, kernel)
+            msg_id = conn.execute(_print_and_hold("working", tmp_path / "release") + "\nprint('done')")
+            text, states = await _until_idle(conn, msg_id, kernel, tmp_path / "release")
             assert text == "working\ndone\n"
             assert states[0] == "busy"  # recorded from the connection's own messages, as the watcher does
             assert kernel.execution_state == "idle"
@@ -114,7 +131,7 @@ class TestHoldKernelActivityOff:
                 await conn.close()
 
 
-async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_serverapp):
+async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_serverapp, tmp_path):
     km = jp_serverapp.kernel_manager
     async with _kernel(km) as (kernel_id, kernel):
         first, second = (LocalKernelConnection(km, kernel_id) for _ in range(2))
@@ -124,8 +141,8 @@ async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_se
             assert not _watched(kernel)
             await first.close()
             assert not _watched(kernel)  # the second connection still holds it
-            msg_id = second.execute("print('still here')")
-            text, states = await _until_idle(second, msg_id, kernel)
+            msg_id = second.execute(_print_and_hold("still here", tmp_path / "release"))
+            text, states = await _until_idle(second, msg_id, kernel, tmp_path / "release")
             assert text == "still here\n" and states == ["busy"] and kernel.execution_state == "idle"
             await second.close()
             assert _watched(kernel)
@@ -134,15 +151,16 @@ async def test_the_watcher_comes_back_only_when_the_last_connection_closes(jp_se
             await second.close()
 
 
-async def test_a_watcher_jupyter_server_had_not_started_is_not_started_at_close(jp_serverapp):
+async def test_a_watcher_jupyter_server_had_not_started_is_not_started_at_close(jp_serverapp, tmp_path):
     km = jp_serverapp.kernel_manager
     async with _kernel(km) as (kernel_id, kernel):
         km.stop_watching_activity(kernel_id)  # whoever did: the connection hands back only what it took
         conn = LocalKernelConnection(km, kernel_id)
         try:
             await conn.start(60)
-            msg_id = conn.execute("print('x')")
-            assert (await _until_idle(conn, msg_id, kernel))[1] == ["busy"]  # recorded while open
+            msg_id = conn.execute(_print_and_hold("x", tmp_path / "release"))
+            states = (await _until_idle(conn, msg_id, kernel, tmp_path / "release"))[1]
+            assert states == ["busy"]  # recorded while open
         finally:
             await conn.close()
         assert not _watched(kernel)

@@ -293,7 +293,10 @@ async def test_per_call_leaves_no_empty_artifact_directory(evaluate, jp_fetch, p
 def test_the_suite_keeps_temporary_files_in_a_private_directory():
     import tempfile
 
-    assert os.path.basename(tempfile.gettempdir()).startswith("jupyter-agent-tools-tests-")
+    private = os.environ["JUPYTER_AGENT_TOOLS_TEST_TMP"]
+    assert os.path.basename(private).startswith("jupyter-agent-tools-tests-")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # under pytest-xdist: a folder of its own inside it
+    assert tempfile.gettempdir() == (os.path.join(private, worker) if worker else private)
 
 
 async def test_a_replacement_after_the_caller_left_is_told_to_the_next_call(

@@ -28,7 +28,7 @@ from .messages import (
     interpret_iopub,
     needs_worker,
 )
-from .pace import STREAM_PACE
+from .pace import StreamPace
 from .sink import OutputSink, SinkSummary
 
 PACE_POLL = 0.02  # seconds between looks at a lagging stream client's progress (and at cancellation)
@@ -262,10 +262,12 @@ async def run_cell(
     silent: bool = False,
     output_limits: OutputLimits | None = None,
     observer: Observer | None = None,
+    pace: StreamPace | None = None,
 ) -> CellExecution:
     """Execute ``code`` and collect its output into ``sink``, streaming events through ``emit``.
 
-    ``observer`` also sees every iopub message of this execution but its status (see :class:`Observer`).
+    ``observer`` also sees every iopub message of this execution but its status (see :class:`Observer`);
+    ``pace``, a stream client's, may hold the kernel's messages back briefly while it lags.
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
@@ -279,7 +281,6 @@ async def run_cell(
     interrupted_at: float | None = None
     last_alive_check = loop.time()
     cancel_wait = asyncio.ensure_future(cancel.wait())
-    pace = STREAM_PACE.get()
     try:
         while not run.done and not run.result.kernel_died:
             if pace is not None and not cancel.is_set() and pace.should_wait(conn.messages):

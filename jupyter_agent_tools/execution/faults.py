@@ -45,6 +45,13 @@ def is_fd_exhaustion(exc: BaseException) -> bool:
     return False
 
 
+def died_at_start(exc: BaseException) -> bool:
+    """A local kernel that exited before it answered its first request (jupyter_client's message). Most
+    often it lost its ports: jupyter_client picks free TCP ports, and another process may bind one before
+    the kernel does (``Address already in use`` in the kernel's log), which a second start does not meet."""
+    return any(isinstance(item, RuntimeError) and "died before replying" in str(item) for item in _chain(exc))
+
+
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status of a gateway failure (``tornado.web.HTTPError`` or an HTTP client error)."""
     for item in _chain(exc):

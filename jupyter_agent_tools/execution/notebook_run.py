@@ -58,6 +58,7 @@ from .executor import CellExecution, Emit, noop, not_run_fields
 from .kernels import KernelService, close_quietly
 from .messages import answer_text
 from .notebook_kernels import NotebookKernels
+from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import KernelRecovery
 from .request import RunRequest, parse_run_request
@@ -208,18 +209,31 @@ class NotebookRunner(Service):
         self._warm: dict[str, KernelConnection] = {}  # pooled kernels adopted, until attached
 
     async def run(
-        self, path: str, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
+        self,
+        path: str,
+        body: Any,
+        *,
+        emit: Emit | None = None,
+        cancel: asyncio.Event | None = None,
+        pace: StreamPace | None = None,
     ) -> dict[str, Any]:
         """Run the cells a request names; return the answer (also emitted last as a ``result`` event).
+        ``pace``: the stream client's, when one reads the events as they come.
 
         The run is recorded when it ends (:meth:`Audit.execution`, mode ``notebook``), failed or not.
         """
         with self.audit.executing("notebook") as record:
-            record.result = await self._run(path, body, emit, cancel, record)
+            record.result = await self._run(path, body, emit, cancel, pace, record)
         return record.result
 
     async def _run(
-        self, path: str, body: Any, emit: Emit | None, cancel: asyncio.Event | None, record: ExecutionRecord
+        self,
+        path: str,
+        body: Any,
+        emit: Emit | None,
+        cancel: asyncio.Event | None,
+        pace: StreamPace | None,
+        record: ExecutionRecord,
     ) -> dict[str, Any]:
         request = parse_run_request(body)
         edit = parse_edit_request({"ops": list(request.ops)}, self.store.max_ops) if request.ops else None
@@ -245,7 +259,7 @@ class NotebookRunner(Service):
                     result = self._answer(path, None, turn.session, [], [], cancelled=True)
                 else:
                     result = await self._run_targets(
-                        path, turn.session, targets, request, emit, cancel, turn.notices, turn.deadline
+                        path, turn.session, targets, request, emit, cancel, pace, turn.notices, turn.deadline
                     )
             if edited is not None:
                 result["edit"] = edited
@@ -614,6 +628,7 @@ class NotebookRunner(Service):
         request: RunRequest,
         emit: Emit,
         cancel: asyncio.Event,
+        pace: StreamPace | None,
         notices: list[str],
         deadline: float,
     ) -> dict[str, Any]:
@@ -636,7 +651,9 @@ class NotebookRunner(Service):
                 continue
             title = target.cell_id
             emit({"type": "cell_start", "index": target.index, "cell_id": target.cell_id, "title": title})
-            ran = await self._run_one(path, session, target, request, emit, cancel, deadline, not_written)
+            ran = await self._run_one(
+                path, session, target, request, emit, cancel, pace, deadline, not_written
+            )
             execution, hash_ = ran.execution, ran.hash
             cells.append(_cell_result(path, target, request, ran))
             for display in cells[-1]["displays"]:  # images: known once the cell's outputs are stored
@@ -695,6 +712,7 @@ class NotebookRunner(Service):
         request: RunRequest,
         emit: Emit,
         cancel: asyncio.Event,
+        pace: StreamPace | None,
         deadline: float,
         not_written: list[str],
     ) -> _CellRun:
@@ -744,6 +762,7 @@ class NotebookRunner(Service):
                 emit=emit,
                 images=False,  # answered from what the cell stores (placeholders with the output's URL)
                 observer=stored,
+                pace=pace,
             )
         finally:
             outputs.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from contextvars import ContextVar
 from typing import Any
 
 
@@ -53,7 +52,3 @@ class StreamPace:
         if not self._lagging():
             self._waited = 0.0
         self._progress.set()
-
-
-# Set by the stream handler around the run it starts (tasks inherit it); None: no client to wait for.
-STREAM_PACE: ContextVar[StreamPace | None] = ContextVar("stream_pace", default=None)

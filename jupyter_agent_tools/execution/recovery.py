@@ -1,7 +1,8 @@
 """The recovery policy of eval sessions, in one place: what is done when a kernel fails.
 
-- A kernel creation that fails with HTTP >= 500 (a gateway's error, 503 unreachable, 599 timeout) is
-  retried once after ``retry_backoff`` seconds.
+- A kernel creation that fails with HTTP >= 500 (a gateway's error, 503 unreachable, 599 timeout), or a
+  local kernel that dies before it answers (it lost its ports to another process), is retried once after
+  ``retry_backoff`` seconds.
 - Running out of file descriptors (EMFILE/ENFILE) shuts down the warm pooled kernels first, then (unless
   that freed enough) this extension's idle sessions, and retries once; failing again answers 503 with
   Retry-After.
@@ -24,7 +25,7 @@ from traitlets import Float, Instance, validate
 from ..errors import Unavailable
 from ..traits import Service, at_least
 from .connection import KernelConnection
-from .faults import fd_usage, http_message, http_status, is_fd_exhaustion
+from .faults import died_at_start, fd_usage, http_message, http_status, is_fd_exhaustion
 from .kernels import KernelService
 from .pool import KernelPool
 from .session import KernelSession, SessionState
@@ -72,7 +73,7 @@ class KernelRecovery(Service):
     retry_backoff = Float(
         1.0,
         help="Seconds to wait before the single retry of a kernel creation that failed with HTTP >= 500 "
-        "(a remote gateway's error, 503 unreachable, 599 timeout).",
+        "(a remote gateway's error, 503 unreachable, 599 timeout) or whose kernel died before answering.",
     ).tag(config=True)
 
     @validate("retry_backoff")
@@ -84,7 +85,7 @@ class KernelRecovery(Service):
     ) -> tuple[str, KernelConnection]:
         """Start and connect a kernel for ``session``, recovering from gateway 5xx and EMFILE."""
         try:
-            return await self._launch_retrying_5xx(session, kernel_name, cwd)
+            return await self._launch_retrying(session, kernel_name, cwd)
         except Exception as first:
             if not is_fd_exhaustion(first):
                 raise
@@ -107,7 +108,7 @@ class KernelRecovery(Service):
             gc.collect()
         audit = self.sessions.audit
         try:
-            launched = await self._launch_retrying_5xx(session, kernel_name, cwd)
+            launched = await self._launch_retrying(session, kernel_name, cwd)
         except Exception as second:
             audit.recovery(
                 session, "emfile_recoveries", "failed", f"the retried kernel start failed: {second}"
@@ -136,21 +137,20 @@ class KernelRecovery(Service):
         usage = fd_usage()
         return usage is not None and usage.headroom >= max(self.kernels.fd_headroom, 16)
 
-    async def _launch_retrying_5xx(
+    async def _launch_retrying(
         self, session: KernelSession, kernel_name: str, cwd: str
     ) -> tuple[str, KernelConnection]:
         try:
             return await self.kernels.launch(kernel_name, cwd)
         except Exception as e:
             status = http_status(e)
-            if is_fd_exhaustion(e) or status is None or status < 500:
+            if is_fd_exhaustion(e) or not ((status or 0) >= 500 or died_at_start(e)):
                 raise self.kernels.translate(e) from e
             self.sessions.record(
                 session,
                 "create_retries",
-                "kernel creation failed with HTTP %d (%s); retrying once",
-                status,
-                http_message(e),
+                "kernel creation failed (%s); retrying once",
+                f"HTTP {status}: {http_message(e)}" if status else str(e),
             )
         await asyncio.sleep(self.retry_backoff)
         audit = self.sessions.audit

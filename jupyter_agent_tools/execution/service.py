@@ -28,6 +28,7 @@ from .connection import KernelConnection
 from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
 from .kernels import KernelService
 from .messages import OutputLimits, answer_text
+from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest, parse_eval_request
@@ -264,9 +265,15 @@ class EvalService(Service):
         return InitSpec(cwd=cwd, env=tuple(sorted(env.items())), session_file=request.session_file)
 
     async def run(
-        self, body: Any, *, emit: Emit | None = None, cancel: asyncio.Event | None = None
+        self,
+        body: Any,
+        *,
+        emit: Emit | None = None,
+        cancel: asyncio.Event | None = None,
+        pace: StreamPace | None = None,
     ) -> dict[str, Any]:
         """Run an eval request body; return the answer (also emitted last as a ``result`` event).
+        ``pace``: the stream client's, when one reads the events as they come.
 
         The call is recorded when it ends (:meth:`Audit.execution`), failed or not.
         """
@@ -278,13 +285,15 @@ class EvalService(Service):
             record.session = request.session if request.mode == "session" else None
             if request.notebook is not None:
                 record.mode, record.session, record.path = "notebook", None, request.notebook
-                record.result = await self._run_in_notebook(request, emit or noop, cancel or asyncio.Event())
+                record.result = await self._run_in_notebook(
+                    request, emit or noop, cancel or asyncio.Event(), pace
+                )
             else:
-                record.result = await self._run(request, emit, cancel)
+                record.result = await self._run(request, emit, cancel, pace)
         return record.result
 
     async def _run(
-        self, request: EvalRequest, emit: Emit | None, cancel: asyncio.Event | None
+        self, request: EvalRequest, emit: Emit | None, cancel: asyncio.Event | None, pace: StreamPace | None
     ) -> dict[str, Any]:
         cwd = await self._resolve_cwd(request.cwd)
         if request.kernel_name:  # before any session is created, evicted or reset
@@ -293,16 +302,16 @@ class EvalService(Service):
         cancel = cancel or asyncio.Event()
         self.pool.start()  # the first eval starts filling the pool (none before: no idle kernel)
         if request.mode == "per-call":
-            result = await self._run_per_call(request, cwd, emit, cancel)
+            result = await self._run_per_call(request, cwd, emit, cancel, pace)
         else:
-            result = await self._run_session(request, cwd, emit, cancel)
+            result = await self._run_session(request, cwd, emit, cancel, pace)
         emit({"type": "result", "result": result})
         return result
 
     # -- notebook mode ------------------------------------------------------------------------------
 
     async def _run_in_notebook(
-        self, request: EvalRequest, emit: Emit, cancel: asyncio.Event
+        self, request: EvalRequest, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
     ) -> dict[str, Any]:
         """Run the cells in the notebook's own kernel (started as a notebook run would start it), in
         the turn runs of that notebook take; the file is not written. A kernel that dies or a cell that
@@ -316,7 +325,7 @@ class EvalService(Service):
             if turn.cancelled:
                 result = self._answer(session, request, [], [], restarted=False, cancelled=True)
             else:
-                cells = await self._run_cells(session, request, emit, cancel, turn.deadline)
+                cells = await self._run_cells(session, request, emit, cancel, turn.deadline, pace)
                 notices, restarted = list(turn.notices), False
                 last = cells[-1] if cells else None
                 if last is not None and last[1].kernel_died:
@@ -337,7 +346,7 @@ class EvalService(Service):
     # -- session mode -------------------------------------------------------------------------------
 
     async def _run_session(
-        self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event
+        self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
     ) -> dict[str, Any]:
         while True:
             session = await self.sessions.acquire(request.session)
@@ -347,7 +356,7 @@ class EvalService(Service):
                 break
             await session.end_turn()  # shut down while we waited: take the session's successor
         try:
-            return await self._run_turn(session, request, cwd, emit, cancel)
+            return await self._run_turn(session, request, cwd, emit, cancel, pace)
         except BaseException:
             await self.sessions.discard_if_never_started(session)
             raise
@@ -425,6 +434,7 @@ class EvalService(Service):
         cwd: str,
         emit: Emit,
         cancel: asyncio.Event,
+        pace: StreamPace | None,
     ) -> dict[str, Any]:
         notices: list[str] = []
         lost, session.predecessor_gone = session.predecessor_gone, None
@@ -439,7 +449,7 @@ class EvalService(Service):
         deadline = asyncio.get_running_loop().time() + request.timeout
         reruns = 0
         while True:
-            cells = await self._run_cells(session, request, emit, cancel, deadline)
+            cells = await self._run_cells(session, request, emit, cancel, deadline, pace)
             last = cells[-1][1] if cells else None
             if last is None or session.closed:
                 break
@@ -474,6 +484,7 @@ class EvalService(Service):
         emit: Emit,
         cancel: asyncio.Event,
         deadline: float,
+        pace: StreamPace | None,
     ) -> list[tuple[int, CellExecution]]:
         results: list[tuple[int, CellExecution]] = []
         emit = _noting_output(session, emit)
@@ -490,6 +501,7 @@ class EvalService(Service):
                 timeout=request.timeout,
                 cancel=cancel,
                 emit=emit,
+                pace=pace,
             )
             if execution.idle_missing:
                 self.sessions.record(
@@ -525,6 +537,7 @@ class EvalService(Service):
         silent: bool = False,
         images: bool = True,
         observer: Observer | None = None,
+        pace: StreamPace | None = None,
     ) -> CellExecution:
         """Run one cell on the session's kernel: the one execution path of eval's cells, its silent init
         step (no artifact, not counted) and a notebook run's cells (``observer``: the stored outputs;
@@ -555,6 +568,7 @@ class EvalService(Service):
                 silent=silent,
                 output_limits=limits,
                 observer=observer,
+                pace=pace,
             )
         finally:
             sink.close()
@@ -567,7 +581,7 @@ class EvalService(Service):
     # -- per-call mode ------------------------------------------------------------------------------
 
     async def _run_per_call(
-        self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event
+        self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
     ) -> dict[str, Any]:
         session = self.sessions.open_per_call()
         if not await session.take_turn(cancel):
@@ -579,7 +593,7 @@ class EvalService(Service):
             if session.closed:  # deleted while its kernel started
                 return self._answer(session, request, [], [], restarted=False, cancelled=True)
             deadline = asyncio.get_running_loop().time() + request.timeout
-            cells = await self._run_cells(session, request, emit, cancel, deadline)
+            cells = await self._run_cells(session, request, emit, cancel, deadline, pace)
             return self._answer(session, request, cells, [], restarted=False)
         finally:
             # The answer does not wait for the kernel process to exit (a pooled kernel makes the call

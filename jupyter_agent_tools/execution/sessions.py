@@ -103,9 +103,11 @@ class EvalSessionManager(Service):
     def start(self) -> None:
         """Start the periodic sweep and heartbeat (needs a running event loop)."""
         if self._sweeper is None and self.cleanup_interval > 0:
-            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+            self._sweeper = asyncio.ensure_future(self._every(self.cleanup_interval, self.sweep, "sweep"))
         if self._heartbeat is None and self.heartbeat_interval > 0:
-            self._heartbeat = asyncio.ensure_future(self._heartbeat_forever())
+            self._heartbeat = asyncio.ensure_future(
+                self._every(self.heartbeat_interval, self.heartbeat, "heartbeat")
+            )
 
     def get(self, name: str) -> KernelSession | None:
         return self.sessions.get(name)
@@ -321,23 +323,15 @@ class EvalSessionManager(Service):
         await asyncio.gather(*(self._close(v, gone) for v in victims), return_exceptions=True)
         return [v.name for v in victims]
 
-    async def _heartbeat_forever(self) -> None:
+    async def _every(self, interval: float, work: Callable[[], Awaitable[Any]], what: str) -> None:
+        """Run ``work`` every ``interval`` seconds until cancelled; a failure is logged, not fatal."""
         set_user(None)  # the server's own work, whichever request started the task
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            await asyncio.sleep(interval)
             try:
-                await self.heartbeat()
+                await work()
             except Exception:
-                self.log.exception("agent session heartbeat failed")
-
-    async def _sweep_forever(self) -> None:
-        set_user(None)  # the server's own work, whichever request started the task
-        while True:
-            await asyncio.sleep(self.cleanup_interval)
-            try:
-                await self.sweep()
-            except Exception:
-                self.log.exception("agent session sweep failed")
+                self.log.exception("agent session %s failed", what)
 
     async def shutdown(self) -> None:
         """Stop the sweep and heartbeat and shut down every session's kernel (server shutdown)."""

@@ -20,7 +20,7 @@ from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
 from ..execution.executor import Emit
 from ..execution.executor import noop as _ignore
-from ..execution.pace import STREAM_PACE, StreamPace
+from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
 from ..execution.service import EvalService
 from ..runs import RunRegistry
@@ -79,9 +79,11 @@ class EvalHandler(AgentAPIHandler):
         if self._backlog is not None:
             self._backlog.close()
 
-    def _call(self, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+    def _call(
+        self, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
+    ) -> Awaitable[dict[str, Any]]:
         """The service call this route streams (an eval; a notebook run in the subclass)."""
-        return self.service.run(body, emit=emit, cancel=cancel)
+        return self.service.run(body, emit=emit, cancel=cancel, pace=pace)
 
     @web.authenticated
     @authorized("execute")
@@ -133,11 +135,7 @@ class EvalHandler(AgentAPIHandler):
             backlog.put(event)
             ready.set()
 
-        token = STREAM_PACE.set(pace)  # the run's task (and what it starts) sees this client's pace
-        try:
-            run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event()))
-        finally:
-            STREAM_PACE.reset(token)
+        run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event(), pace))
         started_at = time.monotonic()
         writer = NdjsonWriter(self)
         try:

@@ -13,6 +13,7 @@ from tornado import web
 
 from ..errors import BadRequest
 from ..execution.notebook_run import NotebookRunner
+from ..execution.pace import StreamPace
 from ..execution.request import parse_run_request
 from ..notebook.reading import output_body, query_int, read_view, render_text
 from ..notebook.store import NotebookStore
@@ -121,8 +122,10 @@ class NotebookRunHandler(EvalHandler):
 
     run_kind = "notebook_run"
 
-    def _call(self, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
-        return self.runner.run(self._path, body, emit=emit, cancel=cancel)
+    def _call(
+        self, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
+    ) -> Awaitable[dict[str, Any]]:
+        return self.runner.run(self._path, body, emit=emit, cancel=cancel, pace=pace)
 
     async def _check(self, body: Any) -> str | None:
         parse_run_request(body)
