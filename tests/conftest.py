@@ -47,7 +47,26 @@ SERVER_FIXTURES = {
 }
 
 
+# The files whose tests take longest (the slowest tests of `--durations`) go first: on pytest-xdist's
+# workers a long test that starts last makes the whole run wait for it.
+SLOW_FIRST = (
+    "test_crash.py",
+    "test_panel.py",
+    "test_jupyterhub.py",
+    "test_rtc_browser.py",
+    "test_emfile.py",
+    "test_sink_memory.py",
+    "test_readme.py",
+    "test_cli.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: each file keeps its own order
     for item in items:
         if item.get_closest_marker("quick") is None:
             continue

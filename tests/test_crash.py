@@ -274,7 +274,7 @@ def test_reads_never_see_a_half_written_notebook(tmp_path: Path) -> None:
         acked: list[str] = []
         writer = threading.Thread(target=stream_edits, args=(server, acked, [], stop, 0), daemon=True)
         writer.start()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 10
         with server.client() as client:
             while time.monotonic() < deadline and not torn:
                 status, body = client.request("GET", "api/agent/notebooks/crash.ipynb")
@@ -289,10 +289,10 @@ def test_reads_never_see_a_half_written_notebook(tmp_path: Path) -> None:
 @pytest.mark.load
 @pytest.mark.timeout(300)
 def test_load_loses_nothing_and_leaks_nothing() -> None:
-    """About 20 s of six concurrent agents (benchmarks/load.py; ``python -m benchmarks
+    """About 12 s of six concurrent agents (benchmarks/load.py; ``python -m benchmarks
     load``: 60 s): shared-notebook edits, evals, contents-API saves beside agent reads, refused hostile
     requests."""
-    report = run_load(duration=float(os.environ.get("LOAD_SECONDS", "20")), agents=6, sessions=3)
+    report = run_load(duration=float(os.environ.get("LOAD_SECONDS", "12")), agents=6, sessions=3)
     assert report.problems == []
     assert (
         report.counts["edit"] > 0 and report.counts["eval (json)"] > 0 and report.counts["eval (stream)"] > 0

@@ -12,6 +12,7 @@ Bounded for CI: ``FUZZ_EXAMPLES`` (default 25) examples per operation and mode, 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,10 @@ def served(server: Server) -> tuple[Any, Contract, dict[str, str]]:
     return schemathesis.openapi.from_dict(doc), Contract(doc), auth
 
 
+# The characters tornado.httputil refuses in a header value (a generated Range header may hold them).
+NOT_HTTP = re.compile(r"[\x00-\x08\x0A-\x1F\x7F]")
+
+
 def _notebooks(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes()
@@ -153,6 +158,8 @@ def test_fuzz(server: Server, served: Any, method: str, path: str, mode: Generat
         suppress_health_check=list(HealthCheck),
     )
     def run(case: Any) -> None:
+        if any(NOT_HTTP.search(str(value)) for value in (case.headers or {}).values()):
+            return  # a header HTTP forbids: Tornado's parser answers 400 with no body before any route
         before = _notebooks(server.root_dir)
         response = case.call(base_url=server.url, headers=auth, timeout=120)
         seen[response.status_code] = seen.get(response.status_code, 0) + 1
