@@ -90,3 +90,42 @@ def api(agent_api):
 def evaluate(agent_evaluate):
     """POST an eval of code cells, assert the status, return the answer."""
     return agent_evaluate
+
+
+# pytest-jupyter's cleanup, bounded: a server stop that hangs fails its test after CLEANUP_TIMEOUT with
+# where every pending task waits (its chain of awaits), instead of a bare pytest-timeout much later.
+CLEANUP_TIMEOUT = 90
+
+
+def _awaits(coro: Any) -> str:
+    """file:line function of each coroutine in the chain ``coro`` awaits."""
+    steps = []
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            steps.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return "\n".join(steps)
+
+
+@pytest.fixture(autouse=True)
+def jp_server_cleanup(jp_asyncio_loop: Any) -> Any:
+    import asyncio
+
+    from jupyter_server.serverapp import ServerApp
+
+    yield
+    app = ServerApp.instance()
+    cleanup = jp_asyncio_loop.create_task(app._cleanup())
+    try:
+        jp_asyncio_loop.run_until_complete(asyncio.wait({cleanup}, timeout=CLEANUP_TIMEOUT))
+        if not cleanup.done():
+            pending = "\n".join(f"{t!r}\n{_awaits(t.get_coro())}" for t in asyncio.all_tasks(jp_asyncio_loop))
+            cleanup.cancel()
+            pytest.fail(f"the server's cleanup did not end within {CLEANUP_TIMEOUT} s; pending:\n{pending}")
+        cleanup.result()
+    except (RuntimeError, SystemExit) as e:
+        print("ignoring cleanup error", e)  # as pytest-jupyter's own fixture does
+    if hasattr(app, "kernel_manager"):
+        app.kernel_manager.context.destroy()
+    ServerApp.clear_instance()
