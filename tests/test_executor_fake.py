@@ -152,6 +152,39 @@ async def test_a_lost_idle_is_assumed_after_the_idle_grace():
     assert result.summary is not None and result.summary.output == "done\n"
 
 
+async def test_an_iopub_that_is_only_slow_after_the_reply_loses_nothing():
+    """The reply came and iopub went quiet past the grace (the kernel's iopub thread starved on a loaded
+    machine): the empty probe's idle comes after ours on the ordered iopub, so ours is waited for."""
+    loop = asyncio.get_running_loop()
+
+    def script(code: str) -> list[tuple[str, str, dict[str, Any]]]:
+        if code == "":  # probed, the kernel's iopub catches up
+            loop.call_soon(late)
+            return []
+        return replies(stdout="a\n", idle=False)
+
+    conn = FakeKernelConnection(script)
+
+    def late() -> None:  # iopub delivers what it held, in order: our output and idle, then the probe's
+        ours, probe = conn.msg_ids
+        conn.send("iopub", "stream", {"name": "stdout", "text": "b\n"}, parent=ours)
+        conn.send("iopub", "status", {"execution_state": "idle"}, parent=ours)
+        conn.send("iopub", "status", {"execution_state": "idle"}, parent=probe)
+
+    result, _ = await run(conn, idle_grace=0.1)
+    assert conn.executed == ["x", ""]  # the probe was sent
+    assert (result.status, result.idle_missing) == ("complete", False)
+    assert result.summary is not None and result.summary.output == "a\nb\n"
+
+
+async def test_the_probes_idle_before_ours_means_ours_was_lost():
+    conn = FakeKernelConnection(lambda code: replies(stdout="done\n", idle=code == ""))
+    result, _ = await run(conn, idle_grace=0.1)
+    assert conn.executed == ["x", ""]
+    assert (result.status, result.idle_missing) == ("complete", True)
+    assert result.summary is not None and result.summary.output == "done\n"
+
+
 async def test_the_connection_failing_to_send_is_a_dead_kernel():
     conn = FakeKernelConnection()
     await conn.close()

@@ -136,9 +136,14 @@ class ExecutionLimits:
     timeout_seconds: float
     interrupt_grace: float = 5.0
     liveness_interval: float = 1.0
-    # After the execute_reply, how long iopub may stay silent before a lost "idle" is assumed: under
-    # load a subscriber that falls behind loses iopub messages (ZMQ high-water mark), the idle included.
+    # After the execute_reply, how long iopub may stay silent before the kernel is asked (an empty
+    # request) whether the "idle" was lost: under load a subscriber that falls behind loses iopub
+    # messages (ZMQ high-water mark), the idle included. No idle of the probe either (PROBE_GRACES): lost.
     idle_grace: float = 2.0
+
+
+# How many idle graces to wait for the probe's own idle before assuming it was lost too.
+PROBE_GRACES = 5
 
 
 def _format_seconds(seconds: float) -> str:
@@ -166,6 +171,7 @@ class _Run:
         self.reply: dict[str, Any] | None = None
         self.idle = False
         self.idle_missing = False
+        self.probe: str | None = None  # the empty request sent to learn whether our idle was lost
         self.quiet_since = time.monotonic()  # last message of this execution (reply or iopub)
         self.last_char = "\n"
         self.stopped_at: str | None = None  # where the cell's code was when the timeout interrupted it
@@ -185,6 +191,11 @@ class _Run:
         parent_id = (msg.get("parent_header") or {}).get("msg_id")
         msg_type = str(msg.get("header", {}).get("msg_type") or msg.get("msg_type") or "")
         content = msg.get("content") or {}
+        if parent_id is not None and parent_id == self.probe:
+            if msg_type == "status" and content.get("execution_state") == "idle" and not self.idle:
+                # iopub is ordered: the probe's idle came, so ours (sent before it) was dropped
+                self.idle = self.idle_missing = True
+            return
         if parent_id != self.msg_id:
             if (
                 channel == "iopub"
@@ -308,10 +319,22 @@ async def run_cell(
                 interrupted_at + limits.interrupt_grace if interrupted_at is not None else limits.deadline
             )
             if run.reply is not None and not run.idle and interrupted_at is None:
-                idle_due = run.quiet_since + limits.idle_grace
+                grace = limits.idle_grace * (1 if run.probe is None else PROBE_GRACES)
+                idle_due = run.quiet_since + grace
                 if time.monotonic() >= idle_due:
-                    run.idle = run.idle_missing = True
-                    break
+                    if run.probe is not None:  # not even the probe's idle came: assume both lost
+                        run.idle = run.idle_missing = True
+                        break
+                    # A silent iopub may only be slow (the kernel's iopub thread starved on a loaded
+                    # machine): an empty request's idle comes after ours on the same ordered socket,
+                    # so which of the two arrives first tells whether ours was lost.
+                    try:
+                        run.probe = conn.execute("", silent=True, store_history=False)
+                    except Exception:
+                        run.idle = run.idle_missing = True
+                        break
+                    run.quiet_since = time.monotonic()
+                    continue
                 wake_at = min(wake_at, now + (idle_due - time.monotonic()))
             wait = max(0.0, min(limits.liveness_interval, wake_at - now))
             getter = asyncio.ensure_future(conn.messages.get())

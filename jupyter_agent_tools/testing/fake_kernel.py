@@ -73,6 +73,7 @@ class FakeKernelConnection:
         self.interrupt_settles = True
         self.started = self.closed = False
         self.executed: list[str] = []
+        self.msg_ids: list[str] = []  # of each execute, in order
         self.input_replies: list[str] = []
         self.interrupts = 0
         self.last_msg_id = ""
@@ -85,6 +86,7 @@ class FakeKernelConnection:
             raise RuntimeError("the fake kernel connection is closed")
         self.last_msg_id = msg_id = uuid4().hex
         self.executed.append(code)
+        self.msg_ids.append(msg_id)
         for channel, msg_type, content in self.script(code):
             self.send(channel, msg_type, content, parent=msg_id)
         return msg_id
