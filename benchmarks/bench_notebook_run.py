@@ -31,7 +31,7 @@ from typing import Any
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from .common import BenchResult, Row, jupyter_server, profile_path, quick, run_meta
+from .common import BenchResult, Row, jupyter_server, profile_path, quick, run_meta, wait_for_pool
 
 NAME = "notebook_run"
 TITLE = "A notebook run including kernel start: agent run (warm pool) vs nbclient"
@@ -148,13 +148,6 @@ def run(options: argparse.Namespace) -> BenchResult:
     ):
         local = Path(scratch)
 
-        def pool_ready() -> None:
-            deadline = time.monotonic() + 120
-            while client.json("GET", "api/agent/sessions")["pool"]["ready"] < 1:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the kernel pool did not fill within 120 s")
-                time.sleep(0.05)
-
         client.json(
             "POST", "api/agent/eval", {"cells": [{"code": "1"}], "mode": "per-call"}
         )  # starts the pool
@@ -172,7 +165,7 @@ def run(options: argparse.Namespace) -> BenchResult:
                     else:
                         path = f"{name}-{counter}.ipynb"
                         nbformat.write(nb, str(server.root_dir / path))
-                        pool_ready()
+                        wait_for_pool(client)
                         start = time.perf_counter()
                         answer = client.json("POST", f"api/agent/notebooks/{path}/run", {"all": True})
                         elapsed = time.perf_counter() - start

@@ -41,6 +41,7 @@ from .common import (
     raw_execute,
     run_meta,
     start_server_kernel,
+    wait_for_pool,
 )
 
 NAME = "per_call"
@@ -88,13 +89,6 @@ def _pooled(repeat: int) -> dict[str, Any]:
                 raise RuntimeError(f"eval failed: {answer}")
             return dict(answer)
 
-        def pool_ready() -> None:
-            deadline = time.monotonic() + 120
-            while client.json("GET", "api/agent/sessions")["pool"]["ready"] < 1:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the kernel pool did not fill within 120 s")
-                time.sleep(0.05)
-
         start = time.perf_counter()
         eval_ok(per_call_body)  # the first eval: no pooled kernel yet (a cold start); starts the pool
         samples["cold_before"] = (time.perf_counter() - start) * 1e3
@@ -103,7 +97,7 @@ def _pooled(repeat: int) -> dict[str, Any]:
         for i in range(-3, repeat):  # 3 untimed warm-ups
             for variant in (WARM, POOLED) if i % 2 == 0 else (POOLED, WARM):
                 if variant == POOLED:
-                    pool_ready()
+                    wait_for_pool(client)
                 body = session_body if variant == WARM else per_call_body
                 start = time.perf_counter()
                 answer = eval_ok(body)

@@ -114,6 +114,15 @@ def start_server_kernel(client: Client, kernel_name: str = "python3") -> str:
     return str(model["id"])
 
 
+def wait_for_pool(client: Client, timeout: float = 120.0) -> None:
+    """Wait until the server's warm kernel pool has a kernel ready (``GET /api/agent/sessions``)."""
+    deadline = time.monotonic() + timeout
+    while client.json("GET", "api/agent/sessions")["pool"]["ready"] < 1:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the kernel pool did not fill within {timeout:g} s")
+        time.sleep(0.05)
+
+
 async def connect_raw_client(server: Server, kernel_id: str, ready_timeout: float = 60.0) -> Any:
     """A ``jupyter_client`` AsyncKernelClient on a kernel of the server, from its connection file.
 

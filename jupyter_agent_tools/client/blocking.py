@@ -43,10 +43,14 @@ class _Loop:
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
         started: list[asyncio.Task[T]] = []
 
+        def abandon() -> None:  # not run (or cancelled before its first step): close it, wake the wait
+            getattr(coro, "close", lambda: None)()
+            if done.cancel():
+                done.set_running_or_notify_cancel()  # concurrent.futures.wait() sees only this state
+
         def settle(task: asyncio.Task[T]) -> None:
             if task.cancelled():
-                getattr(coro, "close", lambda: None)()  # cancelled before its first step: never awaited
-                done.cancel() and done.set_running_or_notify_cancel()  # wake wait()
+                abandon()
             elif task.exception() is not None:
                 done.set_exception(task.exception())
             else:
@@ -63,8 +67,7 @@ class _Loop:
             if started:
                 started[0].cancel()
             else:  # never started: nothing to wait for
-                getattr(coro, "close", lambda: None)()
-                done.cancel() and done.set_running_or_notify_cancel()  # wake wait()
+                abandon()
 
         try:
             self.loop.call_soon_threadsafe(start)

@@ -322,18 +322,14 @@ async def run_cell(
                 grace = limits.idle_grace * (1 if run.probe is None else PROBE_GRACES)
                 idle_due = run.quiet_since + grace
                 if time.monotonic() >= idle_due:
-                    if run.probe is not None:  # not even the probe's idle came: assume both lost
-                        run.idle = run.idle_missing = True
-                        break
                     # A silent iopub may only be slow (the kernel's iopub thread starved on a loaded
                     # machine): an empty request's idle comes after ours on the same ordered socket,
                     # so which of the two arrives first tells whether ours was lost.
-                    try:
-                        run.probe = conn.execute("", silent=True, store_history=False)
-                    except Exception:
+                    probe = _send_probe(conn) if run.probe is None else None
+                    if probe is None:  # the probe's idle did not come either, or it could not be sent
                         run.idle = run.idle_missing = True
                         break
-                    run.quiet_since = time.monotonic()
+                    run.probe, run.quiet_since = probe, time.monotonic()
                     continue
                 wake_at = min(wake_at, now + (idle_due - time.monotonic()))
             wait = max(0.0, min(limits.liveness_interval, wake_at - now))
@@ -357,6 +353,14 @@ async def run_cell(
     finally:
         cancel_wait.cancel()
     return _finish(run, limits, started)
+
+
+def _send_probe(conn: KernelConnection) -> str | None:
+    """Send the empty request whose idle tells whether ours was lost; None if it cannot be sent."""
+    try:
+        return conn.execute("", silent=True, store_history=False)
+    except Exception:  # the connection is gone
+        return None
 
 
 def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution:

@@ -144,7 +144,8 @@ class KernelRecovery(Service):
             return await self.kernels.launch(kernel_name, cwd)
         except Exception as e:
             status = http_status(e)
-            if is_fd_exhaustion(e) or not ((status or 0) >= 500 or died_at_start(e)):
+            retryable = (status or 0) >= 500 or died_at_start(e)
+            if is_fd_exhaustion(e) or not retryable:
                 raise self.kernels.translate(e) from e
             self.sessions.record(
                 session,
