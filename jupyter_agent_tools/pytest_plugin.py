@@ -27,6 +27,9 @@ import pytest
 from .testing.server import jupyter_server
 
 ApiCall = Callable[..., Awaitable[tuple[int, Any]]]
+# Seconds the client waits for an answer: longer than the server's own bound on a kernel start
+# (KernelService.ready_timeout, 60 s), so a slow start is answered by the server, not cut by the client.
+REQUEST_TIMEOUT = 90.0
 
 
 @pytest.fixture
@@ -40,8 +43,9 @@ def agent_api(jp_fetch: Any) -> ApiCall:
         raw: bytes | None = None,
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        timeout: float = REQUEST_TIMEOUT,
     ) -> tuple[int, Any]:
-        kwargs: dict[str, Any] = {"method": method, "raise_error": False}
+        kwargs: dict[str, Any] = {"method": method, "raise_error": False, "request_timeout": timeout}
         if raw is not None:
             kwargs["body"] = raw
         elif body is not None:

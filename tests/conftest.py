@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,8 +85,17 @@ def jp_server_config() -> dict[str, Any]:
 
 @pytest.fixture
 def api(agent_api):
-    """Call an agent route: (status, parsed JSON); see jupyter_agent_tools.pytest_plugin."""
-    return agent_api
+    """Call an agent route: (status, parsed JSON); see jupyter_agent_tools.pytest_plugin. A call the
+    client gives up on (tornado's request timeout) fails its test with where the server's tasks wait."""
+    from tornado.simple_httpclient import HTTPTimeoutError
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await agent_api(*args, **kwargs)
+        except HTTPTimeoutError:
+            pytest.fail(f"{args[:3]} got no answer in time; the server's tasks:\n{pending_tasks()}")
+
+    return call
 
 
 @pytest.fixture
@@ -95,6 +107,14 @@ def evaluate(agent_evaluate):
 # pytest-jupyter's cleanup, bounded: a server stop that hangs fails its test after CLEANUP_TIMEOUT with
 # where every pending task waits (its chain of awaits), instead of a bare pytest-timeout much later.
 CLEANUP_TIMEOUT = 90
+
+
+def pending_tasks(loop: Any = None) -> str:
+    """Every task of ``loop`` (default: the running one) with its chain of awaits."""
+    import asyncio
+
+    tasks = asyncio.all_tasks(loop) if loop is not None else asyncio.all_tasks()
+    return "\n".join(f"{t!r}\n{_awaits(t.get_coro())}" for t in tasks)
 
 
 def _awaits(coro: Any) -> str:
@@ -120,7 +140,7 @@ def jp_server_cleanup(jp_asyncio_loop: Any) -> Any:
     try:
         jp_asyncio_loop.run_until_complete(asyncio.wait({cleanup}, timeout=CLEANUP_TIMEOUT))
         if not cleanup.done():
-            pending = "\n".join(f"{t!r}\n{_awaits(t.get_coro())}" for t in asyncio.all_tasks(jp_asyncio_loop))
+            pending = pending_tasks(jp_asyncio_loop)
             cleanup.cancel()
             pytest.fail(f"the server's cleanup did not end within {CLEANUP_TIMEOUT} s; pending:\n{pending}")
         cleanup.result()
@@ -129,3 +149,21 @@ def jp_server_cleanup(jp_asyncio_loop: Any) -> Any:
     if hasattr(app, "kernel_manager"):
         app.kernel_manager.context.destroy()
     ServerApp.clear_instance()
+
+
+@pytest.fixture
+def dies_once_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
+    """A kernelspec (in the test's private dirs) whose first start exits before it answers, as a kernel
+    that lost its ports to another process does (``Address already in use``); later starts are ipykernel."""
+    marker = tmp_path / "started-once"
+    script = tmp_path / "dies_once.py"
+    script.write_text(
+        f"import os, runpy, sys\nif not os.path.exists({str(marker)!r}):\n"
+        f"    open({str(marker)!r}, 'w').close()\n    sys.exit(1)\n"
+        "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
+    )
+    spec_dir = Path(jp_kernel_dir) / "dies_once"
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": "Dies once"}
+    (spec_dir / "kernel.json").write_text(json.dumps({**spec, "language": "python"}))
+    return "dies_once"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -231,3 +233,45 @@ async def test_closing_the_stream_interrupts(jp_http_port, jp_base_url, jp_auth_
         raise AssertionError("closing the stream did not end the run")
     status, answer = await api("POST", "notebooks", "stream.ipynb", "run", body={"all": True, "timeout": 1})
     assert status == 200 and answer["cells"][0]["output"].startswith("0\n")
+
+
+def with_kernelspec(path: Path, name: str) -> None:
+    nb = nbformat.read(str(path), as_version=4)
+    nb.metadata["kernelspec"] = {"name": name, "display_name": name, "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+async def test_a_notebook_kernel_that_dies_before_answering_is_replaced_once(
+    api, jp_root_dir, dies_once_kernelspec
+):
+    """The kernel a run started exits before its first answer, as one that lost a TCP port to another
+    process does: the run starts another (new ports) once, as eval does, and says so in the totals."""
+    path = make(jp_root_dir, "ports.ipynb", "print('up')")
+    with_kernelspec(path, dies_once_kernelspec)
+    answer = await run(api, "ports.ipynb")
+    assert answer["cells"][0]["output"] == "up\n", answer
+    _, listing = await api("GET", "sessions")
+    assert listing["totals"]["create_retries"] == 1
+
+
+async def test_a_notebook_kernel_that_never_answers_is_a_503_that_says_it_exited(
+    api, jp_fetch, jp_root_dir, jp_kernel_dir
+):
+    spec_dir = Path(jp_kernel_dir) / "exits"
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-c", "import sys; sys.exit(3)"],
+        "display_name": "Exits",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    path = make(jp_root_dir, "exits.ipynb", "print('never')")
+    with_kernelspec(path, "exits")
+    before = path.read_bytes()
+    began = time.monotonic()
+    answer = await run(api, "exits.ipynb", expect=503)
+    assert "exited before it answered" in answer["message"] and "nothing was run" in answer["message"]
+    assert time.monotonic() - began < 30  # not the 60 s ready_timeout
+    assert path.read_bytes() == before
+    assert json.loads((await jp_fetch("api", "sessions")).body) == []  # the kernels it started are gone
+    await run(api, "exits.ipynb", expect=503)  # and again, the same way: nothing was left behind

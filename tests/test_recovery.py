@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -235,24 +232,6 @@ async def test_lost_idle_status_does_not_hang_the_session(evaluate, api, tmp_pat
     (entry,) = [s for s in listing["sessions"] if s["name"] == "flood"]
     assert entry["recoveries"].get("lost_idle") == 1
     assert (await evaluate("print('next')", session="flood"))["output"] == "next\n"
-
-
-@pytest.fixture
-def dies_once_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
-    """A kernelspec (in the test's private dirs) whose first start exits before it answers, as a kernel
-    that lost its ports to another process does (``Address already in use``); later starts are ipykernel."""
-    marker = tmp_path / "started-once"
-    script = tmp_path / "dies_once.py"
-    script.write_text(
-        f"import os, runpy, sys\nif not os.path.exists({str(marker)!r}):\n"
-        f"    open({str(marker)!r}, 'w').close()\n    sys.exit(1)\n"
-        "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
-    )
-    spec_dir = Path(jp_kernel_dir) / "dies_once"
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": "Dies once"}
-    (spec_dir / "kernel.json").write_text(json.dumps({**spec, "language": "python"}))
-    return "dies_once"
 
 
 async def test_a_kernel_that_dies_before_answering_is_started_again_once(evaluate, api, dies_once_kernelspec):

@@ -55,6 +55,7 @@ from ..traits import Service, at_least
 from ..validation import check
 from .connection import KernelConnection
 from .executor import CellExecution, Emit, noop, not_run_fields
+from .faults import died_at_start
 from .kernels import KernelService, close_quietly
 from .messages import answer_text
 from .notebook_kernels import NotebookKernels
@@ -333,7 +334,19 @@ class NotebookRunner(Service):
             # started may take KernelService.ready_timeout, like any kernel start (eval's too).
             ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
             pooled = kernel_id in self._warm
-            await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
+            try:
+                await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
+            except Unavailable as e:
+                # The kernel this run started exited before its first answer, most often because another
+                # process took one of its TCP ports first; the server's restarter would start it again on
+                # the same ports (jupyter_client caches them), a new kernel gets new ones. Once, as eval.
+                if not (created and died_at_start(e)):
+                    raise
+                self.sessions.record(session, "create_retries", "%s; starting another once", e)
+                await asyncio.sleep(self.recovery.retry_backoff)
+                kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
+                pooled = kernel_id in self._warm
+                await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
             if pooled:
                 await self._settle_pooled(session, path)
             yield Turn(session, notices, (loop.time() if created else began) + timeout)
@@ -446,8 +459,9 @@ class NotebookRunner(Service):
             if created:  # a kernel this run started and nobody else knows: do not leave it behind
                 await self.notebook_kernels.discard(path)
             raise Unavailable(
-                f"The kernel of {path} (kernel {kernel_id}) did not answer within {wait:.3g} s "
-                f"({type(e).__name__}: {e}); nothing was run. "
+                f"The kernel of {path} (kernel {kernel_id}) "
+                + ("exited before it answered" if died_at_start(e) else f"did not answer within {wait:.3g} s")
+                + f" ({type(e).__name__}: {e}); nothing was run. "
                 + (
                     "It was started for this run and is shut down again; check its kernelspec "
                     f"{kernel_name!r}, or raise KernelService.ready_timeout."
