@@ -12,6 +12,7 @@ from traitlets import Float, Int, Type, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .audit import Audit
+from .compat import guard_control_sockets
 from .execution.kernels import KernelService
 from .execution.notebook_kernels import NotebookKernels
 from .execution.notebook_run import NotebookRunner
@@ -239,6 +240,7 @@ class AgentToolsApp(ExtensionApp):
         them through the configuration, so only collaborators are passed here."""
         assert self.serverapp is not None
         serverapp = self.serverapp
+        guard_control_sockets()  # a dead kernel's control socket must not freeze the server (compat.py)
         self.audit = audit = Audit(parent=self, event_logger=getattr(serverapp, "event_logger", None))
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it

@@ -11,6 +11,7 @@ upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 
@@ -130,3 +131,41 @@ def event_listeners(logger: Any) -> tuple[Any, Any]:
     ``_unmodified_listeners``, 0.12; None where missing): whether an event would reach a listener,
     which has no public question."""
     return getattr(logger, "_modified_listeners", None), getattr(logger, "_unmodified_listeners", None)
+
+
+def guard_control_sockets() -> None:
+    """Keep jupyter_client's shutdown request from waiting forever on a kernel's control socket.
+
+    ``KernelManager._async_request_shutdown`` (jupyter_client 8.x) sends on ``_control_socket`` with no
+    timeout, after ``_connect_control_socket`` made sure one exists. When the kernel died and another
+    process bound its control port with a socket of a kind a DEALER cannot talk to (ports are picked at
+    random), the control socket's reconnect fails its handshake and keeps no peer: ZMQ then holds every
+    send, and a blocking socket holds the server's event loop with it (seen in this project's suite: a
+    server frozen in that send after a notebook's kernel died at start). Patched once per process: a
+    control socket that cannot take a message is replaced by a fresh one, which queues it (the kernel is
+    killed after the shutdown wait if nobody reads it). Idempotent; ``tests/test_compat.py`` checks it.
+    """
+    import zmq
+    from jupyter_client.manager import KernelManager
+
+    original = KernelManager._connect_control_socket
+    if getattr(original, "guarded_by_agent_tools", False):
+        return
+
+    def _connect_control_socket(self: Any) -> None:
+        socket = self._control_socket
+        if socket is not None and not _can_send(socket, zmq):
+            with contextlib.suppress(Exception):
+                self._close_control_socket()
+            self._control_socket = None
+        original(self)
+
+    _connect_control_socket.guarded_by_agent_tools = True  # type: ignore[attr-defined]
+    KernelManager._connect_control_socket = _connect_control_socket  # type: ignore[method-assign]
+
+
+def _can_send(socket: Any, zmq: Any) -> bool:
+    try:
+        return not socket.closed and bool(socket.get(zmq.EVENTS) & zmq.POLLOUT)
+    except Exception:  # its context was terminated, or it was closed meanwhile
+        return False

@@ -140,9 +140,12 @@ class NotebookKernels(Service):
                 session.last_used = last_used
 
     async def discard(self, path: str) -> None:
-        """Shut down the kernel a run of ``path`` just started and gave up on (it never answered)."""
+        """Shut down the kernel a run of ``path`` just started and gave up on (it never answered): killed
+        at once, as it holds nothing to save and a graceful shutdown would send its request over the
+        control channel of a kernel that is not there; then its session goes."""
         record = self.started.pop(path, None)
         if record is not None:
+            await self.sessions.kernels.forget_failed_start(record.kernel_id)
             await self._delete(record)
 
     def _record(self, session: KernelSession, idle: float, idle_for: float | None) -> None:
@@ -197,6 +200,8 @@ class NotebookKernels(Service):
     async def _delete(self, record: Started) -> None:
         try:
             await ensure_async(self.session_manager.delete_session(record.session_id))
+        except KeyError:  # its kernel was gone already: jupyter_server removed the session's row itself
+            pass
         except Exception:
             self.log.warning(
                 "shutting down notebook kernel %s (session %s) failed",
