@@ -84,6 +84,16 @@ def jp_server_config() -> dict[str, Any]:
 
 
 @pytest.fixture
+def jp_argv(jp_server_config: Any, request: pytest.FixtureRequest) -> list[str]:
+    """In-process servers keep no warm kernel unless the test configures the pool (``KernelPool`` in its
+    ``jp_server_config``) or is marked ``warm_pool``: the pool's background start costs every test that
+    evals a kernel start it never uses, which on 2 cores slows the whole suite."""
+    if "KernelPool" in jp_server_config or request.node.get_closest_marker("warm_pool"):
+        return []
+    return ["--KernelPool.size=0"]
+
+
+@pytest.fixture
 def api(agent_api):
     """Call an agent route: (status, parsed JSON); see jupyter_agent_tools.pytest_plugin. A call the
     client gives up on (tornado's request timeout) fails its test with where the server's tasks wait."""

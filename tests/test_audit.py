@@ -429,6 +429,7 @@ def test_schemas_ship_in_the_package_and_document_every_field() -> None:
 # -- the warm kernel pool -----------------------------------------------------------------------------
 
 
+@pytest.mark.warm_pool
 async def test_listing_and_gauge_show_the_warm_pool(api, evaluate, jp_fetch) -> None:
     status, listing = await api("GET", "sessions")
     assert status == 200 and listing["pool"]["size"] == 1 and listing["pool"]["ready"] == 0

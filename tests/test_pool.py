@@ -20,7 +20,7 @@ from jupyter_agent_tools.execution.faults import fd_usage
 from jupyter_agent_tools.execution.session import KernelSession
 from jupyter_agent_tools.testing.server import jupyter_server
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.warm_pool]
 
 
 def service_of(jp_serverapp: Any) -> Any:
