@@ -315,13 +315,39 @@ def test_the_panel_reconnects_after_a_server_restart(lab: dict[str, Any], page: 
                 .observe(root, {attributes: true, attributeFilter: ['data-connected']});
         }"""
     )
-    lab["restart"]()
-    page.wait_for_function(
-        "() => window.__agentConnection.includes('false') && "
-        "document.getElementById('jp-agent-activity').dataset.connected === 'true'",
-        timeout=60_000,
-    )
-    # Live again: a change made now is listed (and the ledger kept the earlier ones across the restart).
-    answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": "after = 'restart'"})
-    page.locator(f'{PANEL} [data-change-id="{answer["change_id"]}"]').wait_for(timeout=20_000)
-    assert page.locator(f"{PANEL} [data-change-id]").count() > 1
+    # On reconnecting the panel reads the changes list; its answer is held back here until a newer
+    # change has arrived as an event, the order a loaded machine can produce: the late list must not
+    # drop that change.
+    held: list[tuple[Any, Any]] = []
+
+    def hold(route: Any) -> None:
+        held.append((route, route.fetch()))  # read from the server now, handed to the page later
+
+    agent(lab, "POST", f"notebooks/{NOTEBOOK}", {"action": "insert", "content": "before = 'restart'"})
+    page.route("**/api/agent/changes?*", hold)
+    try:
+        lab["restart"]()
+        page.wait_for_function(
+            "() => window.__agentConnection.includes('false') && "
+            "document.getElementById('jp-agent-activity').dataset.connected === 'true'",
+            timeout=60_000,
+        )
+        deadline = time.monotonic() + 30
+        while not held:
+            assert time.monotonic() < deadline, "the panel did not read the changes on reconnecting"
+            page.wait_for_timeout(50)
+        # Live again: a change made now is listed (and the ledger kept the earlier ones across the restart).
+        body = {"action": "insert", "content": "after = 'restart'"}
+        answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", body)
+        row = page.locator(f'{PANEL} [data-change-id="{answer["change_id"]}"]')
+        row.wait_for(timeout=20_000)  # from the event
+        for route, response in held:
+            # the list read before the change reaches the page now, with one row more that shows it was
+            # rendered (a copy of its newest entry under another id)
+            listing = response.json()
+            listing["changes"].insert(0, {**listing["changes"][0], "id": "held-list"})
+            route.fulfill(response=response, json=listing)
+        page.locator(f'{PANEL} [data-change-id="held-list"]').wait_for(timeout=20_000)
+        assert row.is_visible(), "the list read before the change dropped it"
+    finally:
+        page.unroute("**/api/agent/changes?*")

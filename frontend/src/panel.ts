@@ -88,6 +88,11 @@ export class AgentPanel extends Widget {
 
   private _recorded(event: IChange & IAgentEvent): void {
     const change: IChange = { ...event, id: String(event.change_id) };
+    this._arrived.delete(change.id);
+    this._arrived.set(change.id, change);
+    if (this._arrived.size > this._maxChanges) {
+      this._arrived.delete(this._arrived.keys().next().value as string);
+    }
     this._changes = [
       change,
       ...this._changes.filter(c => c.id !== change.id)
@@ -133,11 +138,18 @@ export class AgentPanel extends Widget {
   }
 
   private async _loadChanges(): Promise<void> {
+    // Changes that arrive as events while the list is read may be newer than the list's answer (it can
+    // reach the page after them): they are kept in front of it.
+    const arrived = (this._arrived = new Map<string, IChange>());
     try {
       const answer = await request<{ changes: IChange[] }>(
         `api/agent/changes?limit=${this._maxChanges}`
       );
-      this._changes = answer.changes;
+      const listed = new Set(answer.changes.map(c => c.id));
+      this._changes = [
+        ...[...arrived.values()].reverse().filter(c => !listed.has(c.id)),
+        ...answer.changes
+      ].slice(0, this._maxChanges);
     } catch (error) {
       this._error = `Changes: ${(error as Error).message}`;
     }
@@ -397,6 +409,7 @@ export class AgentPanel extends Widget {
 
   private _events: EventStream;
   private _connected = false;
+  private _arrived = new Map<string, IChange>(); // told by events since the list was last read
   private _sessions: ISession[] = [];
   private _changes: IChange[] = [];
   private _running = new Set<string>(); // notebooks with a cell marked running
