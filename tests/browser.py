@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,15 @@ def http(method: str, url: str, token: str, body: Any = None, timeout: float = 3
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"null")
+
+
+def wait_until(page: Any, seen: Callable[[], Any], seconds: float, failure: str) -> None:
+    """Let the page run (its events reach the test's handlers) until ``seen()`` holds; fail saying
+    ``failure`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not seen():
+        assert time.monotonic() < deadline, failure
+        page.wait_for_timeout(50)
 
 
 def launch(playwright: Any) -> Any:

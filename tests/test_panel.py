@@ -30,7 +30,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from browser import ARTIFACTS, http, launch, needs_chromium, running_lab
+from browser import ARTIFACTS, http, launch, needs_chromium, running_lab, wait_until
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 pytest.importorskip("jupyterlab", reason="jupyterlab is not installed")
@@ -93,10 +93,7 @@ def page(lab: dict[str, Any]) -> Iterator[Any]:
                 f"() => document.querySelector('.jp-Notebook')?.innerText.includes({ORIGINAL!r})",
                 timeout=90_000,
             )
-            deadline = time.monotonic() + 60
-            while not synced:
-                assert time.monotonic() < deadline, "the notebook never joined its collaborative room"
-                page.wait_for_timeout(50)
+            wait_until(page, lambda: synced, 60, "the notebook never joined its collaborative room")
             # The panel is a left-sidebar tab: show it, then wait for its live connection.
             page.locator('.jp-SideBar [data-id="jp-agent-activity"]').click()
             page.wait_for_selector(f'{PANEL}[data-connected="true"]', state="visible", timeout=30_000)
@@ -332,10 +329,7 @@ def test_the_panel_reconnects_after_a_server_restart(lab: dict[str, Any], page: 
             "document.getElementById('jp-agent-activity').dataset.connected === 'true'",
             timeout=60_000,
         )
-        deadline = time.monotonic() + 30
-        while not held:
-            assert time.monotonic() < deadline, "the panel did not read the changes on reconnecting"
-            page.wait_for_timeout(50)
+        wait_until(page, lambda: held, 30, "the panel did not read the changes on reconnecting")
         # Live again: a change made now is listed (and the ledger kept the earlier ones across the restart).
         body = {"action": "insert", "content": "after = 'restart'"}
         answer = agent(lab, "POST", f"notebooks/{NOTEBOOK}", body)

@@ -21,7 +21,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from browser import ARTIFACTS, http, launch, needs_chromium, running_lab
+from browser import ARTIFACTS, http, launch, needs_chromium, running_lab, wait_until
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 pytest.importorskip("jupyterlab", reason="jupyterlab (from jupyter-collaboration) is not installed")
@@ -70,10 +70,7 @@ def test_jupyterlab_shows_agent_insert_live(lab: dict[str, Any], tmp_path: Path)
                 "() => document.querySelector('.jp-Notebook')?.innerText.includes('value = 1')",
                 timeout=60_000,
             )
-            deadline = time.monotonic() + 60
-            while not synced:
-                assert time.monotonic() < deadline, "the notebook never joined its collaborative room"
-                page.wait_for_timeout(50)
+            wait_until(page, lambda: synced, 60, "the notebook never joined its collaborative room")
             page.evaluate("() => { window.__agentToolsMarker = 'not reloaded'; }")
             cells_before = page.locator(".jp-Notebook .jp-Cell").count()
             # The person types into the code cell (unsaved) right before the agent's request.
@@ -161,10 +158,7 @@ def test_jupyterlab_shows_agent_run_outputs_live(lab: dict[str, Any], tmp_path: 
                 "() => document.querySelector('.jp-Notebook')?.innerText.includes('agent run: first line')",
                 timeout=90_000,
             )  # the source is shown
-            deadline = time.monotonic() + 60
-            while not synced:
-                assert time.monotonic() < deadline, "the notebook never joined its collaborative room"
-                page.wait_for_timeout(50)
+            wait_until(page, lambda: synced, 60, "the notebook never joined its collaborative room")
             assert page.evaluate(outputs_js) == ""
 
             running = pool.submit(
