@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.testing.server import free_port
+from jupyter_agent_tools.testing.server import NOT_SERVING_YET, PortTaken, on_a_free_port, port_taken
 
 CHROMIUM = os.environ.get("AGENT_TOOLS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -105,7 +105,6 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
     )
     token = secrets.token_hex(16)
-    port = free_port()
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(config_dir),
@@ -114,39 +113,46 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
         "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
     }
-    log = (tmp_path / "lab.log").open("ab")
-    command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        "--no-browser",
-        "--allow-root",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={root}",
-    ]
-    base = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "lab.log"
     process: subprocess.Popen[bytes] | None = None
+    port = 0
 
-    def start() -> None:
-        nonlocal process
-        process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+    def start(on_port: int) -> None:
+        """Start the lab on ``on_port`` and wait until it answers; PortTaken if another process holds it
+        (the lab exits then, instead of moving to another port the test would not know)."""
+        nonlocal process, port
+        port = on_port
+        command = [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--port-retries=0",
+            "--no-browser",
+            "--allow-root",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={root}",
+        ]
+        with log_path.open("ab") as log:
+            process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             try:
-                if http("GET", f"{base}/api/status", token, timeout=2)[0] == 200:
+                if http("GET", f"http://127.0.0.1:{port}/api/status", token, timeout=2)[0] == 200:
                     break
-            except OSError:
+            except NOT_SERVING_YET:
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    f"jupyter lab did not start:\n{(tmp_path / 'lab.log').read_text()[-3000:]}"
-                )
+                stop()
+                tail = log_path.read_text(errors="replace")[-3000:]
+                if port_taken(tail):
+                    raise PortTaken(f"jupyter lab could not listen on port {port}:\n{tail}")
+                raise AssertionError(f"jupyter lab did not start:\n{tail}")
             time.sleep(0.1)
 
     def stop() -> None:
-        if process is None:
+        if process is None or process.poll() is not None:
             return
         process.terminate()
         try:
@@ -158,11 +164,16 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
     def restart() -> None:
         """Stop the server and start it again on the same port, with the same state."""
         stop()
-        start()
+        start(port)
 
     try:
-        start()
-        yield {"base": base, "token": token, "root": root, "log": tmp_path / "lab.log", "restart": restart}
+        on_a_free_port(start)
+        yield {
+            "base": f"http://127.0.0.1:{port}",
+            "token": token,
+            "root": root,
+            "log": log_path,
+            "restart": restart,
+        }
     finally:
         stop()
-        log.close()

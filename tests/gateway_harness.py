@@ -48,6 +48,8 @@ from typing import Any
 from tornado import httpclient, httpserver, httputil, web, websocket
 from tornado.log import app_log
 
+from jupyter_agent_tools.testing.server import NOT_SERVING_YET, PortTaken, on_a_free_port, port_taken
+
 try:
     import psutil
 except ImportError:  # pragma: no cover - psutil comes with ipykernel
@@ -329,19 +331,11 @@ def start_kernel_gateway(
     ``startup_timeout`` seconds. With ``port=None`` a free port is picked (retried if another process
     grabs it first).
     """
-    attempts = 1 if port is not None else 3
-    last_error: RuntimeError | None = None
-    for _ in range(attempts):
-        try:
-            return _start_once(port or find_free_port(), token, startup_timeout, list(extra_args), env)
-        except _PortTaken as e:
-            last_error = RuntimeError(str(e))
-    assert last_error is not None
-    raise last_error
 
+    def start(on_port: int) -> KernelGatewayProcess:
+        return _start_once(on_port, token, startup_timeout, list(extra_args), env)
 
-class _PortTaken(RuntimeError):
-    pass
+    return start(port) if port is not None else on_a_free_port(start)
 
 
 def _start_once(
@@ -392,12 +386,12 @@ def _start_once(
         if proc.poll() is not None:
             log = gw.log()
             gw.stop()
-            if "no available port" in log or "already in use" in log:
-                raise _PortTaken(f"Kernel Gateway could not bind port {port}:\n{log}")
+            if port_taken(log):
+                raise PortTaken(f"Kernel Gateway could not bind port {port}:\n{log}")
             raise RuntimeError(f"Kernel Gateway exited with {proc.returncode} during startup:\n{log}")
         try:
             status, body = gateway_http(gw.url, "GET", "/api/kernelspecs", token=token, timeout=2)
-        except (OSError, urllib.error.URLError) as e:
+        except NOT_SERVING_YET as e:
             last = repr(e)
         else:
             if status == 200:

@@ -29,7 +29,14 @@ from typing import Any
 
 import psutil
 
-from jupyter_agent_tools.testing.server import PACKAGE_PARENT, free_port
+from jupyter_agent_tools.testing.server import (
+    NOT_SERVING_YET,
+    PACKAGE_PARENT,
+    PortTaken,
+    free_port,
+    on_a_free_port,
+    port_taken,
+)
 
 PROXY = "configurable-http-proxy"
 NO_PROXY_REASON = (
@@ -166,62 +173,77 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
     for sub in ("home", "events", "singleuser-config", "tmp"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
     (tmp / "singleuser-config" / "jupyter_server_config.py").write_text(SINGLEUSER_CONFIG)
-    port, admin_token = free_port(), secrets.token_hex(16)
+    admin_token = secrets.token_hex(16)
     pythonpath = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
-    config = HUB_CONFIG.format(
-        port=port,
-        hub_port=free_port(),
-        proxy_api_port=free_port(),
-        tmp=tmp,
-        python=sys.executable,
-        root=hasattr(os, "geteuid") and os.geteuid() == 0,
-        pythonpath=pythonpath,
-        admin_token=admin_token,
-    )
-    (tmp / "jupyterhub_config.py").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "JUPYTER_AGENT_"))}
     env.update(PYTHONPATH=pythonpath, CONFIGPROXY_AUTH_TOKEN=secrets.token_hex(16))
     proxy = shutil.which(PROXY)
     assert proxy is not None, NO_PROXY_REASON
     env["PATH"] = os.pathsep.join([os.path.dirname(proxy), os.path.dirname(sys.executable), env["PATH"]])
     log_path = tmp / "hub.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
-            cwd=tmp,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+
+    def start(port: int) -> Hub:
+        """The hub on ``port`` once its API answers; PortTaken if it or its proxy lost a port."""
+        config = HUB_CONFIG.format(
+            port=port,
+            hub_port=free_port(),
+            proxy_api_port=free_port(),
+            tmp=tmp,
+            python=sys.executable,
+            root=hasattr(os, "geteuid") and os.geteuid() == 0,
+            pythonpath=pythonpath,
+            admin_token=admin_token,
         )
-    hub = Hub(f"http://127.0.0.1:{port}/", admin_token, tmp, process, log_path)
-    try:
+        (tmp / "jupyterhub_config.py").write_text(config)
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
+                cwd=tmp,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        hub = Hub(f"http://127.0.0.1:{port}/", admin_token, tmp, process, log_path)
         deadline = time.monotonic() + startup_timeout
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"the hub exited with {process.returncode}:\n{hub.log()}")
-            with contextlib.suppress(OSError):
+        while process.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(*NOT_SERVING_YET):
                 status, _ = hub.api("GET", "")
                 if status == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the hub did not answer in {startup_timeout} s:\n{hub.log()}")
+                    return hub
             time.sleep(0.25)
+        exited = process.returncode
+        _stop_hub(hub)
+        if port_taken(hub.log()):  # the hub, or the proxy it started, could not listen
+            raise PortTaken(f"the hub lost a port:\n{hub.log()}")
+        if exited is not None:
+            raise AssertionError(f"the hub exited with {exited}:\n{hub.log()}")
+        raise AssertionError(f"the hub did not answer in {startup_timeout} s:\n{hub.log()}")
+
+    hub = on_a_free_port(start)
+    try:
         yield hub
     finally:
-        # psutil.Process objects, not pids: kill() checks that the pid was not reused meanwhile
-        started = {p.pid: p for p in _descendants(process.pid)}
+        _stop_hub(hub)
+
+
+def _stop_hub(hub: Hub) -> None:
+    """Stop the users' servers, the hub, and anything it started and left behind."""
+    process = hub.process
+    # psutil.Process objects, not pids: kill() checks that the pid was not reused meanwhile
+    started = {p.pid: p for p in _descendants(process.pid)}
+    if process.poll() is None:
         for name in hub.users:
             with contextlib.suppress(OSError):
                 hub.api("DELETE", f"users/{name}/server")
-        started.update({p.pid: p for p in _descendants(process.pid)})
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-        for child in started.values():  # anything the hub started and left behind
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+    started.update({p.pid: p for p in _descendants(process.pid)})
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+    for child in started.values():  # anything the hub started and left behind
+        with contextlib.suppress(psutil.Error):
+            child.kill()

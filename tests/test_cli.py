@@ -673,8 +673,6 @@ def test_nb_run_saves_the_images_the_cells_stored(cli: Any, server: Server, tmp_
     assert f"[image/png 1x1, 70 bytes] saved to {saved}" in done.stderr
 
 
-
-
 # -- sessions and artifacts ------------------------------------------------------------------------------
 
 

@@ -413,7 +413,16 @@ def test_cli_nb_replace_reads_multi_line_text_from_a_file_or_stdin(server, tmp_p
     old = tmp_path / "old.txt"
     old.write_text("def f(x):\n    return x\n")
     replaced = cli(
-        server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", str(old), "--new-file", "-",
+        server,
+        "nb",
+        "replace",
+        "c/multi.ipynb",
+        "--cell",
+        "0",
+        "--old-file",
+        str(old),
+        "--new-file",
+        "-",
         input="def f(x):\n    return 2 * x\n",
     )
     assert replaced.returncode == 0, replaced.stderr
@@ -421,11 +430,33 @@ def test_cli_nb_replace_reads_multi_line_text_from_a_file_or_stdin(server, tmp_p
     assert cells[0].source == "def f(x):\n    return 2 * x\n\nprint(f(1))"
     twice = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", "-", "--new-file", "-")
     assert twice.returncode == 2 and "stdin" in twice.stderr
-    both = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old", "x", "--old-file", str(old),
-               "--new", "y")
+    both = cli(
+        server,
+        "nb",
+        "replace",
+        "c/multi.ipynb",
+        "--cell",
+        "0",
+        "--old",
+        "x",
+        "--old-file",
+        str(old),
+        "--new",
+        "y",
+    )
     assert both.returncode == 2 and "not allowed with" in both.stderr
-    missing = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", str(tmp_path / "no"),
-                  "--new", "y")
+    missing = cli(
+        server,
+        "nb",
+        "replace",
+        "c/multi.ipynb",
+        "--cell",
+        "0",
+        "--old-file",
+        str(tmp_path / "no"),
+        "--new",
+        "y",
+    )
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
 
@@ -479,8 +510,18 @@ def test_a_symlink_loop_is_walked_once(tmp_path) -> None:
     cm = FileContentsManager(root_dir=str(root))
     page = asyncio.run(files.list_files(cm, "", recursive=True))
     paths = [e["path"] for e in page["entries"]]
-    assert paths == ["a", "a/b", "a/b/loop", "a/b/n.ipynb", "a/out", "c", "c/loop", "c/loop/b", "c/loop/out",
-                     "c/n.ipynb"], paths
+    assert paths == [
+        "a",
+        "a/b",
+        "a/b/loop",
+        "a/b/n.ipynb",
+        "a/out",
+        "c",
+        "c/loop",
+        "c/loop/b",
+        "c/loop/out",
+        "c/n.ipynb",
+    ], paths
     assert not page["truncated"]
 
 

@@ -59,6 +59,7 @@ def agent(hub: Hub, token: str, method: str, route: str, body: Any = None) -> tu
 
 def test_a_remote_agent_works_on_alices_server_through_the_proxy(hub: Hub, tokens: dict[str, str]) -> None:
     token = tokens["alice"]
+    bobs_events = len(hub.events("bob"))
     status, answer = agent(
         hub, token, "POST", "api/agent/eval", {"cells": [{"code": "print(6 * 7)"}], "session": "s"}
     )
@@ -68,9 +69,11 @@ def test_a_remote_agent_works_on_alices_server_through_the_proxy(hub: Hub, token
     )
     assert status == 200, answer
     status, answer = agent(hub, token, "GET", "api/agent/notebooks/a.ipynb")
-    assert status == 200 and [c["source"] for c in answer["cells"]] == ["x = 1", "y = 2"], answer
+    sources = [c["source"] for c in answer["cells"]]
+    assert status == 200 and sources[0] == "x = 1" and sources[-1] == "y = 2", answer
     status, listing = agent(hub, token, "GET", "api/agent/sessions")
-    assert status == 200 and {s["name"]: s["owner"] for s in listing["sessions"]} == {"s": "alice"}
+    owners = {s["name"]: s["owner"] for s in listing["sessions"]}  # the module's other tests add theirs
+    assert status == 200 and owners["s"] == "alice" and set(owners.values()) == {"alice"}, owners
     # alice's audit events name the hub user
     events = hub.events("alice")
     by_schema = {e["__schema__"].split("/")[-2]: e for e in events}
@@ -78,7 +81,7 @@ def test_a_remote_agent_works_on_alices_server_through_the_proxy(hub: Hub, token
     assert (
         by_schema["notebook_change"]["user"] == "alice" and by_schema["notebook_change"]["path"] == "a.ipynb"
     )
-    assert not hub.events("bob")
+    assert len(hub.events("bob")) == bobs_events  # nothing of alice's reached bob's server
 
 
 def test_other_users_and_tokens_without_server_access_are_refused(hub: Hub, tokens: dict[str, str]) -> None:

@@ -88,7 +88,6 @@ def without_null(schema: Any) -> Any:
     return out
 
 
-
 def portable(schema: Any) -> Any:
     """``schema`` with every ``"type": [T1, T2]`` spelled as ``"anyOf": [{"type": T1}, {"type": T2}]``.
 

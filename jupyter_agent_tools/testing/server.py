@@ -22,7 +22,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 try:  # httpx when installed, else the standard library (both keep one connection alive)
     import httpx
@@ -33,6 +33,11 @@ except ImportError:  # pragma: no cover - depends on the environment
 CONNECTION_ERRORS: tuple[type[BaseException], ...] = (OSError,) + (
     (httpx.TransportError,) if httpx is not None else ()
 )
+# What polling a port that may be held by another process's socket raises: a refused connection, or a
+# reply that is not HTTP (a kernel's ZeroMQ socket answers with its greeting).
+NOT_SERVING_YET: tuple[type[BaseException], ...] = (*CONNECTION_ERRORS, http.client.HTTPException)
+# What a Jupyter app (server, lab, Kernel Gateway, hub, proxy) logs when it cannot listen on its port.
+PORT_TAKEN_SIGNS = ("is not available", "no available port", "already in use", "EADDRINUSE")
 # The directory that holds this package: put first on the server's PYTHONPATH, so the server runs the
 # very code the caller imported (a checkout, not another installed copy).
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent.parent
@@ -86,9 +91,37 @@ class Server:
 
 
 def free_port() -> int:
+    """A port of 127.0.0.1 nobody listens on now. Another process (a kernel picks its ports the same way)
+    may take it before the caller binds it: start servers through :func:`on_a_free_port`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class PortTaken(RuntimeError):
+    """A server could not listen on the port it was given: another process took it first."""
+
+
+def port_taken(log: str) -> bool:
+    """Whether a server's log says it exited because its port was taken."""
+    return any(sign in log for sign in PORT_TAKEN_SIGNS)
+
+
+Started = TypeVar("Started")
+
+
+def on_a_free_port(start: Callable[[int], Started], attempts: int = 3) -> Started:
+    """``start(port)`` with a free port; when it raises :class:`PortTaken`, again with another port.
+
+    ``start`` must make its server exit rather than move to another port (``--port-retries=0``): a
+    server that moved would leave the caller talking to whatever took the port."""
+    for attempt in range(attempts):
+        try:
+            return start(free_port())
+        except PortTaken:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
@@ -115,28 +148,10 @@ def jupyter_server(
         for sub in ("config", "data", "runtime"):
             (tmp_path / sub).mkdir()
         token = secrets.token_hex(16)
-        port = free_port()
         profiler: list[str] = []
         session_path = tmp_path / "server.pyisession"
         if profile_to is not None:
             profiler = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(session_path)]
-        cmd = [
-            sys.executable,
-            *profiler,
-            "-m",
-            "jupyter_server",
-            "--ServerApp.jpserver_extensions={'jupyter_agent_tools': True}",
-            "--ip=127.0.0.1",
-            f"--port={port}",
-            "--port-retries=0",
-            "--ServerApp.log_level=WARN",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--no-browser",
-            *extra_args,
-        ]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-root")  # containers and CI often run as root
         full_env = dict(os.environ)
         full_env.update(
             JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
@@ -146,16 +161,38 @@ def jupyter_server(
         )
         full_env.update(env or {})
         log_path = tmp_path / "server.log"
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=tmp, start_new_session=True
-            )
-        server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path, tmp_path / "runtime")
-        try:
+
+        def start(port: int) -> Server:
+            cmd = [
+                sys.executable,
+                *profiler,
+                "-m",
+                "jupyter_server",
+                "--ServerApp.jpserver_extensions={'jupyter_agent_tools': True}",
+                "--ip=127.0.0.1",
+                f"--port={port}",
+                "--port-retries=0",
+                "--ServerApp.log_level=WARN",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                "--no-browser",
+                *extra_args,
+            ]
+            if hasattr(os, "geteuid") and os.geteuid() == 0:
+                cmd.append("--allow-root")  # containers and CI often run as root
+            with open(log_path, "wb") as log:  # a port-taken attempt's log is of no interest
+                process = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=tmp, start_new_session=True
+                )
+            server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path, tmp_path / "runtime")
             _wait_ready(server, startup_timeout)
+            return server
+
+        server = on_a_free_port(start)
+        try:
             yield server
         finally:
-            _stop(process, timeout=120 if profile_to is not None else 15)
+            _stop(server.process, timeout=120 if profile_to is not None else 15)
             if profile_to is not None and on_stop is not None and session_path.exists():
                 on_stop(session_path, profile_to)
 
@@ -170,11 +207,14 @@ def _wait_ready(server: Server, timeout: float) -> None:
                 status, _ = client.request("GET", "api/agent/notebooks/__readiness_probe__.ipynb")
             if status == 404:  # the server answers and the extension's route is there
                 return
-        except CONNECTION_ERRORS:
+        except NOT_SERVING_YET:
             pass
         time.sleep(0.1)
+    exited = server.process.poll() is not None
     _stop(server.process)
     log = server.log_path.read_text(errors="replace")[-4000:]
+    if exited and port_taken(log):
+        raise PortTaken(f"the Jupyter server could not listen on {server.url}; its log:\n{log}")
     raise RuntimeError(f"Jupyter server did not become ready in {timeout:.0f} s; its log:\n{log}")
 
 
