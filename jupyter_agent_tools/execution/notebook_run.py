@@ -329,24 +329,23 @@ class NotebookRunner(Service):
             notices: list[str] = []
             loop = asyncio.get_running_loop()
             began = loop.time()
-            for retried in (False, True):
+            created = pooled = False
+
+            async def attach() -> None:
+                nonlocal created, pooled
                 kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
                 # Waiting for a kernel that was there counts against the call's timeout; one this run just
                 # started may take KernelService.ready_timeout, like any kernel start (eval's too).
                 ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
                 pooled = kernel_id in self._warm
-                try:
-                    await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
-                    break
-                except Unavailable as e:
-                    # The kernel this run started exited before its first answer, most often because
-                    # another process took one of its TCP ports first; the server's restarter would start
-                    # it again on the same ports (jupyter_client caches them), a new kernel gets new
-                    # ones. Once, as eval.
-                    if retried or not (created and died_at_start(e)):
-                        raise
-                    self.sessions.record(session, "create_retries", "%s; starting another once", e)
-                    await asyncio.sleep(self.recovery.retry_backoff)
+                await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
+
+            # A kernel this run started that exited before its first answer most often lost one of its TCP
+            # ports to another process; the server's restarter would start it again on the same ports
+            # (jupyter_client caches them), a new kernel gets new ones: once, as eval's launches.
+            await self.recovery.retry_once(
+                session, attach, lambda e: created and isinstance(e, Unavailable) and died_at_start(e)
+            )
             if pooled:
                 await self._settle_pooled(session, path)
             yield Turn(session, notices, (loop.time() if created else began) + timeout)

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from traitlets import Float, Instance, validate
 
@@ -32,6 +33,7 @@ from .session import KernelSession, SessionState
 from .sessions import SessionManager
 
 RERUNS_AFTER_DEATH = 1
+Started = TypeVar("Started")
 RESTART_LIMIT_MESSAGE = "Python kernel restarted too many times in this session"
 
 
@@ -140,13 +142,37 @@ class KernelRecovery(Service):
     async def _launch_retrying(
         self, session: KernelSession, kernel_name: str, cwd: str
     ) -> tuple[str, KernelConnection]:
+        def retryable(e: Exception) -> bool:
+            return not is_fd_exhaustion(e) and ((http_status(e) or 0) >= 500 or died_at_start(e))
+
+        return await self.retry_once(
+            session, lambda: self.kernels.launch(kernel_name, cwd), retryable, self.kernels.translate
+        )
+
+    async def retry_once(
+        self,
+        session: KernelSession,
+        start: Callable[[], Awaitable[Started]],
+        retryable: Callable[[Exception], bool],
+        translate: Callable[[Exception, bool], Exception] | None = None,
+    ) -> Started:
+        """``start()``; when it fails as ``retryable`` says, once more after ``retry_backoff``: counted as
+        the session's ``create_retries``, logged, audited. A failure is raised as ``translate(e, retried)``
+        (a kernel start's failure as the caller's error), or as it is. Eval's kernel launches and notebook
+        runs' kernel starts both go through here."""
+
+        def failed(e: Exception, retried: bool) -> Exception:
+            error = translate(e, retried) if translate is not None else e
+            if error is not e:
+                error.__cause__ = e
+            return error
+
         try:
-            return await self.kernels.launch(kernel_name, cwd)
+            return await start()
         except Exception as e:
+            if not retryable(e):
+                raise failed(e, False)  # noqa: B904 - failed() sets the cause
             status = http_status(e)
-            retryable = (status or 0) >= 500 or died_at_start(e)
-            if is_fd_exhaustion(e) or not retryable:
-                raise self.kernels.translate(e) from e
             self.sessions.record(
                 session,
                 "create_retries",
@@ -156,12 +182,12 @@ class KernelRecovery(Service):
         await asyncio.sleep(self.retry_backoff)
         audit = self.sessions.audit
         try:
-            launched = await self.kernels.launch(kernel_name, cwd)
+            started = await start()
         except Exception as e:
             audit.recovery(session, "create_retries", "failed", f"the retried kernel creation failed: {e}")
-            raise self.kernels.translate(e, retried=True) from e
+            raise failed(e, True)  # noqa: B904 - failed() sets the cause
         audit.recovery(session, "create_retries", "recovered", "the retried kernel creation succeeded")
-        return launched
+        return started
 
     async def revive(self, session: KernelSession) -> str | None:
         """Before a call: recover a kernel that was restarted under the session or died; return the
