@@ -160,6 +160,7 @@ def serve(args: list[str]) -> int:
         "lab",
         "--ip=127.0.0.1",
         f"--port={port}",
+        "--port-retries=0",  # a port taken meanwhile is an error, not a quiet move away from the URL above
         "--no-browser",
         f"--IdentityProvider.token={token}",
         *args,

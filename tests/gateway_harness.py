@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,13 @@ from typing import Any
 from tornado import httpclient, httpserver, httputil, web, websocket
 from tornado.log import app_log
 
-from jupyter_agent_tools.testing.server import NOT_SERVING_YET, PortTaken, on_a_free_port, port_taken
+from jupyter_agent_tools.testing.server import (
+    NOT_SERVING_YET,
+    PortTaken,
+    free_port,
+    on_a_free_port,
+    port_taken,
+)
 
 try:
     import psutil
@@ -64,7 +69,6 @@ __all__ = [
     "FaultProxy",
     "KernelGatewayProcess",
     "descendant_pids",
-    "find_free_port",
     "gateway_http",
     "make_gateway_server_config",
     "pid_alive",
@@ -76,12 +80,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------
 # small process / network helpers
 # --------------------------------------------------------------------------------------------------------
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def pid_alive(pid: int) -> bool:
@@ -465,7 +463,7 @@ class FaultProxy:
         self.target_url = target_url.rstrip("/")
         self.target_ws_url = re.sub(r"^http", "ws", self.target_url)
         self.host = host
-        self.port = port or find_free_port(host)
+        self.port = port or free_port()  # of 127.0.0.1, the only host used
         self.url = f"http://{host}:{self.port}"
         self.ws_url = f"ws://{host}:{self.port}"
         self._lock = threading.Lock()

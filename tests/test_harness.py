@@ -52,3 +52,13 @@ def test_a_port_taken_on_every_attempt_is_reported(monkeypatch: pytest.MonkeyPat
     with pytest.raises(harness.PortTaken, match="port 40003 is not available"):
         harness.on_a_free_port(start, attempts=3)
     assert tried == [40001, 40002, 40003]
+
+
+def test_free_ports_come_from_below_the_range_kernels_get_theirs_from() -> None:
+    """A kernel's ports (jupyter_client binds port 0) come from the OS's ephemeral range; a port chosen
+    below it cannot be taken by a kernel started before the server binds it."""
+    floor = harness._ephemeral_floor()
+    assert floor - harness.PORTS_BELOW_EPHEMERAL[0] >= 1000, "this machine's ephemeral range starts too low"
+    ports = {harness.free_port() for _ in range(20)}
+    assert all(harness.PORTS_BELOW_EPHEMERAL[0] <= port < floor for port in ports), ports
+    assert len(ports) > 1  # chosen at random: workers do not all try the same one first

@@ -90,12 +90,40 @@ class Server:
         return self.runtime_dir / f"kernel-{kernel_id}.json"
 
 
-def free_port() -> int:
-    """A port of 127.0.0.1 nobody listens on now. Another process (a kernel picks its ports the same way)
-    may take it before the caller binds it: start servers through :func:`on_a_free_port`."""
+# Where free_port looks first: below the range the OS hands out for port 0 (Linux's default is 32768-60999),
+# from which kernels get their ports (jupyter_client binds port 0) and connections their local ends.
+PORTS_BELOW_EPHEMERAL = (20000, 32768)
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORTS_BELOW_EPHEMERAL[1]
+
+
+def _bindable(port: int) -> int | None:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return None
         return int(s.getsockname()[1])
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nobody listens on now, chosen below the OS's ephemeral range where it can be:
+    a kernel (or a connection) started meanwhile cannot take it there, only another explicit bind.
+    Start servers through :func:`on_a_free_port`, which copes with that too."""
+    low, high = PORTS_BELOW_EPHEMERAL[0], min(PORTS_BELOW_EPHEMERAL[1], _ephemeral_floor())
+    if high - low >= 1000:
+        for _ in range(50):
+            port = _bindable(low + secrets.randbelow(high - low))  # the global random may be seeded alike
+            if port is not None:
+                return port
+    port = _bindable(0)
+    assert port is not None, "cannot bind 127.0.0.1"
+    return port
 
 
 class PortTaken(RuntimeError):
