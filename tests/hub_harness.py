@@ -64,6 +64,9 @@ c.Spawner.environment = {{
     "AGENT_EVENTS_DIR": "{tmp}/events",
     "TMPDIR": "{tmp}/tmp",
 }}
+# Single-user servers on ports below the range their kernels' ports come from (see free_port).
+from jupyter_agent_tools.testing.server import free_port
+c.Spawner.pre_spawn_hook = lambda spawner: setattr(spawner, "port", free_port())
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 c.JupyterHub.services = [{{"name": "tester", "api_token": "{admin_token}"}}]
