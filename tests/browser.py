@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.testing.server import NOT_SERVING_YET, PortTaken, on_a_free_port, port_taken
+from jupyter_agent_tools.testing.server import on_a_free_port, wait_serving
 
 CHROMIUM = os.environ.get("AGENT_TOOLS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -136,20 +136,15 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
         ]
         with log_path.open("ab") as log:
             process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if http("GET", f"http://127.0.0.1:{port}/api/status", token, timeout=2)[0] == 200:
-                    break
-            except NOT_SERVING_YET:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop()
-                tail = log_path.read_text(errors="replace")[-3000:]
-                if port_taken(tail):
-                    raise PortTaken(f"jupyter lab could not listen on port {port}:\n{tail}")
-                raise AssertionError(f"jupyter lab did not start:\n{tail}")
-            time.sleep(0.1)
+        wait_serving(
+            "jupyter lab",
+            process,
+            lambda: http("GET", f"http://127.0.0.1:{port}/api/status", token, timeout=2)[0],
+            200,
+            60,
+            stop,
+            lambda: log_path.read_text(errors="replace")[-3000:],
+        )
 
     def stop() -> None:
         if process is None or process.poll() is not None:

@@ -47,13 +47,7 @@ from typing import Any
 from tornado import httpclient, httpserver, httputil, web, websocket
 from tornado.log import app_log
 
-from jupyter_agent_tools.testing.server import (
-    NOT_SERVING_YET,
-    PortTaken,
-    free_port,
-    on_a_free_port,
-    port_taken,
-)
+from jupyter_agent_tools.testing.server import free_port, on_a_free_port, wait_serving
 
 try:
     import psutil
@@ -378,30 +372,16 @@ def _start_once(
             start_new_session=True,  # own process group (and session), see kill()/stop()
         )
     gw = KernelGatewayProcess(proc, port, token, workdir, log_path)
-    deadline = time.monotonic() + startup_timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log = gw.log()
-            gw.stop()
-            if port_taken(log):
-                raise PortTaken(f"Kernel Gateway could not bind port {port}:\n{log}")
-            raise RuntimeError(f"Kernel Gateway exited with {proc.returncode} during startup:\n{log}")
-        try:
-            status, body = gateway_http(gw.url, "GET", "/api/kernelspecs", token=token, timeout=2)
-        except NOT_SERVING_YET as e:
-            last = repr(e)
-        else:
-            if status == 200:
-                return gw
-            last = f"HTTP {status}: {body}"
-        time.sleep(0.1)
-    log = gw.log()
-    gw.stop()
-    raise RuntimeError(
-        f"Kernel Gateway on port {port} did not answer GET /api/kernelspecs within {startup_timeout}s "
-        f"(last: {last}). Output:\n{log}"
+    wait_serving(
+        f"Kernel Gateway on port {port}",
+        proc,
+        lambda: gateway_http(gw.url, "GET", "/api/kernelspecs", token=token, timeout=2)[0],
+        200,
+        startup_timeout,
+        gw.stop,
+        gw.log,
     )
+    return gw
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -29,14 +29,7 @@ from typing import Any
 
 import psutil
 
-from jupyter_agent_tools.testing.server import (
-    NOT_SERVING_YET,
-    PACKAGE_PARENT,
-    PortTaken,
-    free_port,
-    on_a_free_port,
-    port_taken,
-)
+from jupyter_agent_tools.testing.server import PACKAGE_PARENT, free_port, on_a_free_port, wait_serving
 
 PROXY = "configurable-http-proxy"
 NO_PROXY_REASON = (
@@ -208,20 +201,17 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
                 start_new_session=True,
             )
         hub = Hub(f"http://127.0.0.1:{port}/", admin_token, tmp, process, log_path)
-        deadline = time.monotonic() + startup_timeout
-        while process.poll() is None and time.monotonic() < deadline:
-            with contextlib.suppress(*NOT_SERVING_YET):
-                status, _ = hub.api("GET", "")
-                if status == 200:
-                    return hub
-            time.sleep(0.25)
-        exited = process.returncode
-        _stop_hub(hub)
-        if port_taken(hub.log()):  # the hub, or the proxy it started, could not listen
-            raise PortTaken(f"the hub lost a port:\n{hub.log()}")
-        if exited is not None:
-            raise AssertionError(f"the hub exited with {exited}:\n{hub.log()}")
-        raise AssertionError(f"the hub did not answer in {startup_timeout} s:\n{hub.log()}")
+        wait_serving(  # PortTaken also when the proxy the hub started could not listen
+            "the hub",
+            process,
+            lambda: hub.api("GET", "")[0],
+            200,
+            startup_timeout,
+            lambda: _stop_hub(hub),
+            hub.log,
+            0.25,
+        )
+        return hub
 
     hub = on_a_free_port(start)
     try:

@@ -143,13 +143,46 @@ def on_a_free_port(start: Callable[[int], Started], attempts: int = 3) -> Starte
 
     ``start`` must make its server exit rather than move to another port (``--port-retries=0``): a
     server that moved would leave the caller talking to whatever took the port."""
-    for attempt in range(attempts):
-        try:
+    for _ in range(attempts - 1):
+        with contextlib.suppress(PortTaken):
             return start(free_port())
-        except PortTaken:
-            if attempt == attempts - 1:
-                raise
-    raise AssertionError("unreachable")
+    return start(free_port())
+
+
+def wait_serving(
+    name: str,
+    process: subprocess.Popen[bytes],
+    status: Callable[[], int],
+    ready: int,
+    timeout: float,
+    stop: Callable[[], object],
+    log: Callable[[], str],
+    interval: float = 0.1,
+) -> None:
+    """Poll ``status()`` (a request to the server just started) until it is ``ready``; what a port held by
+    another process's socket raises counts as no answer yet. When the process exits or ``timeout`` passes
+    first: ``stop()``, then :class:`PortTaken` if ``log()`` says its port was taken, else RuntimeError
+    with the log."""
+    deadline = time.monotonic() + timeout
+    last = "no answer yet"
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            answered = status()
+        except NOT_SERVING_YET as e:
+            last = repr(e)
+        else:
+            if answered == ready:
+                return
+            last = f"HTTP {answered}"
+        time.sleep(interval)
+    exited = process.poll()
+    stop()
+    text = log()
+    if port_taken(text):
+        raise PortTaken(f"{name} could not listen on its port; its log:\n{text}")
+    if exited is not None:
+        raise RuntimeError(f"{name} exited with {exited} while starting; its log:\n{text}")
+    raise RuntimeError(f"{name} did not answer within {timeout:.0f} s (last: {last}); its log:\n{text}")
 
 
 @contextlib.contextmanager
@@ -213,7 +246,21 @@ def jupyter_server(
                     cmd, stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=tmp, start_new_session=True
                 )
             server = Server(f"http://127.0.0.1:{port}/", token, root, process, log_path, tmp_path / "runtime")
-            _wait_ready(server, startup_timeout)
+
+            def status() -> int:
+                with server.client(timeout=5) as client:
+                    answered, _ = client.request("GET", "api/agent/notebooks/__readiness_probe__.ipynb")
+                return int(answered)
+
+            wait_serving(  # a 404 from the extension's route: the server answers and the extension is loaded
+                "the Jupyter server",
+                process,
+                status,
+                404,
+                startup_timeout,
+                lambda: _stop(process),
+                lambda: log_path.read_text(errors="replace")[-4000:],
+            )
             return server
 
         server = on_a_free_port(start)
@@ -223,27 +270,6 @@ def jupyter_server(
             _stop(server.process, timeout=120 if profile_to is not None else 15)
             if profile_to is not None and on_stop is not None and session_path.exists():
                 on_stop(session_path, profile_to)
-
-
-def _wait_ready(server: Server, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            break
-        try:
-            with server.client(timeout=5) as client:
-                status, _ = client.request("GET", "api/agent/notebooks/__readiness_probe__.ipynb")
-            if status == 404:  # the server answers and the extension's route is there
-                return
-        except NOT_SERVING_YET:
-            pass
-        time.sleep(0.1)
-    exited = server.process.poll() is not None
-    _stop(server.process)
-    log = server.log_path.read_text(errors="replace")[-4000:]
-    if exited and port_taken(log):
-        raise PortTaken(f"the Jupyter server could not listen on {server.url}; its log:\n{log}")
-    raise RuntimeError(f"Jupyter server did not become ready in {timeout:.0f} s; its log:\n{log}")
 
 
 def _stop(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
