@@ -13,6 +13,7 @@ panel shown. Agents act through the HTTP routes; the panel must show it live, fr
   changed since) is shown in the change's row, readably;
 - a notebook run shows the cell it runs, in the panel and in the open notebook; **Interrupt** stops it;
 - Notebook 7's notebook view has the panel and the marks too;
+- a cell whose change event reached the page before the cell itself is marked when it arrives;
 - after the server restarts, the panel connects again and is live;
 - screenshots of the panel are saved (``test-artifacts/panel.png``, ``panel_undo_refused.png``; the ones
   in docs/ come from here).
@@ -23,6 +24,7 @@ The DOM hooks used here are the ones docs/panel.md documents.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -308,6 +310,44 @@ def test_notebook_7_has_the_panel_and_the_marks(lab: dict[str, Any], page: Any) 
         nb7.locator(".jp-Notebook .jp-Cell.jp-agent-changed", has_text="seen_in = 7").wait_for(timeout=20_000)
     finally:
         nb7.close()
+
+
+def test_a_cell_that_arrives_after_its_change_event_is_marked(lab: dict[str, Any], page: Any) -> None:
+    """The ledger's event of an insert can reach the page before the room's update that brings the cell
+    (the order a loaded machine can produce): the mark is drawn when the cell arrives. Forced here: a
+    second page's room messages from the server are held until the change is listed in its panel."""
+    held: list[Any] = []
+    hold = [False]
+
+    def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+        ws.on_message(server.send)
+        server.on_message(lambda message: held.append(message) if hold[0] else ws.send(message))
+        relays.append(ws)
+
+    relays: list[Any] = []
+    second = page.context.new_page()
+    try:
+        second.route_web_socket(re.compile(r"/api/collaboration/room/"), relay)
+        second.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?reset&token={lab['token']}", timeout=90_000)
+        second.wait_for_function(
+            "() => document.querySelector('.jp-Notebook')?.innerText.includes('print(total)')", timeout=60_000
+        )
+        second.locator('.jp-SideBar [data-id="jp-agent-activity"]').click()
+        second.wait_for_selector(f'{PANEL}[data-connected="true"]', state="visible", timeout=30_000)
+        hold[0] = True
+        body = {"action": "insert", "content": "arrived_late = 1", "cell_id": "late"}
+        change_id = agent(lab, "POST", f"notebooks/{NOTEBOOK}", body)["change_id"]
+        second.locator(f'{PANEL} [data-change-id="{change_id}"]').wait_for(timeout=20_000)
+        wait_until(second, lambda: held, 20, "the room's update of the insert never reached the relay")
+        assert "arrived_late" not in second.locator(".jp-Notebook").inner_text()  # the cell is not there yet
+        hold[0] = False
+        for message in held:
+            relays[-1].send(message)
+        mark = f'.jp-Notebook .jp-Cell.jp-agent-changed[data-agent-change-id="{change_id}"]'
+        second.locator(mark, has_text="arrived_late = 1").wait_for(timeout=20_000)
+    finally:
+        second.close()
 
 
 def test_the_panel_reconnects_after_a_server_restart(lab: dict[str, Any], page: Any) -> None:

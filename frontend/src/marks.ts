@@ -77,6 +77,13 @@ export class CellMarks {
     const refresh = () => this._refresh(panel);
     panel.context.ready.then(refresh).catch(() => undefined);
     panel.content.modelContentChanged.connect(refresh);
+    // A cell's widget is made by the notebook's own handler of its model's `cells.changed`, after the
+    // model told `modelContentChanged`: a mark already known for a cell arriving now (the ledger's event
+    // came before the room's update) is drawn by this later handler, connected after the notebook's.
+    const watchCells = () =>
+      panel.content.model?.cells.changed.connect(refresh);
+    watchCells();
+    panel.content.modelChanged.connect(watchCells);
     panel.content.node.addEventListener('keydown', event => {
       if (
         event.key.length === 1 ||
