@@ -40,6 +40,7 @@ SESSION = f"{SCHEMA_BASE}/session/v1"
 RECOVERY = f"{SCHEMA_BASE}/recovery/v1"
 REFUSAL = f"{SCHEMA_BASE}/refusal/v1"
 LEDGER_CHANGE = f"{SCHEMA_BASE}/ledger_change/v1"
+APPROVAL = f"{SCHEMA_BASE}/approval/v1"
 SCHEMA_IDS = (NOTEBOOK_CHANGE, EXECUTION, SESSION, RECOVERY, REFUSAL, LEDGER_CHANGE)
 
 # The outcome of each kind of recovery as SessionManager.record() reports it (a retry reports its end too).
@@ -314,6 +315,23 @@ class Audit(Service):
             return
         data = {k: v for k, v in entry.items() if k != "id" and v is not None}
         self.emit(LEDGER_CHANGE, {**data, "user": entry.get("user"), "change_id": entry["id"]})
+
+    # -- the approval gate ------------------------------------------------------------------------
+
+    def approval(self, approval: dict[str, Any], event: str) -> None:
+        """An approval request was made (``requested``) or ended (``approved``, ``denied``, ``expired``)."""
+        metrics.APPROVALS.labels(decision=event).inc()
+        if not self.listening(APPROVAL):
+            return
+        data = {
+            "event": event,
+            "approval_id": approval["id"],
+            **{
+                k: approval[k] for k in ("agent", "door", "action", "path", "summary", "decided_by", "reason")
+            },
+            "expires": approval["expires"],
+        }
+        self.emit(APPROVAL, data)
 
     # -- requests ---------------------------------------------------------------------------------
 

@@ -106,6 +106,12 @@ REFUSALS = _metric(
     "Permissions the server's authorizer refused to agent routes and MCP tools, by route and resource.",
     ("route", "resource"),
 )
+APPROVALS = _metric(
+    Counter,
+    "approvals",
+    "Approval requests of the approval gate by what happened: requested, approved, denied, expired.",
+    ("decision",),
+)
 AGENT_REQUESTS = _metric(
     Counter,
     "agent_requests",

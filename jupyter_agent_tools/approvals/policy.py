@@ -1,0 +1,121 @@
+"""Who must ask the person before acting: the approval rules and their decision (pure, no I/O).
+
+An action class is derived by the server from the route, never from what a client says:
+
+- ``read``: reads of notebooks, files, sessions, runs, changes;
+- ``edit``: notebook edits of every action (create, replace, clear_outputs included), undo, file writes;
+- ``execute``: eval in any mode, notebook runs, insert-and-run, eval with ``notebook``;
+- ``kernel``: interrupt, restart or shut down a notebook's kernel, delete a session.
+
+A rule is ``{"who": "agent:*" | "agent:NAME" | "*", "actions": [...], "paths": [globs] (optional),
+"decision": "allow" | "ask" | "deny"}``. Of the rules that match a request, ``deny`` wins over ``ask``,
+``ask`` over ``allow``; a request no rule matches is allowed. An agent token's own ``ask`` list (set when
+it was created) acts as one more ``ask`` rule for that agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..auth.paths import GlobError, PathScope, normalize
+
+ACTIONS = ("read", "edit", "execute", "kernel")
+DECISIONS = ("allow", "ask", "deny")
+# The order decisions win in: a deny is never overruled, an ask only by a deny.
+_STRENGTH = {"allow": 0, "ask": 1, "deny": 2}
+AGENT_PREFIX = "agent:"
+MAX_RULES = 200
+
+
+class RuleError(ValueError):
+    """A rule that cannot be used; the message says which and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One parsed rule of ``c.ApprovalPolicy.rules``."""
+
+    who: str
+    actions: frozenset[str]
+    decision: str
+    paths: PathScope | None = None
+
+    def matches(self, identity: str, action: str, path: str | None) -> bool:
+        if action not in self.actions or not who_matches(self.who, identity):
+            return False
+        if self.paths is None:
+            return True
+        normalized = normalize(path) if path is not None else None
+        return normalized is not None and self.paths.matches(normalized)
+
+
+def who_matches(who: str, identity: str) -> bool:
+    """``*`` is anyone; ``agent:*`` any agent identity; otherwise the identity itself."""
+    if who == "*":
+        return True
+    if who == AGENT_PREFIX + "*":
+        return identity.startswith(AGENT_PREFIX)
+    return who == identity
+
+
+def parse_actions(raw: Any, where: str) -> frozenset[str]:
+    """A list of action classes (or one comma-separated string), each one of :data:`ACTIONS`."""
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, (list, tuple)) or not items:
+        raise RuleError(f"{where}: 'actions' must be a non-empty list of {', '.join(ACTIONS)}")
+    actions = {str(item).strip() for item in items}
+    unknown = sorted(actions - set(ACTIONS))
+    if unknown:
+        raise RuleError(f"{where}: unknown action {', '.join(map(repr, unknown))}; use {', '.join(ACTIONS)}")
+    return frozenset(actions)
+
+
+def parse_rule(raw: Any, index: int) -> Rule:
+    where = f"rule {index}"
+    if not isinstance(raw, Mapping):
+        raise RuleError(f"{where}: a rule is a dict with 'who', 'actions', 'decision' (and 'paths')")
+    unknown = sorted(set(raw) - {"who", "actions", "paths", "decision"})
+    if unknown:
+        raise RuleError(f"{where}: unknown field {', '.join(map(repr, unknown))}")
+    who = raw.get("who", "agent:*")
+    if not isinstance(who, str) or not who or (who != "*" and not who.startswith(AGENT_PREFIX)):
+        raise RuleError(f"{where}: 'who' must be '*', 'agent:*' or 'agent:NAME', got {who!r}")
+    decision = raw.get("decision")
+    if decision not in DECISIONS:
+        raise RuleError(f"{where}: 'decision' must be one of {', '.join(DECISIONS)}, got {decision!r}")
+    paths = raw.get("paths")
+    scope = None
+    if paths is not None:
+        if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths) or not paths:
+            raise RuleError(f"{where}: 'paths' must be a non-empty list of globs")
+        try:
+            scope = PathScope(paths)
+        except GlobError as e:
+            raise RuleError(f"{where}: {e}") from None
+    return Rule(who=who, actions=parse_actions(raw.get("actions"), where), decision=decision, paths=scope)
+
+
+def parse_rules(raw: Iterable[Any]) -> tuple[Rule, ...]:
+    rules = list(raw)
+    if len(rules) > MAX_RULES:
+        raise RuleError(f"at most {MAX_RULES} rules, got {len(rules)}")
+    return tuple(parse_rule(rule, i) for i, rule in enumerate(rules))
+
+
+def decide(
+    rules: Iterable[Rule],
+    identity: str,
+    action: str,
+    path: str | None,
+    token_ask: frozenset[str] = frozenset(),
+) -> str:
+    """``allow``, ``ask`` or ``deny`` for ``identity`` doing ``action`` on ``path`` (None: no notebook)."""
+    decision = "ask" if action in token_ask else "allow"
+    for rule in rules:
+        if _STRENGTH[rule.decision] > _STRENGTH[decision] and rule.matches(identity, action, path):
+            decision = rule.decision
+            if decision == "deny":
+                break
+    return decision

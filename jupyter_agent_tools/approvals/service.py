@@ -1,0 +1,321 @@
+"""The approval gate: who must ask, the requests waiting for the person, and their decisions.
+
+One owner for an approval's life: :class:`ApprovalPolicy` creates a request (``pending``), and only it moves
+it to ``approved``, ``denied`` or ``expired`` (after ``timeout``). A waiting request wakes on the decision
+(an ``asyncio.Event``, no polling). "Approve for N seconds" grants that agent the same action on the same
+notebook until then: later requests it covers are approved at once, each still recorded. Only a person
+decides: an agent identity (``agent:NAME``) is refused whatever its scopes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from traitlets import Dict, Float, Instance, Int, List, TraitError, Unicode, default, validate
+
+from ..audit import NO_AUDIT, Audit
+from ..errors import AgentToolsError, Conflict, NotFound
+from ..traits import Service, at_least, trait_name
+from .policy import AGENT_PREFIX, Rule, RuleError, decide, parse_rules, who_matches
+from .records import Approval, ApprovalFile
+
+T = TypeVar("T")
+RECENT = 100  # decided requests the list answers with (newest first)
+
+
+class Forbidden(AgentToolsError):
+    """The caller may not do this, whatever it sends (403)."""
+
+    status = 403
+
+
+class TooManyPending(AgentToolsError):
+    """An agent already has as many requests waiting as it may (429)."""
+
+    status = 429
+
+
+@dataclass
+class _Waiting:
+    approval: Approval
+    decided: asyncio.Event
+    expiry: asyncio.TimerHandle | None = None
+
+
+class ApprovalPolicy(Service):
+    """Rules for what agents must ask the person first, and the requests waiting for a decision."""
+
+    _parsed: tuple[Rule, ...]  # the rules, parsed when set
+
+    rules = List(
+        Dict(),
+        help="Who must ask before acting: a list of {'who': 'agent:*' | 'agent:NAME' | '*', 'actions': "
+        "[read, edit, execute, kernel], 'paths': [globs] (optional), 'decision': 'allow' | 'ask' | 'deny'}. "
+        "Of the rules that match, deny wins over ask, ask over allow; nothing matched: allow. An agent "
+        "token created with --ask adds its own.",
+    ).tag(config=True)
+    timeout = Float(
+        600.0,
+        help="Seconds a request waits for the person's decision; then it expires (as denied).",
+    ).tag(config=True)
+    wait = Float(
+        30.0,
+        help="Seconds an agent's request waits for the decision by default (its 'approval_wait' may say "
+        "otherwise, up to timeout); past it the request answers 202 with the approval's id.",
+    ).tag(config=True)
+    max_pending_per_agent = Int(
+        20,
+        help="Requests one agent may have waiting at once; one more answers 429.",
+    ).tag(config=True)
+    max_for_seconds = Float(
+        8 * 3600.0,
+        help="Longest 'approve for N seconds' grant the person may give.",
+    ).tag(config=True)
+    db_path = Unicode(
+        help="The SQLite file of approval requests and decisions. Empty: agent_tools_approvals.db in the "
+        "Jupyter data directory.",
+    ).tag(config=True)
+    audit = Instance(Audit, help="Told each request and decision (the approval event, the metric).")
+
+    @default("audit")
+    def _default_audit(self) -> Audit:
+        return NO_AUDIT
+
+    @default("db_path")
+    def _default_db_path(self) -> str:
+        from jupyter_core.paths import jupyter_data_dir
+
+        return os.path.join(jupyter_data_dir(), "agent_tools_approvals.db")
+
+    @validate("db_path")
+    def _valid_db_path(self, proposal: Any) -> str:
+        return str(proposal["value"]) or self._default_db_path()
+
+    @validate("rules")
+    def _valid_rules(self, proposal: Any) -> list[dict[str, Any]]:
+        try:
+            self._parsed = parse_rules(proposal["value"])
+        except RuleError as e:
+            raise TraitError(f"{trait_name(proposal)}: {e}") from None
+        return list(proposal["value"])
+
+    @validate("timeout", "wait", "max_for_seconds")
+    def _valid_seconds(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0, strict=True))
+
+    @validate("max_pending_per_agent")
+    def _valid_max_pending(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    def __init__(self, **kwargs: Any):
+        self._parsed = ()
+        super().__init__(**kwargs)
+        self._file = ApprovalFile(self.db_path)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-approvals")
+        self._waiting: dict[int, _Waiting] = {}
+        # (agent, action, path) -> (until, who granted it): the person's 'approve for N seconds'.
+        self._grants: dict[tuple[str, str, str | None], tuple[float, str]] = {}
+        self._next_id = 1
+        self._started = False
+
+    # -- life ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the file; requests a stopped server left pending end expired (nothing runs unapproved)."""
+
+        def open_file() -> tuple[int, int]:
+            expired = self._file.expire_pending(time.time())
+            return self._file.next_id(), expired
+
+        self._next_id, expired = await self._run(open_file)
+        if expired:
+            self.log.info("%d approval request(s) left pending by the last server expired", expired)
+        self._started = True
+
+    def stop(self) -> None:
+        for waiting in list(self._waiting.values()):
+            if waiting.expiry is not None:
+                waiting.expiry.cancel()
+            waiting.decided.set()
+        self._waiting.clear()
+        with contextlib.suppress(Exception):
+            self._worker.submit(self._file.close)
+        self._worker.shutdown(wait=False)
+
+    async def _run(self, func: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, func, *args)
+
+    def _persist(self, approval: Approval) -> None:
+        """Write the record in the worker; a failure is logged (the decision still holds in memory)."""
+
+        def save() -> None:
+            try:
+                self._file.save(approval)
+            except Exception as e:
+                self.log.warning("approval %d was not written to %s: %s", approval.id, self.db_path, e)
+
+        with contextlib.suppress(RuntimeError):  # the server is stopping
+            self._worker.submit(save)
+
+    # -- the policy ------------------------------------------------------------------------------
+
+    def decision(self, identity: str, action: str, path: str | None, token_ask: frozenset[str]) -> str:
+        """``allow``, ``ask`` or ``deny``: what ``identity`` must do before ``action`` on ``path``."""
+        if not self._parsed and not token_ask:
+            return "allow"  # the default: no rule, no token asking (no cost on the hot path)
+        return decide(self._parsed, identity, action, path, token_ask)
+
+    def gated(self, identity: str, action: str, token_ask: frozenset[str]) -> bool:
+        """Whether ``identity`` may have to ask for ``action`` somewhere (on any path): the routes that
+        cannot ask (the kernels' websocket, terminals) are closed to it then."""
+        if action in token_ask:
+            return True
+        return any(
+            rule.decision != "allow" and action in rule.actions and who_matches(rule.who, identity)
+            for rule in self._parsed
+        )
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def request(
+        self,
+        *,
+        agent: str,
+        door: str,
+        action: str,
+        path: str | None,
+        summary: str,
+        details: dict[str, Any],
+    ) -> Approval:
+        """A new request (pending), or one approved at once by a grant the person gave ("approve for")."""
+        now = time.time()
+        approval = Approval(
+            id=self._take_id(),
+            agent=agent,
+            door=door,
+            action=action,
+            path=path,
+            summary=summary,
+            details=details,
+            created=now,
+            expires=now + self.timeout,
+        )
+        until, granted_by = self._grants.get((agent, action, path), (0.0, ""))
+        if until > now:
+            approval.state = "approved"
+            approval.decided = now
+            approval.decided_by = granted_by
+            approval.reason = "approved for a while by the person"
+            self._persist(approval)
+            self.audit.approval(approval.to_json(with_details=False), "approved")
+            return approval
+        pending = sum(1 for w in self._waiting.values() if w.approval.agent == agent)
+        if pending >= self.max_pending_per_agent:
+            raise TooManyPending(
+                f"{agent} already has {pending} requests waiting for the person's decision (at most "
+                f"{self.max_pending_per_agent}): wait for them to be decided (GET /api/agent/approvals)."
+            )
+        waiting = _Waiting(approval, asyncio.Event())
+        waiting.expiry = asyncio.get_running_loop().call_later(self.timeout, self._expire, approval.id)
+        self._waiting[approval.id] = waiting
+        self._persist(approval)
+        self.audit.approval(approval.to_json(with_details=False), "requested")
+        return approval
+
+    def _take_id(self) -> int:
+        approval_id, self._next_id = self._next_id, self._next_id + 1
+        return approval_id
+
+    async def wait_for(self, approval: Approval, seconds: float) -> Approval:
+        """The approval once decided, or as it is after ``seconds`` (still pending)."""
+        waiting = self._waiting.get(approval.id)
+        if waiting is None or approval.state != "pending":
+            return approval
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(waiting.decided.wait(), timeout=max(0.0, seconds))
+        return approval
+
+    def _expire(self, approval_id: int) -> None:
+        waiting = self._waiting.pop(approval_id, None)
+        if waiting is None:
+            return
+        approval = waiting.approval
+        approval.state = "expired"
+        approval.decided = time.time()
+        approval.reason = f"nobody decided within {self.timeout:g} s"
+        waiting.decided.set()
+        self._persist(approval)
+        self.audit.approval(approval.to_json(with_details=False), "expired")
+
+    # -- the person's side -----------------------------------------------------------------------
+
+    def pending(self) -> list[Approval]:
+        return [w.approval for w in sorted(self._waiting.values(), key=lambda w: w.approval.id)]
+
+    async def get(self, approval_id: int) -> Approval:
+        waiting = self._waiting.get(approval_id)
+        if waiting is not None:
+            return waiting.approval
+        found = await self._run(self._file.get, approval_id) if approval_id < self._next_id else None
+        if found is None:
+            raise NotFound(
+                f"There is no approval request {approval_id} (GET /api/agent/approvals lists them)."
+            )
+        return found
+
+    async def recent(self) -> list[Approval]:
+        return await self._run(self._file.recent, RECENT)
+
+    async def decide(
+        self,
+        approval_id: int,
+        decision: str,
+        *,
+        by: str,
+        for_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> Approval:
+        """Approve or deny a pending request, as the person ``by``."""
+        if by.startswith(AGENT_PREFIX):
+            raise Forbidden(
+                f"{by} is an agent: only a person decides an approval (in JupyterLab's Agents panel, or "
+                "with the server's own token)."
+            )
+        waiting = self._waiting.get(approval_id)
+        if waiting is None:
+            done = await self.get(approval_id)  # 404 when unknown
+            raise Conflict(
+                f"Approval {approval_id} is already {done.state}"
+                + (f" (by {done.decided_by})" if done.decided_by else "")
+                + ": it cannot be decided again."
+            )
+        approval = waiting.approval
+        if for_seconds is not None and decision == "approve":
+            if not 0 < for_seconds <= self.max_for_seconds:
+                raise AgentToolsError(
+                    f"'for_seconds' must be between 1 and {self.max_for_seconds:g}, got {for_seconds:g}"
+                )
+            key = (approval.agent, approval.action, approval.path)
+            self._grants[key] = (
+                time.time() + for_seconds,
+                f"{by} (for {for_seconds:g} s, at approval {approval.id})",
+            )
+            approval.for_seconds = for_seconds
+        self._waiting.pop(approval_id, None)
+        if waiting.expiry is not None:
+            waiting.expiry.cancel()
+        approval.state = "approved" if decision == "approve" else "denied"
+        approval.decided = time.time()
+        approval.decided_by = by
+        approval.reason = reason
+        waiting.decided.set()
+        self._persist(approval)
+        self.audit.approval(approval.to_json(with_details=False), approval.state)
+        return approval

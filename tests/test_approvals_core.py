@@ -1,0 +1,155 @@
+"""The approval gate without a server: rules, waiting, deciding, expiry, restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from traitlets import TraitError
+
+from jupyter_agent_tools.approvals.policy import RuleError, decide, parse_rules
+from jupyter_agent_tools.approvals.service import ApprovalPolicy, Forbidden, TooManyPending
+from jupyter_agent_tools.errors import AgentToolsError, Conflict, NotFound
+
+pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
+
+def test_nothing_matched_is_allowed_and_deny_beats_ask_beats_allow() -> None:
+    rules = parse_rules(
+        [
+            {"who": "agent:*", "actions": ["execute"], "decision": "ask"},
+            {"who": "agent:ci-bot", "actions": ["execute"], "paths": ["secret/**"], "decision": "deny"},
+            {"who": "*", "actions": ["edit"], "paths": ["free/**"], "decision": "allow"},
+        ]
+    )
+    assert decide(rules, "agent:ci-bot", "read", "a.ipynb") == "allow"
+    assert decide(rules, "agent:ci-bot", "execute", "a.ipynb") == "ask"
+    assert decide(rules, "agent:ci-bot", "execute", "secret/x.ipynb") == "deny"
+    assert decide(rules, "agent:other", "execute", "secret/x.ipynb") == "ask"
+    assert decide(rules, "alice", "execute", "a.ipynb") == "allow"  # not an agent
+    assert decide(rules, "agent:ci-bot", "execute", None) == "ask"  # eval in a session: no path
+    assert decide(rules, "agent:x", "edit", "free/a.ipynb", frozenset({"edit"})) == "ask"  # the token asks
+
+
+@pytest.mark.parametrize(
+    ("rule", "words"),
+    [
+        ({"who": "bob", "actions": ["edit"], "decision": "ask"}, "'who'"),
+        ({"who": "*", "actions": ["write"], "decision": "ask"}, "unknown action 'write'"),
+        ({"who": "*", "actions": [], "decision": "ask"}, "non-empty"),
+        ({"who": "*", "actions": ["edit"], "decision": "maybe"}, "'decision'"),
+        ({"who": "*", "actions": ["edit"], "decision": "ask", "paths": "x"}, "'paths'"),
+        ({"who": "*", "actions": ["edit"], "decision": "ask", "when": 1}, "unknown field 'when'"),
+    ],
+)
+def test_a_bad_rule_is_refused_saying_what_to_fix(rule: dict[str, Any], words: str) -> None:
+    with pytest.raises(RuleError, match=words):
+        parse_rules([rule])
+    with pytest.raises(TraitError, match=r"ApprovalPolicy\.rules: rule 0"):
+        ApprovalPolicy(rules=[rule])
+
+
+def policy(tmp_path: Path, **kwargs: Any) -> ApprovalPolicy:
+    return ApprovalPolicy(db_path=str(tmp_path / "approvals.db"), **kwargs)
+
+
+def ask(gate: ApprovalPolicy, agent: str = "agent:bot", path: str | None = "a.ipynb") -> Any:
+    return gate.request(
+        agent=agent, door="http", action="execute", path=path, summary="run 1 cell", details={"cells": []}
+    )
+
+
+async def test_a_waiting_request_wakes_on_the_decision_not_by_polling(tmp_path: Path) -> None:
+    gate = policy(tmp_path)
+    await gate.start()
+    approval = ask(gate)
+    assert approval.state == "pending" and [a.id for a in gate.pending()] == [approval.id]
+    waiter = asyncio.ensure_future(gate.wait_for(approval, 30))
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    started = time.monotonic()
+    await gate.decide(approval.id, "approve", by="alice")
+    decided = await waiter
+    assert decided.state == "approved" and decided.decided_by == "alice"
+    assert time.monotonic() - started < 1
+    assert gate.pending() == []
+    gate.stop()
+
+
+async def test_deciding_twice_unknown_ids_and_agents_are_refused(tmp_path: Path) -> None:
+    gate = policy(tmp_path)
+    await gate.start()
+    approval = ask(gate)
+    with pytest.raises(Forbidden, match="only a person decides"):
+        await gate.decide(approval.id, "approve", by="agent:bot")
+    assert approval.state == "pending"
+    await gate.decide(approval.id, "deny", by="alice", reason="not now")
+    with pytest.raises(Conflict, match="already denied"):
+        await gate.decide(approval.id, "approve", by="alice")
+    with pytest.raises(NotFound):
+        await gate.decide(999, "approve", by="alice")
+    assert approval.reason == "not now"
+    gate.stop()
+
+
+async def test_an_undecided_request_expires_as_denied(tmp_path: Path) -> None:
+    gate = policy(tmp_path, timeout=0.2)
+    await gate.start()
+    approval = ask(gate)
+    decided = await gate.wait_for(approval, 5)
+    assert decided.state == "expired"
+    with pytest.raises(Conflict, match="already expired"):
+        await gate.decide(approval.id, "approve", by="alice")
+    gate.stop()
+
+
+async def test_approve_for_a_while_covers_the_same_agent_action_and_notebook_only(tmp_path: Path) -> None:
+    gate = policy(tmp_path)
+    await gate.start()
+    first = ask(gate)
+    with pytest.raises(AgentToolsError, match="for_seconds"):
+        await gate.decide(first.id, "approve", by="alice", for_seconds=10**9)
+    await gate.decide(first.id, "approve", by="alice", for_seconds=600)
+    again = ask(gate)
+    assert again.state == "approved" and again.id != first.id and "alice" in (again.decided_by or "")
+    assert ask(gate, path="other.ipynb").state == "pending"
+    assert ask(gate, agent="agent:other").state == "pending"
+    gate.stop()
+
+
+async def test_an_agent_may_have_only_so_many_requests_waiting(tmp_path: Path) -> None:
+    gate = policy(tmp_path, max_pending_per_agent=2)
+    await gate.start()
+    ask(gate), ask(gate)
+    with pytest.raises(TooManyPending) as refused:
+        ask(gate)
+    assert refused.value.status == 429
+    assert ask(gate, agent="agent:other").state == "pending"
+    gate.stop()
+
+
+async def test_a_restart_expires_what_was_pending_and_keeps_the_history(tmp_path: Path) -> None:
+    gate = policy(tmp_path)
+    await gate.start()
+    decided = ask(gate)
+    await gate.decide(decided.id, "approve", by="alice")
+    left = ask(gate)
+    await asyncio.sleep(0.1)  # the worker writes
+    gate.stop()
+    again = policy(tmp_path)
+    await again.start()
+    assert again.pending() == []
+    assert (await again.get(left.id)).state == "expired"
+    assert (await again.get(decided.id)).decided_by == "alice"
+    assert ask(again).id > left.id  # ids are never reused
+    assert stat.S_IMODE(os.stat(tmp_path / "approvals.db").st_mode) == 0o600
+    with sqlite3.connect(tmp_path / "approvals.db") as conn:
+        states = dict(conn.execute("SELECT id, state FROM approvals").fetchall())
+    assert states[left.id] == "expired" and states[decided.id] == "approved"
+    again.stop()
