@@ -687,6 +687,61 @@ def _paths() -> dict[str, Any]:
                 },
             },
         },
+        "/api/agent/approvals": {
+            "get": {
+                "operationId": "listApprovals",
+                "summary": "The requests waiting for the person, and the recent decisions",
+                "description": "Pending requests (oldest first, each with what it would do) and the most "
+                "recent decided ones. An agent sees only its own requests.",
+                "tags": ["approvals"],
+                "x-authorization": {"resource": "agent_approvals", "action": "read"},
+                "responses": {"200": _json("The requests.", ref("ApprovalList")), "403": FORBIDDEN},
+            }
+        },
+        "/api/agent/approvals/{approval_id}": {
+            "parameters": [
+                {
+                    "name": "approval_id",
+                    "in": "path",
+                    "required": True,
+                    "description": "The request's id (a number).",
+                    "schema": {"type": "integer"},
+                }
+            ],
+            "get": {
+                "operationId": "getApproval",
+                "summary": "One approval request, with what it would do",
+                "tags": ["approvals"],
+                "x-authorization": {"resource": "agent_approvals", "action": "read"},
+                "responses": {
+                    "200": _json("The request.", ref("Approval")),
+                    "400": _error("The id is not a number."),
+                    "403": FORBIDDEN,
+                    "404": _error("No such request (or another agent's)."),
+                },
+            },
+            "post": {
+                "operationId": "decideApproval",
+                "summary": "Approve or deny a pending request (a person only)",
+                "description": "Only a person decides: the server's own credentials, a logged-in user, a hub "
+                "user with access to the server. An agent token is refused whatever its scopes. The waiting "
+                "agent's request wakes at once: approved, it goes on as if there were no gate; denied, it "
+                "answers 403 with the reason.",
+                "tags": ["approvals"],
+                "x-authorization": {"resource": "agent_approvals", "action": "write"},
+                "requestBody": _body(
+                    ref("ApprovalDecision"), "The decision, and optionally a grant and a reason."
+                ),
+                "responses": {
+                    "200": _json("The decided request.", ref("Approval")),
+                    "400": _error("The body is invalid (decision, for_seconds or reason)."),
+                    "403": _error("An agent cannot decide an approval."),
+                    "404": _error("No such request."),
+                    "409": _error("The request is already decided or expired."),
+                    "413": TOO_LARGE,
+                },
+            },
+        },
         **_files_paths(),
         "/api/agent/openapi.json": {
             "get": {
@@ -908,6 +963,10 @@ def _document() -> dict[str, Any]:
                 "description": "Detached runs: evals and notebook runs that outlive the client.",
             },
             {"name": "tokens", "description": "Agent tokens: scoped, revocable identities for agents."},
+            {
+                "name": "approvals",
+                "description": "The approval gate: what agents asked the person to decide.",
+            },
             {"name": "changes", "description": "The change ledger: review and undo what was changed."},
             {"name": "files", "description": "Find notebooks and files."},
             {"name": "meta", "description": "The API contract."},

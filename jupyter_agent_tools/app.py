@@ -10,6 +10,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Float, Int, Type, validate
 
 from . import __version__
+from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .compat import guard_control_sockets
@@ -20,6 +21,7 @@ from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
 from .execution.service import EvalService
 from .execution.sessions import SessionManager
+from .handlers.approvals import ApprovalHandler, ApprovalListHandler
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
@@ -92,6 +94,7 @@ class AgentToolsApp(ExtensionApp):
         Audit,
         Ledger,
         RunRegistry,
+        ApprovalPolicy,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
@@ -199,6 +202,13 @@ class AgentToolsApp(ExtensionApp):
         "its settings are c.Ledger.*.",
     ).tag(config=True)
 
+    approval_policy_class = Type(
+        default_value="jupyter_agent_tools.approvals.service.ApprovalPolicy",
+        klass=ApprovalPolicy,
+        help="The approval gate (a subclass of ApprovalPolicy): built with parent=the app and audit; its "
+        "settings are c.ApprovalPolicy.*.",
+    ).tag(config=True)
+
     @validate("max_body_bytes")
     def _valid_body_bytes(self, proposal: Any) -> Any:
         return at_least(proposal, 0)
@@ -234,6 +244,7 @@ class AgentToolsApp(ExtensionApp):
     notebook_runner: NotebookRunner
     mcp_server: McpServer
     run_registry: RunRegistry
+    approval_policy: ApprovalPolicy
 
     def initialize_settings(self) -> None:
         """Build the services, each with ``parent=self``: their settings (``c.EvalService.*``, ...) reach
@@ -246,6 +257,9 @@ class AgentToolsApp(ExtensionApp):
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
         self.settings["jupyter_agent_tools_audit"] = audit
         self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self, audit=audit)
+        self.approval_policy = cast("type[ApprovalPolicy]", self.approval_policy_class)(
+            parent=self, audit=audit
+        )
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,
@@ -319,6 +333,8 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/runs/(?P<run_id>[^/]+)", RunHandler),
                 (r"/api/agent/runs/(?P<run_id>[^/]+)/events", RunEventsHandler),
                 (r"/api/agent/runs/(?P<run_id>[^/]+)/cancel", RunCancelHandler),
+                (r"/api/agent/approvals", ApprovalListHandler),
+                (r"/api/agent/approvals/(?P<approval_id>[^/]+)", ApprovalHandler),
                 (r"/api/agent/tokens", TokenListHandler),
                 (r"/api/agent/tokens/(?P<name>[^/]+)", TokenHandler),
                 (r"/api/agent/openapi\.json", OpenAPIHandler),
@@ -334,11 +350,13 @@ class AgentToolsApp(ExtensionApp):
         self.eval_service.sessions.start()
         self.ledger.start()
         self.run_registry.open()  # a previous process's unfinished runs become "lost"
+        await self.approval_policy.start()  # requests a previous process left pending expire
 
     async def stop_extension(self) -> None:
         """Shut down every kernel this extension started and remove its private artifacts."""
         await self.run_registry.shutdown()  # first: its unfinished runs are lost, not failed
         await self.eval_service.shutdown()
         await asyncio.to_thread(self.ledger.close)
+        self.approval_policy.stop()
         if self.eval_service.artifacts.owns_root:
             self.eval_service.artifacts.remove_all()

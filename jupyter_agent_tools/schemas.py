@@ -1173,6 +1173,68 @@ ANSWER_SCHEMAS["AgentTokenList"] = _obj(
 )
 
 
+# ------------------------------------------------------------------------------------------ approval gate
+
+APPROVAL_ACTIONS = ("read", "edit", "execute", "kernel")
+APPROVAL_STATES = ("pending", "approved", "denied", "expired")
+APPROVAL_SCHEMAS: dict[str, Any] = {
+    "ApprovalDecision": {
+        "type": "object",
+        "description": "The person's decision on a pending approval request.",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "enum": ["approve", "deny"],
+                "x-errors": {"enum": "'decision' must be 'approve' or 'deny', got {value}"},
+            },
+            "for_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "With approve: also approve this agent's same action on the same notebook for "
+                "this many seconds (each request still recorded); at most ApprovalPolicy.max_for_seconds.",
+            },
+            "reason": {
+                "type": "string",
+                "maxLength": 1000,
+                "description": "Why (the agent is told it with a denial).",
+            },
+        },
+        "required": ["decision"],
+        "additionalProperties": False,
+        "x-errors": {"type": 'Request body must be a JSON object like {"decision": "approve"}'},
+    },
+}
+ANSWER_SCHEMAS["Approval"] = _obj(
+    {
+        "id": {"type": "integer"},
+        "agent": {"type": "string", "description": "Who asked: agent:NAME."},
+        "door": {"type": "string", "description": "http, mcp or cli."},
+        "action": {"type": "string", "enum": list(APPROVAL_ACTIONS)},
+        "path": {"type": ["string", "null"], "description": "The notebook, or null (eval in a session)."},
+        "summary": {"type": "string", "description": "What it would do, in a line."},
+        "state": {"type": "string", "enum": list(APPROVAL_STATES)},
+        "created": _STR,
+        "expires": _STR,
+        "decided_by": {"type": ["string", "null"]},
+        "decided": _TIME_OR_NULL,
+        "reason": {"type": ["string", "null"]},
+        "for_seconds": {"type": ["number", "null"]},
+        "details": {
+            "type": "object",
+            "description": "What exactly would happen: the code of each cell (eval), the cells with their "
+            "source and source hash (notebook runs), the diff (edits).",
+        },
+    },
+    required=["id", "agent", "door", "action", "path", "summary", "state", "created", "expires"],
+)
+ANSWER_SCHEMAS["ApprovalList"] = _obj(
+    {
+        "pending": {"type": "array", "items": ref("Approval"), "description": "Oldest first, with details."},
+        "recent": {"type": "array", "items": ref("Approval"), "description": "Decided, newest first."},
+    }
+)
+
+
 # ------------------------------------------------------------------------------------------ change ledger
 
 CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create")
@@ -1321,7 +1383,16 @@ ANSWER_SCHEMAS["Error"]["properties"]["conflicts"] = {
 
 # ------------------------------------------------------------------------------------- detached runs
 
-RUN_STATES = ("queued", "running", "complete", "error", "cancelled", "interrupted", "lost")
+RUN_STATES = (
+    "queued",
+    "awaiting_approval",
+    "running",
+    "complete",
+    "error",
+    "cancelled",
+    "interrupted",
+    "lost",
+)
 _RUN_SUMMARY = {
     "run_id": _STR,
     "kind": {
@@ -1334,7 +1405,8 @@ _RUN_SUMMARY = {
     "state": {
         "type": "string",
         "enum": list(RUN_STATES),
-        "description": "queued (waiting for its session or kernel), running, then complete | error (a cell "
+        "description": "queued (waiting for its session or kernel), awaiting_approval (waiting for the "
+        "person's decision: the approval gate), running, then complete | error (a cell "
         "or the call failed) | cancelled (the cancel route) | interrupted (its timeout, a session "
         "interrupt or delete) | lost (the server stopped or restarted while it ran)",
     },
@@ -1345,6 +1417,10 @@ _RUN_SUMMARY = {
     "events": {**_INT, "description": "Sequence number of its last event so far"},
     "cells_started": _INT,
     "cells_done": _INT,
+    "approval_id": {
+        "type": ["integer", "null"],
+        "description": "The approval the run waited for (GET /api/agent/approvals/{id}), or null",
+    },
 }
 DETACHED_SCHEMAS: dict[str, Any] = {
     "RunSummary": _obj(_RUN_SUMMARY),
@@ -1464,6 +1540,7 @@ SCHEMAS: dict[str, Any] = {
     **EVAL_SCHEMAS,
     **RUN_SCHEMAS,
     **TOKEN_SCHEMAS,
+    **APPROVAL_SCHEMAS,
     **ANSWER_SCHEMAS,
     **LEDGER_SCHEMAS,
     **DETACHED_SCHEMAS,

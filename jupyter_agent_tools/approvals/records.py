@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     decided_by TEXT,
     decided REAL,
     reason TEXT,
-    for_seconds REAL
+    for_seconds REAL,
+    outcome TEXT
 );
 CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state);
 """
@@ -62,6 +63,8 @@ class Approval:
     decided: float | None = None
     reason: str | None = None
     for_seconds: float | None = None
+    # What came of it once approved, for a request answered 202: {"status", "message", ...}.
+    outcome: dict[str, Any] | None = None
     # What the agent must see when it is not approved (kept in memory only).
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -80,6 +83,7 @@ class Approval:
             "decided": iso(self.decided),
             "reason": self.reason,
             "for_seconds": self.for_seconds,
+            "outcome": self.outcome,
         }
         if with_details:
             answer["details"] = self.details
@@ -89,22 +93,24 @@ class Approval:
         values = asdict(self)
         values.pop("extra")
         values["details"] = json.dumps(self.details, ensure_ascii=False)
+        values["outcome"] = json.dumps(self.outcome, ensure_ascii=False) if self.outcome is not None else None
         return tuple(values.values())
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Approval:
         names = [f for f in cls.__dataclass_fields__ if f != "extra"]
         values = dict(zip(names, row, strict=True))
-        try:
-            values["details"] = json.loads(values["details"])
-        except ValueError:
-            values["details"] = {}
+        for name, empty in (("details", {}), ("outcome", None)):
+            try:
+                values[name] = json.loads(values[name]) if values[name] is not None else empty
+            except ValueError:
+                values[name] = empty
         return cls(**values)
 
 
 COLUMNS = (
     "id, agent, door, action, path, summary, details, created, expires, state, decided_by, decided, reason, "
-    "for_seconds"
+    "for_seconds, outcome"
 )
 
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -56,6 +56,7 @@ class ApprovalPolicy(Service):
 
     rules = List(
         Dict(),
+        default_value=[],
         help="Who must ask before acting: a list of {'who': 'agent:*' | 'agent:NAME' | '*', 'actions': "
         "[read, edit, execute, kernel], 'paths': [globs] (optional), 'decision': 'allow' | 'ask' | 'deny'}. "
         "Of the rules that match, deny wins over ask, ask over allow; nothing matched: allow. An agent "
@@ -124,6 +125,7 @@ class ApprovalPolicy(Service):
         self._grants: dict[tuple[str, str, str | None], tuple[float, str]] = {}
         self._next_id = 1
         self._started = False
+        self._followups: set[asyncio.Future[None]] = set()  # actions answered 202, done once approved
 
     # -- life ------------------------------------------------------------------------------------
 
@@ -140,6 +142,8 @@ class ApprovalPolicy(Service):
         self._started = True
 
     def stop(self) -> None:
+        for task in list(self._followups):
+            task.cancel()
         for waiting in list(self._waiting.values()):
             if waiting.expiry is not None:
                 waiting.expiry.cancel()
@@ -241,6 +245,33 @@ class ApprovalPolicy(Service):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(waiting.decided.wait(), timeout=max(0.0, seconds))
         return approval
+
+    def when_approved(self, approval: Approval, apply: Callable[[], Awaitable[Any]]) -> None:
+        """Do ``apply()`` once ``approval`` is approved (nothing when it is denied or expires); what came of
+        it is kept as the approval's ``outcome``. For a request answered 202 (an edit, a kernel action)."""
+
+        async def follow() -> None:
+            await self.wait_for(approval, approval.expires - time.time() + 1.0)
+            if approval.state != "approved":
+                return
+            try:
+                answer = await apply()
+            except AgentToolsError as e:
+                approval.outcome = {"status": e.status, "message": e.message, **e.extra}
+            except Exception as e:
+                self.log.exception("approved action %d failed", approval.id)
+                approval.outcome = {"status": 500, "message": f"failed: {e}"}
+            else:
+                first = answer[0] if isinstance(answer, tuple) else answer
+                message = first.get("message") if isinstance(first, dict) else None
+                approval.outcome = {"status": 200, "message": message or "done"}
+                if isinstance(first, dict) and isinstance(first.get("hash"), str):
+                    approval.outcome["hash"] = first["hash"]
+            self._persist(approval)
+
+        task = asyncio.ensure_future(follow())
+        self._followups.add(task)
+        task.add_done_callback(self._followups.discard)
 
     def _expire(self, approval_id: int) -> None:
         waiting = self._waiting.pop(approval_id, None)

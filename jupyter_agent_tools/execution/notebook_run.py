@@ -45,7 +45,7 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
-from ..notebook.format import join_source
+from ..notebook.format import join_source, source_hash
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
 from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
@@ -271,6 +271,27 @@ class NotebookRunner(Service):
         emit({"type": "result", "result": result})
         return result
 
+    async def preview(self, path: str, body: Any) -> dict[str, Any]:
+        """What a run would do, as the approval gate shows it: the notebook's path and hash, the ops, and
+        each cell it would run with its source (and the source's hash, checked again once approved)."""
+        request = parse_run_request(body)
+        edit = parse_edit_request({"ops": list(request.ops)}, self.store.max_ops) if request.ops else None
+        path, notebook, hash_, _live = await self.store.load(path, writable=True)
+        _outcome, _edited, targets = _plan(notebook, hash_, edit, request, path)
+        existing = {c.get("id") for c in notebook["cells"]}
+        cells = [
+            {
+                "id": t.cell_id,
+                "index": t.index,
+                "cell_type": t.cell_type,
+                "source": t.source,
+                "source_hash": source_hash(t.source),
+                "new": edit is not None and t.cell_id not in existing,
+            }
+            for t in targets
+        ]
+        return {"path": path, "hash": hash_, "ops": list(request.ops), "cells": cells}
+
     async def _edit(
         self, path: str, edit: EditRequest, request: RunRequest
     ) -> tuple[dict[str, Any], list[_Target]]:
@@ -278,17 +299,8 @@ class NotebookRunner(Service):
         edited notebook: those the request names, else the code cells the ops inserted or edited."""
 
         def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], Any]:
-            outcome = apply_ops(nb, edit.ops, id_seed=hash_, batch=True)
-            edited = outcome.notebook
-            if request.all or request.cell_ids is not None or request.cell_indices is not None:
-                return edited, (outcome, _select(edited, request, path))
-            ids = [o.details.get("cellId") for o in outcome.outcomes if o.details.get("action") in RUN_AFTER]
-            chosen = [
-                i
-                for i, c in enumerate(edited["cells"])
-                if c.get("id") is not None and c.get("id") in ids and c.get("cell_type") == "code"
-            ]
-            return edited, (outcome, [_target(edited["cells"], i) for i in chosen])
+            outcome, edited, targets = _plan(nb, hash_, edit, request, path)
+            return edited, (outcome, targets)
 
         (outcome, targets), new_hash = await self.store.change(
             path,
@@ -857,6 +869,26 @@ class NotebookRunner(Service):
             "outputs_error": None,
             "cells": cells,
         }
+
+
+def _plan(
+    notebook: dict[str, Any], hash_: str, edit: EditRequest | None, request: RunRequest, path: str
+) -> tuple[Any, dict[str, Any], list[_Target]]:
+    """The run's edit applied to ``notebook`` (deterministic: its ids come from ``hash_``) and the cells
+    it runs there: those the request names, else the code cells the ops inserted or edited."""
+    if edit is None:
+        return None, notebook, _select(notebook, request, path)
+    outcome = apply_ops(notebook, edit.ops, id_seed=hash_, batch=True)
+    edited = outcome.notebook
+    if request.all or request.cell_ids is not None or request.cell_indices is not None:
+        return outcome, edited, _select(edited, request, path)
+    ids = [o.details.get("cellId") for o in outcome.outcomes if o.details.get("action") in RUN_AFTER]
+    chosen = [
+        i
+        for i, c in enumerate(edited["cells"])
+        if c.get("id") is not None and c.get("id") in ids and c.get("cell_type") == "code"
+    ]
+    return outcome, edited, [_target(edited["cells"], i) for i in chosen]
 
 
 def _select(notebook: dict[str, Any], request: RunRequest, path: str) -> list[_Target]:

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
 from typing import Any, cast
@@ -14,10 +15,13 @@ from jupyter_core.utils import ensure_async
 from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.extension.handler import ExtensionHandlerMixin
+from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..approvals import Approval, ApprovalPolicy
+from ..approvals.gate import Asking, Describe, clear, wait_seconds
 from ..audit import NO_AUDIT, Audit, set_user
-from ..audit.context import set_via
+from ..audit.context import current_via, set_via
 from ..auth.context import set_paths
 from ..body import decode_json_body
 from ..errors import AgentToolsError
@@ -157,6 +161,61 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         super().on_finish()
 
     @property
+    def approval_policy(self) -> ApprovalPolicy:
+        return self.extensionapp.approval_policy  # type: ignore[attr-defined]
+
+    async def approval(self, action: str, path: str | None, describe: Describe, body: Any) -> Approval | None:
+        """Pass the approval gate for ``action`` (the route's class of action) on ``path``: None when no
+        approval is needed, else the approval (approved, or still pending: answer 202). 403 when denied."""
+        asking = Asking(
+            agent=acting_username(self) or "",
+            token_ask=getattr(self.current_user, "ask", frozenset()),
+            door=current_via() or self.via,
+            action=action,
+            path=path,
+        )
+        return await clear(self.approval_policy, asking, describe, wait_seconds(body, self.approval_policy))
+
+    async def respond_gated(
+        self,
+        action: str,
+        path: str | None,
+        describe: Describe,
+        body: Any,
+        apply: Callable[[], Awaitable[tuple[Any, int]]],
+    ) -> None:
+        """Answer ``apply()`` (its answer and status) once the gate lets it through; when the person has
+        not decided within the wait, 202 now and ``apply()`` once approved. ``describe()`` is asked only
+        when the person is asked."""
+        approval = await self.approval(action, path, describe, body)
+        if approval is not None and approval.state == "pending":
+            self.approval_policy.when_approved(approval, apply)
+            self.write_pending(approval)
+            return
+        answer, status = await apply()
+        if answer is None:
+            self.set_status(status)
+            self.finish()
+        else:
+            self.write_json(answer, status)
+
+    def write_pending(self, approval: Approval, **extra: Any) -> None:
+        """202: the action waits for the person (``Location``: the approval); it goes on once approved."""
+        location = url_path_join(self.base_url, "api/agent/approvals", str(approval.id))
+        self.set_header("Location", location)
+        self.write_json(
+            {
+                "approval_id": approval.id,
+                "state": "awaiting_approval",
+                "location": location,
+                "message": f"Waiting for the person to approve {approval.summary} (approval {approval.id} in "
+                "JupyterLab's Agents panel); it is done once approved. GET the location to see its state.",
+                **extra,
+            },
+            status=202,
+        )
+
+    @property
     def max_body_bytes(self) -> int:
         return int(getattr(self.extensionapp, "max_body_bytes", 0) or 0)
 
@@ -191,7 +250,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         self.set_header("Content-Type", "application/json")
         if error.retry_after:
             self.set_header("Retry-After", str(error.retry_after))
-        reply = {**error.extra, "message": error.message, "reason": responses.get(error.status, "")}
+        reply = {"message": error.message, "reason": responses.get(error.status, ""), **error.extra}
         self.log.warning("wrote error: %r", error.message)
         self.finish(json.dumps(reply, ensure_ascii=False))
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..approvals.gate import without_gate_fields
 from ..ledger.service import Ledger
 from ..notebook.reading import query_int
 from ..notebook.store import NotebookStore
@@ -59,8 +61,17 @@ class NotebookUndoHandler(_LedgerHandler):
     @web.authenticated
     @authorized
     async def post(self, path: str, change_id: str) -> None:
-        body = await self.json_body() if self.request.body.strip() else None
-        self.write_json(await self.store.undo(path, change_id, body))
+        gate_body = await self.json_body() if self.request.body.strip() else None
+        body = without_gate_fields(gate_body) or None
+
+        async def apply() -> tuple[dict[str, Any], int]:
+            return await self.store.undo(path, change_id, body), 200
+
+        async def describe() -> tuple[str, dict[str, Any]]:
+            change = await self.store.change_detail(path, change_id)
+            return f"undo change {change_id} of {path}", {"path": path, "change": change}
+
+        await self.respond_gated("edit", path, describe, gate_body, apply)
 
 
 class ChangesHandler(_LedgerHandler):

@@ -16,6 +16,8 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from ..approvals import Approval
+from ..approvals.gate import decided, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
 from ..execution.executor import Emit
@@ -23,7 +25,7 @@ from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
 from ..execution.service import EvalService
-from ..runs import RunRegistry
+from ..runs import Run, RunRegistry
 from ..streaming import TaskSource, pump
 from ..text import json_string_body
 from .base import AgentAPIHandler
@@ -109,23 +111,98 @@ class EvalHandler(AgentAPIHandler):
         request = parse_eval_request(body, self.service.max_cells)
         return request.session if request.mode == "session" else None
 
+    # -- the approval gate (``execute``): what the person is asked, and the check once approved --
+
+    def _gate_path(self, body: Any) -> str | None:
+        """The notebook the call runs in (eval with ``notebook``), for the policy's path rules."""
+        notebook = body.get("notebook") if isinstance(body, dict) else None
+        return notebook if isinstance(notebook, str) else None
+
+    async def _describe(self, body: Any) -> tuple[str, dict[str, Any]]:
+        """What the person is shown: each cell's code."""
+        cells = [{"code": c.get("code"), "title": c.get("title")} for c in body.get("cells") or []]
+        where = (
+            f" in {body['notebook']}"
+            if body.get("notebook")
+            else f" in session {body.get('session', 'default')!r}"
+        )
+        count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
+        return f"run {count}{where}", {"cells": cells}
+
+    async def _bind(self, approval: Approval, body: Any) -> Any:
+        """The body to run once ``approval`` is given: what the person saw (eval: the code is the body's)."""
+        return body
+
+    async def _after_approval(
+        self, approval: Approval, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
+    ) -> dict[str, Any]:
+        """The call, once the person approved it (an ``approval`` event says it is waiting meanwhile)."""
+        emit(
+            {"type": "approval", "approval_id": approval.id, "state": "pending", "summary": approval.summary}
+        )
+        waiting = asyncio.ensure_future(decided(self.approval_policy, approval))
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait((waiting, cancelled), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            cancelled.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            raise AgentToolsError(f"Cancelled while waiting for approval {approval.id}: nothing ran.", 409)
+        waiting.result()  # 403 when denied or expired
+        emit(
+            {
+                "type": "approval",
+                "approval_id": approval.id,
+                "state": "approved",
+                "decided_by": approval.decided_by,
+            }
+        )
+        return await self._call(await self._bind(approval, body), emit, cancel, pace)
+
     async def _respond(self, body: Any) -> None:
         """One JSON answer, the NDJSON stream of events when the client accepts it, or (``detach``) 202
-        with the run that goes on without the client."""
-        if isinstance(body, dict) and body.get("detach") is True:
-            target = await self._check(body)
+        with the run that goes on without the client. An action the person must approve first waits for
+        the decision (``approval_wait``); still undecided, it answers 202 and goes on as a detached run in
+        state ``awaiting_approval``, which starts once approved."""
+        gate_body = body
+        body = without_gate_fields(body)
+        streamed = NDJSON in self.request.headers.get("Accept", "")
+        detach = isinstance(body, dict) and body.get("detach") is True
+        target = await self._check(body)  # a bad body is a 400 now, before anyone is asked
+        approval = await self.approval(
+            "execute",
+            self._gate_path(body),
+            functools.partial(self._describe, body),
+            {"approval_wait": 0} if streamed or detach else gate_body,
+        )
+        if approval is not None and approval.state == "pending":
+            if streamed:
+                await self._stream(body, approval)
+                return
+            run = self.runs.start(
+                self.run_kind, target, functools.partial(self._after_approval, approval, body)
+            )
+            self._answer_detached(run, approval_id=approval.id)
+            return
+        if approval is not None:
+            body = await self._bind(approval, body)
+        if detach:
             run = self.runs.start(self.run_kind, target, functools.partial(self._call, body))
-            location = url_path_join(self.base_url, "api/agent/runs", run.id)
-            self.set_header("Location", location)
-            self.write_json({**run.summary(), "location": location}, status=202)
+            self._answer_detached(run)
             return
         self._cancel = cancel = asyncio.Event()
-        if NDJSON in self.request.headers.get("Accept", ""):
+        if streamed:
             await self._stream(body)
         else:
             self.write_json(await self._call(body, _ignore, cancel))
 
-    async def _stream(self, body: Any) -> None:
+    def _answer_detached(self, run: Run, **extra: Any) -> None:
+        location = url_path_join(self.base_url, "api/agent/runs", run.id)
+        self.set_header("Location", location)
+        self.write_json({**run.summary(), "location": location, **extra}, status=202)
+
+    async def _stream(self, body: Any, approval: Approval | None = None) -> None:
         app: Any = self.extensionapp
         backlog = self._backlog = StreamBacklog(int(app.stream_backlog_bytes))
         pace = StreamPace(backlog.lagging, float(app.stream_lag_grace))
@@ -135,7 +212,13 @@ class EvalHandler(AgentAPIHandler):
             backlog.put(event)
             ready.set()
 
-        run = asyncio.ensure_future(self._call(body, emit, self._cancel or asyncio.Event(), pace))
+        self._cancel = cancel = self._cancel or asyncio.Event()
+        call: Awaitable[dict[str, Any]]
+        if approval is not None:  # the stream says it waits for the person, then runs once approved
+            call = self._after_approval(approval, body, emit, cancel, pace)
+        else:
+            call = self._call(body, emit, cancel, pace)
+        run = asyncio.ensure_future(call)
         started_at = time.monotonic()
         writer = NdjsonWriter(self)
         try:

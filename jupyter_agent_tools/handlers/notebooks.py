@@ -11,7 +11,9 @@ from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..errors import BadRequest
+from ..approvals import Approval
+from ..approvals.gate import described, still_as_approved, without_gate_fields
+from ..errors import BadRequest, Conflict
 from ..execution.notebook_run import NotebookRunner
 from ..execution.pace import StreamPace
 from ..execution.request import parse_run_request
@@ -58,11 +60,39 @@ class NotebookHandler(AgentAPIHandler):
     @web.authenticated
     @authorized
     async def post(self, path: str) -> None:
-        body = await self.json_body()
-        if is_create_request(body):
-            self.write_json(await self.store.create(path, body), 201)
+        gate_body = await self.json_body()
+        body = without_gate_fields(gate_body)
+        creating = is_create_request(body)
+        approval = await self.approval(
+            "edit", path, functools.partial(self._describe, path, body, creating), gate_body
+        )
+        if approval is not None and approval.state == "pending":
+            bound = self._bind(approval, body)
+            self.approval_policy.when_approved(
+                approval, functools.partial(self._apply, path, bound, creating)
+            )
+            self.write_pending(approval)
             return
-        self.write_json(await self.store.edit(path, body))
+        if approval is not None:
+            body = self._bind(approval, body)
+        self.write_json(*await self._apply(path, body, creating))
+
+    async def _apply(self, path: str, body: Any, creating: bool) -> tuple[dict[str, Any], int]:
+        if creating:
+            return await self.store.create(path, body), 201
+        return await self.store.edit(path, body), 200
+
+    async def _describe(self, path: str, body: Any, creating: bool) -> tuple[str, dict[str, Any]]:
+        """What the person is shown: the edit's diff (each cell before and after) on the notebook now."""
+        if creating:
+            return f"create {path}", {"path": path, "body": body}
+        preview = await self.store.preview_edit(path, body)
+        return f"{preview['summary']} in {preview['path']}", preview
+
+    def _bind(self, approval: Approval, body: Any) -> Any:
+        """Apply only what the person saw: the edit under the hash of the notebook it was shown on."""
+        approved_hash = approval.details.get("hash")
+        return {**body, "expected_hash": approved_hash} if approved_hash else body
 
 
 class NotebookOutputHandler(AgentAPIHandler):
@@ -132,6 +162,30 @@ class NotebookRunHandler(EvalHandler):
         path, *_ = await self.runner.store.load(self._path, writable=True)  # 404 now, not a failed run
         return str(path)
 
+    def _gate_path(self, body: Any) -> str | None:
+        return self._path
+
+    async def _describe(self, body: Any) -> tuple[str, dict[str, Any]]:
+        """What the person is shown: each cell the run would run, its source and the source's hash."""
+        preview = await self.runner.preview(self._path, body)
+        count = len(preview["cells"])
+        edit = f" after {len(preview['ops'])} edit(s)" if preview["ops"] else ""
+        return f"run {count} cell{'s' if count != 1 else ''} in {preview['path']}{edit}", preview
+
+    async def _bind(self, approval: Approval, body: Any) -> Any:
+        """Run only what the person approved: the cells as they were shown (409 naming those that changed
+        since), under the hash the person saw."""
+        path, notebook, hash_, _live = await self.runner.store.load(self._path, writable=True)
+        still_as_approved(approval, notebook["cells"])
+        approved_hash = approval.details.get("hash")
+        if approved_hash != hash_:
+            raise Conflict(
+                f"{path} changed since approval {approval.id} was given (hash {approved_hash}, now {hash_}). "
+                "Nothing ran; ask again.",
+                extra={"approval_id": approval.id, "cells": []},
+            )
+        return {**body, "expected_hash": hash_}
+
     @web.authenticated
     @authorized
     async def post(self, path: str = "") -> None:
@@ -164,4 +218,13 @@ class NotebookKernelHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("execute")
     async def post(self, path: str) -> None:
-        self.write_json(await self.runner.kernel_action(path, await self.json_body()))
+        gate_body = await self.json_body()
+        body = without_gate_fields(gate_body)
+        action = body.get("action") if isinstance(body, dict) else None
+
+        async def apply() -> tuple[dict[str, Any], int]:
+            return await self.runner.kernel_action(path, body), 200
+
+        what = action if isinstance(action, str) else "change"
+        describe = described(f"{what} the kernel of {path}", {"path": path, "body": body})
+        await self.respond_gated("kernel", path, describe, gate_body, apply)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..approvals.gate import described
 from ..execution.service import EvalService
 from .base import AgentAPIHandler
 
@@ -36,9 +37,12 @@ class SessionHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def delete(self, name: str) -> None:
-        await self.service.delete_session(name)
-        self.set_status(204)
-        self.finish()
+        async def apply() -> tuple[None, int]:
+            await self.service.delete_session(name)
+            return None, 204
+
+        describe = described(f"shut down session {name!r}", {"session": name})
+        await self.respond_gated("kernel", None, describe, None, apply)
 
 
 class SessionInterruptHandler(_EvalRoute):

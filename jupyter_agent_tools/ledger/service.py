@@ -943,6 +943,11 @@ def _shown(parts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return shown
 
 
+def cell_bodies(cell: CellChange) -> dict[str, Any]:
+    """A touched cell as a change's detail shows it: its fields before and after, and its source diff."""
+    return _bodies(cell)
+
+
 def _bodies(cell: CellChange) -> dict[str, Any]:
     before, after = _shown(cell.before), _shown(cell.after)
     fields: dict[str, Any] = {"before": before, "after": after}

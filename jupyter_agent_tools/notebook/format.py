@@ -38,6 +38,11 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def source_hash(source: str) -> str:
+    """A cell source's short hash (16 hex digits of its sha256), as an approval shows and checks it."""
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def parse_notebook(text: str, path: str) -> dict[str, Any]:
     """Parse notebook text, checking only what the cell operations need (JSON object with a cells list)."""
     try:

@@ -36,7 +36,9 @@ from ..audit import NO_AUDIT, Audit
 from ..auth.context import path_allowed
 from ..compat import local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
-from ..ledger.service import ChangeGroup, Ledger, Recorded, check_hash
+from ..ledger.changes import diff as change_of
+from ..ledger.changes import summarize
+from ..ledger.service import ChangeGroup, Ledger, Recorded, cell_bodies, check_hash
 from ..ledger.undo import conflicts, inverse
 from ..traits import Service, at_least
 from ..validation import check
@@ -472,6 +474,19 @@ class NotebookStore(Service):
                 answer["message"] += f" Repaired {len(repairs)} problem(s) found in the notebook first."
         answer.update(_recorded_fields(notes))
         return answer
+
+    async def preview_edit(self, path: str, body: Any) -> dict[str, Any]:
+        """What an edit would change, written nowhere (the approval gate shows it): the notebook's path and
+        hash, a summary, and each cell it touches with its fields before and after and its source diff."""
+        request = parse_edit_request(body, self.max_ops)
+        path, notebook, hash_, _live = await self.load(path, writable=True)
+        before = notebook
+        if request.repair:
+            notebook, _repairs = repair_notebook(notebook, hash_)
+        outcome = apply_ops(notebook, request.ops, id_seed=hash_, batch=request.batch)
+        change = change_of(before, outcome.notebook)
+        cells = [{**c.summary(), **cell_bodies(c)} for c in change.cells]
+        return {"path": path, "hash": hash_, "summary": summarize(change), "cells": cells}
 
     async def create(self, path: str, body: Any) -> dict[str, Any]:
         """Create the notebook ``path`` (``{"action": "create", "cells", "kernel_name", "parents"}``):

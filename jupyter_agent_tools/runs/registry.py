@@ -5,6 +5,7 @@
 for ``run_retention`` seconds (at most ``max_kept_runs`` runs in all). States::
 
     queued ──first event──▶ running ──answer──▶ complete | error | interrupted | cancelled
+       └──approval asked──▶ awaiting_approval ──approved──▶ running   (denied, expired: error)
        └──────────────────────────────────────▶ (the same, when the call ends before any event)
     any unfinished state ──server stopped or restarted──▶ lost
 
@@ -36,7 +37,7 @@ from .records import FINAL_STATES, RunRecords
 
 Emit = Callable[[dict[str, Any]], None]
 Call = Callable[[Emit, asyncio.Event], Awaitable[dict[str, Any]]]
-STATES = ("queued", "running", *FINAL_STATES)
+STATES = ("queued", "awaiting_approval", "running", *FINAL_STATES)
 ARTIFACT_SESSION = "_runs"  # the artifact store's directory for run event logs
 MAX_WAIT = 600.0
 
@@ -62,6 +63,7 @@ class Run:
     owner: str | None
     created: float
     state: str = "queued"
+    approval_id: int | None = None  # the approval it waited for (the approval gate), if any
     started: float | None = None
     ended: float | None = None
     message: str | None = None  # why it ended as it did, when the answer does not say
@@ -92,6 +94,7 @@ class Run:
             "events": self.log.last_seq if self.log is not None else 0,
             "cells_started": len(cells),
             "cells_done": sum(1 for c in cells if c["status"] != "running"),
+            "approval_id": self.approval_id,
         }
 
     def detail(self) -> dict[str, Any]:
@@ -271,9 +274,13 @@ class RunRegistry(Service):
     def _event(self, run: Run, event: dict[str, Any]) -> None:
         if run.finished:
             return
-        if run.state == "queued":
-            self._transition(run, "running")
         kind = event.get("type")
+        if kind == "approval":  # the person is asked first: the run waits, then runs once approved
+            if event.get("state") == "pending" and run.state == "queued":
+                self._transition(run, "awaiting_approval")
+            run.approval_id = event.get("approval_id")
+        elif run.state in ("queued", "awaiting_approval"):
+            self._transition(run, "running")
         if kind == "cell_start":
             index = int(event.get("index", 0))
             cell: dict[str, Any] = {"index": index, "status": "running"}

@@ -1,0 +1,6 @@
+"""The approval gate: what agents must ask the person first (policy), the requests and decisions."""
+
+from .records import Approval
+from .service import ApprovalPolicy, Forbidden, TooManyPending
+
+__all__ = ["Approval", "ApprovalPolicy", "Forbidden", "TooManyPending"]

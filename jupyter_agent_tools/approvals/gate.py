@@ -1,0 +1,141 @@
+"""The gate every front door (HTTP route, MCP tool) passes an agent's action through (no Tornado).
+
+:func:`clear` asks the policy; ``allow`` passes at once (nothing is described, nothing is recorded),
+``deny`` raises :class:`ApprovalDenied`, ``ask`` describes what would happen exactly (the caller's
+``describe``), records a request and waits for the person up to ``wait`` seconds. Approved: the caller
+goes on, holding the approval (what it covers is in its details: the caller checks the notebook is still
+as the person saw it). Denied or expired: :class:`ApprovalDenied`. Still pending: the approval is returned
+pending, and the caller answers 202 and goes on once it is decided (:func:`decided`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import AgentToolsError, BadRequest, Conflict
+from ..notebook.format import source_hash
+from .records import Approval
+from .service import ApprovalPolicy
+
+Describe = Callable[[], Awaitable[tuple[str, dict[str, Any]]]]
+
+
+class ApprovalDenied(AgentToolsError):
+    """The person denied the action, nobody decided in time, or a rule denies it (403)."""
+
+    status = 403
+
+
+@dataclass(frozen=True)
+class Asking:
+    """Who asks to do what, as the front door derived it from the route (never from the client)."""
+
+    agent: str
+    token_ask: frozenset[str]
+    door: str
+    action: str
+    path: str | None
+
+
+def described(summary: str, details: dict[str, Any]) -> Describe:
+    """A ``describe`` for what is known already."""
+
+    async def describe() -> tuple[str, dict[str, Any]]:
+        return summary, details
+
+    return describe
+
+
+def wait_seconds(body: Any, policy: ApprovalPolicy) -> float:
+    """The body's ``approval_wait`` (seconds, up to the policy's timeout), else the policy's ``wait``."""
+    raw = body.get("approval_wait") if isinstance(body, dict) else None
+    if raw is None:
+        return policy.wait
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not 0 <= raw <= policy.timeout:
+        raise BadRequest(
+            f"'approval_wait' must be a number of seconds between 0 and {policy.timeout:g}, got {raw!r}"
+        )
+    return float(raw)
+
+
+def without_gate_fields(body: Any) -> Any:
+    """The body as the service takes it (``approval_wait`` is the gate's)."""
+    if isinstance(body, dict) and "approval_wait" in body:
+        return {k: v for k, v in body.items() if k != "approval_wait"}
+    return body
+
+
+def refusal(approval: Approval) -> ApprovalDenied:
+    """The 403 an agent gets for a request that was denied or expired."""
+    extra = {"reason": "approval_denied", "approval_id": approval.id}
+    if approval.state == "expired":
+        message = f"Nobody decided approval {approval.id} ({approval.summary}) in time. Nothing was done."
+    else:
+        why = f": {approval.reason}" if approval.reason else ""
+        message = f"{approval.decided_by or 'The person'} denied {approval.summary}{why}. Nothing was done."
+    return ApprovalDenied(message, extra=extra)
+
+
+async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait: float) -> Approval | None:
+    """None when the action needs nobody's approval; else the approval (approved, or still pending after
+    ``wait``). Raises :class:`ApprovalDenied` when denied, expired or denied by a rule."""
+    decision = policy.decision(asking.agent, asking.action, asking.path, asking.token_ask)
+    if decision == "allow":
+        return None
+    if decision == "deny":
+        where = f" on {asking.path}" if asking.path else ""
+        raise ApprovalDenied(
+            f"The server's approval policy denies {asking.agent} the {asking.action!r} action{where}. "
+            "Nothing was done.",
+            extra={"reason": "approval_denied"},
+        )
+    summary, details = await describe()
+    approval = policy.request(
+        agent=asking.agent,
+        door=asking.door,
+        action=asking.action,
+        path=asking.path,
+        summary=summary,
+        details=details,
+    )
+    await policy.wait_for(approval, wait)
+    if approval.state in ("denied", "expired"):
+        raise refusal(approval)
+    return approval
+
+
+async def decided(policy: ApprovalPolicy, approval: Approval) -> Approval:
+    """Wait for a pending approval until it is decided or expires; :class:`ApprovalDenied` unless approved."""
+    await policy.wait_for(approval, max(0.0, approval.expires - approval.created) + 1.0)
+    if approval.state != "approved":
+        raise refusal(approval)
+    return approval
+
+
+def changed_cells(approved: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[str]:
+    """The approved cells (``{"id", "index", "source_hash"}``) whose source is no longer what the person
+    saw in ``cells`` (the notebook now), named by id (or index)."""
+    by_id = {c.get("id"): c for c in cells if isinstance(c.get("id"), str)}
+    changed = []
+    for cell in approved:
+        now = by_id.get(cell.get("id")) if cell.get("id") else None
+        if now is None and cell.get("id") is None and 0 <= int(cell.get("index", -1)) < len(cells):
+            now = cells[int(cell["index"])]
+        source = now.get("source") if now is not None else None
+        text = "".join(source) if isinstance(source, list) else source
+        if not isinstance(text, str) or source_hash(text) != cell.get("source_hash"):
+            changed.append(str(cell.get("id") or f"@{cell.get('index')}"))
+    return changed
+
+
+def still_as_approved(approval: Approval, cells: list[dict[str, Any]]) -> None:
+    """409 naming the cells that changed since the person approved (nothing runs or is written)."""
+    changed = changed_cells(approval.details.get("cells") or [], cells)
+    if changed:
+        raise Conflict(
+            f"The notebook changed since approval {approval.id} was given: cell(s) {', '.join(changed)} are "
+            "no longer what the person approved. Nothing ran; ask again.",
+            extra={"approval_id": approval.id, "cells": changed},
+        )

@@ -1,0 +1,93 @@
+"""``/api/agent/approvals``: the requests waiting for the person, and the person's decision.
+
+GET lists (pending first, then the most recent decided) and shows one with what it would do in full; an
+agent sees only its own requests (another's answer 404). POST decides: only a person (the server's own
+credentials, a logged-in user, a hub user with access to the server): an agent token is refused (403)
+whatever its scopes, by ``AgentAuthorizer`` (no scope grants writing ``agent_approvals``) and again by the
+service.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..approvals import Approval, ApprovalPolicy
+from ..auth.identity import AgentUser
+from ..errors import BadRequest, NotFound
+from ..validation import check
+from .base import AgentAPIHandler, acting_username
+
+
+class _ApprovalRoute(AgentAPIHandler):
+    auth_resource = "agent_approvals"
+
+    @property
+    def approvals(self) -> ApprovalPolicy:
+        return self.extensionapp.approval_policy  # type: ignore[attr-defined]
+
+    @property
+    def agent(self) -> str | None:
+        """The caller's identity when it is an agent (it sees only its own requests), else None."""
+        return acting_username(self) if isinstance(self.current_user, AgentUser) else None
+
+    def visible(self, approval: Approval) -> bool:
+        agent = self.agent
+        return agent is None or approval.agent == agent
+
+    def approval_id(self, raw: str) -> int:
+        if not raw.isdigit() or len(raw) > 18:
+            raise BadRequest(
+                f"An approval id is a number (GET /api/agent/approvals lists them), got {raw[:40]!r}"
+            )
+        return int(raw)
+
+
+class ApprovalListHandler(_ApprovalRoute):
+    """GET: ``{"pending": [...], "recent": [...]}`` (an agent's: its own only)."""
+
+    route_name = "approvals"
+
+    @web.authenticated
+    @authorized("read")
+    async def get(self) -> None:
+        recent = await self.approvals.recent()
+        self.write_json(
+            {
+                "pending": [a.to_json() for a in self.approvals.pending() if self.visible(a)],
+                "recent": [a.to_json(with_details=False) for a in recent if self.visible(a)],
+            }
+        )
+
+
+class ApprovalHandler(_ApprovalRoute):
+    """GET: one request, with what it would do (code, cells, diff). POST: the person's decision."""
+
+    route_name = "approval"
+
+    @web.authenticated
+    @authorized("read")
+    async def get(self, approval_id: str) -> None:
+        approval = await self.approvals.get(self.approval_id(approval_id))
+        if not self.visible(approval):
+            raise NotFound(
+                f"There is no approval request {approval.id} (GET /api/agent/approvals lists them)."
+            )
+        self.write_json(approval.to_json())
+
+    @web.authenticated
+    @authorized("write")
+    async def post(self, approval_id: str) -> None:
+        number = self.approval_id(approval_id)
+        body: Any = await self.json_body()
+        check("ApprovalDecision", body)
+        approval = await self.approvals.decide(
+            number,
+            body["decision"],
+            by=acting_username(self) or "a person",
+            for_seconds=body.get("for_seconds"),
+            reason=body.get("reason"),
+        )
+        self.write_json(approval.to_json())
