@@ -32,6 +32,8 @@ RULES: dict[str, dict[str, str]] = {
     "events": {"read": "read", "execute": "read"},  # subscribing reads; emitting (write) is not an agent's
     "api": {"read": "read"},  # /api/status, /api/spec.yaml
     "config": {"read": "read"},
+    # an agent reads its own approval requests; deciding (write) is a person's, never an agent's
+    "agent_approvals": {"read": "read"},
 }
 # Resources whose routes name a file: an agent with path globs reaches only those inside them.
 PATH_RESOURCES = frozenset({"contents", "nbconvert"})

@@ -1,0 +1,240 @@
+"""The approval gate on a real server with real kernels: the person decides over REST while the agent waits.
+
+Agents are real agent tokens (the two documented server lines); the person is the server's own token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
+
+pytestmark = pytest.mark.timeout(300)
+
+ASK_EXECUTE = [{"who": "agent:*", "actions": ["execute"], "decision": "ask"}]
+
+
+def config(rules: list[dict[str, Any]], **policy: Any) -> dict[str, Any]:
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_agent_tools": True},
+            "identity_provider_class": AgentIdentityProvider,
+            "authorizer_class": AgentAuthorizer,
+        },
+        "KernelPool": {"size": 0},
+        "ApprovalPolicy": {"rules": rules, **policy},
+    }
+
+
+@pytest.fixture
+def jp_server_config(request: pytest.FixtureRequest) -> dict[str, Any]:
+    marker = request.node.get_closest_marker("rules")
+    rules = marker.args[0] if marker else ASK_EXECUTE
+    return config(rules, **(marker.kwargs if marker else {}))
+
+
+@pytest.fixture
+def http(http_server_client: Any, jp_base_url: str, jp_serverapp: Any) -> Any:
+    """``http(method, url, body=None, token=<the server's: the person>)`` -> (status, JSON, headers)."""
+
+    async def call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any, Any]:
+        response = await http_server_client.fetch(
+            jp_base_url + url,
+            method=method,
+            body=json.dumps(body if body is not None else {}) if method in ("POST", "PUT") else None,
+            headers={"Authorization": f"token {token or jp_serverapp.identity_provider.token}"},
+            raise_error=False,
+            request_timeout=120,
+        )
+        text = response.body.decode() if response.body else ""
+        return response.code, json.loads(text) if text else None, response.headers
+
+    return call
+
+
+@pytest.fixture
+def agent(http: Any) -> Any:
+    """A new agent token (scopes read, edit, execute) and a call made with it."""
+
+    async def make(name: str = "bot", scopes: tuple[str, ...] = ("read", "edit", "execute")) -> Any:
+        status, answer, _ = await http("POST", "api/agent/tokens", {"name": name, "scopes": list(scopes)})
+        assert status == 201, answer
+        token = answer["token"]
+
+        async def as_agent(method: str, url: str, body: Any = None) -> tuple[int, Any, Any]:
+            return await http(method, url, body, token=token)
+
+        return as_agent
+
+    return make
+
+
+def notebook(root: Path, name: str = "nb.ipynb") -> Path:
+    path = root / name
+    cells = [new_code_cell("x = 6", id="c1"), new_code_cell("print(x * 7)", id="c2")]
+    nbformat.write(new_notebook(cells=cells), str(path))
+    return path
+
+
+async def pending_approval(http: Any, wait: float = 30) -> dict[str, Any]:
+    """The first pending approval, once there is one (the person's list)."""
+    for _ in range(int(wait * 20)):
+        status, listing, _ = await http("GET", "api/agent/approvals")
+        assert status == 200, listing
+        if listing["pending"]:
+            return dict(listing["pending"][0])
+        await asyncio.sleep(0.05)
+    raise AssertionError("no approval request appeared")
+
+
+EVAL = {"cells": [{"code": "print('approved ran')"}], "session": "s"}
+
+
+@pytest.mark.rules([])
+async def test_without_rules_nothing_is_asked(http: Any, agent: Any) -> None:
+    bot = await agent()
+    status, answer, _ = await bot("POST", "api/agent/eval", EVAL)
+    assert status == 200 and "approved ran" in answer["cells"][0]["output"]
+    listing = (await http("GET", "api/agent/approvals"))[1]
+    assert listing == {"pending": [], "recent": []}
+
+
+async def test_the_eval_waits_and_runs_once_the_person_approves(http: Any, agent: Any) -> None:
+    bot = await agent()
+    call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))
+    request = await pending_approval(http)
+    assert request["agent"] == "agent:bot" and request["action"] == "execute" and request["door"] == "http"
+    assert request["details"]["cells"][0]["code"] == "print('approved ran')"
+    assert not call.done()  # nothing ran meanwhile
+    status, decided, _ = await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"})
+    assert status == 200 and decided["state"] == "approved" and decided["decided_by"].startswith("token-")
+    status, answer, _ = await call
+    assert status == 200 and "approved ran" in answer["cells"][0]["output"]
+
+
+async def test_a_denial_is_a_403_with_the_persons_reason(http: Any, agent: Any) -> None:
+    bot = await agent()
+    call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))
+    request = await pending_approval(http)
+    body = {"decision": "deny", "reason": "not on prod data"}
+    assert (await http("POST", f"api/agent/approvals/{request['id']}", body))[0] == 200
+    status, answer, _ = await call
+    assert status == 403, answer
+    assert answer["reason"] == "approval_denied" and answer["approval_id"] == request["id"]
+    assert "not on prod data" in answer["message"]
+
+
+async def test_an_agent_cannot_approve_and_deciding_twice_is_a_409(http: Any, agent: Any) -> None:
+    bot = await agent()
+    call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))
+    request = await pending_approval(http)
+    url = f"api/agent/approvals/{request['id']}"
+    status, refused, _ = await bot("POST", url, {"decision": "approve"})
+    assert status == 403, refused
+    assert (await bot("GET", url))[0] == 200  # its own request: it may look
+    assert (await http("POST", url, {"decision": "maybe"}))[0] == 400
+    assert (await http("POST", "api/agent/approvals/9999", {"decision": "approve"}))[0] == 404
+    assert (await http("POST", "api/agent/approvals/x", {"decision": "approve"}))[0] == 400
+    assert (await http("POST", url, {"decision": "deny"}))[0] == 200
+    status, again, _ = await http("POST", url, {"decision": "approve"})
+    assert status == 409 and "already denied" in again["message"]
+    assert (await call)[0] == 403
+
+
+async def test_still_undecided_it_answers_202_and_runs_detached_once_approved(http: Any, agent: Any) -> None:
+    bot = await agent()
+    status, started, _ = await bot("POST", "api/agent/eval", {**EVAL, "approval_wait": 0.2})
+    assert status == 202, started
+    assert started["state"] == "awaiting_approval" or started["state"] == "queued"
+    approval_id = started["approval_id"]
+    run_url = f"api/agent/runs/{started['run_id']}"
+    for _ in range(100):
+        run = (await bot("GET", run_url))[1]
+        if run["state"] == "awaiting_approval":
+            break
+        await asyncio.sleep(0.05)
+    assert run["state"] == "awaiting_approval" and run["approval_id"] == approval_id
+    assert (await http("POST", f"api/agent/approvals/{approval_id}", {"decision": "approve"}))[0] == 200
+    status, done, _ = await bot("GET", run_url + "?wait=60")
+    assert status == 200 and done["state"] == "complete", done
+    assert "approved ran" in done["result"]["cells"][0]["output"]
+
+
+async def test_an_approved_run_refuses_cells_the_person_changed_since(
+    http: Any, agent: Any, jp_root_dir: Path
+) -> None:
+    path = notebook(jp_root_dir)
+    bot = await agent()
+    call = asyncio.ensure_future(bot("POST", "api/agent/notebooks/nb.ipynb/run", {"all": True}))
+    request = await pending_approval(http)
+    assert [c["id"] for c in request["details"]["cells"]] == ["c1", "c2"]
+    assert request["details"]["cells"][1]["source"] == "print(x * 7)"
+    nb = nbformat.read(str(path), as_version=4)
+    nb.cells[1].source = "print('not what was approved')"
+    nbformat.write(nb, str(path))
+    before = path.read_bytes()
+    assert (await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}))[0] == 200
+    status, answer, _ = await call
+    assert status == 409, answer
+    assert answer["cells"] == ["c2"] and "c2" in answer["message"]
+    assert path.read_bytes() == before  # nothing ran, nothing was written
+
+
+@pytest.mark.rules([{"who": "agent:*", "actions": ["edit"], "decision": "ask"}])
+async def test_an_edit_shows_its_diff_and_is_applied_once_approved(
+    http: Any, agent: Any, jp_root_dir: Path
+) -> None:
+    path = notebook(jp_root_dir)
+    bot = await agent()
+    edit = {"action": "edit", "cell_id": "c2", "content": "print(x * 100)", "approval_wait": 0}
+    status, pending, headers = await bot("POST", "api/agent/notebooks/nb.ipynb", edit)
+    assert status == 202, pending
+    assert headers["Location"].endswith(f"/api/agent/approvals/{pending['approval_id']}")
+    status, shown, _ = await bot("GET", f"api/agent/approvals/{pending['approval_id']}")
+    diff = shown["details"]["cells"][0]["diff"]
+    assert "-print(x * 7)" in diff and "+print(x * 100)" in diff
+    assert "x * 100" not in path.read_text()  # not before the person approves
+    assert (await http("POST", f"api/agent/approvals/{pending['approval_id']}", {"decision": "approve"}))[
+        0
+    ] == 200
+    for _ in range(100):
+        shown = (await bot("GET", f"api/agent/approvals/{pending['approval_id']}"))[1]
+        if shown["outcome"]:
+            break
+        await asyncio.sleep(0.05)
+    assert shown["outcome"]["status"] == 200, shown
+    assert nbformat.read(str(path), as_version=4).cells[1].source == "print(x * 100)"
+
+
+@pytest.mark.rules([{"who": "agent:*", "actions": ["execute"], "paths": ["secret/**"], "decision": "deny"}])
+async def test_a_deny_rule_refuses_at_once_and_other_paths_pass(
+    http: Any, agent: Any, jp_root_dir: Path
+) -> None:
+    (jp_root_dir / "secret").mkdir()
+    notebook(jp_root_dir / "secret")
+    notebook(jp_root_dir)
+    bot = await agent()
+    status, answer, _ = await bot("POST", "api/agent/notebooks/secret/nb.ipynb/run", {"all": True})
+    assert status == 403 and answer["reason"] == "approval_denied", answer
+    status, answer, _ = await bot("POST", "api/agent/notebooks/nb.ipynb/run", {"all": True})
+    assert status == 200 and answer["cells"][1]["output"].strip() == "42", answer
+
+
+@pytest.mark.rules(ASK_EXECUTE, max_pending_per_agent=1, timeout=0.5)
+async def test_too_many_pending_is_429_and_an_undecided_request_expires(http: Any, agent: Any) -> None:
+    bot = await agent()
+    status, first, _ = await bot("POST", "api/agent/eval", {**EVAL, "approval_wait": 0})
+    assert status == 202, first
+    status, answer, _ = await bot("POST", "api/agent/eval", {**EVAL, "approval_wait": 0})
+    assert status == 429, answer
+    status, done, _ = await bot("GET", f"api/agent/runs/{first['run_id']}?wait=30")
+    assert done["state"] == "error" and "in time" in done["message"], done
+    status, shown, _ = await http("GET", f"api/agent/approvals/{first['approval_id']}")
+    assert shown["state"] == "expired"
