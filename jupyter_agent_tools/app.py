@@ -260,6 +260,8 @@ class AgentToolsApp(ExtensionApp):
         self.approval_policy = cast("type[ApprovalPolicy]", self.approval_policy_class)(
             parent=self, audit=audit
         )
+        # AgentAuthorizer closes the routes that cannot ask (kernels, terminals) to agents that must ask
+        self.settings["jupyter_agent_tools_approvals"] = self.approval_policy
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,

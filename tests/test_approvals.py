@@ -13,6 +13,7 @@ from typing import Any
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
+from tornado.httpclient import HTTPClientError
 
 from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
 
@@ -71,6 +72,7 @@ def agent(http: Any) -> Any:
         async def as_agent(method: str, url: str, body: Any = None) -> tuple[int, Any, Any]:
             return await http(method, url, body, token=token)
 
+        as_agent.token = token  # type: ignore[attr-defined]
         return as_agent
 
     return make
@@ -238,3 +240,26 @@ async def test_too_many_pending_is_429_and_an_undecided_request_expires(http: An
     assert done["state"] == "error" and "in time" in done["message"], done
     status, shown, _ = await http("GET", f"api/agent/approvals/{first['approval_id']}")
     assert shown["state"] == "expired"
+
+
+@pytest.mark.rules([{"who": "agent:gated", "actions": ["execute"], "decision": "ask"}])
+async def test_a_gated_agent_finds_no_door_around_the_gate(http: Any, agent: Any, jp_ws_fetch: Any) -> None:
+    gated, free = await agent("gated"), await agent("free")
+    status, kernel, _ = await http("POST", "api/kernels", {})  # the person's kernel
+    assert status == 201, kernel
+    for method, url, body in [
+        ("POST", "api/kernels", {}),
+        ("POST", f"api/kernels/{kernel['id']}/interrupt", {}),
+        ("POST", "api/sessions", {"path": "x.ipynb", "type": "notebook", "kernel": {"name": "python3"}}),
+    ]:
+        status, answer, _ = await gated(method, url, body)
+        assert status == 403, (url, answer)
+        assert "use the agent routes" in answer["message"], answer
+    assert (await gated("GET", "api/kernels"))[0] == 200  # reading stays open
+    with pytest.raises(HTTPClientError) as refused:  # its websocket to the kernel is refused too
+        await jp_ws_fetch(
+            "api", "kernels", kernel["id"], "channels", headers={"Authorization": f"token {gated.token}"}
+        )
+    assert refused.value.code == 403
+    status, answer, _ = await free("POST", "api/kernels", {})
+    assert status == 201, answer  # an agent the rules do not gate keeps its doors

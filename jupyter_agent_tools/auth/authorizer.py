@@ -32,8 +32,12 @@ FILE_HANDLERS = frozenset(
 CONTENTS_HANDLER = "jupyter_server.services.contents.handlers.ContentsHandler"
 AGENT_HANDLER = "jupyter_agent_tools.handlers.base.AgentAPIHandler"
 IDENTITY_HANDLER = "jupyter_server.services.api.handlers.IdentityHandler"
-# Where the settings of the web application hold the extension's audit facade.
+# Where the settings of the web application hold the extension's audit facade and its approval gate.
 AUDIT_SETTING = "jupyter_agent_tools_audit"
+APPROVALS_SETTING = "jupyter_agent_tools_approvals"
+# Resources whose own jupyter_server routes run code without asking anyone (kernels and their websocket,
+# terminals, sessions that start kernels): closed to an agent that must ask before it executes.
+UNGATED_EXECUTION = frozenset({"kernels", "terminals", "sessions"})
 
 
 def _class_names(handler: Any) -> set[str]:
@@ -94,6 +98,8 @@ class AgentAuthorizer(Authorizer):
             return self.inner.is_authorized(handler, user, action, resource)
         names = _class_names(handler)
         problem = refusal(user.scopes, resource, action)
+        if problem is None and resource in UNGATED_EXECUTION and AGENT_HANDLER not in names:
+            problem = self._gated(handler, user, resource, action)
         if problem is None and user.path_scope is not None and resource in PATH_RESOURCES:
             paths = request_paths(handler, names)
             if paths is None:
@@ -111,6 +117,19 @@ class AgentAuthorizer(Authorizer):
         self._record(handler, user, action, resource, problem)
         message = f"Agent {user.agent!r} may not {action} on resource {resource!r}: {problem}."
         raise web.HTTPError(403, message + " Nothing was done.")
+
+    def _gated(self, handler: Any, user: AgentUser, resource: str, action: str) -> str | None:
+        """Why a route that runs code without asking is closed to ``user`` (its execute actions need the
+        person's approval), or None. Reading (a kernel list) stays open."""
+        if action == "read" and resource != "terminals":
+            return None
+        policy = handler.settings.get(APPROVALS_SETTING)
+        if policy is None or not policy.gated(user.username, "execute", getattr(user, "ask", frozenset())):
+            return None
+        return (
+            "this agent must ask the person before it runs code, and this route cannot ask: use the agent "
+            "routes (/api/agent/eval, /api/agent/notebooks/{path}/run, MCP), which wait for the approval"
+        )
 
     def _record(self, handler: Any, user: AgentUser, action: str, resource: str, reason: str) -> None:
         metrics.AGENT_REQUESTS.labels(agent=user.agent, outcome="refused").inc()
