@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from traitlets import Undefined
 from traitlets.config import Configurable
 
 import jupyter_agent_tools
@@ -64,6 +65,8 @@ def test_configuration_doc_lists_trait_with_default(name, trait):
     row = re.search(rf"^\| `{re.escape(name)}` \|[^\n]*$", doc, re.M)
     assert row, f"docs/configuration.md has no table row for {name}"
     default = trait.default_value
+    if default is Undefined:  # a container trait (List) makes its default when asked
+        default = trait.default()
     if isinstance(default, type):  # a Type trait resolves its import string once an app exists
         default = f"{default.__module__}.{default.__qualname__}"
     shown = f'`"{default}"`' if isinstance(default, str) else f"`{default!r}`"
