@@ -169,26 +169,25 @@ class EvalHandler(AgentAPIHandler):
         body = without_gate_fields(body)
         streamed = NDJSON in self.request.headers.get("Accept", "")
         detach = isinstance(body, dict) and body.get("detach") is True
-        target = await self._check(body)  # a bad body is a 400 now, before anyone is asked
-        approval = await self.approval(
-            "execute",
-            self._gate_path(body),
-            functools.partial(self._describe, body),
-            {"approval_wait": 0} if streamed or detach else gate_body,
-        )
+
+        async def describe() -> tuple[str, dict[str, Any]]:
+            await self._check(body)  # a bad body is a 400 now, before anyone is asked
+            return await self._describe(body)
+
+        wait_body = {"approval_wait": 0} if streamed or detach else gate_body
+        approval = await self.approval("execute", self._gate_path(body), describe, wait_body)
         if approval is not None and approval.state == "pending":
             if streamed:
                 await self._stream(body, approval)
                 return
-            run = self.runs.start(
-                self.run_kind, target, functools.partial(self._after_approval, approval, body)
-            )
+            call = functools.partial(self._after_approval, approval, body)
+            run = self.runs.start(self.run_kind, await self._check(body), call)
             self._answer_detached(run, approval_id=approval.id)
             return
         if approval is not None:
             body = await self._bind(approval, body)
         if detach:
-            run = self.runs.start(self.run_kind, target, functools.partial(self._call, body))
+            run = self.runs.start(self.run_kind, await self._check(body), functools.partial(self._call, body))
             self._answer_detached(run)
             return
         self._cancel = cancel = asyncio.Event()
