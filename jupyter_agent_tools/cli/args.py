@@ -333,6 +333,33 @@ def build_parser() -> argparse.ArgumentParser:
     _common(revoke)
     _common(token)
 
+    approvals = commands.add_parser(
+        "approvals",
+        help="list, show, approve or deny what agents ask the person (the approval gate)",
+        description="The approval gate (docs/approvals.md): the requests agents are waiting on, and the "
+        "person's decision. Deciding needs a person's credentials (the server's own token), never an agent "
+        "token.",
+    )
+    ac = approvals.add_subparsers(dest="approvals_command", metavar="ACTION")
+    _common(ac.add_parser("list", help="the requests waiting, then the recent decisions (the default)"))
+    show = ac.add_parser("show", help="one request, with the code or diff it would run or write")
+    show.add_argument("approval_id", type=int, metavar="ID")
+    _common(show)
+    approve = ac.add_parser("approve", help="approve a request: the waiting agent goes on at once")
+    approve.add_argument("approval_id", type=int, metavar="ID")
+    approve.add_argument(
+        "--for",
+        dest="for_",
+        metavar="DURATION",
+        help="also approve this agent's same action on the same notebook for that long, e.g. 10m",
+    )
+    _common(approve)
+    deny = ac.add_parser("deny", help="deny a request: the agent is told, with the reason")
+    deny.add_argument("approval_id", type=int, metavar="ID")
+    deny.add_argument("--reason", help="why (the agent is told)")
+    _common(deny)
+    _common(approvals)
+
     files = commands.add_parser("files", help="find notebooks and files (glob, depth, pages)")
     files.add_argument("path", nargs="?", default="", metavar="DIR", help="the folder (default: the root)")
     files.add_argument("--glob", metavar="GLOB", help="only paths matching it, e.g. '**/*.ipynb'")

@@ -490,6 +490,60 @@ def _tail(pieces: Iterator[str], count: int) -> Iterator[str]:
     yield "".join(kept)
 
 
+def approvals_text(listing: dict[str, Any]) -> str:
+    """The requests waiting for the person, then the recent decisions, a line each."""
+    lines = []
+    for a in listing.get("pending") or []:
+        lines.append(
+            f"{a['id']:>5}  pending   {a['agent']}  {a['action']}  {a['summary']}  (expires {a['expires']})"
+        )
+    for a in listing.get("recent") or []:
+        by = f" by {a['decided_by']}" if a.get("decided_by") else ""
+        lines.append(f"{a['id']:>5}  {a['state']:<8}  {a['agent']}  {a['action']}  {a['summary']}{by}")
+    return "\n".join(lines) + "\n" if lines else "No approval requests.\n"
+
+
+def approval_text(a: dict[str, Any]) -> str:
+    """One request in full: who asks to do what, and exactly what would happen."""
+    head = [
+        f"Approval {a['id']}: {a['agent']} asks to {a['summary']} ({a['action']}, via {a['door']})",
+        f"state: {a['state']}"
+        + (f" by {a['decided_by']}" if a.get("decided_by") else "")
+        + (f": {a['reason']}" if a.get("reason") else ""),
+    ]
+    details = a.get("details") or {}
+    for cell in details.get("cells") or []:
+        name = cell.get("id") or f"@{cell.get('index')}"
+        if cell.get("diff"):
+            head.append(f"--- cell {name}: {', '.join(cell.get('what') or [])}\n{cell['diff'].rstrip()}")
+        elif cell.get("code") is not None or cell.get("source") is not None:
+            code = cell.get("code") if cell.get("code") is not None else cell.get("source")
+            head.append(f"--- cell {name}:\n{str(code).rstrip()}")
+    if a.get("outcome"):
+        head.append(f"outcome: {a['outcome'].get('message')} (HTTP {a['outcome'].get('status')})")
+    return "\n".join(head) + "\n"
+
+
+def cmd_approvals(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
+    action = args.approvals_command or "list"
+    if action == "list":
+        listing = client.approvals()
+        renderer.done(approvals_text(listing), listing)
+        return exits.OK
+    if action == "show":
+        answer = client.approval(args.approval_id)
+        renderer.done(approval_text(answer), answer)
+        return exits.OK
+    for_seconds = parse_duration(args.for_) if action == "approve" and args.for_ else None
+    reason = args.reason if action == "deny" else None
+    answer = client.decide_approval(
+        args.approval_id, "approve" if action == "approve" else "deny", for_seconds=for_seconds, reason=reason
+    )
+    grant = f" (and the same for {args.for_})" if for_seconds else ""
+    renderer.done(f"Approval {answer['id']} {answer['state']}{grant}: {answer['summary']}.", answer)
+    return exits.OK
+
+
 def cmd_artifact(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
     pieces = client.stream_artifact(args.artifact_id)
     with contextlib.closing(pieces):
@@ -503,6 +557,7 @@ COMMANDS: dict[str, Command] = {
     "sessions": cmd_sessions,
     "artifact": cmd_artifact,
     "token": cmd_token,
+    "approvals": cmd_approvals,
     "files": cmd_files,
     "runs": cmd_runs,
 }
@@ -514,6 +569,8 @@ def describe_error(error: AgentAPIError) -> str:
         if error.reason == "unreachable":
             return f"{error.message} (is it running? set --url or JUPYTER_AGENT_URL to another server)"
         return error.message
+    if error.reason == "approval_denied":
+        return f"denied: {error.message}"
     if error.status in (401, 403):
         return (
             f"the server refused the request (HTTP {error.status}): {error.message}; "

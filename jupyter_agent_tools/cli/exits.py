@@ -13,6 +13,7 @@ USAGE = 2  # bad usage, or the server answered 4xx
 UNREACHABLE = 3  # no server found, server unreachable, or authentication/authorization refused
 TIMED_OUT = 124  # the run ran out of its timeout (as timeout(1) exits)
 CANCELLED = 130  # cancelled: Ctrl-C (128 + SIGINT), or the session was interrupted
+DENIED = 6  # the person denied it (the approval gate), or nobody decided in time
 
 
 def for_result(result: Mapping[str, Any]) -> int:
@@ -30,6 +31,8 @@ def for_error(error: AgentAPIError) -> int:
     """The exit code of a call that failed."""
     if error.status is None:
         return TIMED_OUT if error.timed_out else UNREACHABLE
+    if error.reason == "approval_denied":
+        return DENIED
     if error.status in (401, 403):
         return UNREACHABLE
     if 400 <= error.status < 500:

@@ -19,6 +19,7 @@ from .aio import AsyncAgentClient
 from .blocking import AgentClient
 from .models import (
     AgentAPIError,
+    ApprovalDenied,
     Cell,
     CellResult,
     EditAnswer,
@@ -30,6 +31,7 @@ from .models import (
 __all__ = [
     "AgentAPIError",
     "AgentClient",
+    "ApprovalDenied",
     "AsyncAgentClient",
     "Cell",
     "CellResult",

@@ -368,6 +368,25 @@ class AsyncAgentClient:
         """``DELETE /api/agent/tokens/{name}``: revoke it (its record stays, as revoked)."""
         return dict(await self._json(Call("DELETE", f"api/agent/tokens/{calls.quote_path(name)}")))
 
+    async def approvals(self) -> dict[str, Any]:
+        """``GET /api/agent/approvals``: the requests waiting for the person, and the recent decisions."""
+        return dict(await self._json(calls.approvals_call()))
+
+    async def approval(self, approval_id: int) -> dict[str, Any]:
+        """``GET /api/agent/approvals/{id}``: one request, with what it would do."""
+        return dict(await self._json(calls.approval_call(approval_id)))
+
+    async def decide_approval(
+        self,
+        approval_id: int,
+        decision: str,
+        *,
+        for_seconds: float | None = None,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/agent/approvals/{id}``: ``approve`` or ``deny`` (a person's credentials only)."""
+        return dict(await self._json(calls.decide_call(approval_id, decision, for_seconds, reason)))
+
     async def artifact(self, artifact_id: str) -> str:
         """``GET /api/agent/artifacts/{id}``: the full output of a truncated cell."""
         return "".join([piece async for piece in self.stream_artifact(artifact_id)])

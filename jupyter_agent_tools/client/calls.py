@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import httpx
 
-from .models import AgentAPIError, CellsArg, EvalEvent, Op
+from .models import AgentAPIError, ApprovalDenied, CellsArg, EvalEvent, Op
 
 NDJSON = "application/x-ndjson"
 # Seconds for anything but a run: connecting, and waiting for a notebook or session answer.
@@ -172,6 +172,19 @@ def token_call(
     return Call("POST", "api/agent/tokens", body)
 
 
+def approvals_call() -> Call:
+    return Call("GET", "api/agent/approvals")
+
+
+def approval_call(approval_id: int) -> Call:
+    return Call("GET", f"api/agent/approvals/{int(approval_id)}")
+
+
+def decide_call(approval_id: int, decision: str, for_seconds: float | None, reason: str | None) -> Call:
+    body: dict[str, Any] = {"decision": decision, **drop_none(for_seconds=for_seconds, reason=reason)}
+    return Call("POST", f"api/agent/approvals/{int(approval_id)}", body)
+
+
 def changes_call(path: str, limit: int | None, before: str | None) -> Call:
     call = Call("GET", f"api/agent/notebooks/{quote_path(path)}/changes")
     call.params.update(drop_none(limit=str(limit) if limit is not None else None, before=before))
@@ -288,7 +301,7 @@ def headers(token: str, client: str | None) -> dict[str, str]:
 
 
 def error_from(response: httpx.Response, content: bytes) -> AgentAPIError:
-    message, reason = "", None
+    message, reason, data = "", None, None
     try:
         data = json.loads(content)
         if isinstance(data, dict):
@@ -296,6 +309,8 @@ def error_from(response: httpx.Response, content: bytes) -> AgentAPIError:
             reason = data.get("reason")
     except ValueError:
         message = content.decode("utf-8", "replace").strip()[:500]
+    if reason == "approval_denied" and isinstance(data, dict):
+        return ApprovalDenied(response.status_code, message, str(response.url), data.get("approval_id"))
     return AgentAPIError(
         response.status_code, message or response.reason_phrase or "error", reason, str(response.url)
     )
@@ -313,7 +328,10 @@ def decode_event(line: str) -> EvalEvent | None:
 
 
 def stream_failure(event: EvalEvent, url: str) -> AgentAPIError:
-    return AgentAPIError(int(event.get("status") or 500), str(event.get("message") or "error"), url=url)
+    status, message = int(event.get("status") or 500), str(event.get("message") or "error")
+    if event.get("reason") == "approval_denied":
+        return ApprovalDenied(status, message, url, event.get("approval_id"))
+    return AgentAPIError(status, message, url=url)
 
 
 def base_url(url: str | None, token: str | None) -> tuple[str, str]:

@@ -23,6 +23,15 @@ class AgentAPIError(Exception):
         return self.status is None and self.reason == "timeout"
 
 
+class ApprovalDenied(AgentAPIError):
+    """The person denied the call (or nobody decided in time, or the server's policy denies it): the
+    ``message`` says who and why; ``approval_id`` is the request's id (None for a deny rule)."""
+
+    def __init__(self, status: int | None, message: str, url: str = "", approval_id: int | None = None):
+        super().__init__(status, message, "approval_denied", url)
+        self.approval_id = approval_id
+
+
 class Cell(TypedDict, total=False):
     code: str
     title: str | None

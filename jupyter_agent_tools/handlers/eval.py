@@ -258,7 +258,10 @@ def error_event(e: Exception, log: Any) -> dict[str, Any]:
     else:
         log.exception("stream failed")
         status, message = 500, "Unhandled error"
-    return {"type": "error", "status": status, "message": message}
+    event = {"type": "error", "status": status, "message": message}
+    if isinstance(e, AgentToolsError):
+        event.update({k: v for k, v in e.extra.items() if k in ("reason", "approval_id", "cells")})
+    return event
 
 
 class NdjsonWriter:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...client import AgentAPIError, EvalEvent
+from ...client import AgentAPIError, EvalEvent, calls
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,15 @@ class Renderer(Protocol):
 
 
 def stream_failure(event: EvalEvent) -> AgentAPIError:
-    """The error an ``error`` event of a stream stands for."""
-    return AgentAPIError(int(event.get("status") or 500), str(event.get("message") or "error"))
+    """The error an ``error`` event of a stream stands for (a denial by the person: ApprovalDenied)."""
+    return calls.stream_failure(event, "")
+
+
+def approval_line(event: EvalEvent) -> str:
+    """What an ``approval`` event of a stream says: waiting for the person, or approved."""
+    if event.get("state") == "pending":
+        return f"Waiting for approval {event.get('approval_id')} in JupyterLab ({event.get('summary')})…"
+    return f"Approved by {event.get('decided_by') or 'the person'}: running."
 
 
 def wants_terminal(plain: bool) -> bool:

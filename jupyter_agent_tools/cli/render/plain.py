@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ...client import AgentAPIError, EvalEvent
-from . import NotebookCall, RunPlan, stream_failure
+from . import NotebookCall, RunPlan, approval_line, stream_failure
 from .images import Saver, describe
 
 
@@ -167,6 +167,8 @@ class PlainRenderer:
                     self.note(describe(display, saved))
             elif kind == "error":
                 raise stream_failure(event)
+            elif kind == "approval":
+                self.note(approval_line(event))
             elif kind == "result":
                 result = dict(event["result"])
         if result is None:

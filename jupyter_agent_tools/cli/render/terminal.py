@@ -22,7 +22,7 @@ from rich.tree import Tree
 
 from ...client import AgentAPIError, EvalEvent
 from ...text import human_size
-from . import NotebookCall, RunPlan, stream_failure
+from . import NotebookCall, RunPlan, approval_line, stream_failure
 from .images import Saver, describe
 from .plain import SESSION_COLUMNS, PlainRenderer, output_lines, pool_line, session_cell
 
@@ -344,6 +344,10 @@ class TerminalRenderer:
             live.console.print(self._block(cell, state.total))
         elif kind == "restart":
             live.console.print(Text(f"↻ {event.get('message') or 'the kernel was restarted'}", "yellow"))
+        elif kind == "approval":
+            live.console.print(
+                Text(approval_line(event), "yellow" if event.get("state") == "pending" else "green")
+            )
         return None
 
     def _finish(self, state: _Run, result: dict[str, Any]) -> None:
