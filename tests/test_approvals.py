@@ -6,12 +6,18 @@ Agents are real agent tokens (the two documented server lines); the person is th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from mcp import ClientSession
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from nbformat.v4 import new_code_cell, new_notebook
 from tornado.httpclient import HTTPClientError
 
@@ -263,3 +269,73 @@ async def test_a_gated_agent_finds_no_door_around_the_gate(http: Any, agent: Any
     assert refused.value.code == 403
     status, answer, _ = await free("POST", "api/kernels", {})
     assert status == 201, answer  # an agent the rules do not gate keeps its doors
+
+
+# ------------------------------------------------------------------------------------------------- MCP
+
+
+@contextlib.asynccontextmanager
+async def legacy_mcp(url: str, token: str) -> AsyncIterator[ClientSession]:
+    """The official SDK's ClientSession (initialize handshake, protocol 2025-11-25)."""
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"token {token}"}) as http_client,
+        streamable_http_client(url, http_client=http_client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+@contextlib.asynccontextmanager
+async def modern_mcp(url: str, token: str) -> AsyncIterator[Client]:
+    """The official SDK's Client in its default mode (protocol 2026-07-28)."""
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"token {token}"}) as http_client,
+        Client(streamable_http_client(url, http_client=http_client)) as client,
+    ):
+        yield client
+
+
+@pytest.fixture
+def mcp_url(jp_serverapp: Any, http_server_client: Any, jp_http_port: int, jp_base_url: str) -> str:
+    return f"http://127.0.0.1:{jp_http_port}{jp_base_url}api/agent/mcp"
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_an_mcp_call_waits_for_the_person_in_both_protocol_eras(
+    http: Any, agent: Any, mcp_url: str, era: str
+) -> None:
+    bot = await agent(f"mcp-{era}")
+    connect = legacy_mcp if era == "legacy" else modern_mcp
+    async with connect(mcp_url, bot.token) as session:
+        call = asyncio.ensure_future(
+            session.call_tool("eval", {"cells": [{"code": "print(6 * 7)"}], "session": era})
+        )
+        request = await pending_approval(http)
+        assert request["door"] == "mcp" and request["agent"] == f"agent:mcp-{era}"
+        assert (await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}))[0] == 200
+        result = await call
+        assert not result.is_error and "42" in result.content[0].text
+        call = asyncio.ensure_future(session.call_tool("eval", {"cells": [{"code": "print('no')"}]}))
+        request = await pending_approval(http)
+        body = {"decision": "deny", "reason": "enough"}
+        assert (await http("POST", f"api/agent/approvals/{request['id']}", body))[0] == 200
+        denied = await call
+        assert denied.is_error and "enough" in denied.content[0].text
+
+
+@pytest.mark.rules(ASK_EXECUTE, wait=0.3)
+async def test_an_mcp_call_still_pending_goes_on_as_a_run_once_approved(
+    http: Any, agent: Any, mcp_url: str
+) -> None:
+    bot = await agent()
+    async with legacy_mcp(mcp_url, bot.token) as session:
+        result = await session.call_tool("eval", {"cells": [{"code": "print('later')"}]})
+        assert not result.is_error and "waits for the person" in result.content[0].text
+        run = result.structured_content
+        assert run["state"] in ("queued", "awaiting_approval") and run["approval_id"]
+        assert (await http("POST", f"api/agent/approvals/{run['approval_id']}", {"decision": "approve"}))[
+            0
+        ] == 200
+        status = await session.call_tool("run_status", {"run_id": run["run_id"], "wait": 60})
+        assert "complete" in status.content[0].text and "later" in status.content[0].text

@@ -8,6 +8,7 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..approvals.actions import describe_undo
 from ..approvals.gate import without_gate_fields
 from ..ledger.service import Ledger
 from ..notebook.reading import query_int
@@ -67,10 +68,7 @@ class NotebookUndoHandler(_LedgerHandler):
         async def apply() -> tuple[dict[str, Any], int]:
             return await self.store.undo(path, change_id, body), 200
 
-        async def describe() -> tuple[str, dict[str, Any]]:
-            change = await self.store.change_detail(path, change_id)
-            return f"undo change {change_id} of {path}", {"path": path, "change": change}
-
+        describe = functools.partial(describe_undo, self.store, path, change_id)
         await self.respond_gated("edit", path, describe, gate_body, apply)
 
 

@@ -17,6 +17,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..approvals import Approval
+from ..approvals.actions import describe_eval
 from ..approvals.gate import decided, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
@@ -120,14 +121,7 @@ class EvalHandler(AgentAPIHandler):
 
     async def _describe(self, body: Any) -> tuple[str, dict[str, Any]]:
         """What the person is shown: each cell's code."""
-        cells = [{"code": c.get("code"), "title": c.get("title")} for c in body.get("cells") or []]
-        where = (
-            f" in {body['notebook']}"
-            if body.get("notebook")
-            else f" in session {body.get('session', 'default')!r}"
-        )
-        count = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
-        return f"run {count}{where}", {"cells": cells}
+        return await describe_eval(body)
 
     async def _bind(self, approval: Approval, body: Any) -> Any:
         """The body to run once ``approval`` is given: what the person saw (eval: the code is the body's)."""

@@ -18,7 +18,7 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..mcp.server import Answer, HttpRequest, McpServer
-from .base import AgentAPIHandler
+from .base import AgentAPIHandler, acting_username
 
 SSE = "text/event-stream"
 
@@ -62,7 +62,14 @@ class McpHandler(AgentAPIHandler):
                     raise AgentToolsError(e.log_message or "Permission denied", e.status_code) from None
                 raise
 
-        return HttpRequest(headers, self._owner(), authorize)
+        user = self.current_user
+        return HttpRequest(
+            headers,
+            self._owner(),
+            authorize,
+            identity=acting_username(self) or "",
+            token_ask=getattr(user, "ask", frozenset()),
+        )
 
     def _owner(self) -> str:
         """The identity a legacy session belongs to (and is counted against per identity): the token a

@@ -12,8 +12,9 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals import Approval
-from ..approvals.gate import described, still_as_approved, without_gate_fields
-from ..errors import BadRequest, Conflict
+from ..approvals.actions import bind_edit, bind_run, describe_edit, describe_run
+from ..approvals.gate import described, without_gate_fields
+from ..errors import BadRequest
 from ..execution.notebook_run import NotebookRunner
 from ..execution.pace import StreamPace
 from ..execution.request import parse_run_request
@@ -67,14 +68,14 @@ class NotebookHandler(AgentAPIHandler):
             "edit", path, functools.partial(self._describe, path, body, creating), gate_body
         )
         if approval is not None and approval.state == "pending":
-            bound = self._bind(approval, body)
+            bound = bind_edit(approval, body)
             self.approval_policy.when_approved(
                 approval, functools.partial(self._apply, path, bound, creating)
             )
             self.write_pending(approval)
             return
         if approval is not None:
-            body = self._bind(approval, body)
+            body = bind_edit(approval, body)
         self.write_json(*await self._apply(path, body, creating))
 
     async def _apply(self, path: str, body: Any, creating: bool) -> tuple[dict[str, Any], int]:
@@ -83,16 +84,8 @@ class NotebookHandler(AgentAPIHandler):
         return await self.store.edit(path, body), 200
 
     async def _describe(self, path: str, body: Any, creating: bool) -> tuple[str, dict[str, Any]]:
-        """What the person is shown: the edit's diff (each cell before and after) on the notebook now."""
-        if creating:
-            return f"create {path}", {"path": path, "body": body}
-        preview = await self.store.preview_edit(path, body)
-        return f"{preview['summary']} in {preview['path']}", preview
-
-    def _bind(self, approval: Approval, body: Any) -> Any:
-        """Apply only what the person saw: the edit under the hash of the notebook it was shown on."""
-        approved_hash = approval.details.get("hash")
-        return {**body, "expected_hash": approved_hash} if approved_hash else body
+        """What the person is shown: the edit's diff on the notebook now."""
+        return await describe_edit(self.store, path, body, creating)
 
 
 class NotebookOutputHandler(AgentAPIHandler):
@@ -167,24 +160,11 @@ class NotebookRunHandler(EvalHandler):
 
     async def _describe(self, body: Any) -> tuple[str, dict[str, Any]]:
         """What the person is shown: each cell the run would run, its source and the source's hash."""
-        preview = await self.runner.preview(self._path, body)
-        count = len(preview["cells"])
-        edit = f" after {len(preview['ops'])} edit(s)" if preview["ops"] else ""
-        return f"run {count} cell{'s' if count != 1 else ''} in {preview['path']}{edit}", preview
+        return await describe_run(self.runner, self._path, body)
 
     async def _bind(self, approval: Approval, body: Any) -> Any:
-        """Run only what the person approved: the cells as they were shown (409 naming those that changed
-        since), under the hash the person saw."""
-        path, notebook, hash_, _live = await self.runner.store.load(self._path, writable=True)
-        still_as_approved(approval, notebook["cells"])
-        approved_hash = approval.details.get("hash")
-        if approved_hash != hash_:
-            raise Conflict(
-                f"{path} changed since approval {approval.id} was given (hash {approved_hash}, now {hash_}). "
-                "Nothing ran; ask again.",
-                extra={"approval_id": approval.id, "cells": []},
-            )
-        return {**body, "expected_hash": hash_}
+        """Run only what the person approved (409 naming the cells that changed since)."""
+        return await bind_run(self.runner, approval, self._path, body)
 
     @web.authenticated
     @authorized

@@ -28,11 +28,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..approvals.gate import Asking, clear, decided, refusal, wait_seconds, without_gate_fields
+from ..approvals.records import Approval
 from ..audit.context import current_user
 from ..errors import AgentToolsError
 from ..runs.registry import Viewer
 from ..streaming import TaskSource, pump
 from ..validation import short_repr
+from .gates import ToolGate, gate_of
 from .jsonrpc import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
@@ -52,7 +55,7 @@ from .jsonrpc import (
     result_message,
 )
 from .resources import TEMPLATES, ResourceNotFound, list_resources, read_resource
-from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, tool_state
+from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, service_call, tool_state
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
 MODERN_VERSIONS = ("2026-07-28",)
@@ -79,6 +82,7 @@ TASK_POLL_MS = 1000
 # A task's status from its run's state (a tool error is a failed task; interrupted by timeout: cancelled).
 TASK_STATUS = {
     "queued": "working",
+    "awaiting_approval": "input_required",  # the person decides in JupyterLab (the approval gate)
     "running": "working",
     "complete": "completed",
     "error": "failed",
@@ -124,6 +128,8 @@ class HttpRequest:
     headers: Mapping[str, Sequence[str]]  # lower-case names, every value of each
     user: str  # whom a legacy session belongs to
     authorize: Callable[[str, str], Awaitable[bool]]  # (action, resource): the server's authorizer
+    identity: str = ""  # the acting user, as the approval gate's rules name it (agent:NAME)
+    token_ask: frozenset[str] = frozenset()  # what an agent token asks the person for (--ask)
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name)
@@ -632,7 +638,97 @@ class McpServer:
         refused = await self._refusal(tool, request, version)
         if refused is not None:
             return refused
-        return await self._execute(tool, arguments, version, call.cancel, progress.push, request.authorize)
+        passed, answer = await self._gate(tool, arguments, request, version, call.cancel, progress.push)
+        if answer is not None:
+            return answer
+        return await self._execute(tool, passed, version, call.cancel, progress.push, request.authorize)
+
+    async def _gate(
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        request: HttpRequest,
+        version: str,
+        cancel: asyncio.Event,
+        progress: Callable[[str], None],
+        *,
+        until_decided: bool = False,
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The approval gate (:mod:`.gates`): the arguments to run with, or the call's answer instead (a
+        denial, or a request still pending after the wait: the call goes on once approved, without this
+        call). While it waits, progress says so. ``until_decided``: wait as long as the request lives (a
+        task, which the client polls)."""
+        gate = gate_of(tool.name, self.services, arguments)
+        if gate is None:
+            return arguments, None
+        policy = self.services.approval_policy
+        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, gate.path)
+        try:
+            wait = wait_seconds(arguments, policy)
+            arguments = without_gate_fields(arguments)
+            approval = await clear(policy, asking, gate.describe, 0)
+            if approval is None:
+                return arguments, None
+            if approval.state == "pending":
+                progress(f"Waiting for approval {approval.id} in JupyterLab: {approval.summary}\n")
+                waiting = decided(policy, approval) if until_decided else policy.wait_for(approval, wait)
+                await _until_cancelled(waiting, cancel)
+            if approval.state in ("denied", "expired"):
+                raise refusal(approval)
+            if approval.state == "pending":
+                return arguments, self._call_result(self._go_on_when_approved(tool, gate, approval), version)
+            progress(f"Approved by {approval.decided_by}.\n")
+            return await gate.bind(approval), None
+        except AgentToolsError as e:
+            return arguments, self._call_result(ToolResult(e.message, is_error=True), version)
+
+    def _go_on_when_approved(self, tool: Tool, gate: ToolGate, approval: Approval) -> ToolResult:
+        """A call still waiting for the person: eval and runs go on as a run awaiting approval (the agent
+        follows it with run_status), edits and kernel actions are done once approved."""
+        policy = self.services.approval_policy
+        how = (
+            f"Approval {approval.id} ({approval.summary}) waits for the person in JupyterLab's Agents panel. "
+        )
+        if gate.detachable:
+
+            async def run(emit: Callable[[dict[str, Any]], None], cancel: asyncio.Event) -> dict[str, Any]:
+                emit(
+                    {
+                        "type": "approval",
+                        "approval_id": approval.id,
+                        "state": "pending",
+                        "summary": approval.summary,
+                    }
+                )
+                await _until_cancelled(decided(policy, approval), cancel)  # ApprovalDenied when denied
+                if approval.state != "approved":
+                    raise AgentToolsError(
+                        f"Cancelled while waiting for approval {approval.id}: nothing ran.", 409
+                    )
+                emit({"type": "approval", "approval_id": approval.id, "state": "approved"})
+                arguments = await gate.bind(approval)
+                return await service_call(self.services, tool.name, arguments, emit, cancel)
+
+            started = self.services.run_registry.start(
+                tool.name if tool.name == "eval" else "notebook_run", gate.path, run
+            )
+            text = how + (
+                f"Once approved it runs as run {started.id}: run_status with run_id '{started.id}' (and "
+                "wait: seconds) shows its state and output."
+            )
+            return ToolResult(text, {**started.summary(), "approval_id": approval.id})
+
+        async def apply() -> dict[str, Any]:
+            return await self._execute(
+                tool, await gate.bind(approval), LEGACY_VERSIONS[-1], asyncio.Event(), _ignore
+            )
+
+        policy.when_approved(approval, apply)
+        return ToolResult(
+            how + "It is done as shown once approved (not again by calling this tool again): read the "
+            "notebook then to see it.",
+            {"approval_id": approval.id},
+        )
 
     async def _refusal(self, tool: Tool, request: HttpRequest, version: str) -> dict[str, Any] | None:
         """The tool error when the caller lacks a permission the tool's route asks; None when allowed."""
@@ -746,7 +842,17 @@ class McpServer:
                 if text:
                     emit({"type": "chunk", "index": 0, "name": "stdout", "text": text})
 
-            return await self._execute(tool, arguments, TASK_VERSION, cancel, progress, request.authorize)
+            def gate_progress(text: str) -> None:
+                progress(text)
+                if text.startswith("Waiting for approval"):  # the task's status: input_required
+                    emit({"type": "approval", "state": "pending", "summary": text.strip()})
+
+            passed, answer = await self._gate(
+                tool, arguments, request, TASK_VERSION, cancel, gate_progress, until_decided=True
+            )
+            if answer is not None:
+                return answer
+            return await self._execute(tool, passed, TASK_VERSION, cancel, progress, request.authorize)
 
         run = self.services.run_registry.start("mcp_tool", tool.name, call, state_of=tool_state)
         yield Outgoing(result_message(rid, {"task": self._task_json(run)}), final=True)
@@ -868,3 +974,21 @@ class McpServer:
             if oldest.last_used >= cutoff or oldest.calls:
                 break
             self.sessions.popitem(last=False)
+
+
+def _ignore(_text: str) -> None:
+    return None
+
+
+async def _until_cancelled(waiting: Awaitable[Any], cancel: asyncio.Event) -> None:
+    """Wait, unless the call is cancelled first."""
+    task = asyncio.ensure_future(waiting)
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        elif not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]

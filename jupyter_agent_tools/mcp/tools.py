@@ -34,6 +34,7 @@ from .tool_schemas import component, portable, without_image_data, without_null
 from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
+    from ..approvals import ApprovalPolicy
     from ..execution.notebook_run import NotebookRunner
     from ..execution.service import EvalService
     from ..notebook.store import NotebookStore
@@ -53,6 +54,7 @@ class Services(Protocol):
     notebook_store: NotebookStore
     notebook_runner: NotebookRunner
     run_registry: RunRegistry
+    approval_policy: ApprovalPolicy
 
 
 @dataclass(frozen=True)
@@ -551,6 +553,17 @@ def _run_notebook(
     runner: NotebookRunner, path: str, body: Any, emit: Any, cancel: asyncio.Event
 ) -> Awaitable[dict[str, Any]]:
     return runner.run(path, body, emit=emit, cancel=cancel)
+
+
+def service_call(
+    services: Services, tool: str, arguments: dict[str, Any], emit: Any, cancel: asyncio.Event
+) -> Awaitable[dict[str, Any]]:
+    """The service call behind an eval or notebook_run tool call, as its detached run makes it."""
+    _own, body = options(arguments, {"include_images": ("boolean", False)}, rest=True)
+    if tool == "eval":
+        return _run_eval(services.eval_service, body, emit, cancel)
+    path = str(body.pop("path"))
+    return _run_notebook(services.notebook_runner, path, body, emit, cancel)
 
 
 async def _notebook_run(call: ToolCall) -> ToolResult:

@@ -1,0 +1,74 @@
+"""What each gated action shows the person, and how an approval binds the action to what was shown.
+
+Shared by the HTTP routes and the MCP tools (no Tornado): an eval shows its code; a notebook run the cells
+it would run (source and source hash, after its ops) and the notebook's hash; an edit its diff on the
+notebook now. Once approved, a run checks the cells are still as shown (409 naming those that changed) and
+runs under the hash the person saw; an edit is applied under that hash (409 if the notebook changed).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Conflict
+from .gate import still_as_approved
+from .records import Approval
+
+if TYPE_CHECKING:
+    from ..execution.notebook_run import NotebookRunner
+    from ..notebook.store import NotebookStore
+
+
+def _count(n: int, what: str = "cell") -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+async def describe_eval(body: Any) -> tuple[str, dict[str, Any]]:
+    """An eval: each cell's code, where it runs."""
+    cells = [{"code": c.get("code"), "title": c.get("title")} for c in body.get("cells") or []]
+    where = (
+        f"in {body['notebook']}" if body.get("notebook") else f"in session {body.get('session', 'default')!r}"
+    )
+    return f"run {_count(len(cells))} {where}", {"cells": cells}
+
+
+async def describe_run(runner: NotebookRunner, path: str, body: Any) -> tuple[str, dict[str, Any]]:
+    """A notebook run: the cells it would run, with their source and its hash."""
+    preview = await runner.preview(path, body)
+    edit = f" after {_count(len(preview['ops']), 'edit')}" if preview["ops"] else ""
+    return f"run {_count(len(preview['cells']))} in {preview['path']}{edit}", preview
+
+
+async def bind_run(runner: NotebookRunner, approval: Approval, path: str, body: Any) -> Any:
+    """The run's body once approved: only if the notebook is as the person saw it, and under its hash."""
+    found, notebook, hash_, _live = await runner.store.load(path, writable=True)
+    still_as_approved(approval, notebook["cells"])
+    approved_hash = approval.details.get("hash")
+    if approved_hash != hash_:
+        raise Conflict(
+            f"{found} changed since approval {approval.id} was given (hash {approved_hash}, now {hash_}). "
+            "Nothing ran; ask again.",
+            extra={"approval_id": approval.id, "cells": []},
+        )
+    return {**body, "expected_hash": hash_}
+
+
+async def describe_edit(
+    store: NotebookStore, path: str, body: Any, creating: bool
+) -> tuple[str, dict[str, Any]]:
+    """An edit: its diff on the notebook now (a new notebook: what it is made of)."""
+    if creating:
+        return f"create {path}", {"path": path, "body": body}
+    preview = await store.preview_edit(path, body)
+    return f"{preview['summary']} in {preview['path']}", preview
+
+
+def bind_edit(approval: Approval, body: Any) -> Any:
+    """The edit's body once approved: under the hash of the notebook the person saw it on."""
+    approved_hash = approval.details.get("hash")
+    return {**body, "expected_hash": approved_hash} if approved_hash else body
+
+
+async def describe_undo(store: NotebookStore, path: str, change_id: str) -> tuple[str, dict[str, Any]]:
+    change = await store.change_detail(path, change_id)
+    return f"undo change {change_id} of {path}", {"path": path, "change": change}
