@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_cli import Tmux, base_env, run_cli
 
-from jupyter_agent_tools.testing.server import Server, jupyter_server
+from jupyter_agent_tools.testing.server import Client, Server, jupyter_server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -114,3 +114,40 @@ def test_a_denial_ends_the_agents_command_with_the_reason(
     assert "denied" in err and "not today" in err and "never" not in out
     listed = person(server, tmp_path, "approvals")
     assert f"{approval_id}  denied" in listed.stdout
+
+
+def test_a_restart_expires_pending_requests_and_nothing_runs_unapproved(tmp_path: Path) -> None:
+    config = dict(CONFIG)
+    config["ApprovalPolicy"] = {**CONFIG["ApprovalPolicy"], "db_path": str(tmp_path / "approvals.db")}
+    config["RunRegistry"] = {"runs_db_path": str(tmp_path / "runs.db")}
+    path = tmp_path / "gate_config.json"
+    path.write_text(json.dumps(config))
+    marker = tmp_path / "ran"
+    code = f"open({str(marker)!r}, 'w').close()"
+    root = tmp_path / "root"  # the same root: a server reads the run records of its root
+    root.mkdir()
+    with (
+        jupyter_server(root_dir=root, extra_args=[f"--config={path}"]) as first,
+        first.client() as person_client,
+    ):
+        token = person_client.json(
+            "POST", "api/agent/tokens", {"name": "bot", "scopes": ["execute", "read"]}, expect=201
+        )["token"]
+        with Client(first.url, token) as agent_client:
+            started = agent_client.json(
+                "POST", "api/agent/eval", {"cells": [{"code": code}], "approval_wait": 0}, expect=202
+            )
+    with (
+        jupyter_server(root_dir=root, extra_args=[f"--config={path}"]) as second,
+        second.client() as person_client,
+    ):
+        approval = person_client.json("GET", f"api/agent/approvals/{started['approval_id']}")
+        assert approval["state"] == "expired" and approval["decided_by"] == "server restart"
+        assert approval["details"]["cells"][0]["code"] == code  # the record survives
+        run = person_client.json("GET", f"api/agent/runs/{started['run_id']}")
+        assert run["state"] == "lost"
+        status, _ = person_client.request(
+            "POST", f"api/agent/approvals/{started['approval_id']}", {"decision": "approve"}
+        )
+        assert status == 409
+    assert not marker.exists()  # nothing ran, before or after the restart
