@@ -1,0 +1,245 @@
+"""File search on a served checkout (issue 35): ignore files respected through every door (HTTP, the CLI,
+MCP file_list and resources/list), pages filled with matches, and hostile globs that neither freeze the
+server nor delay other requests (H3), for file search and agent token paths alike. One real server
+subprocess with agent tokens on; the walk's own tests run jupyter_server's file contents manager in
+process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import PaginatedRequestParams
+
+from jupyter_agent_tools.testing.server import Server, jupyter_server
+
+pytestmark = pytest.mark.timeout(300)
+REPO = Path(__file__).resolve().parent.parent
+LONG_NAME = "a" * 64  # the old regexes backtracked on it: 27 s for 8 stars and a 'b'
+PACKAGES, PACKAGE_FILES = 200, 110  # 22,200 entries in node_modules: more than a call used to examine
+
+VISIBLE = [  # every notebook a search should find, in walk order
+    "a_first.ipynb",
+    "frontend/app.ipynb",
+    "frontend/keep.tmp.ipynb",
+    *[f"nb/deep/d{i}.ipynb" for i in range(2)],
+    *[f"nb/n{i:02}.ipynb" for i in range(10)],
+    "sub/top_only.ipynb",
+    "zz/last.ipynb",
+]
+IGNORED = [
+    "build/b.ipynb",  # build/ in the root's .gitignore
+    "frontend/drop.tmp.ipynb",  # *.tmp.ipynb in the root's .gitignore
+    "frontend/lib/l.ipynb",  # lib/ in frontend/.gitignore, which re-includes keep.tmp.ipynb
+    "frontend/node_modules/pkg000/n.ipynb",
+    "frontend/node_modules/pkg199/n.ipynb",
+    "sub/scratch.ipynb",  # sub/.ignore
+    "top_only.ipynb",  # /top_only.ipynb: the root's only
+]
+
+
+def _notebook(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")]), str(path))
+
+
+def make_checkout(root: Path) -> None:
+    (root / ".gitignore").write_text("# a checkout\nnode_modules/\nbuild/\n*.tmp.ipynb\n/top_only.ipynb\n")
+    (root / "frontend").mkdir(parents=True)
+    (root / "frontend" / ".gitignore").write_text("lib/\n!keep.tmp.ipynb\n")
+    (root / "sub").mkdir()
+    (root / "sub" / ".ignore").write_text("scratch.ipynb\n")
+    for path in VISIBLE + IGNORED:
+        _notebook(root / path)
+    modules = root / "frontend" / "node_modules"
+    for p in range(PACKAGES):
+        package = modules / f"pkg{p:03}"
+        package.mkdir(parents=True, exist_ok=True)
+        for f in range(PACKAGE_FILES - 1):
+            (package / f"f{f:03}.js").write_bytes(b"")
+    (root / LONG_NAME).write_text("x")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("checkout")
+    make_checkout(root)
+    agent_tokens = [
+        "--ServerApp.identity_provider_class=jupyter_agent_tools.auth.AgentIdentityProvider",
+        "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",
+        "--KernelPool.size=0",
+    ]
+    with jupyter_server(root_dir=root, extra_args=agent_tokens) as running:
+        yield running
+
+
+def get(server: Server, path: str, token: str | None = None, timeout: float = 120) -> tuple[int, Any, float]:
+    client = server.client(timeout=timeout)
+    if token is not None:
+        client.headers["Authorization"] = f"token {token}"
+        client.close()
+    began = time.monotonic()
+    try:
+        status, content = client.request("GET", path)
+    finally:
+        client.close()
+    return status, json.loads(content) if content else None, time.monotonic() - began
+
+
+def every_page(server: Server, query: str) -> list[str]:
+    """The paths of every page of a search."""
+    paths: list[str] = []
+    start: str | None = None
+    for _ in range(100):
+        status, page, _ = get(server, f"api/agent/files?{query}" + (f"&start={start}" if start else ""))
+        assert status == 200, page
+        paths += [e["path"] for e in page["entries"]]
+        start = page["next_start"]
+        if start is None:
+            return paths
+    raise AssertionError("no end")
+
+
+# ------------------------------------------------------------------------------------- ignore files
+
+
+def test_a_search_skips_what_the_ignore_files_exclude_and_fills_its_page_with_matches(server) -> None:
+    status, page, took = get(server, "api/agent/files?glob=**/*.ipynb")
+    assert status == 200, page
+    assert [e["path"] for e in page["entries"]] == VISIBLE, (
+        page
+    )  # v0.3: 6 paths, then a cursor in node_modules
+    assert page["truncated"] is False and page["next_start"] is None and page["stopped"] is None
+    assert took < 10, took  # one page, node_modules never walked (v0.3 stopped after 20,000 entries in it)
+    _, small, _ = get(server, "api/agent/files?glob=**/*.ipynb&limit=3")
+    assert small["stopped"] == "limit" and small["next_start"] == "frontend/keep.tmp.ipynb"
+    paths = every_page(server, "glob=**/*.ipynb&limit=4")
+    assert paths == VISIBLE
+    _, listing, _ = get(server, "api/agent/files")
+    names = {e["path"] for e in listing["entries"]}
+    assert {"frontend", "nb", "a_first.ipynb"} <= names and not {"build", "top_only.ipynb"} & names
+    _, walked, _ = get(server, "api/agent/files?path=frontend&recursive=1")
+    assert not any("node_modules" in e["path"] or "/lib" in e["path"] for e in walked["entries"]), walked
+
+
+def test_ignored_true_lists_what_the_ignore_files_exclude_a_page_at_a_time(server) -> None:
+    paths = every_page(server, "glob=**/*.ipynb&ignored=true")
+    assert sorted(paths) == sorted(VISIBLE + IGNORED), paths
+    assert paths == sorted(paths, key=lambda p: p.split("/"))
+    status, page, _ = get(server, "api/agent/files?path=frontend/node_modules/pkg007")
+    assert status == 200 and len(page["entries"]) == PACKAGE_FILES - 1  # a folder asked for is listed
+    everything = every_page(server, "recursive=1&ignored=1&limit=5000")
+    assert len(everything) > PACKAGES * PACKAGE_FILES
+    assert "frontend/node_modules/pkg000/f000.js" in everything
+
+
+def test_the_cli_finds_every_notebook_of_a_checkout(server) -> None:
+    found = cli(server, "files", "--glob", "**/*.ipynb")
+    assert found.returncode == 0, found.stderr
+    assert [line.split("\t")[0] for line in found.stdout.splitlines()] == VISIBLE, found.stdout
+    more = cli(server, "files", "--glob", "**/*.ipynb", "--ignored", "--json")
+    assert more.returncode == 0, more.stderr
+    listed = [e["path"] for e in json.loads(more.stdout)["entries"]]
+    assert "frontend/node_modules/pkg000/n.ipynb" in listed or json.loads(more.stdout)["truncated"]
+    assert "build/b.ipynb" in listed
+
+
+def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_AGENT", "JUPYTER_TOKEN"))}
+    env.update(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        JUPYTER_AGENT_URL=server.url,
+        JUPYTER_AGENT_TOKEN=server.token,
+    )
+    command = [sys.executable, "-m", "jupyter_agent_tools.cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+
+
+async def _mcp(server: Server) -> dict[str, Any]:
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"token {server.token}"}) as http,
+        streamable_http_client(server.url + "api/agent/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        resources, cursor = [], None
+        for _ in range(20):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_resources(params=params)
+            resources += [str(r.name) for r in page.resources]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return {
+            "plain": await session.call_tool("file_list", {"glob": "**/*.ipynb"}),
+            "ignored": await session.call_tool(
+                "file_list", {"path": "frontend", "glob": "*", "ignored": True}
+            ),
+            "resources": resources,
+        }
+
+
+def test_mcp_file_list_and_resources_list_skip_ignored_files(server) -> None:
+    got = asyncio.run(_mcp(server))
+    plain = got["plain"]
+    assert not plain.is_error and [e["path"] for e in plain.structured_content["entries"]] == VISIBLE
+    assert "node_modules" not in plain.content[0].text
+    ignored = {e["path"] for e in got["ignored"].structured_content["entries"]}
+    assert {"frontend/node_modules", "frontend/lib", "frontend/drop.tmp.ipynb"} <= ignored
+    assert got["resources"] == VISIBLE
+
+
+# --------------------------------------------------------------------------------------- hostile globs
+
+
+HOSTILE = ["*" * 8 + "q", "*" * 250 + "q", "**/" + "*" * 120 + "q", "*a" * 120 + "q"]  # no name ends with q
+
+
+@pytest.mark.parametrize("glob", HOSTILE, ids=["8-stars", "250-stars", "walked", "star-a"])
+def test_a_hostile_glob_answers_at_once_and_other_requests_meanwhile(server, glob: str) -> None:
+    answers: list[tuple[int, Any, float]] = []
+    hostile = threading.Thread(target=lambda: answers.append(get(server, f"api/agent/files?glob={glob}")))
+    hostile.start()
+    time.sleep(0.05)
+    status, _, meanwhile = get(server, "api/agent/files?path=nb")
+    hostile.join(60)
+    assert not hostile.is_alive(), "the hostile search did not answer in 60 s"
+    assert status == 200 and meanwhile < 5, meanwhile  # ~10 ms here; v0.3: 27 s, or never with 250 stars
+    (hostile_status, page, took) = answers[0]
+    assert hostile_status == 200 and page["entries"] == [] and took < 10, (page, took)
+
+
+def test_a_glob_too_long_is_refused_saying_so(server) -> None:
+    status, body, _ = get(server, "api/agent/files?glob=" + "*" * 257)
+    assert status == 400 and "at most 256 characters" in body["message"], body
+
+
+def test_a_hostile_token_path_glob_does_not_freeze_the_authorizer(server) -> None:
+    with server.client() as c:
+        status, content = c.request(
+            "POST", "api/agent/tokens", {"name": "stars", "scopes": ["read"], "paths": ["*" * 250 + "b"]}
+        )
+    assert status == 201, content
+    token = json.loads(content)["token"]
+    answers: list[tuple[int, Any, float]] = []
+    hostile = threading.Thread(target=lambda: answers.append(get(server, f"api/contents/{LONG_NAME}", token)))
+    hostile.start()
+    time.sleep(0.05)
+    status, _, meanwhile = get(server, "api/agent/files?path=nb")
+    hostile.join(60)
+    assert not hostile.is_alive(), "the request under the hostile token glob did not answer in 60 s"
+    assert status == 200 and meanwhile < 5, meanwhile
+    assert answers[0][0] == 404 and answers[0][2] < 10, answers  # outside its paths: as if absent
