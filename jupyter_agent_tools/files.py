@@ -271,7 +271,7 @@ def _walk(
             resumed = bool(cursor) and name == cursor[0]  # a path the previous page examined
             after = cursor[1:] if resumed else []
             item = listing.item(i)
-            walk.scanned += 1
+            walk.scanned += not resumed  # each call examines one new entry at least: it goes on
             if item is None or (walk.scope is not None and not walk.scope.allows(item.path, walk.root)):
                 continue
             if ignores is not None and ignores.ignored(item.path, name, item.is_dir):

@@ -243,3 +243,113 @@ def test_a_hostile_token_path_glob_does_not_freeze_the_authorizer(server) -> Non
     assert not hostile.is_alive(), "the request under the hostile token glob did not answer in 60 s"
     assert status == 200 and meanwhile < 5, meanwhile
     assert answers[0][0] == 404 and answers[0][2] < 10, answers  # outside its paths: as if absent
+
+
+# ---------------------------------------------------------------------------- the walk, in process
+
+
+def _search(root: Path, **kwargs: Any) -> dict[str, Any]:
+    from jupyter_server.services.contents.filemanager import AsyncFileContentsManager
+
+    from jupyter_agent_tools.files import list_files
+
+    return asyncio.run(list_files(AsyncFileContentsManager(root_dir=str(root)), "", **kwargs))
+
+
+def test_an_ignored_folder_is_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """os.listdir is wrapped (not replaced) to record which folders the walk reads."""
+    (tmp_path / ".gitignore").write_text("skip/\n")
+    (tmp_path / "skip" / "deep").mkdir(parents=True)
+    (tmp_path / "keep").mkdir()
+    _notebook(tmp_path / "skip" / "deep" / "s.ipynb")
+    _notebook(tmp_path / "keep" / "k.ipynb")
+    read: list[str] = []
+    listdir = os.listdir
+
+    def recording(path: Any = ".") -> list[str]:
+        read.append(str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", recording)
+    page = _search(tmp_path, glob="**/*.ipynb")
+    assert [e["path"] for e in page["entries"]] == ["keep/k.ipynb"]
+    assert read and not any("skip" in p for p in read), read
+    assert [e["path"] for e in _search(tmp_path, glob="**/*.ipynb", ignored=True)["entries"]] == [
+        "keep/k.ipynb",
+        "skip/deep/s.ipynb",
+    ]
+
+
+def test_a_hostile_ignore_file_costs_bounded_time(tmp_path: Path) -> None:
+    """pathspec's regular expressions took 18 s for one of these lines on a 40-character name."""
+    (tmp_path / ".gitignore").write_text(
+        "\n".join(["*a" * 120 + "q", "*" * 250 + "q", "**/" + "*a" * 100 + "q"])
+    )
+    for i in range(20):
+        _notebook(tmp_path / f"{'a' * 200}{i:02}.ipynb")
+    began = time.monotonic()
+    page = _search(tmp_path, glob="**/*.ipynb")
+    assert len(page["entries"]) == 20 and time.monotonic() - began < 5
+
+
+def test_a_walk_out_of_time_says_so_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_agent_tools import files
+
+    for d in range(3):
+        for f in range(3):
+            _notebook(tmp_path / f"d{d}" / f"n{f}.ipynb")
+    monkeypatch.setattr(files, "MAX_SECONDS", 0.0)  # every call stops after one entry
+    seen: list[str] = []
+    start = None
+    for _ in range(50):
+        page = _search(tmp_path, glob="**/*.ipynb", start=start)
+        assert len(page["entries"]) <= 1
+        seen += [e["path"] for e in page["entries"]]
+        start = page["next_start"]
+        if start is None:
+            break
+        assert page["truncated"] and page["stopped"] == "budget"
+    assert seen == [f"d{d}/n{f}.ipynb" for d in range(3) for f in range(3)]
+
+
+def test_searches_beyond_the_waiting_bound_answer_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_agent_tools import files
+    from jupyter_agent_tools.errors import Unavailable
+
+    monkeypatch.setattr(files, "MAX_WAITING", 0)
+    release = threading.Event()
+
+    async def main() -> None:
+        busy = [
+            asyncio.ensure_future(files._in_thread(lambda: release.wait(30))) for _ in range(files.MAX_WALKS)
+        ]
+        await asyncio.sleep(0.05)
+        from jupyter_server.services.contents.filemanager import AsyncFileContentsManager
+
+        with pytest.raises(Unavailable) as info:
+            await files.list_files(AsyncFileContentsManager(root_dir=str(tmp_path)), "")
+        assert info.value.status == 503 and info.value.retry_after and "retry" in info.value.message
+        release.set()
+        await asyncio.gather(*busy)
+        assert (await files.list_files(AsyncFileContentsManager(root_dir=str(tmp_path)), ""))["entries"] == []
+
+    asyncio.run(main())
+
+
+def test_ignore_rules_precedence_negation_and_folders() -> None:
+    from jupyter_agent_tools.ignore import IgnoreRules, Ignores
+
+    ignores = Ignores()  # the folders a walk is in: the root, then a
+    ignores.push("", IgnoreRules(["*.log\nout/\n/only_here.txt\ndocs/**\n!docs/keep\n"]))
+    assert ignores.ignored("y.log", "y.log", False) and ignores.ignored("c/y.log", "y.log", False)
+    ignores.push("a", IgnoreRules(["!*.log\n!x.txt\n", "x.txt\n"]))  # .gitignore, then .ignore: it wins
+    assert not ignores.ignored("a/y.log", "y.log", False) and ignores.ignored("a/x.txt", "x.txt", False)
+    ignores.pop()
+    assert ignores.ignored("c/out", "out", True) and not ignores.ignored("c/out", "out", False)
+    assert ignores.ignored("only_here.txt", "only_here.txt", False)
+    assert not ignores.ignored("c/only_here.txt", "only_here.txt", False)
+    assert not ignores.ignored("docs", "docs", True) and ignores.ignored("docs/x", "x", False)
+    assert not ignores.ignored("docs/keep", "keep", False) and ignores.ignored(".git", ".git", True)
+    assert not IgnoreRules(["# only a comment\n\n   \n"])

@@ -885,10 +885,10 @@ _TOOLS: tuple[Tool, ...] = (
     Tool(
         name="file_list",
         title="List files",
-        description="Find notebooks and files: a folder's entries with sizes and modification times (hidden "
-        "files as JupyterLab shows them; what .gitignore and .ignore exclude only with 'ignored'). "
-        "'recursive', 'glob' (e.g. '**/*.ipynb') or 'max_depth' walk subfolders. At most 'limit' entries "
-        "(default 500); next_start is the next page's 'start'.",
+        description="Find notebooks and files: a folder's entries with sizes and times (hidden files as "
+        "JupyterLab shows them; .gitignore'd ones with 'ignored'). 'recursive', 'glob' (e.g. '**/*.ipynb') "
+        "or 'max_depth' walk subfolders. At most 'limit' entries (default 500); next_start is the next "
+        "page's 'start'.",
         permissions=(("read", "contents"),),
         input_schema=_object(
             {
@@ -898,11 +898,7 @@ _TOOLS: tuple[Tool, ...] = (
                 "max_depth": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_DEPTH},
                 "start": {"type": "string"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT, "default": 500},
-                "ignored": {
-                    "type": "boolean",
-                    "default": False,
-                    "description": "Also what .gitignore and .ignore files exclude (node_modules...).",
-                },
+                "ignored": {"type": "boolean", "default": False},
             },
             [],
         ),
