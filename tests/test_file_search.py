@@ -353,3 +353,49 @@ def test_ignore_rules_precedence_negation_and_folders() -> None:
     assert not ignores.ignored("docs", "docs", True) and ignores.ignored("docs/x", "x", False)
     assert not ignores.ignored("docs/keep", "keep", False) and ignores.ignored(".git", ".git", True)
     assert not IgnoreRules(["# only a comment\n\n   \n"])
+
+
+def test_a_contents_manager_without_a_disk_is_walked_folder_by_folder_on_the_loop() -> None:
+    """No contents manager other than jupyter_server's file managers is installed here, so a minimal
+    in-memory one stands in for a database or S3 one: its listings (its own hidden rules) are used as they
+    are, and it has no ignore files."""
+    from jupyter_server.services.contents.manager import AsyncContentsManager
+    from tornado.web import HTTPError
+
+    from jupyter_agent_tools.files import list_files
+
+    tree = {
+        "": ["b", "a.ipynb", ".gitignore"],
+        "b": ["c.ipynb", "node_modules"],
+        "b/node_modules": ["x.ipynb"],
+    }
+
+    class Memory(AsyncContentsManager):
+        async def get(self, path: str, content: bool = True, type: str | None = None, **kw: Any) -> Any:
+            path = path.strip("/")
+            if path not in tree:
+                raise HTTPError(404 if type != "directory" or "." not in path else 400)
+            model = {"name": path.rsplit("/", 1)[-1], "path": path, "type": "directory", "size": None}
+            if content:
+                model["content"] = [
+                    {
+                        "name": name,
+                        "path": f"{path}/{name}" if path else name,
+                        "type": "directory" if (f"{path}/{name}" if path else name) in tree else "notebook",
+                        "size": 1,
+                        "last_modified": None,
+                    }
+                    for name in tree[path]
+                ]
+            return model
+
+    async def main() -> tuple[list[str], int]:
+        loop_thread = threading.get_ident()
+        page = await list_files(Memory(), "", glob="**/*.ipynb")
+        with pytest.raises(Exception) as missing:
+            await list_files(Memory(), "nope")
+        assert getattr(missing.value, "status", None) == 404 and threading.get_ident() == loop_thread
+        return [e["path"] for e in page["entries"]], page["truncated"]
+
+    paths, truncated = asyncio.run(main())
+    assert paths == ["a.ipynb", "b/c.ipynb", "b/node_modules/x.ipynb"] and not truncated
