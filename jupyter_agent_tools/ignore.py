@@ -51,9 +51,9 @@ def _parse(line: str, index: int) -> _Rule | None:
         segments = [s for s in line.split("/") if s]
         if segments[-1] == "**":
             segments[-1:] = ["*", "**"]  # everything inside, not the folder itself
-        return _Rule(negate, folders_only, None, Glob("/".join(segments)[:MAX_GLOB_CHARS], escapes=True))
+        return _Rule(negate, folders_only, None, Glob("/".join(segments), escapes=True))
     except (GlobError, re.error):
-        return None  # a pattern git could not use either: nothing
+        return None  # a pattern git could not use either, or longer than a glob may be: nothing
 
 
 class IgnoreRules:
