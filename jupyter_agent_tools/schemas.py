@@ -1500,6 +1500,12 @@ ANSWER_SCHEMAS["FileList"] = _obj(
         },
         "truncated": {"type": "boolean", "description": "More entries may exist: see next_start"},
         "next_start": {**_STR_OR_NULL, "description": "The 'start' of the next page; null at the end"},
+        "stopped": {
+            "type": ["string", "null"],
+            "enum": ["limit", "budget", None],
+            "description": "Why the page ended early: 'limit' (it is full) or 'budget' (the walk's time or "
+            "entries ran out); null at the end",
+        },
     },
     description="A page of a folder's entries.",
 )

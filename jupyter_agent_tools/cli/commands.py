@@ -204,6 +204,7 @@ def cmd_files(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
         recursive=args.recursive,
         start=args.start,
         limit=args.limit,
+        ignored=args.ignored,
     )
     renderer.done(files_text(answer), answer)  # --json: the answer
     return exits.OK
@@ -220,7 +221,8 @@ def files_text(answer: dict[str, Any]) -> str:
             size = entry.get("size")
             lines.append(f"{entry['path']}\t{size if size is not None else ''}\t{modified}")
     if answer.get("truncated"):
-        lines.append(f"(more: --start {shlex.quote(str(answer.get('next_start')))})")
+        why = "the walk's time or entry budget ran out; " if answer.get("stopped") == "budget" else ""
+        lines.append(f"({why}more: --start {shlex.quote(str(answer.get('next_start')))})")
     return "\n".join(lines) if lines else "(no entries)"
 
 

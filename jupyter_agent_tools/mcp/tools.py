@@ -514,6 +514,7 @@ async def _file_list(call: ToolCall) -> ToolResult:
             "glob": ("string", None),
             "max_depth": ("integer", None),
             "start": ("string", None),
+            "ignored": ("boolean", False),
         },
     )
     manager = call.services.notebook_store.contents_manager
@@ -527,7 +528,8 @@ async def _file_list(call: ToolCall) -> ToolResult:
             size = f", {human_size(entry['size'])}" if entry["size"] is not None else ""
             lines.append(f"{entry['path']} ({entry['type']}{size}) {modified}")
     if answer["truncated"]:
-        lines.append(f"(more: call again with start={answer['next_start']!r})")
+        why = "the walk's time or entry budget ran out; " if answer["stopped"] == "budget" else ""
+        lines.append(f"({why}more: call again with start={answer['next_start']!r})")
     return ToolResult("\n".join(lines), answer)
 
 
@@ -883,9 +885,10 @@ _TOOLS: tuple[Tool, ...] = (
     Tool(
         name="file_list",
         title="List files",
-        description="Find notebooks and files: a folder's entries with sizes and modification times (hidden "
-        "files as JupyterLab shows them). 'recursive', 'glob' (e.g. '**/*.ipynb') or 'max_depth' walk "
-        "subfolders. At most 'limit' entries (default 500); next_start is the next page's 'start'.",
+        description="Find notebooks and files: a folder's entries with sizes and times (hidden files as "
+        "JupyterLab shows them; .gitignore'd ones with 'ignored'). 'recursive', 'glob' (e.g. '**/*.ipynb') "
+        "or 'max_depth' walk subfolders. At most 'limit' entries (default 500); next_start is the next "
+        "page's 'start'.",
         permissions=(("read", "contents"),),
         input_schema=_object(
             {
@@ -895,6 +898,7 @@ _TOOLS: tuple[Tool, ...] = (
                 "max_depth": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_DEPTH},
                 "start": {"type": "string"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT, "default": 500},
+                "ignored": {"type": "boolean", "default": False},
             },
             [],
         ),
