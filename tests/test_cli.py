@@ -831,6 +831,43 @@ def test_env_token_goes_to_the_users_own_server_record(runtime_dir: Path, trap: 
     assert trap.authorizations == ["token agent-secret"]
 
 
+def test_an_empty_agent_token_is_an_error_never_the_servers_own(
+    runtime_dir: Path, trap: TokenTrap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`JUPYTER_AGENT_TOKEN=$(a command that failed)` must not fall back to the token the server recorded
+    (its own: full rights): the CLI and the Python client refuse, and nothing is sent."""
+    runtime_dir.chmod(0o700)
+    record = trap_record(runtime_dir, trap)
+    record.write_text(json.dumps({**json.loads(record.read_text()), "token": "the-servers-own"}))
+    cases = [
+        ({"JUPYTER_AGENT_TOKEN": ""}, (), "JUPYTER_AGENT_TOKEN is set but empty"),
+        (
+            {"JUPYTER_AGENT_TOKEN": "", "JUPYTER_AGENT_URL": trap.url},
+            (),
+            "JUPYTER_AGENT_TOKEN is set but empty",
+        ),
+        ({"JUPYTER_AGENT_TOKEN": " "}, (), "JUPYTER_AGENT_TOKEN is set but empty"),
+        ({}, ("--token", ""), "--token is empty"),
+    ]
+    for env, flags, said in cases:
+        done = run_cli("sessions", *flags, runtime=runtime_dir, **env)
+        assert done.returncode == 3 and said in done.stderr, (env, flags, done.stderr)
+    assert trap.authorizations == []
+    # the Python client, finding the server the same way
+    from jupyter_agent_tools.cli.discovery import EmptyToken
+    from jupyter_agent_tools.client import AgentClient
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime_dir))
+    monkeypatch.setenv("JUPYTER_AGENT_TOKEN", "")
+    with pytest.raises(EmptyToken, match="JUPYTER_AGENT_TOKEN is set but empty"):
+        AgentClient()
+    assert trap.authorizations == []
+    # the control: unset, the record's token is used
+    monkeypatch.delenv("JUPYTER_AGENT_TOKEN")
+    assert run_cli("sessions", runtime=runtime_dir).returncode == 3
+    assert trap.authorizations == ["token the-servers-own"]
+
+
 def _owned_by_another_user(record: Path) -> None:
     os.chown(record, 12345, 12345)
 
