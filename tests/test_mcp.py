@@ -1139,6 +1139,24 @@ def test_docs_cover_the_endpoint_and_every_tool() -> None:
     assert "/api/agent/mcp" in (docs / "api.md").read_text()
 
 
+async def test_the_python_example_of_the_mcp_guide_runs_as_written(url, jp_auth_header) -> None:
+    """docs/mcp.md's Python SDK example, run as a user pastes it, with only the variables the export
+    line of `dev.py serve` sets (JUPYTER_AGENT_URL, JUPYTER_AGENT_TOKEN): it printed a KeyError when it read
+    JUPYTER_TOKEN."""
+    import os
+    import re
+    import sys
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    example = re.search(r"\*\*Python SDK\*\*.*?```python\n(.*?)```", guide, re.S)
+    assert example is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_TOKEN", "JUPYTER_AGENT"))}
+    env["JUPYTER_AGENT_URL"] = url.removesuffix("/api/agent/mcp")  # as printed: no trailing slash
+    env["JUPYTER_AGENT_TOKEN"] = jp_auth_header["Authorization"].removeprefix("token ")
+    done = await anyio.run_process([sys.executable, "-c", example.group(1)], env=env, check=False)
+    assert (done.returncode, done.stdout.decode().strip()) == (0, "42"), done.stderr.decode()[-2000:]
+
+
 def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:
     """The endpoint is plain JSON (docs/mcp.md, "Dependencies"): nothing heavy loads into the server."""
     import os
