@@ -172,6 +172,17 @@ def test_dev_serve_keeps_its_tokens_across_restarts_unless_asked(tmp_path: Path)
         first = exported(export)
         me = get_json(f"{first['URL']}/api/me", first["JUPYTER_AGENT_TOKEN"])
         assert me["identity"]["username"] == "agent:cli"
+        # in the export line's shell, token commands take the server's own token (as the README says)
+        exports = {k: v for k, v in first.items() if k != "PATH"}  # (PATH as typed: "...:$PATH")
+        env = {**os.environ, **exports, "PYTHONPATH": str(ROOT)}
+        listed = subprocess.run(
+            [sys.executable, "-m", "jupyter_agent_tools.cli", "token", "list", "--token", first["TOKEN"]],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert listed.returncode == 0 and "cli" in listed.stdout, listed.stderr
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
     kept = tmp_path / "data" / "jupyter_agent_tools" / "dev_serve_tokens.json"
