@@ -1356,6 +1356,10 @@ DETACHED_SCHEMAS: dict[str, Any] = {
             "cell_id": _STR_OR_NULL,
             "title": _STR_OR_NULL,
             "status": {"type": "string", "enum": ["running", *RUN_STATUSES]},
+            "started": {
+                "type": "string",
+                "description": "ISO 8601 UTC: when the cell began (how long a watcher shows it running)",
+            },
             "exit_code": _INT,
             "duration_ms": _INT,
         },

@@ -163,6 +163,13 @@ INCLUDE_IMAGES = {
 DETACH = {"type": "boolean", "description": "Return a run_id at once; the run goes on (see run_status)."}
 
 
+def raised(result: dict[str, Any]) -> bool:
+    """Whether a run's answer (eval's, a notebook run's) failed: a cell raised, or the call itself did. A
+    model reads ``isError: false`` as success; the traceback stays in the text."""
+    cells = result.get("cells") or []
+    return bool(result.get("error")) or any(cell.get("status") == "error" for cell in cells)
+
+
 def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
     """The state of a tool call run as an MCP task, from its CallToolResult."""
     if result.get("isError"):
@@ -226,7 +233,7 @@ async def _eval(call: ToolCall) -> ToolResult:
     text = str(result.get("output") or "") or "(no output)"
     if notes:
         text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images)
+    return ToolResult(text, structured, images, is_error=raised(result))
 
 
 # ----------------------------------------------------------------------------------------- notebooks
@@ -591,7 +598,7 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
     text = str(result.get("output") or "") or "(no output)"
     if notes:
         text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images)
+    return ToolResult(text, structured, images, is_error=raised(result))
 
 
 def _notebook_run_input() -> dict[str, Any]:
