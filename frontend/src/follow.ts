@@ -19,6 +19,8 @@ import { CellMarks } from './marks';
 export const BANNER_CLASS = 'jp-agent-banner';
 
 interface IFollowed {
+  /** The cells as the page last loaded or saved them: what "unsaved edits" are measured against. */
+  saved: string | null;
   checking: Promise<void> | null;
   again: boolean;
   /** The newest agent change of the file the page does not show yet. */
@@ -32,7 +34,10 @@ export class NotebookFollower implements IDisposable {
     private readonly contents: Contents.IManager,
     private readonly commands: CommandRegistry,
     private readonly marks: CellMarks | null
-  ) {}
+  ) {
+    tracker.widgetAdded.connect(this._onAdded, this);
+    tracker.forEach(panel => this._state(panel));
+  }
 
   get isDisposed(): boolean {
     return this._disposed;
@@ -40,6 +45,7 @@ export class NotebookFollower implements IDisposable {
 
   dispose(): void {
     this._disposed = true;
+    this.tracker.widgetAdded.disconnect(this._onAdded, this);
     for (const state of this._followed.values()) {
       state.banner?.dispose();
     }
@@ -95,7 +101,7 @@ export class NotebookFollower implements IDisposable {
         : disk.last_modified === page?.last_modified;
     if (same) {
       this._settled(panel, state, seq); // (the page already has it, or saved over it)
-    } else if (!context.model.dirty) {
+    } else if (!hasUnsavedEdits(panel, state)) {
       await revertKeepingView(panel);
       this._settled(panel, state, seq);
     } else {
@@ -151,6 +157,15 @@ export class NotebookFollower implements IDisposable {
       return button;
     });
     node.replaceChildren(text, ...buttons);
+    // The header's box layout gives a widget its minimum height: the banner's, once its text wrapped.
+    const banner = state.banner;
+    requestAnimationFrame(() => {
+      if (!banner.isDisposed) {
+        node.style.minHeight = '';
+        node.style.minHeight = `${Math.max(node.scrollHeight, node.offsetHeight)}px`;
+        banner.parent?.fit();
+      }
+    });
   }
 
   /** Reload: the file's version (the agent's), the person's unsaved edits dropped. */
@@ -177,14 +192,30 @@ export class NotebookFollower implements IDisposable {
     this._settled(panel, state, this.marks?.book.seq ?? 0);
   }
 
+  private _onAdded(_: INotebookTracker, panel: NotebookPanel): void {
+    this._state(panel);
+  }
+
   private _state(panel: NotebookPanel): IFollowed {
     let state = this._followed.get(panel);
     if (!state) {
-      state = { checking: null, again: false, change: null, banner: null };
+      state = {
+        saved: null,
+        checking: null,
+        again: false,
+        change: null,
+        banner: null
+      };
       this._followed.set(panel, state);
       const followed = state;
-      // Saved or reverted by the person while the banner shows: it may be settled.
+      const remember = () => {
+        followed.saved = cellsOf(panel);
+      };
+      panel.context.ready.then(remember).catch(() => undefined);
+      // Loaded, saved or reverted: the cells as the file has them. With the banner shown, the person's
+      // save or revert may have settled it.
       const onFile = () => {
+        remember();
         if (followed.banner) {
           void this._check(panel, followed);
         }
@@ -200,6 +231,26 @@ export class NotebookFollower implements IDisposable {
 
   private _disposed = false;
   private _followed = new Map<NotebookPanel, IFollowed>();
+}
+
+/** The page's cells (sources, outputs, ...) as JSON. */
+function cellsOf(panel: NotebookPanel): string | null {
+  const model = panel.context.model;
+  return model
+    ? JSON.stringify(model.sharedModel.cells.map(cell => cell.toJSON()))
+    : null;
+}
+
+/**
+ * Whether the page has edits of the person's own not in the file: its cells differ from those it last
+ * loaded or saved. (JupyterLab also calls a notebook dirty for what the person did not do, such as the
+ * kernel's `language_info` written into its metadata when it starts; a reload loses nothing of that.)
+ */
+function hasUnsavedEdits(panel: NotebookPanel, state: IFollowed): boolean {
+  return (
+    panel.context.model.dirty &&
+    (state.saved === null || cellsOf(panel) !== state.saved)
+  );
 }
 
 /** Load the notebook from disk again, keeping the active cell (by id) and the scroll position. */
