@@ -9,9 +9,10 @@ panel shown. Agents act through the HTTP routes; the panel must show it live, fr
   tooltip saying who, via which door), until the person edits the cell; Diff shows it; Open selects it;
 - an agent's eval shows as a session and a run in progress (its cell, its elapsed time) while it runs;
   **Interrupt** stops it; **Stop** shuts the session down;
-- **Undo** restores the cell, in the live view and in the file; an undo the server refuses (409: the cell
-  changed since) is shown in the change's row, readably;
-- a notebook run shows the cell it runs, in the panel and in the open notebook; **Interrupt** stops it;
+- **Undo** restores the cell, in the live view and in the file, and its message clears by itself; an undo
+  the server refuses (409: the cell changed since) is shown in the change's row, readably;
+- a notebook run shows the cell it runs, in the panel and in the open notebook (not in JupyterLab's
+  "edited since run" orange); **Interrupt** stops it;
 - Notebook 7's notebook view has the panel and the marks too;
 - a cell whose change event reached the page before the cell itself is marked when it arrives;
 - after the server restarts, the panel connects again and is live;
@@ -228,6 +229,10 @@ def test_undo_in_the_panel_restores_the_cell_live_and_in_the_file(lab: dict[str,
         arg=before,
         timeout=20_000,
     )
+    # The undo's message shows, then clears by itself (it said what happened; it is not a state).
+    notice = page.locator(f"{PANEL} .jp-AgentActivity-notice.jp-mod-ok")
+    notice.filter(has_text=f"Undid change {edit_id}").wait_for(timeout=20_000)
+    notice.wait_for(state="hidden", timeout=15_000)
     # The undo is itself a change, listed live.
     undo = page.locator(f'{PANEL} [data-change-id="{int(edit_id) + 1}"]')
     undo.wait_for(timeout=20_000)
@@ -283,6 +288,14 @@ def test_a_notebook_run_shows_its_running_cell_and_interrupt_stops_it(lab: dict[
             assert NOTEBOOK in run.inner_text()
             page.locator(".jp-Notebook .jp-Cell.jp-agent-running").wait_for(timeout=20_000)
             assert "time.sleep" in page.locator(".jp-Notebook .jp-Cell.jp-agent-running").inner_text()
+            # Its border is not JupyterLab's own orange for a cell edited since it ran.
+            border, orange = page.evaluate(
+                "() => { const probe = document.createElement('div'); "
+                "probe.style.color = 'var(--jp-warn-color1)'; document.body.append(probe); "
+                "const orange = getComputedStyle(probe).color; probe.remove(); return [getComputedStyle("
+                "document.querySelector('.jp-Notebook .jp-Cell.jp-agent-running')).boxShadow, orange]; }"
+            )
+            assert border and orange not in border, (border, orange)
             run.locator('button[data-action="interrupt"]').click()
             answer = running.result(timeout=60)
         finally:

@@ -233,7 +233,11 @@ function sessionRow(s: ISession): HTMLElement {
   row.append(
     line(
       el('strong', 'jp-AgentActivity-name', s.notebook ?? s.name),
-      el('span', `jp-AgentActivity-state jp-mod-${state}`, state)
+      el(
+        'span',
+        `jp-AgentActivity-state jp-mod-${state}`,
+        s.busy ? trans.__('busy') : state // (a kernel's state: the server's word)
+      )
     ),
     line(
       text(`${s.owner ?? trans.__('unknown')} · ${s.mode}`),
