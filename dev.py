@@ -2,7 +2,7 @@
 """Run jupyter-agent-tools from a checkout with nothing but python3: ``serve`` or ``test``.
 
     python3 dev.py serve [jupyter server options]   # JupyterLab + extension (Agents panel) on 127.0.0.1
-    python3 dev.py test [--quick] [pytest options]  # lint, type check, the frontend's unit tests and the whole test suite
+    python3 dev.py test [--quick] [pytest options]  # lint, type check, frontend unit tests, the test suite
     python3 dev.py bench [benchmark options]        # benchmarks (not part of the tests)
 
 Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
