@@ -283,7 +283,7 @@ class RunRegistry(Service):
             self._transition(run, "running")
         if kind == "cell_start":
             index = int(event.get("index", 0))
-            cell: dict[str, Any] = {"index": index, "status": "running"}
+            cell: dict[str, Any] = {"index": index, "status": "running", "started": _iso(time.time())}
             if "cell_id" in event:
                 cell["cell_id"] = event["cell_id"]
             cell["title"] = event.get("title")
