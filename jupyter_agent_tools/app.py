@@ -20,6 +20,7 @@ from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
 from .execution.service import EvalService
 from .execution.sessions import SessionManager
+from .handlers import server_routes
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
@@ -329,6 +330,9 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
         )
+        if getattr(self.serverapp.authorizer, "applies_agent_scopes", False):
+            # with agent tokens, jupyter_server's kernel and session lists as an agent may see them
+            self.handlers.extend(server_routes.HANDLERS)
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         self.eval_service.sessions.start()
