@@ -12,6 +12,7 @@ from traitlets import Float, Int, Type, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .audit import Audit
+from .audit.feed import EventFeed
 from .compat import guard_control_sockets
 from .execution.kernels import KernelService
 from .execution.notebook_kernels import NotebookKernels
@@ -20,7 +21,7 @@ from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
 from .execution.service import EvalService
 from .execution.sessions import SessionManager
-from .handlers import server_routes
+from .handlers import events, server_routes
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
@@ -229,6 +230,7 @@ class AgentToolsApp(ExtensionApp):
         return in_range(proposal, 1, MCP_MAX_SESSIONS, "sessions")
 
     audit: Audit
+    event_feed: EventFeed
     ledger: Ledger
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -246,6 +248,7 @@ class AgentToolsApp(ExtensionApp):
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
         self.settings["jupyter_agent_tools_audit"] = audit
+        self.event_feed = EventFeed(parent=self)
         self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self, audit=audit)
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
@@ -328,9 +331,11 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/files", FilesHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
+                # jupyter_server's event websocket, bounded per subscriber and filtered for agents
+                *events.HANDLERS,
             ]
         )
-        if getattr(self.serverapp.authorizer, "applies_agent_scopes", False):
+        if getattr(getattr(self.serverapp, "authorizer", None), "applies_agent_scopes", False):
             # with agent tokens, jupyter_server's kernel and session lists as an agent may see them
             self.handlers.extend(server_routes.HANDLERS)
 

@@ -8,6 +8,7 @@ still sees and manages everything.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -65,11 +66,11 @@ async def test_an_agent_reads_only_its_own_artifacts_and_those_of_its_notebooks(
         assert (await read(artifact, None))[0] == 200  # the server's own token reads everything
         for token in (bob, reporter):
             status, body = await read(artifact, token)
-            assert status == 404 and body["message"] == f"Artifact not found: {artifact}", body
+            assert status == 404 and body["message"] == f"Artifact not found: {artifact}", status
     assert (await read(of_notebook, reporter))[0] == 200  # a notebook inside its paths
     assert (await read(of_notebook, bob))[0] == 200  # no paths: every notebook
     status, body = await read(of_notebook, outsider)
-    assert status == 404 and "reports" not in json.dumps(body), body
+    assert status == 404 and "reports" not in json.dumps(body), status
     # a byte range of someone else's artifact is no way around it
     status, _, _ = await http("GET", f"api/agent/artifacts/{own}", token=bob, headers={"Range": "bytes=0-10"})
     assert status == 404
@@ -178,3 +179,61 @@ async def test_every_list_a_path_limited_agent_reads_leaves_other_notebooks_out(
         listed = await session.call_tool("session_list", {})
         text = listed.content[0].text + json.dumps(listed.structured_content)
         assert "reports/a.ipynb" in text and "secret" not in text and secret_kernel not in text
+
+
+# ------------------------------------------------------------------------------- M1: the event feed
+
+
+async def _subscribe(jp_ws_fetch: Any, token: str | None) -> Any:
+    headers = {"Authorization": f"token {token}"} if token else None
+    return await jp_ws_fetch("api", "events", "subscribe", headers=headers)
+
+
+async def _drain(ws: Any, quiet: float = 1.5) -> list[dict[str, Any]]:
+    """The events a subscriber got, until none came for ``quiet`` seconds."""
+    got = []
+    while True:
+        try:
+            message = await asyncio.wait_for(ws.read_message(), quiet)
+        except asyncio.TimeoutError:
+            return got
+        assert message is not None, "the feed closed"
+        got.append(json.loads(message))
+
+
+async def test_an_agent_gets_only_the_events_about_itself_and_its_paths(
+    http, make_token, files, jp_ws_fetch, jp_serverapp
+) -> None:
+    extension = jp_serverapp.extension_manager.extension_points["jupyter_agent_tools"].app
+    extension.audit.include_code = True  # the worst case: code (and its secrets) is in the events
+    reader = await make_token("reader", ["read"], ["reports/**"])
+    alice = await make_token("alice", ["read", "execute"])
+    bob = await make_token("bob", ["read", "execute"])
+    feeds = {
+        "reader": await _subscribe(jp_ws_fetch, reader),
+        "alice": await _subscribe(jp_ws_fetch, alice),
+        "person": await _subscribe(jp_ws_fetch, None),
+    }
+    status, answer = await _eval(http, bob, {"cells": [{"code": "SECRET = 's3cr3t'"}], "session": "bob-s"})
+    assert status == 200, answer
+    bob_kernel = answer["kernel_id"]
+    status, answer = await _eval(http, alice, {"cells": [{"code": "1 + 1"}], "session": "alice-s"})
+    assert status == 200, answer
+    for path in ("secret.ipynb", "reports/a.ipynb"):
+        status, answer, _ = await http(
+            "POST", f"api/agent/notebooks/{path}", {"action": "insert", "content": "y = 'edited'"}
+        )
+        assert status == 200, answer
+    got = {name: await _drain(ws) for name, ws in feeds.items()}
+    for ws in feeds.values():
+        ws.close()
+    text = {name: json.dumps(events) for name, events in got.items()}
+    # the person (the panel) gets everything, as before
+    assert "s3cr3t" in text["person"] and "secret.ipynb" in text["person"] and "alice-s" in text["person"]
+    for name in ("reader", "alice"):
+        assert "s3cr3t" not in text[name] and "bob" not in text[name] and bob_kernel not in text[name], name
+    assert "secret.ipynb" not in text["reader"] and "alice" not in text["reader"], got["reader"]
+    assert {e["path"] for e in got["reader"]} == {"reports/a.ipynb"}, got["reader"]
+    assert "secret.ipynb" in text["alice"] and "alice-s" in text["alice"]  # no paths: every notebook
+    schemas = {e["schema_id"].split("/")[-2] for e in got["reader"]}
+    assert "ledger_change" in schemas and "notebook_change" in schemas, schemas

@@ -95,7 +95,7 @@ class _AgentView(ExtensionHandlerMixin):
                 raise web.HTTPError(404, f"No such file or directory: {path}")
 
 
-class AgentKernelListHandler(_AgentView, MainKernelHandler):
+class AgentKernelListHandler(_AgentView, MainKernelHandler):  # type: ignore[misc]
     """``GET /api/kernels`` without the kernels the agent may not see."""
 
     @web.authenticated
@@ -106,15 +106,15 @@ class AgentKernelListHandler(_AgentView, MainKernelHandler):
         self.finish(json.dumps([k for k in kernels if k["id"] not in hidden], default=json_default))
 
 
-class AgentKernelHandler(_AgentView, KernelHandler):
+class AgentKernelHandler(_AgentView, KernelHandler):  # type: ignore[misc]
     """``/api/kernels/{id}``: 404 for a kernel the agent may not see."""
 
 
-class AgentKernelActionHandler(_AgentView, KernelActionHandler):
+class AgentKernelActionHandler(_AgentView, KernelActionHandler):  # type: ignore[misc]
     """``/api/kernels/{id}/{interrupt,restart}``: 404 for a kernel the agent may not see."""
 
 
-class AgentSessionListHandler(_AgentView, SessionRootHandler):
+class AgentSessionListHandler(_AgentView, SessionRootHandler):  # type: ignore[misc]
     """``GET /api/sessions`` without the sessions the agent may not see; no session created outside its
     paths."""
 
@@ -131,7 +131,7 @@ class AgentSessionListHandler(_AgentView, SessionRootHandler):
         self.finish(json.dumps(shown, default=json_default))
 
 
-class AgentSessionHandler(_AgentView, SessionHandler):
+class AgentSessionHandler(_AgentView, SessionHandler):  # type: ignore[misc]
     """``/api/sessions/{id}``: 404 for a session the agent may not see; not moved outside its paths."""
 
 
