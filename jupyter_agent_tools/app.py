@@ -92,6 +92,7 @@ class AgentToolsApp(ExtensionApp):
         NotebookRunner,
         NotebookKernels,
         Audit,
+        EventFeed,
         Ledger,
         RunRegistry,
     ]
@@ -331,13 +332,15 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/files", FilesHandler),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
-                # jupyter_server's event websocket, bounded per subscriber and filtered for agents
-                *events.HANDLERS,
             ]
         )
+        # jupyter_server's own routes on the same URLs (an extension's are matched first): the event
+        # websocket, bounded per subscriber and filtered for agents; with agent tokens, the kernel and
+        # session lists as an agent may see them
+        own = list(events.HANDLERS)
         if getattr(getattr(self.serverapp, "authorizer", None), "applies_agent_scopes", False):
-            # with agent tokens, jupyter_server's kernel and session lists as an agent may see them
-            self.handlers.extend(server_routes.HANDLERS)
+            own += server_routes.HANDLERS
+        self.handlers[:0] = own
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         self.eval_service.sessions.start()
