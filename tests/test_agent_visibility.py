@@ -133,6 +133,9 @@ async def test_another_agents_session_answers_404_on_every_route(
     assert status == 200, answer
     status, _, _ = await http("DELETE", "api/agent/sessions/alice-s")
     assert status == 204
+    # the name is free again; its next owner is not told what became of alice's session
+    status, answer = await _eval(http, mallory, {"cells": [{"code": "1"}], "session": "alice-s"})
+    assert status == 200 and answer["session_lost"] is None and "deleted" not in answer["output"], answer
 
 
 # ------------------------------------------------------------------------------- lists confined to paths

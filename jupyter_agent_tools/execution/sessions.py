@@ -93,6 +93,7 @@ class EvalSessionManager(Service):
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels
         self.totals: Counter[str] = Counter()
         self.gone: OrderedDict[str, dict[str, Any]] = OrderedDict()  # see GONE_REMEMBERED
+        self._gone_owners: dict[str, str | None] = {}  # whose the session that went was
         self._closing = 0  # sessions unlisted whose kernels are still shutting down
         self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
@@ -178,7 +179,9 @@ class EvalSessionManager(Service):
                 session = KernelSession(name, self.kernels)
                 session.owner = current_user()
                 session.on_turn = self.audit.call
-                session.predecessor_gone = self.gone.pop(name, None)
+                gone, owner = self.gone.pop(name, None), self._gone_owners.pop(name, None)
+                # told only to whom the session that went belonged
+                session.predecessor_gone = gone if gone is not None and may_see(owner) else None
                 self.sessions[name] = session
                 self.audit.session(session, "created")
                 return session
@@ -225,9 +228,10 @@ class EvalSessionManager(Service):
             del self.sessions[session.name]
             if gone is not None:
                 self.gone[session.name] = gone
+                self._gone_owners[session.name] = session.owner
                 self.gone.move_to_end(session.name)
                 while len(self.gone) > GONE_REMEMBERED:
-                    self.gone.popitem(last=False)
+                    self._gone_owners.pop(self.gone.popitem(last=False)[0], None)
         self._closing += 1
         try:
             await session.close()
