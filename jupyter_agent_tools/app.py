@@ -337,7 +337,7 @@ class AgentToolsApp(ExtensionApp):
         # jupyter_server's own routes on the same URLs (an extension's are matched first): the event
         # websocket, bounded per subscriber and filtered for agents; with agent tokens, the kernel and
         # session lists as an agent may see them
-        own = list(events.HANDLERS)
+        own: list[tuple[str, Any]] = list(events.HANDLERS)
         if getattr(getattr(self.serverapp, "authorizer", None), "applies_agent_scopes", False):
             own += server_routes.HANDLERS
         self.handlers[:0] = own

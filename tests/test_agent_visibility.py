@@ -89,7 +89,7 @@ async def test_an_agent_reads_only_its_own_artifacts_and_those_of_its_notebooks(
 
 
 async def test_another_agents_session_answers_404_on_every_route(
-    http, make_token, files, jp_http_port, jp_base_url
+    http, make_token, files, jp_http_port, jp_base_url, jp_ws_fetch
 ) -> None:
     alice = await make_token("alice", ["read", "execute"])
     mallory = await make_token("mallory", ["read", "execute"])
@@ -97,6 +97,17 @@ async def test_another_agents_session_answers_404_on_every_route(
         http, alice, {"cells": [{"code": "PASSWORD = 'hunter2'"}], "session": "alice-s"}
     )
     assert status == 200, answer
+    alice_kernel = answer["kernel_id"]
+    # jupyter_server's kernel routes do not lead to it either
+    status, kernels, _ = await http("GET", "api/kernels", token=mallory)
+    assert status == 200 and alice_kernel not in json.dumps(kernels), kernels
+    for method, url in (
+        ("GET", f"api/kernels/{alice_kernel}"),
+        ("POST", f"api/kernels/{alice_kernel}/interrupt"),
+    ):
+        status, _, _ = await http(method, url, token=mallory)
+        assert status == 404, (url, status)
+    assert await tokens._ws(jp_ws_fetch, mallory, "api", "kernels", alice_kernel, "channels") == 404
     # eval into it (HTTP and MCP), interrupt it, delete it: as if it did not exist
     status, answer = await _eval(
         http, mallory, {"cells": [{"code": "print(PASSWORD)"}], "session": "alice-s"}
@@ -142,7 +153,7 @@ async def test_another_agents_session_answers_404_on_every_route(
 
 
 async def test_every_list_a_path_limited_agent_reads_leaves_other_notebooks_out(
-    http, make_token, files, jp_http_port, jp_base_url
+    http, make_token, files, jp_http_port, jp_base_url, jp_ws_fetch
 ) -> None:
     reader = await make_token("reader", ["read"], ["reports/**"])
     for path in ("secret.ipynb", "reports/a.ipynb"):
@@ -178,6 +189,13 @@ async def test_every_list_a_path_limited_agent_reads_leaves_other_notebooks_out(
         assert status == 404 and "secret" not in json.dumps(answer), (url, answer)
         status, _, _ = await http("GET", url)
         assert status == 200
+    # nor can an agent that may execute talk to that kernel through its websocket
+    runner = await make_token("runner", ["read", "execute"], ["reports/**"])
+    refused = await tokens._ws(jp_ws_fetch, runner, "api", "kernels", secret_kernel, "channels")
+    assert refused == 404, refused
+    allowed = await tokens._ws(jp_ws_fetch, runner, "api", "kernels", report_kernel, "channels")
+    assert not isinstance(allowed, int), allowed
+    allowed.close()
     async with mcp_session(_mcp_url(jp_http_port, jp_base_url), reader) as session:
         listed = await session.call_tool("session_list", {})
         text = listed.content[0].text + json.dumps(listed.structured_content)

@@ -179,9 +179,9 @@ class EvalSessionManager(Service):
                 session = KernelSession(name, self.kernels)
                 session.owner = current_user()
                 session.on_turn = self.audit.call
-                gone, owner = self.gone.pop(name, None), self._gone_owners.pop(name, None)
+                went, owner = self.gone.pop(name, None), self._gone_owners.pop(name, None)
                 # told only to whom the session that went belonged
-                session.predecessor_gone = gone if gone is not None and may_see(owner) else None
+                session.predecessor_gone = went if went is not None and may_see(owner) else None
                 self.sessions[name] = session
                 self.audit.session(session, "created")
                 return session

@@ -7,8 +7,9 @@ of a notebook outside the agent's paths, another agent's eval session's kernel, 
 answer 404 on the routes that name them; a session cannot be created or moved to a path outside the
 paths. Everyone else gets jupyter_server's answers unchanged.
 
-The kernel websocket (``/api/kernels/{id}/channels``) is jupyter_server's own: an agent with ``execute``
-that knows a hidden kernel's id can still connect to it (docs/admin.md says how to close that door).
+The kernel websocket (``/api/kernels/{id}/channels``) refuses a hidden kernel the same way. A kernel
+started through ``POST /api/kernels`` without a session has no owner: every agent with ``execute`` reaches
+it (docs/admin.md says how to keep agents off these routes).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.services.kernels.handlers import KernelActionHandler, KernelHandler, MainKernelHandler
+from jupyter_server.services.kernels.websocket import KernelWebsocketHandler
 from jupyter_server.services.sessions.handlers import SessionHandler, SessionRootHandler
 from tornado import web
 
@@ -114,6 +116,10 @@ class AgentKernelActionHandler(_AgentView, KernelActionHandler):  # type: ignore
     """``/api/kernels/{id}/{interrupt,restart}``: 404 for a kernel the agent may not see."""
 
 
+class AgentKernelWebsocketHandler(_AgentView, KernelWebsocketHandler):  # type: ignore[misc]
+    """``/api/kernels/{id}/channels``: 404 for a kernel the agent may not see (before the handshake)."""
+
+
 class AgentSessionListHandler(_AgentView, SessionRootHandler):  # type: ignore[misc]
     """``GET /api/sessions`` without the sessions the agent may not see; no session created outside its
     paths."""
@@ -139,6 +145,7 @@ HANDLERS = [
     (r"/api/kernels", AgentKernelListHandler),
     (rf"/api/kernels/{KERNEL_ID}", AgentKernelHandler),
     (rf"/api/kernels/{KERNEL_ID}/(?P<action>restart|interrupt)", AgentKernelActionHandler),
+    (rf"/api/kernels/{KERNEL_ID}/channels", AgentKernelWebsocketHandler),
     (r"/api/sessions", AgentSessionListHandler),
     (rf"/api/sessions/{SESSION_ID}", AgentSessionHandler),
 ]
