@@ -56,7 +56,7 @@ class EventFeed(Service):
     """What each subscriber of ``/api/events/subscribe`` receives, and how much may wait for it."""
 
     max_pending_bytes = Int(
-        4 * 1024 * 1024,
+        1024 * 1024,
         help="Bytes of events that may wait for one subscriber of /api/events/subscribe. A subscriber "
         "that does not read them is closed (code 1008, saying so); JupyterLab's and the Agents panel's "
         "event streams reconnect.",

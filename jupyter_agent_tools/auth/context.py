@@ -43,11 +43,7 @@ def set_agent(agent: bool) -> Token[bool]:
     return _AGENT.set(agent)
 
 
-def is_agent() -> bool:
-    return _AGENT.get()
-
-
-def may_see(owner: str | None, notebook: str | None = None, root_dir: str | None = None) -> bool:
+def may_see(owner: str | None, notebook: str | None = None) -> bool:
     """Whether the request being served may see a thing owned by ``owner`` (a session, an artifact) that
     belongs to ``notebook`` (if any): everyone but an agent sees all; an agent, its own things and those
     of notebooks inside its paths."""
@@ -55,4 +51,4 @@ def may_see(owner: str | None, notebook: str | None = None, root_dir: str | None
         return True
     if owner is not None and owner == current_user():
         return True
-    return notebook is not None and path_allowed(notebook, root_dir)
+    return notebook is not None and path_allowed(notebook)
