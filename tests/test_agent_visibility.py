@@ -196,6 +196,12 @@ async def test_every_list_a_path_limited_agent_reads_leaves_other_notebooks_out(
     allowed = await tokens._ws(jp_ws_fetch, runner, "api", "kernels", report_kernel, "channels")
     assert not isinstance(allowed, int), allowed
     allowed.close()
+    # and a jupyter session (a kernel) cannot be made for a notebook outside its paths
+    body = {"path": "secret.ipynb", "type": "notebook", "kernel": {"name": "python3"}}
+    status, answer, _ = await http("POST", "api/sessions", body, token=runner)
+    assert status == 404 and answer["message"] == "No such file or directory: secret.ipynb", answer
+    status, answer, _ = await http("GET", "api/sessions")
+    assert [s["path"] for s in answer].count("secret.ipynb") == 1, answer
     async with mcp_session(_mcp_url(jp_http_port, jp_base_url), reader) as session:
         listed = await session.call_tool("session_list", {})
         text = listed.content[0].text + json.dumps(listed.structured_content)
