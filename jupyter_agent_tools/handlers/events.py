@@ -16,7 +16,6 @@ import json
 from collections import deque
 from typing import Any
 
-from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.services.events.handlers import SubscribeWebsocket
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError
@@ -24,10 +23,11 @@ from tornado.websocket import WebSocketClosedError
 from ..audit.feed import EventFeed, Subscriber
 from ..auth.identity import AgentUser
 
+EXTENSION = "jupyter_agent_tools"  # the settings key of the extension's app (ExtensionApp's own name)
 TOO_SLOW = 1008  # policy violation: the subscriber did not read what it subscribed to
 
 
-class EventFeedWebsocket(ExtensionHandlerMixin, SubscribeWebsocket):
+class EventFeedWebsocket(SubscribeWebsocket):
     """jupyter_server's event websocket, each subscriber filtered (agents) and bounded."""
 
     _subscriber: Subscriber | None = None
@@ -36,7 +36,7 @@ class EventFeedWebsocket(ExtensionHandlerMixin, SubscribeWebsocket):
 
     @property
     def feed(self) -> EventFeed:
-        return self.extensionapp.event_feed  # type: ignore[attr-defined]
+        return self.settings[EXTENSION].event_feed
 
     def open(self, *args: Any, **kwargs: Any) -> None:
         user = self.current_user

@@ -20,7 +20,6 @@ from typing import Any
 from jupyter_client.jsonutil import json_default
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
-from jupyter_server.extension.handler import ExtensionHandlerMixin
 from jupyter_server.services.kernels.handlers import KernelActionHandler, KernelHandler, MainKernelHandler
 from jupyter_server.services.kernels.websocket import KernelWebsocketHandler
 from jupyter_server.services.sessions.handlers import SessionHandler, SessionRootHandler
@@ -32,13 +31,19 @@ KERNEL_ID = r"(?P<kernel_id>\w+-\w+-\w+-\w+-\w+)"
 SESSION_ID = r"(?P<session_id>\w+-\w+-\w+-\w+-\w+)"
 
 
-class _AgentView(ExtensionHandlerMixin):
+# Where the web application's settings hold this extension's app (ExtensionApp puts itself under its name;
+# these handlers are jupyter_server's own, not ExtensionHandlerMixin's, whose ``config`` is the extension's).
+EXTENSION = "jupyter_agent_tools"
+
+
+class _AgentView:
     """What the agent of the request may see of kernels and sessions (nothing hidden for others)."""
 
     current_user: Any
     contents_manager: Any
     session_manager: Any
     request: Any
+    settings: dict[str, Any]
     path_kwargs: dict[str, Any]
 
     @property
@@ -64,7 +69,7 @@ class _AgentView(ExtensionHandlerMixin):
             kernel = (model.get("kernel") or {}).get("id")
             if kernel and not self.path_visible(model.get("path")):
                 hidden.add(str(kernel))
-        service = getattr(self.extensionapp, "eval_service", None)
+        service = getattr(self.settings.get(EXTENSION), "eval_service", None)
         if service is not None:
             hidden |= service.sessions.kernels_of_others(agent.username)
             hidden |= set(service.pool.kernel_ids)
