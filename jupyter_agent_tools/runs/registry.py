@@ -232,7 +232,9 @@ class RunRegistry(Service):
         run.log = RunLog(
             memory_bytes=self.run_events_memory_bytes,
             max_bytes=self.run_events_max_bytes,
-            open_artifact=(lambda: artifacts.create(ARTIFACT_SESSION)) if artifacts is not None else None,
+            open_artifact=(lambda: artifacts.create(ARTIFACT_SESSION, run.owner))
+            if artifacts is not None
+            else None,
             artifact_path=artifacts.path if artifacts is not None else None,
             log=self.log,
         )
