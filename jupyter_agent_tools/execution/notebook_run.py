@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import posixpath
 import threading
 import time
@@ -336,7 +337,12 @@ class NotebookRunner(Service):
                 kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
                 # Waiting for a kernel that was there counts against the call's timeout; one this run just
                 # started may take KernelService.ready_timeout, like any kernel start (eval's too).
-                ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
+                # A call without a timeout (detached) waits for a kernel that was there as for a new one.
+                ready_within = (
+                    self.kernels.ready_timeout
+                    if created or math.isinf(timeout)
+                    else began + timeout - loop.time()
+                )
                 pooled = kernel_id in self._warm
                 await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
 

@@ -76,7 +76,8 @@ TASK_VERSION = "2025-11-25"  # tasks came in 2025-11-25 (the 2026-07-28 era has 
 TASK_METHODS = ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list")
 RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
 TASK_POLL_MS = 1000
-# A task's status from its run's state (a tool error is a failed task; interrupted by timeout: cancelled).
+# A task's status from its run's state (a tool error is a failed task; stopped by its timeout or an
+# interrupt: cancelled).
 TASK_STATUS = {
     "queued": "working",
     "running": "working",
@@ -84,6 +85,7 @@ TASK_STATUS = {
     "error": "failed",
     "cancelled": "cancelled",
     "interrupted": "cancelled",
+    "timed_out": "cancelled",
     "lost": "failed",
 }
 MAX_PROGRESS_CHARS = 16_000  # one progress message; the result still has the whole (tail-kept) output
