@@ -37,6 +37,11 @@ PACE_POLL = 0.02  # seconds between looks at a lagging stream client's progress 
 STDIN_REFUSED = "StdinNotImplementedError"
 STDIN_NOTICE = "This call cannot read stdin, so input() failed: put the value in the code instead.\n"
 STDIN_EMPTY = "This call cannot read stdin, so input() got '': put the value in the code instead.\n"
+# A KeyboardInterrupt this call did not cause: someone sent the kernel its interrupt.
+INTERRUPTED_NOTICE = (
+    "Interrupted from outside this call: someone sent the kernel its interrupt (JupyterLab's stop "
+    "button, the Agents panel's Interrupt, or POST /api/kernels/{id}/interrupt). Nothing needs fixing.\n"
+)
 Emit = Callable[[dict[str, Any]], None]
 
 
@@ -69,6 +74,7 @@ class CellExecution:
     stdin_requested: bool = False
     cancelled: bool = False
     timed_out: bool = False
+    interrupted: bool = False  # the kernel's interrupt came from outside the call (status cancelled)
     kernel_died: bool = False
     settled: bool = True  # reply and idle both arrived (False: the kernel did not settle in time)
     idle_missing: bool = False  # the reply came but its "idle" never did (iopub messages were lost)
@@ -229,6 +235,8 @@ class _Run:
             changed, items = self._interpret(msg_type, content)
         if self.observer is not None:
             self.observer.added(changed)
+        if any(isinstance(i, ErrorInfo) and i.ename == "KeyboardInterrupt" for i in items):
+            self.result.interrupted = not self.result.cancelled  # not by this call's timeout or cancel
         ours = next((i for i in items if isinstance(i, ErrorInfo) and self._caused_here(i)), None)
         for item in items:
             if isinstance(item, Text):
@@ -252,8 +260,11 @@ class _Run:
         return changed, interpret_iopub(msg_type, content, self.rich)
 
     def _caused_here(self, info: ErrorInfo) -> bool:
-        """An error this call caused, not the code: the refused input(), or the timeout's interrupt."""
-        return info.ename == STDIN_REFUSED or (info.ename == "KeyboardInterrupt" and self.result.timed_out)
+        """An error the code did not cause: the refused input(), the timeout's interrupt, or an interrupt
+        from outside the call (a person's stop button: told as such, not as the code's error)."""
+        return info.ename == STDIN_REFUSED or (
+            info.ename == "KeyboardInterrupt" and (self.result.timed_out or self.result.interrupted)
+        )
 
     @property
     def done(self) -> bool:
@@ -377,16 +388,16 @@ def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution
             "evalue": "The kernel died or was restarted while running this cell",
             "traceback": [],
         }
-    elif result.cancelled:
-        result.status, result.exit_code = "cancelled", 130
+    elif result.cancelled or result.interrupted:
+        result.status, result.exit_code, result.cancelled = "cancelled", 130, True
+        prefix = "" if run.last_char == "\n" else "\n"
+        if run.stopped_at:
+            prefix += f"Stopped in {run.stopped_at}\n"
         if result.timed_out:
-            prefix = "" if run.last_char == "\n" else "\n"
-            if run.stopped_at:
-                prefix += f"Stopped in {run.stopped_at}\n"
-            run.text(
-                f"{prefix}Command timed out after {_format_seconds(limits.timeout_seconds)} seconds\n",
-                "stderr",
-            )
+            timeout = _format_seconds(limits.timeout_seconds)
+            run.text(f"{prefix}Command timed out after {timeout} seconds\n", "stderr")
+        elif result.interrupted:
+            run.text(prefix + INTERRUPTED_NOTICE, "stderr")
     elif reply.get("status") == "ok" and not result.stdin_requested:
         result.status, result.exit_code = "complete", 0
     else:
