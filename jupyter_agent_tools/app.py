@@ -13,13 +13,13 @@ from . import __version__
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .compat import guard_control_sockets
+from .execution.eval_service import EvalService
 from .execution.kernels import KernelService
 from .execution.notebook_kernels import NotebookKernels
 from .execution.notebook_run import NotebookRunner
 from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
-from .execution.service import EvalService
-from .execution.sessions import SessionManager
+from .execution.sessions import EvalSessionManager
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
@@ -83,7 +83,7 @@ class AgentToolsApp(ExtensionApp):
         LiveDocuments,
         ArtifactStore,
         KernelService,
-        SessionManager,
+        EvalSessionManager,
         KernelPool,
         KernelRecovery,
         EvalService,
@@ -166,13 +166,13 @@ class AgentToolsApp(ExtensionApp):
 
     session_manager_class = Type(
         default_value="jupyter_agent_tools.execution.sessions.EvalSessionManager",
-        klass=SessionManager,
+        klass=EvalSessionManager,
         help="The class that keeps, evicts and sweeps the eval sessions (a subclass of EvalSessionManager). "
         "Built with parent=the app and kernels, artifacts, audit; its settings are c.EvalSessionManager.*.",
     ).tag(config=True)
 
     eval_service_class = Type(
-        default_value="jupyter_agent_tools.execution.service.EvalService",
+        default_value="jupyter_agent_tools.execution.eval_service.EvalService",
         klass=EvalService,
         help="The class that runs eval requests (a subclass of EvalService). Built with parent=the app "
         "and sessions, kernels, artifacts, contents_manager, pool; its settings are c.EvalService.*.",
@@ -258,7 +258,7 @@ class AgentToolsApp(ExtensionApp):
         kernels = cast("type[KernelService]", self.kernel_service_class)(
             parent=self, kernel_manager=serverapp.kernel_manager
         )
-        sessions = cast("type[SessionManager]", self.session_manager_class)(
+        sessions = cast("type[EvalSessionManager]", self.session_manager_class)(
             parent=self, kernels=kernels, artifacts=artifacts, audit=audit
         )
         self.eval_service = cast("type[EvalService]", self.eval_service_class)(

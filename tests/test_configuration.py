@@ -12,13 +12,13 @@ from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
+from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.kernels import KernelService
 from jupyter_agent_tools.execution.notebook_kernels import NotebookKernels
 from jupyter_agent_tools.execution.notebook_run import NotebookRunner
 from jupyter_agent_tools.execution.pool import KernelPool
 from jupyter_agent_tools.execution.recovery import KernelRecovery
-from jupyter_agent_tools.execution.service import EvalService
-from jupyter_agent_tools.execution.sessions import SessionManager
+from jupyter_agent_tools.execution.sessions import EvalSessionManager
 from jupyter_agent_tools.ledger.service import Ledger
 from jupyter_agent_tools.notebook.live import LiveDocuments
 from jupyter_agent_tools.notebook.store import NotebookStore
@@ -171,7 +171,7 @@ def test_class_traits_default_to_the_shipped_services():
     assert app.notebook_store_class is NotebookStore
     assert app.artifact_store_class is ArtifactStore
     assert app.kernel_service_class is KernelService
-    assert app.session_manager_class is SessionManager
+    assert app.session_manager_class is EvalSessionManager
     assert app.eval_service_class is EvalService
     assert app.notebook_runner_class is NotebookRunner
 
@@ -181,7 +181,7 @@ def test_class_trait_accepts_an_import_name_and_refuses_other_classes():
     app.notebook_store_class = f"{__name__}.RecordingStore"
     assert app.notebook_store_class is RecordingStore
     with pytest.raises(TraitError, match="notebook_store_class"):
-        app.notebook_store_class = SessionManager
+        app.notebook_store_class = EvalSessionManager
 
 
 # The application and every service it builds (tests/test_docs.py checks that the list is complete).
@@ -192,23 +192,23 @@ def build(cls: type, tmp_path: Path, **kwargs: Any) -> Any:
     """An instance of ``cls`` built alone (no server), with what it cannot do without."""
     if cls is ArtifactStore:
         return ArtifactStore(root=tmp_path, **kwargs)
-    if cls is SessionManager:
-        return SessionManager(artifacts=ArtifactStore(root=tmp_path), **kwargs)
+    if cls is EvalSessionManager:
+        return EvalSessionManager(artifacts=ArtifactStore(root=tmp_path), **kwargs)
     if cls is NotebookKernels:
-        return NotebookKernels(sessions=build(SessionManager, tmp_path), **kwargs)
+        return NotebookKernels(sessions=build(EvalSessionManager, tmp_path), **kwargs)
     return cls(**kwargs)
 
 
 INVALID = [
-    (SessionManager, "max_sessions", 0, "at least 1"),
+    (EvalSessionManager, "max_sessions", 0, "at least 1"),
     (NotebookKernels, "max_kernels", 0, "at least 1"),
     (NotebookKernels, "idle_timeout", -1.0, "at least 0"),
     (NotebookStore, "max_ops", 0, "at least 1"),
     (NotebookStore, "busy_timeout", -1.0, "at least 0"),
     (LiveDocuments, "ready_timeout", 0.0, "greater than 0"),
-    (SessionManager, "idle_timeout", -1.0, "at least 0"),
-    (SessionManager, "cleanup_interval", -0.5, "at least 0"),
-    (SessionManager, "heartbeat_interval", -1.0, "at least 0"),
+    (EvalSessionManager, "idle_timeout", -1.0, "at least 0"),
+    (EvalSessionManager, "cleanup_interval", -0.5, "at least 0"),
+    (EvalSessionManager, "heartbeat_interval", -1.0, "at least 0"),
     (EvalService, "interrupt_grace", -1.0, "at least 0"),
     (EvalService, "max_output_bytes", 0, "at least 1"),
     (EvalService, "max_cells", 0, "at least 1"),
@@ -253,8 +253,8 @@ def test_invalid_value_raises_trait_error_naming_the_trait(cls, name, value, bou
 @pytest.mark.parametrize(
     ("cls", "name", "value"),
     [
-        (SessionManager, "idle_timeout", 0.0),
-        (SessionManager, "heartbeat_interval", 0.0),
+        (EvalSessionManager, "idle_timeout", 0.0),
+        (EvalSessionManager, "heartbeat_interval", 0.0),
         (ArtifactStore, "retention", 0.0),
         (ArtifactStore, "max_bytes", 0),
         (KernelService, "fd_headroom", 0),
@@ -302,9 +302,9 @@ def test_empty_ledger_path_is_the_data_directory_default():
 
 def test_services_validate_their_own_traits(tmp_path):
     with pytest.raises(TraitError, match=r"^EvalSessionManager\.max_sessions must be at least 1, got 0"):
-        SessionManager(max_sessions=0)
+        EvalSessionManager(max_sessions=0)
     with pytest.raises(TraitError, match=r"^NotebookKernels\.max_kernels must be at least 1, got 0"):
-        NotebookKernels(sessions=build(SessionManager, tmp_path), max_kernels=0)
+        NotebookKernels(sessions=build(EvalSessionManager, tmp_path), max_kernels=0)
     with pytest.raises(TraitError, match="sessions"):
         EvalService(sessions=object())  # a collaborator of the wrong kind
 
@@ -312,7 +312,7 @@ def test_services_validate_their_own_traits(tmp_path):
 def test_services_are_built_from_keywords(tmp_path):
     artifacts = ArtifactStore(root=tmp_path / "a")
     kernels = KernelService(kernel_manager=object(), ready_timeout=5.0)
-    sessions = SessionManager(kernels=kernels, artifacts=artifacts, max_sessions=2)
+    sessions = EvalSessionManager(kernels=kernels, artifacts=artifacts, max_sessions=2)
     service = EvalService(
         sessions=sessions, kernels=kernels, artifacts=artifacts, contents_manager=object(), max_cells=3
     )
@@ -322,4 +322,4 @@ def test_services_are_built_from_keywords(tmp_path):
     assert service.max_cells == 3 and service.output_limits.display_bytes == 2 * 1024 * 1024
     assert sessions.log.name == "jupyter_agent_tools.execution.sessions"
     with pytest.raises(TypeError):
-        SessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings
+        EvalSessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings

@@ -22,8 +22,8 @@ from traitlets.config import Config
 
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.errors import NotFound
-from jupyter_agent_tools.execution.service import EvalService
-from jupyter_agent_tools.execution.sessions import SessionManager
+from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.sessions import EvalSessionManager
 
 NOT_PLAIN_NAMES = [".", "..", "...", ".hidden", "../x", "a/b", "%2e%2e"]
 
@@ -148,7 +148,7 @@ def test_output_limit_below_one_byte_is_refused_at_start():
     with pytest.raises(TraitError, match=r"EvalService\.max_output_bytes must be at least 1"):
         EvalService(config=Config({"EvalService": {"max_output_bytes": 0}}))
     with pytest.raises(TraitError, match=r"EvalSessionManager\.max_sessions must be at least 1"):
-        SessionManager(config=Config({"EvalSessionManager": {"max_sessions": 0}}))
+        EvalSessionManager(config=Config({"EvalSessionManager": {"max_sessions": 0}}))
 
 
 # -- no silent state loss -------------------------------------------------------------------------

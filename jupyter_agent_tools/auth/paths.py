@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 MAX_GLOBS = 32
 MAX_GLOB_CHARS = 256
@@ -123,9 +123,6 @@ class PathScope:
             return True
         real = resolved(root_dir, normal)
         return real is not None and (real == normal or self.matches(real))
-
-    def allows_all(self, paths: Sequence[str], root_dir: str | None = None) -> bool:
-        return all(self.allows(p, root_dir) for p in paths)
 
 
 def resolved(root_dir: str, normalized: str) -> str | None:

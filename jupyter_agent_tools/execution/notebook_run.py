@@ -55,6 +55,7 @@ from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least
 from ..validation import check
 from .connection import KernelConnection
+from .eval_service import EvalService
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
 from .kernels import KernelService, close_quietly
@@ -64,9 +65,8 @@ from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import KernelRecovery
 from .request import RunRequest, parse_run_request
-from .service import EvalService
 from .session import KernelSession, SessionState
-from .sessions import SessionManager
+from .sessions import EvalSessionManager
 
 Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the one execution path
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
@@ -138,7 +138,7 @@ class NotebookRunner(Service):
     eval_service = Instance(
         EvalService, allow_none=True, help="Where the collaborators below come from when not given."
     )
-    sessions = Instance(SessionManager, help="The sessions (one per notebook, mode notebook).")
+    sessions = Instance(EvalSessionManager, help="The sessions (one per notebook, mode notebook).")
     kernels = Instance(KernelService, help="Checks kernelspecs, connects, interrupts and restarts kernels.")
     recovery = Instance(KernelRecovery, help="What is done when the kernel died or is wedged.")
     artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
@@ -179,7 +179,7 @@ class NotebookRunner(Service):
         return getattr(self.eval_service, name)
 
     @default("sessions")
-    def _default_sessions(self) -> SessionManager:
+    def _default_sessions(self) -> EvalSessionManager:
         return self._from_eval("sessions")
 
     @default("kernels")

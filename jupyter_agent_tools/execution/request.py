@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadRequest
-from ..schemas import EVAL_MODES, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_RUN_CELLS
+from ..schemas import MAX_ENV_BYTES, MAX_ENV_VARS, MAX_RUN_CELLS
 from ..validation import check
 
-MODES = EVAL_MODES
 MIN_TIMEOUT, MAX_TIMEOUT, DEFAULT_TIMEOUT = 1.0, 600.0, 30.0
 NO_TIMEOUT = math.inf  # a detached call without a 'timeout': the point of detaching is long work
 

@@ -352,7 +352,3 @@ class EvalSessionManager(Service):
             *list(self._ending),
             return_exceptions=True,
         )
-
-
-# The name the rest of the package imports (its configuration section is EvalSessionManager).
-SessionManager = EvalSessionManager

@@ -7,7 +7,7 @@ import re
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..execution.service import EvalService
+from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
 CHUNK = 1 << 20

@@ -18,11 +18,11 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
+from ..execution.eval_service import EvalService
 from ..execution.executor import Emit
 from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
-from ..execution.service import EvalService
 from ..runs import RunRegistry
 from ..streaming import TaskSource, pump
 from ..text import json_string_body

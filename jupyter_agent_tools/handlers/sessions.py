@@ -5,7 +5,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..execution.service import EvalService
+from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
 

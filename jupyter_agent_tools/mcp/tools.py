@@ -34,8 +34,8 @@ from .tool_schemas import component, portable, without_image_data, without_null
 from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
+    from ..execution.eval_service import EvalService
     from ..execution.notebook_run import NotebookRunner
-    from ..execution.service import EvalService
     from ..notebook.store import NotebookStore
     from ..runs import RunRegistry
 

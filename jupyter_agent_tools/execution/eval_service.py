@@ -34,7 +34,7 @@ from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest, parse_eval_request
 from .session import InitSpec, KernelSession, SessionState
-from .sessions import SessionManager
+from .sessions import EvalSessionManager
 from .sink import OutputSink
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def build_init_code(spec: InitSpec) -> str:
 
 
 def lost_notice(name: str, gone: dict[str, Any]) -> str:
-    """The notice of a call whose session's earlier incarnation went (see ``SessionManager.gone``)."""
+    """The notice of a call whose session's earlier incarnation went (see ``EvalSessionManager.gone``)."""
     return (
         f"[Session {name!r} was {gone['message']} at {gone['at']}: its variables and imports are gone; "
         "this call runs in a new kernel.]"
@@ -120,7 +120,7 @@ class EvalService(Service):
     The application builds the class named by ``AgentToolsApp.eval_service_class``.
     """
 
-    sessions = Instance(SessionManager, help="The named and per-call sessions.")
+    sessions = Instance(EvalSessionManager, help="The named and per-call sessions.")
     kernels = Instance(KernelService, help="Starts, checks and shuts down kernels.")
     artifacts = Instance(ArtifactStore, help="Where spilled outputs live.")
     contents_manager = AnyTrait(help="The server's contents manager (the kernels' working directory).")
