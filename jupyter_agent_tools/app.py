@@ -46,10 +46,7 @@ from .handlers.sessions import (
 )
 from .handlers.tokens import TokenHandler, TokenListHandler
 from .ledger.service import Ledger
-from .mcp.server import MAX_BATCH_ANSWER_BYTES as MCP_MAX_BATCH_ANSWER_BYTES
-from .mcp.server import MAX_BATCH_ITEMS as MCP_MAX_BATCH_ITEMS
 from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
-from .mcp.server import MAX_SESSIONS_PER_IDENTITY as MCP_MAX_SESSIONS_PER_IDENTITY
 from .mcp.server import McpServer
 from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
@@ -124,19 +121,19 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     mcp_max_batch_items = Int(
-        MCP_MAX_BATCH_ITEMS,
+        100,
         help="Most messages in one JSON-RPC batch sent to the MCP endpoint (protocol 2025-03-26 only); a "
         "longer batch is refused whole (-32600) before any of it runs.",
     ).tag(config=True)
 
     mcp_max_batch_answer_bytes = Int(
-        MCP_MAX_BATCH_ANSWER_BYTES,
+        10 * 1024 * 1024,
         help="Bytes of answers one MCP JSON-RPC batch may build; once its answers take more, the requests "
         "left in it are not run and each gets a -32600 error saying the batch's answer is too large.",
     ).tag(config=True)
 
     mcp_max_sessions_per_identity = Int(
-        MCP_MAX_SESSIONS_PER_IDENTITY,
+        100,
         help="Most legacy MCP sessions (of the 1000 the server keeps) one identity holds: the token a "
         "request authenticates with, else the logged-in user. A new session past it ends that identity's "
         "least recently used one, so one client's initialize flood ends only its own sessions.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,18 @@ from traitlets.config import Config, LoggingConfigurable
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.executor import ExecutionLimits, run_cell
 from jupyter_agent_tools.execution.kernels import KernelService
+from jupyter_agent_tools.execution.messages import OutputLimits, RichOutput
 from jupyter_agent_tools.execution.notebook_kernels import NotebookKernels
 from jupyter_agent_tools.execution.notebook_run import NotebookRunner
+from jupyter_agent_tools.execution.pace import StreamPace
 from jupyter_agent_tools.execution.pool import KernelPool
 from jupyter_agent_tools.execution.recovery import KernelRecovery
 from jupyter_agent_tools.execution.sessions import EvalSessionManager
+from jupyter_agent_tools.execution.sink import OutputSink
 from jupyter_agent_tools.ledger.service import Ledger
+from jupyter_agent_tools.mcp.server import McpServer
 from jupyter_agent_tools.notebook.live import LiveDocuments
 from jupyter_agent_tools.notebook.store import NotebookStore
 
@@ -158,12 +164,40 @@ def test_a_setting_is_declared_on_one_class_only():
         "mcp_max_batch_answer_bytes",
         "mcp_max_sessions_per_identity",
     }
+    holders: dict[str, list[str]] = {}
     for cls in CONFIGURABLES:
         for name in cls.class_own_traits(config=True):
-            holders = [
-                other.__name__ for other in CONFIGURABLES if name in other.class_own_traits(config=True)
-            ]
-            assert cls.__name__ in holders
+            holders.setdefault(name, []).append(cls.__name__)
+    # A name on two classes is two settings (each documented under its class), never a copy of one.
+    assert {name: classes for name, classes in holders.items() if len(classes) > 1} == {
+        "ready_timeout": ["LiveDocuments", "KernelService"],
+        "max_bytes": ["ArtifactStore", "Ledger"],
+        "idle_timeout": ["EvalSessionManager", "NotebookKernels"],
+    }
+
+
+# Values the pure core and the connections take from a service's validated traits: required parameters,
+# so a setting changed on its trait cannot silently keep an old default of its own here (issue 36.4).
+TAKEN_FROM_TRAITS = [
+    (OutputSink, "max_bytes"),
+    (StreamPace, "grace"),
+    (ExecutionLimits, "interrupt_grace"),
+    (ExecutionLimits, "liveness_interval"),
+    (OutputLimits, "display_bytes"),
+    (OutputLimits, "html_convert_bytes"),
+    (RichOutput, "limits"),
+    (run_cell, "output_limits"),
+    (McpServer, "heartbeat_interval"),
+    (McpServer, "max_batch_items"),
+    (McpServer, "max_batch_answer_bytes"),
+    (McpServer, "max_sessions_per_identity"),
+]
+
+
+@pytest.mark.parametrize(("taker", "name"), TAKEN_FROM_TRAITS, ids=lambda v: getattr(v, "__name__", v))
+def test_a_value_taken_from_a_trait_has_no_default_of_its_own(taker, name):
+    parameter = inspect.signature(taker).parameters[name]
+    assert parameter.default is inspect.Parameter.empty, f"{taker.__name__}({name}=...) shadows its trait"
 
 
 def test_class_traits_default_to_the_shipped_services():

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pandas as pd
 import pytest
 from samples import PNG_1PX
 
+from jupyter_agent_tools.execution import messages
+from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.messages import (
     STATUS_MIMES,
     CellOutcome,
@@ -20,15 +23,37 @@ from jupyter_agent_tools.execution.messages import (
     RichOutput,
     Text,
     bounded_error,
-    bundle_displays,
-    bundle_text,
     cell_frame,
     format_combined_output,
-    interpret_iopub,
     needs_worker,
 )
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
+
+def limits(**given: int) -> OutputLimits:
+    """The service's default limits (its traits' defaults), but those ``given``."""
+    traits = EvalService.class_traits()
+    return OutputLimits(
+        **{
+            "display_bytes": traits["max_display_bytes"].default_value,
+            "html_convert_bytes": traits["max_html_convert_bytes"].default_value,
+            **given,
+        }
+    )
+
+
+def bundle_text(data: dict[str, Any], rich: RichOutput | None = None) -> str | None:
+    return messages.bundle_text(data, rich or RichOutput(limits()))
+
+
+def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> list[dict[str, Any]]:
+    return messages.bundle_displays(data, rich or RichOutput(limits()))
+
+
+def interpret_iopub(msg_type: str, content: dict[str, Any]) -> list[messages.Event]:
+    return messages.interpret_iopub(msg_type, content, RichOutput(limits()))
+
 
 PNG = PNG_1PX + "\n"  # as a kernel sends it: base64 with a newline
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"></svg>'
@@ -312,7 +337,7 @@ def test_long_html_is_converted_up_to_the_limit_and_saved_whole() -> None:
     rows = "".join(f"<tr><td>{i}</td><td>row {i}</td></tr>" for i in range(5000))
     html = f"<table><tr><th>n</th><th>name</th></tr>{rows}</table>"
     saved = Saved()
-    rich = RichOutput(OutputLimits(html_convert_bytes=4096), save=saved)
+    rich = RichOutput(limits(html_convert_bytes=4096), save=saved)
     text = bundle_text({"text/plain": "<IPython.core.display.HTML object>", "text/html": html}, rich)
     assert text is not None
     body, notice = text.rsplit("\n", 1)
@@ -326,19 +351,19 @@ def test_long_html_is_converted_up_to_the_limit_and_saved_whole() -> None:
 
 def test_cut_html_without_a_store_says_so() -> None:
     text = bundle_text(
-        {"text/html": "<p>" + "x" * 5000 + "</p>"}, RichOutput(OutputLimits(html_convert_bytes=1024))
+        {"text/html": "<p>" + "x" * 5000 + "</p>"}, RichOutput(limits(html_convert_bytes=1024))
     )
     assert text is not None and text.endswith("cut: converted its first 1.0KB.]")
 
 
 def test_html_within_the_limit_is_converted_whole() -> None:
-    rich = RichOutput(OutputLimits(html_convert_bytes=1024), save=Saved())
+    rich = RichOutput(limits(html_convert_bytes=1024), save=Saved())
     assert bundle_text({"text/html": "<b>" + "y" * 1000 + "</b>"}, rich) == "**" + "y" * 1000 + "**"
 
 
 def test_displays_past_the_cell_budget_become_placeholders_with_artifacts() -> None:
     saved = Saved()
-    rich = RichOutput(OutputLimits(display_bytes=100), save=saved)
+    rich = RichOutput(limits(display_bytes=100), save=saved)
     small, big = "A" * 60, "B" * 1000
     value = {"k": "v" * 200}
     assert bundle_displays({"image/png": small}, rich) == [
@@ -355,7 +380,7 @@ def test_displays_past_the_cell_budget_become_placeholders_with_artifacts() -> N
 
 
 def test_large_display_without_a_store_has_no_artifact() -> None:
-    [display] = bundle_displays({"image/svg+xml": "é" * 100}, RichOutput(OutputLimits(display_bytes=10)))
+    [display] = bundle_displays({"image/svg+xml": "é" * 100}, RichOutput(limits(display_bytes=10)))
     assert display == {
         "type": "image",
         "mime": "image/svg+xml",
@@ -366,7 +391,7 @@ def test_large_display_without_a_store_has_no_artifact() -> None:
 
 
 def test_status_displays_are_never_omitted() -> None:
-    rich = RichOutput(OutputLimits(display_bytes=0))
+    rich = RichOutput(limits(display_bytes=0))
     event = {"phase": "x" * 100}
     assert bundle_displays({STATUS_MIMES[0]: event}, rich) == [{"type": "status", "event": event}]
 

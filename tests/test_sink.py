@@ -64,7 +64,7 @@ def test_progress_bar_in_one_chunk() -> None:
 
 
 def test_progress_bar_across_chunks_is_held_back() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("10%\r") == ""
     assert sink.push("20%\r") == ""
     assert sink.push("30%\n") == "30%\n"
@@ -72,7 +72,7 @@ def test_progress_bar_across_chunks_is_held_back() -> None:
 
 
 def test_tqdm_style_leading_carriage_returns() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("start\n\r  0%|") == "start\n"
     assert sink.push("\r 50%|#") == ""
     assert sink.push("\r100%|##") == ""
@@ -86,7 +86,7 @@ def test_crlf_split_between_chunks() -> None:
 
 
 def test_held_line_flushed_at_finish() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("working\r") == ""
     assert sink.push("done") == ""
     assert sink.flush() == "done"
@@ -94,7 +94,7 @@ def test_held_line_flushed_at_finish() -> None:
 
 
 def test_finish_flushes_without_explicit_flush() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     sink.push("a\n50%\r")
     summary = sink.finish()
     assert summary.output == "a\n50%"
@@ -102,13 +102,13 @@ def test_finish_flushes_without_explicit_flush() -> None:
 
 
 def test_partial_line_without_cr_streams_at_once() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("....") == "...."
     assert sink.push("..\n") == "..\n"
 
 
 def test_escape_split_across_chunks() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("\x1b[3") == ""
     assert sink.push("1mred\x1b") == "red"
     assert sink.push("[0m plain\n") == " plain\n"
@@ -372,7 +372,7 @@ def test_artifact_write_failure_drops_the_artifact() -> None:
 
 
 def test_finish_is_idempotent_and_push_after_finish_fails() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     sink.push("a\n")
     first = sink.finish()
     assert sink.finish() is first

@@ -136,12 +136,13 @@ def not_run_fields(status: str) -> dict[str, Any]:
 
 @dataclass
 class ExecutionLimits:
-    """When to stop waiting: the call's deadline (event-loop time) and how long an interrupt may take."""
+    """When to stop waiting: the call's deadline (event-loop time) and how long an interrupt may take
+    (``interrupt_grace``, ``liveness_interval``: the values of the ``EvalService`` traits)."""
 
     deadline: float
     timeout_seconds: float
-    interrupt_grace: float = 5.0
-    liveness_interval: float = 1.0
+    interrupt_grace: float
+    liveness_interval: float
     # After the execute_reply, how long iopub may stay silent before the kernel is asked (an empty
     # request) whether the "idle" was lost: under load a subscriber that falls behind loses iopub
     # messages (ZMQ high-water mark), the idle included. No idle of the probe either (PROBE_GRACES): lost.
@@ -281,8 +282,8 @@ async def run_cell(
     cancel: asyncio.Event,
     interrupt: Callable[[], Awaitable[None]],
     emit: Emit,
+    output_limits: OutputLimits,
     silent: bool = False,
-    output_limits: OutputLimits | None = None,
     observer: Observer | None = None,
     pace: StreamPace | None = None,
 ) -> CellExecution:
@@ -293,7 +294,7 @@ async def run_cell(
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    run = _Run(conn, index, sink, emit, output_limits or OutputLimits(), observer)
+    run = _Run(conn, index, sink, emit, output_limits, observer)
     drain(conn.messages)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from markdownify import MarkdownConverter
@@ -28,10 +28,11 @@ Saver = Callable[[str], str | None]  # saves text as a new artifact: its id, or 
 
 @dataclass(frozen=True)
 class OutputLimits:
-    """Bounds on a cell's rich outputs (traits ``max_display_bytes`` and ``max_html_convert_bytes``)."""
+    """Bounds on a cell's rich outputs: the values of ``EvalService.max_display_bytes`` and
+    ``max_html_convert_bytes`` (no defaults here: the traits are the one place they are set)."""
 
-    display_bytes: int = 2 * 1024 * 1024  # display data (images, JSON) inlined per cell
-    html_convert_bytes: int = 128 * 1024  # HTML converted to text per output
+    display_bytes: int  # display data (images, JSON) inlined per cell
+    html_convert_bytes: int  # HTML converted to text per output
     images: bool = True  # False: images are not displays (a notebook run answers them from the notebook)
 
 
@@ -39,7 +40,7 @@ class OutputLimits:
 class RichOutput:
     """One cell's rich-output state: its limits, the display bytes it may still inline, where spills go."""
 
-    limits: OutputLimits = field(default_factory=OutputLimits)
+    limits: OutputLimits
     save: Saver | None = None
     inlined: int = 0  # display bytes inlined so far
 
@@ -200,14 +201,14 @@ def _text_source(data: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def bundle_text(data: dict[str, Any], rich: RichOutput | None = None) -> str | None:
+def bundle_text(data: dict[str, Any], rich: RichOutput) -> str | None:
     """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime."""
     source = _text_source(data)
     if source is None:
         return None
     mime, text = source
     if mime == "text/html":
-        return bounded_html_to_text(text, rich or RichOutput())
+        return bounded_html_to_text(text, rich)
     return _strip_blank_lines(text)
 
 
@@ -248,14 +249,13 @@ def _display(rich: RichOutput, display: dict[str, Any], value: Any, size: int) -
     }
 
 
-def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> list[dict[str, Any]]:
+def bundle_displays(data: dict[str, Any], rich: RichOutput) -> list[dict[str, Any]]:
     """Structured outputs of a mime bundle: JSON values, images (base64, SVG as text), status events.
 
     Display data a cell has no room left for (``max_display_bytes`` per cell) becomes a placeholder
     ``{"type", ["mime",] "bytes", "omitted": true, "artifact_id"}``; the artifact holds the data as it
     would have been sent (base64 text of a binary image, JSON text of a JSON value).
     """
-    rich = rich or RichOutput()
     room = rich.limits.display_bytes - rich.inlined
     displays: list[dict[str, Any]] = []
     for mime, value in data.items():
@@ -336,16 +336,13 @@ def cell_frame(info: ErrorInfo) -> str | None:
     return None
 
 
-def interpret_iopub(msg_type: str, content: dict[str, Any], rich: RichOutput | None = None) -> list[Event]:
+def interpret_iopub(msg_type: str, content: dict[str, Any], rich: RichOutput) -> list[Event]:
     """Events for one iopub message (its ``msg_type`` and ``content``); [] for kinds we do not use.
-
-    ``rich`` is the cell's rich-output state (default: default limits, nowhere to save spills).
-    """
+    ``rich`` is the cell's rich-output state."""
     if msg_type == "stream":
         return [Text(_join(content.get("text")) or "", str(content.get("name") or "stdout"))]
     if msg_type in DISPLAY_MESSAGES:
         data = content.get("data") or {}
-        rich = rich or RichOutput()
         events: list[Event] = [Display(display) for display in bundle_displays(data, rich)]
         if any(mime in data for mime in STATUS_MIMES):
             return events

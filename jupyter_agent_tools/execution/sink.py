@@ -139,9 +139,10 @@ def compact_line(line: str) -> str:
 
 
 class OutputSink:
-    """Sanitizes streamed output, counts it, keeps the tail within ``max_bytes`` and spills the rest."""
+    """Sanitizes streamed output, counts it, keeps the tail within ``max_bytes`` (the value of
+    ``EvalService.max_output_bytes``) and spills the rest."""
 
-    def __init__(self, max_bytes: int = 50 * 1024, open_artifact: ArtifactOpener | None = None) -> None:
+    def __init__(self, max_bytes: int, open_artifact: ArtifactOpener | None = None) -> None:
         if max_bytes < 1:
             raise ValueError("max_bytes must be at least 1")
         self.max_bytes = max_bytes
