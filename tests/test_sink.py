@@ -443,3 +443,19 @@ def test_spill_saves_text_as_an_artifact_of_its_own(tmp_path: Path) -> None:
     assert artifacts.text("art1") == "<html>日本</html>" * 1000 and artifacts.files["art1"].was_closed
     assert sink.finish().artifact_id is None  # the sink's own output is not affected
     assert OutputSink(10).spill("x") is None
+
+
+@pytest.mark.parametrize("at", [0, 1 << 20, 3 * (1 << 20) + 5])
+def test_a_long_ascii_chunk_with_controls_is_cleaned_like_a_short_one(tmp_path: Path, at: int) -> None:
+    """The long-ASCII path (each block encoded once for the check and the count) keeps what the general
+    path keeps: controls anywhere, in any block, are dropped from the text, the tail and the artifact."""
+    text = "".join(f"{i:07d} " + "y" * 40 + "\n" for i in range(80_000))
+    dirty = text[:at] + "\x07\x00" + text[at:] + "\x7f"
+    path = tmp_path / "artifact.txt"
+    sink = OutputSink(50 * 1024, lambda: ("a", path.open("wb")))
+    shown = sink.push(dirty)
+    summary = sink.finish()
+    assert shown == text == sanitize(dirty)
+    assert path.read_bytes() == text.encode()
+    assert summary.total_bytes == len(text) and summary.total_lines == 80_000
+    assert summary.output.endswith(text[-1000:])
