@@ -357,3 +357,17 @@ def test_services_are_built_from_keywords(tmp_path):
     assert sessions.log.name == "jupyter_agent_tools.execution.sessions"
     with pytest.raises(TypeError):
         EvalSessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings
+
+
+def test_handlers_reach_services_through_the_typed_accessor():
+    """Issue 36.3: one typed accessor (``AgentAPIHandler.app``), not ``self.extensionapp.X`` with a
+    ``type: ignore`` in every handler (mypy then checks each service a handler calls)."""
+    handlers = Path(__file__).parent.parent / "jupyter_agent_tools" / "handlers"
+    reaching = [
+        f"{path.name}:{n}"
+        for path in sorted(handlers.glob("*.py"))
+        if path.name != "base.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "self.extensionapp" in line
+    ]
+    assert reaching == []

@@ -40,7 +40,7 @@ class ArtifactHandler(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
     @web.authenticated
     @authorized("read")

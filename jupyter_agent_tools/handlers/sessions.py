@@ -14,7 +14,7 @@ class _EvalRoute(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
 
 class SessionListHandler(_EvalRoute):
