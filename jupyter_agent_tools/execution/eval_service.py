@@ -48,12 +48,6 @@ OUTPUT_MAY_BE_INCOMPLETE = (
 )
 
 
-NOTEBOOK_KERNEL_LOST = (
-    "[The notebook's kernel died or was restarted during this call; its state is lost. Nothing was run "
-    "again.]"
-)
-
-
 def build_init_code(spec: InitSpec) -> str:
     """The silent init step: cwd, environment, and cwd on ``sys.path``."""
     env = dict(spec.env)
@@ -355,19 +349,14 @@ class EvalService(Service):
                 result = self._answer(session, request, [], [], restarted=False, cancelled=True)
             else:
                 cells = await self._run_cells(session, request, emit, cancel, turn.deadline, pace)
-                notices, restarted = list(turn.notices), False
-                last = cells[-1] if cells else None
-                if last is not None and last[1].kernel_died:
-                    restarted = True
-                    notices.append(NOTEBOOK_KERNEL_LOST)
-                    emit({"type": "restart", "session": session.name, "message": NOTEBOOK_KERNEL_LOST})
-                    await session.mark_dead()
-                elif last is not None and last[1].cancelled and not last[1].settled:
-                    restarted = True
-                    notice = await runner.restart_wedged(session, f"Cell {last[0] + 1}")
+                notices = list(turn.notices)
+                notice = None
+                if cells:
+                    index, last = cells[-1]
+                    notice = await runner.after_cell(session, last, f"Cell {index + 1}", emit)
+                if notice is not None:
                     notices.append(notice)
-                    emit({"type": "restart", "session": session.name, "message": notice})
-                result = self._answer(session, request, cells, notices, restarted=restarted)
+                result = self._answer(session, request, cells, notices, restarted=notice is not None)
         result["notebook"] = path
         emit({"type": "result", "result": result})
         return result

@@ -74,7 +74,7 @@ Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the on
 LIVE_OUTPUT_INTERVAL = 0.25
 RUN_AFTER = ("insert", "edit")  # a run with ops and no cells named runs the code cells these ops touched
 KERNEL_LOST_NOTICE = (
-    "[The notebook's kernel died or was restarted during the run; its state is lost. Cells after it "
+    "[The notebook's kernel died or was restarted during this call; its state is lost. Cells after it "
     "were not run, and nothing was run again.]"
 )
 
@@ -602,17 +602,26 @@ class NotebookRunner(Service):
         )
         return answer
 
-    async def restart_wedged(self, session: KernelSession, cell: str) -> str:
-        """:meth:`_restart_wedged` for a cell named ``cell`` (eval's ``notebook``)."""
-        return await self._restart_in_place(session, cell)
+    async def after_cell(
+        self, session: KernelSession, execution: CellExecution, cell: str, emit: Emit
+    ) -> str | None:
+        """The one policy after a cell in a notebook's kernel (a notebook run's and eval's ``notebook``):
+        a kernel that died or was restarted is let go (the next call attaches again), a cell that would
+        not stop gets the kernel restarted in place; nothing is ever run again. The notice for the answer
+        (also emitted as a ``restart`` event), or None when the kernel is fine."""
+        if execution.kernel_died:
+            emit({"type": "restart", "session": session.name, "message": KERNEL_LOST_NOTICE})
+            await session.mark_dead()  # disconnects
+            return KERNEL_LOST_NOTICE
+        if execution.cancelled and not execution.settled:
+            notice = await self._restart_in_place(session, cell)
+            emit({"type": "restart", "session": session.name, "message": notice})
+            return notice
+        return None
 
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
         warm = self._warm.pop(kernel_id, None)  # a pooled kernel comes connected
         return kernel_id, warm or await self.kernels.connect(kernel_id, ready_within)
-
-    async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
-        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
-        return await self._restart_in_place(session, cell)
 
     async def _restart_in_place(self, session: KernelSession, cell: str) -> str:
         """The cell would not stop after the interrupt: restart the notebook's kernel in place through the
@@ -691,17 +700,11 @@ class NotebookRunner(Service):
                     "execution_count": ran.execution_count,
                 }
             )
-            if execution.kernel_died:
-                restarted = True
-                stopped = True
-                notices.append(KERNEL_LOST_NOTICE)
-                emit({"type": "restart", "session": session.name, "message": KERNEL_LOST_NOTICE})
-                await session.mark_dead()  # disconnects; the next run attaches again
-            elif execution.cancelled and not execution.settled:
+            label = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
+            notice = await self.after_cell(session, execution, label, emit)
+            if notice is not None:
                 restarted = stopped = True
-                notice = await self._restart_wedged(session, target)
                 notices.append(notice)
-                emit({"type": "restart", "session": session.name, "message": notice})
             elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
                 stopped = True
         if not_written:
