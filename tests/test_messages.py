@@ -25,7 +25,6 @@ from jupyter_agent_tools.execution.messages import (
     bounded_error,
     cell_frame,
     format_combined_output,
-    needs_worker,
 )
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
@@ -52,7 +51,12 @@ def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> lis
 
 
 def interpret_iopub(msg_type: str, content: dict[str, Any]) -> list[messages.Event]:
-    return messages.interpret_iopub(msg_type, content, RichOutput(limits()))
+    return messages.interpret_iopub(messages.read_iopub(msg_type, content), RichOutput(limits()))
+
+
+def needs_worker(msg_type: str, content: dict[str, Any], *, storing: bool = False) -> bool:
+    read = messages.read_iopub(msg_type, content)
+    return read is not None and messages.needs_worker(read, storing=storing)
 
 
 PNG = PNG_1PX + "\n"  # as a kernel sends it: base64 with a newline
@@ -439,3 +443,28 @@ def test_cell_frame_is_the_cells_last_frame_in_two_lines() -> None:
     long = ErrorInfo("KeyboardInterrupt", "", ["Cell In[2], line 1\n----> 1 " + "x" * 500])
     assert cell_frame(long) == "Cell In[2], line 1\n----> 1 " + "x" * 192 + "…"
     assert cell_frame(ErrorInfo("KeyboardInterrupt", "", ["KeyboardInterrupt: "])) is None  # another kernel
+
+
+@pytest.mark.parametrize(
+    ("msg_type", "content"),
+    [
+        ("execute_result", {"data": {"text/plain": "2"}, "metadata": {}, "execution_count": 3}),
+        ("display_data", {"data": {"image/png": PNG, "text/plain": "<Figure>"}, "metadata": {"a": 1}}),
+        ("error", {"ename": "ValueError", "evalue": "bad", "traceback": ["\x1b[31mValueError\x1b[0m: bad"]}),
+    ],
+)
+def test_the_one_reading_stores_what_nbformat_builds_and_answers_from_the_same(msg_type, content):
+    """Issue 36.2: a message is read once (read_iopub); the stored output (what nbformat's output_from_msg
+    builds, at a few hundred times the cost: decision 0005) and the answer's events derive from it."""
+    from nbformat.v4 import output_from_msg
+
+    read = messages.read_iopub(msg_type, content)
+    assert read is not None
+    expected = output_from_msg({"header": {"msg_type": msg_type}, "content": content})
+    assert read.to_nbformat() == expected
+    events = messages.interpret_iopub(read, RichOutput(limits()))
+    if msg_type == "error":
+        assert events[0] == ErrorInfo("ValueError", "bad", ["ValueError: bad"])  # the answer's: no ANSI
+        assert read.to_nbformat()["traceback"] == content["traceback"]  # the notebook's: as sent
+    else:
+        assert events and all(isinstance(e, (Text, Display)) for e in events)

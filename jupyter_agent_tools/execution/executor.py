@@ -20,6 +20,7 @@ from .messages import (
     CellOutcome,
     Display,
     ErrorInfo,
+    Iopub,
     OutputLimits,
     RichOutput,
     Text,
@@ -27,6 +28,7 @@ from .messages import (
     cell_frame,
     interpret_iopub,
     needs_worker,
+    read_iopub,
 )
 from .pace import StreamPace
 from .sink import OutputSink, SinkSummary
@@ -51,9 +53,10 @@ def noop(_: dict[str, Any]) -> None:
 
 
 class Observer(Protocol):
-    """Sees every iopub message of an execution but its status (a notebook run stores outputs from them)."""
+    """Sees every iopub message of an execution but its status, as :func:`~.messages.read_iopub` read it
+    (a notebook run stores outputs from them)."""
 
-    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+    def add(self, read: Iopub) -> bool:
         """Take one message; whether what is stored changed. Runs in a worker thread for a large message,
         in the same step as the message's interpretation for the answer (one decision, one hop)."""
         ...  # pragma: no cover
@@ -227,13 +230,16 @@ class _Run:
             if content.get("execution_state") == "idle":
                 self.idle = True
             return
-        if needs_worker(msg_type, content, storing=self.observer is not None):
+        read = read_iopub(msg_type, content)  # the one reading of the message
+        if read is None:
+            return
+        if needs_worker(read, storing=self.observer is not None):
             # HTML conversion, large display data, large chunks to store: in a thread, so the server keeps
             # answering. Later messages wait in the queue meanwhile, so the output keeps its order.
             loop = asyncio.get_running_loop()
-            changed, items = await loop.run_in_executor(None, self._interpret, msg_type, content)
+            changed, items = await loop.run_in_executor(None, self._interpret, read)
         else:
-            changed, items = self._interpret(msg_type, content)
+            changed, items = self._interpret(read)
         if self.observer is not None:
             self.observer.added(changed)
         if any(isinstance(i, ErrorInfo) and i.ename == "KeyboardInterrupt" for i in items):
@@ -255,10 +261,10 @@ class _Run:
         elif ours is not None:
             self.stopped_at = cell_frame(ours)
 
-    def _interpret(self, msg_type: str, content: dict[str, Any]) -> tuple[bool, list[Any]]:
-        """The message stored (by the observer) and read for the answer, in one step."""
-        changed = self.observer.add(msg_type, content) if self.observer is not None else False
-        return changed, interpret_iopub(msg_type, content, self.rich)
+    def _interpret(self, read: Iopub) -> tuple[bool, list[Any]]:
+        """The message stored (by the observer) and shown in the answer, both from one reading."""
+        changed = self.observer.add(read) if self.observer is not None else False
+        return changed, interpret_iopub(read, self.rich)
 
     def _caused_here(self, info: ErrorInfo) -> bool:
         """An error the code did not cause: the refused input(), the timeout's interrupt, or an interrupt

@@ -59,7 +59,7 @@ from .eval_service import EvalService
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
 from .kernels import KernelService, close_quietly
-from .messages import answer_text
+from .messages import Iopub, answer_text
 from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
@@ -120,9 +120,9 @@ class _Stored:
         self.added = added
         self._lock = threading.Lock()
 
-    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+    def add(self, read: Iopub) -> bool:
         with self._lock:
-            return self.outputs.add(msg_type, content)
+            return self.outputs.add(read)
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
