@@ -179,7 +179,8 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.execution.notebook_run.NotebookRunner",
         klass=NotebookRunner,
         help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
-        "with parent=the app and eval_service, store, session_manager, notebook_kernels; its settings are "
+        "with parent=the app and its collaborators (sessions, kernels, recovery, artifacts, audit, pool, "
+        "execute: the eval service's, store, session_manager, notebook_kernels); its settings are "
         "c.NotebookRunner.*.",
     ).tag(config=True)
 
@@ -266,9 +267,16 @@ class AgentToolsApp(ExtensionApp):
             contents_manager=serverapp.contents_manager,
             pool=KernelPool(parent=self, kernels=kernels),
         )
+        evals = self.eval_service
         self.notebook_runner = cast("type[NotebookRunner]", self.notebook_runner_class)(
             parent=self,
-            eval_service=self.eval_service,
+            sessions=sessions,
+            kernels=kernels,
+            recovery=evals.recovery,
+            artifacts=artifacts,
+            audit=audit,
+            pool=evals.pool,
+            execute=evals.execute,  # the one execution path of eval's cells and a run's
             store=self.notebook_store,
             session_manager=serverapp.session_manager,
             notebook_kernels=NotebookKernels(

@@ -371,3 +371,11 @@ def test_handlers_reach_services_through_the_typed_accessor():
         if "self.extensionapp" in line
     ]
     assert reaching == []
+
+
+def test_the_notebook_runner_is_given_its_collaborators():
+    """Issue 36.3: the NotebookRunner is built with what it uses (the application gives it the eval
+    service's execute, recovery and pool); it no longer holds the EvalService to find them there by name."""
+    assert "eval_service" not in NotebookRunner.class_traits()
+    source = inspect.getsource(inspect.getmodule(NotebookRunner))  # type: ignore[arg-type]
+    assert "eval_service" not in source and "EvalService" not in source

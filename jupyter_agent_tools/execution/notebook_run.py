@@ -33,7 +33,7 @@ import math
 import posixpath
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,6 @@ from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least
 from ..validation import check
 from .connection import KernelConnection
-from .eval_service import EvalService
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
 from .kernels import KernelService, close_quietly
@@ -68,7 +67,6 @@ from .request import RunRequest, parse_run_request
 from .session import KernelSession, SessionState
 from .sessions import EvalSessionManager
 
-Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the one execution path
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
 LIVE_OUTPUT_INTERVAL = 0.25
@@ -135,15 +133,12 @@ class NotebookRunner(Service):
     The application builds the class named by ``AgentToolsApp.notebook_runner_class``.
     """
 
-    eval_service = Instance(
-        EvalService, allow_none=True, help="Where the collaborators below come from when not given."
-    )
     sessions = Instance(EvalSessionManager, help="The sessions (one per notebook, mode notebook).")
     kernels = Instance(KernelService, help="Checks kernelspecs, connects, interrupts and restarts kernels.")
     recovery = Instance(KernelRecovery, help="What is done when the kernel died or is wedged.")
     artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
     audit = Instance(Audit, help="Records every run.")
-    execute = CallableTrait(help="Runs one cell (default: the eval service's execute, the one path).")
+    execute = CallableTrait(help="Runs one cell: the eval service's execute, the one execution path.")
     pool = Instance(
         KernelPool,
         allow_none=True,
@@ -172,39 +167,6 @@ class NotebookRunner(Service):
     @default("notebook_kernels")
     def _default_notebook_kernels(self) -> NotebookKernels:
         return NotebookKernels(session_manager=self.session_manager, sessions=self.sessions, parent=self)
-
-    def _from_eval(self, name: str) -> Any:
-        if self.eval_service is None:
-            raise ValueError(f"NotebookRunner needs {name} (or eval_service to take it from)")
-        return getattr(self.eval_service, name)
-
-    @default("sessions")
-    def _default_sessions(self) -> EvalSessionManager:
-        return self._from_eval("sessions")
-
-    @default("kernels")
-    def _default_kernels(self) -> KernelService:
-        return self._from_eval("kernels")
-
-    @default("recovery")
-    def _default_recovery(self) -> KernelRecovery:
-        return self._from_eval("recovery")
-
-    @default("artifacts")
-    def _default_artifacts(self) -> ArtifactStore:
-        return self._from_eval("artifacts")
-
-    @default("audit")
-    def _default_audit(self) -> Audit:
-        return self._from_eval("audit")
-
-    @default("pool")
-    def _default_pool(self) -> KernelPool | None:
-        return self.eval_service.pool if self.eval_service is not None else None
-
-    @default("execute")
-    def _default_execute(self) -> Execute:
-        return self._from_eval("execute")
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
