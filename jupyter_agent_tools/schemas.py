@@ -322,8 +322,7 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "type": "number",
                 "default": 30,
                 "description": "Seconds for the whole call, clamped to 1..600; on expiry the kernel is "
-                "interrupted and the answer has timed_out: true. A detached call (detach: true) has no "
-                "timeout unless it gives one.",
+                "interrupted and the answer has timed_out: true. Detached: none unless given.",
                 "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
             },
             "cwd": _nullable(
@@ -904,8 +903,7 @@ RUN_SCHEMAS: dict[str, Any] = {
                 "type": "number",
                 "default": 30,
                 "description": "Seconds for the whole call, clamped to 1..3600; on expiry the running cell "
-                "is interrupted and later cells are not run. A detached run (detach: true) has no "
-                "timeout unless it gives one.",
+                "is interrupted and later cells are not run. Detached: none unless given.",
                 "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
             },
             "detach": {
