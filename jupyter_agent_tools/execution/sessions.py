@@ -386,7 +386,3 @@ def visible(session: KernelSession) -> bool:
     """Whether the request being served may see ``session``: its owner, a notebook's session within the
     agent's paths, anyone not an agent."""
     return may_see(session.owner, session.notebook)
-
-
-# The name the rest of the package imports (its configuration section is EvalSessionManager).
-SessionManager = EvalSessionManager

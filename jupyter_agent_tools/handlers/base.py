@@ -8,7 +8,7 @@ import hashlib
 import json
 from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.authorizer import Authorizer
@@ -22,6 +22,9 @@ from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
 from ..body import decode_json_body
 from ..errors import AgentToolsError
+
+if TYPE_CHECKING:
+    from ..app import AgentToolsApp  # the application imports the handlers: only for the type
 
 # Parsing JSON costs about 1 ms per 10-30 KB (more with many small values): bodies larger than this are
 # parsed in a thread, so that a 10 MB one does not hold the event loop for seconds. One thread: parsing
@@ -105,6 +108,11 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     route_name = "unknown"
     via = "http"  # the front door, as the change ledger records it (``cli`` when the client says so)
+
+    @property
+    def app(self) -> AgentToolsApp:
+        """The extension application, typed: the one way a handler reaches its services and limits."""
+        return cast("AgentToolsApp", self.extensionapp)
 
     @property
     def audit(self) -> Audit:

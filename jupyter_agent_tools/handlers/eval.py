@@ -18,11 +18,11 @@ from tornado.iostream import StreamClosedError
 
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
+from ..execution.eval_service import EvalService
 from ..execution.executor import Emit
 from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
-from ..execution.service import EvalService
 from ..runs import RunRegistry
 from ..streaming import TaskSource, pump
 from ..text import json_string_body
@@ -66,7 +66,7 @@ class EvalHandler(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
     def on_connection_close(self) -> None:
         self._client_gone()
@@ -102,7 +102,7 @@ class EvalHandler(AgentAPIHandler):
 
     @property
     def runs(self) -> RunRegistry:
-        return self.extensionapp.run_registry  # type: ignore[attr-defined]
+        return self.app.run_registry
 
     async def _check(self, body: Any) -> str | None:
         """Validate a body before it is detached (400 now, not a failed run later); the run's target."""
@@ -126,7 +126,7 @@ class EvalHandler(AgentAPIHandler):
             self.write_json(await self._call(body, _ignore, cancel))
 
     async def _stream(self, body: Any) -> None:
-        app: Any = self.extensionapp
+        app = self.app
         backlog = self._backlog = StreamBacklog(int(app.stream_backlog_bytes))
         pace = StreamPace(backlog.lagging, float(app.stream_lag_grace))
         ready = asyncio.Event()

@@ -35,7 +35,7 @@ class NotebookHandler(AgentAPIHandler):
 
     @property
     def store(self) -> NotebookStore:
-        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
+        return self.app.notebook_store
 
     @web.authenticated
     @authorized
@@ -76,7 +76,7 @@ class NotebookOutputHandler(AgentAPIHandler):
 
     @property
     def store(self) -> NotebookStore:
-        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
+        return self.app.notebook_store
 
     @property
     def content_security_policy(self) -> str:
@@ -118,7 +118,7 @@ class NotebookRunHandler(EvalHandler):
 
     @property
     def runner(self) -> NotebookRunner:
-        return self.extensionapp.notebook_runner  # type: ignore[attr-defined]
+        return self.app.notebook_runner
 
     run_kind = "notebook_run"
 
@@ -154,7 +154,7 @@ class NotebookKernelHandler(AgentAPIHandler):
 
     @property
     def runner(self) -> NotebookRunner:
-        return self.extensionapp.notebook_runner  # type: ignore[attr-defined]
+        return self.app.notebook_runner
 
     @web.authenticated
     @authorized("read")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..execution.service import EvalService
+from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
 
@@ -14,7 +14,7 @@ class _EvalRoute(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
 
 class SessionListHandler(_EvalRoute):
