@@ -460,6 +460,8 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "listSessions",
                 "summary": "List eval sessions",
+                "description": "An agent token sees its own sessions and the sessions and kernels of "
+                "notebooks inside its paths; the server's credentials and persons see all.",
                 "tags": ["sessions"],
                 "x-authorization": {"resource": "kernels", "action": "read"},
                 "responses": {
@@ -479,7 +481,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "204": {"description": "Shut down."},
                     "403": FORBIDDEN,
-                    "404": _error("No such session."),
+                    "404": _error("No such session (for an agent token: none of its own)."),
                 },
             },
         },
@@ -495,7 +497,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("What was interrupted.", ref("InterruptResult")),
                     "403": FORBIDDEN,
-                    "404": _error("No such session."),
+                    "404": _error("No such session (for an agent token: none of its own)."),
                 },
             },
         },
@@ -540,7 +542,8 @@ def _paths() -> dict[str, Any]:
                     "403": FORBIDDEN,
                     "404": _error(
                         "No such artifact (artifacts go with their session, expire, and the oldest go "
-                        "past ArtifactStore.max_bytes)."
+                        "past ArtifactStore.max_bytes); for an agent token, also one it did not spill "
+                        "whose notebook is not inside its paths."
                     ),
                     "416": _error("The range starts past the artifact's end (Content-Range: bytes */TOTAL)."),
                 },

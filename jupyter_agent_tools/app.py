@@ -13,14 +13,16 @@ from . import __version__
 from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
+from .audit.feed import EventFeed
 from .compat import guard_control_sockets
+from .execution.eval_service import EvalService
 from .execution.kernels import KernelService
 from .execution.notebook_kernels import NotebookKernels
 from .execution.notebook_run import NotebookRunner
 from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
-from .execution.service import EvalService
-from .execution.sessions import SessionManager
+from .execution.sessions import EvalSessionManager
+from .handlers import events, server_routes
 from .handlers.approvals import ApprovalHandler, ApprovalListHandler
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
@@ -48,10 +50,7 @@ from .handlers.sessions import (
 )
 from .handlers.tokens import TokenHandler, TokenListHandler
 from .ledger.service import Ledger
-from .mcp.server import MAX_BATCH_ANSWER_BYTES as MCP_MAX_BATCH_ANSWER_BYTES
-from .mcp.server import MAX_BATCH_ITEMS as MCP_MAX_BATCH_ITEMS
 from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
-from .mcp.server import MAX_SESSIONS_PER_IDENTITY as MCP_MAX_SESSIONS_PER_IDENTITY
 from .mcp.server import McpServer
 from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
@@ -85,13 +84,14 @@ class AgentToolsApp(ExtensionApp):
         LiveDocuments,
         ArtifactStore,
         KernelService,
-        SessionManager,
+        EvalSessionManager,
         KernelPool,
         KernelRecovery,
         EvalService,
         NotebookRunner,
         NotebookKernels,
         Audit,
+        EventFeed,
         Ledger,
         RunRegistry,
         ApprovalPolicy,
@@ -127,19 +127,19 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     mcp_max_batch_items = Int(
-        MCP_MAX_BATCH_ITEMS,
+        100,
         help="Most messages in one JSON-RPC batch sent to the MCP endpoint (protocol 2025-03-26 only); a "
         "longer batch is refused whole (-32600) before any of it runs.",
     ).tag(config=True)
 
     mcp_max_batch_answer_bytes = Int(
-        MCP_MAX_BATCH_ANSWER_BYTES,
+        10 * 1024 * 1024,
         help="Bytes of answers one MCP JSON-RPC batch may build; once its answers take more, the requests "
         "left in it are not run and each gets a -32600 error saying the batch's answer is too large.",
     ).tag(config=True)
 
     mcp_max_sessions_per_identity = Int(
-        MCP_MAX_SESSIONS_PER_IDENTITY,
+        100,
         help="Most legacy MCP sessions (of the 1000 the server keeps) one identity holds: the token a "
         "request authenticates with, else the logged-in user. A new session past it ends that identity's "
         "least recently used one, so one client's initialize flood ends only its own sessions.",
@@ -169,13 +169,13 @@ class AgentToolsApp(ExtensionApp):
 
     session_manager_class = Type(
         default_value="jupyter_agent_tools.execution.sessions.EvalSessionManager",
-        klass=SessionManager,
+        klass=EvalSessionManager,
         help="The class that keeps, evicts and sweeps the eval sessions (a subclass of EvalSessionManager). "
         "Built with parent=the app and kernels, artifacts, audit; its settings are c.EvalSessionManager.*.",
     ).tag(config=True)
 
     eval_service_class = Type(
-        default_value="jupyter_agent_tools.execution.service.EvalService",
+        default_value="jupyter_agent_tools.execution.eval_service.EvalService",
         klass=EvalService,
         help="The class that runs eval requests (a subclass of EvalService). Built with parent=the app "
         "and sessions, kernels, artifacts, contents_manager, pool; its settings are c.EvalService.*.",
@@ -185,7 +185,8 @@ class AgentToolsApp(ExtensionApp):
         default_value="jupyter_agent_tools.execution.notebook_run.NotebookRunner",
         klass=NotebookRunner,
         help="The class that runs a notebook's cells in its kernel (a subclass of NotebookRunner). Built "
-        "with parent=the app and eval_service, store, session_manager, notebook_kernels; its settings are "
+        "with parent=the app and its collaborators (sessions, kernels, recovery, artifacts, audit, pool, "
+        "execute: the eval service's, store, session_manager, notebook_kernels); its settings are "
         "c.NotebookRunner.*.",
     ).tag(config=True)
 
@@ -238,6 +239,7 @@ class AgentToolsApp(ExtensionApp):
         return in_range(proposal, 1, MCP_MAX_SESSIONS, "sessions")
 
     audit: Audit
+    event_feed: EventFeed
     ledger: Ledger
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -256,6 +258,7 @@ class AgentToolsApp(ExtensionApp):
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
         self.settings["jupyter_agent_tools_audit"] = audit
+        self.event_feed = EventFeed(parent=self)
         self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self, audit=audit)
         self.approval_policy = cast("type[ApprovalPolicy]", self.approval_policy_class)(
             parent=self, audit=audit
@@ -274,7 +277,7 @@ class AgentToolsApp(ExtensionApp):
         kernels = cast("type[KernelService]", self.kernel_service_class)(
             parent=self, kernel_manager=serverapp.kernel_manager
         )
-        sessions = cast("type[SessionManager]", self.session_manager_class)(
+        sessions = cast("type[EvalSessionManager]", self.session_manager_class)(
             parent=self, kernels=kernels, artifacts=artifacts, audit=audit
         )
         self.eval_service = cast("type[EvalService]", self.eval_service_class)(
@@ -285,9 +288,16 @@ class AgentToolsApp(ExtensionApp):
             contents_manager=serverapp.contents_manager,
             pool=KernelPool(parent=self, kernels=kernels),
         )
+        evals = self.eval_service
         self.notebook_runner = cast("type[NotebookRunner]", self.notebook_runner_class)(
             parent=self,
-            eval_service=self.eval_service,
+            sessions=sessions,
+            kernels=kernels,
+            recovery=evals.recovery,
+            artifacts=artifacts,
+            audit=audit,
+            pool=evals.pool,
+            execute=evals.execute,  # the one execution path of eval's cells and a run's
             store=self.notebook_store,
             session_manager=serverapp.session_manager,
             notebook_kernels=NotebookKernels(
@@ -347,6 +357,13 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
         )
+        # jupyter_server's own routes on the same URLs (an extension's are matched first): the event
+        # websocket, bounded per subscriber and filtered for agents; with agent tokens, the kernel and
+        # session lists as an agent may see them
+        own: list[tuple[str, Any]] = list(events.HANDLERS)
+        if getattr(getattr(self.serverapp, "authorizer", None), "applies_agent_scopes", False):
+            own += server_routes.HANDLERS
+        self.handlers[:0] = own
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         self.eval_service.sessions.start()

@@ -322,7 +322,7 @@ EVAL_SCHEMAS: dict[str, Any] = {
                 "type": "number",
                 "default": 30,
                 "description": "Seconds for the whole call, clamped to 1..600; on expiry the kernel is "
-                "interrupted and the answer has timed_out: true.",
+                "interrupted and the answer has timed_out: true. Detached: none unless given.",
                 "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
             },
             "cwd": _nullable(
@@ -903,7 +903,7 @@ RUN_SCHEMAS: dict[str, Any] = {
                 "type": "number",
                 "default": 30,
                 "description": "Seconds for the whole call, clamped to 1..3600; on expiry the running cell "
-                "is interrupted and later cells are not run.",
+                "is interrupted and later cells are not run. Detached: none unless given.",
                 "x-errors": {"type": "'timeout' must be a number of seconds, got {got}"},
             },
             "detach": {
@@ -1391,6 +1391,7 @@ RUN_STATES = (
     "error",
     "cancelled",
     "interrupted",
+    "timed_out",
     "lost",
 )
 _RUN_SUMMARY = {
@@ -1407,8 +1408,10 @@ _RUN_SUMMARY = {
         "enum": list(RUN_STATES),
         "description": "queued (waiting for its session or kernel), awaiting_approval (waiting for the "
         "person's decision: the approval gate), running, then complete | error (a cell "
-        "or the call failed) | cancelled (the cancel route) | interrupted (its timeout, a session "
-        "interrupt or delete) | lost (the server stopped or restarted while it ran)",
+        "or the call failed) | cancelled (the cancel route) | timed_out (its timeout; a detached call "
+        "has none unless it gives one) | interrupted (a session interrupt or delete, or the kernel's "
+        "interrupt from outside the call: a person's stop button) | lost (the server stopped or "
+        "restarted while it ran)",
     },
     "created": {"type": "string", "description": "ISO 8601 UTC"},
     "started": _TIME_OR_NULL,

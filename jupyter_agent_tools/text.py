@@ -63,7 +63,8 @@ def split_incomplete_escape(text: str) -> tuple[str, str]:
     return text[: match.start()], text[match.start() :]
 
 
-_ASCII_CONTROLS = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+# What strip_controls drops from ASCII text.
+ASCII_CONTROLS = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _CHECK_BLOCK = 1 << 20  # characters checked at a time: a 100 MB print is not copied twice to find none
 
 
@@ -75,14 +76,14 @@ def strip_controls(text: str) -> str:
         ):
             return text  # long clean text: checked in blocks, without two full-size copies
         data = text.encode("ascii")
-        kept = data.translate(None, _ASCII_CONTROLS)
+        kept = data.translate(None, ASCII_CONTROLS)
         return text if len(kept) == len(data) else kept.decode("ascii")
     return _CONTROLS.sub("", text)
 
 
 def _has_ascii_controls(text: str) -> bool:
     data = text.encode("ascii")
-    return len(data.translate(None, _ASCII_CONTROLS)) != len(data)
+    return len(data.translate(None, ASCII_CONTROLS)) != len(data)
 
 
 def resolve_carriage_returns(text: str) -> str:

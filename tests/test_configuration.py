@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +13,19 @@ from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
+from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.executor import ExecutionLimits, run_cell
 from jupyter_agent_tools.execution.kernels import KernelService
+from jupyter_agent_tools.execution.messages import OutputLimits, RichOutput
 from jupyter_agent_tools.execution.notebook_kernels import NotebookKernels
 from jupyter_agent_tools.execution.notebook_run import NotebookRunner
+from jupyter_agent_tools.execution.pace import StreamPace
 from jupyter_agent_tools.execution.pool import KernelPool
 from jupyter_agent_tools.execution.recovery import KernelRecovery
-from jupyter_agent_tools.execution.service import EvalService
-from jupyter_agent_tools.execution.sessions import SessionManager
+from jupyter_agent_tools.execution.sessions import EvalSessionManager
+from jupyter_agent_tools.execution.sink import OutputSink
 from jupyter_agent_tools.ledger.service import Ledger
+from jupyter_agent_tools.mcp.server import McpServer
 from jupyter_agent_tools.notebook.live import LiveDocuments
 from jupyter_agent_tools.notebook.store import NotebookStore
 
@@ -158,12 +164,40 @@ def test_a_setting_is_declared_on_one_class_only():
         "mcp_max_batch_answer_bytes",
         "mcp_max_sessions_per_identity",
     }
+    holders: dict[str, list[str]] = {}
     for cls in CONFIGURABLES:
         for name in cls.class_own_traits(config=True):
-            holders = [
-                other.__name__ for other in CONFIGURABLES if name in other.class_own_traits(config=True)
-            ]
-            assert cls.__name__ in holders
+            holders.setdefault(name, []).append(cls.__name__)
+    # A name on two classes is two settings (each documented under its class), never a copy of one.
+    assert {name: classes for name, classes in holders.items() if len(classes) > 1} == {
+        "ready_timeout": ["LiveDocuments", "KernelService"],
+        "max_bytes": ["ArtifactStore", "Ledger"],
+        "idle_timeout": ["EvalSessionManager", "NotebookKernels"],
+    }
+
+
+# Values the pure core and the connections take from a service's validated traits: required parameters,
+# so a setting changed on its trait cannot silently keep an old default of its own here (issue 36.4).
+TAKEN_FROM_TRAITS = [
+    (OutputSink, "max_bytes"),
+    (StreamPace, "grace"),
+    (ExecutionLimits, "interrupt_grace"),
+    (ExecutionLimits, "liveness_interval"),
+    (OutputLimits, "display_bytes"),
+    (OutputLimits, "html_convert_bytes"),
+    (RichOutput, "limits"),
+    (run_cell, "output_limits"),
+    (McpServer, "heartbeat_interval"),
+    (McpServer, "max_batch_items"),
+    (McpServer, "max_batch_answer_bytes"),
+    (McpServer, "max_sessions_per_identity"),
+]
+
+
+@pytest.mark.parametrize(("taker", "name"), TAKEN_FROM_TRAITS, ids=lambda v: getattr(v, "__name__", v))
+def test_a_value_taken_from_a_trait_has_no_default_of_its_own(taker, name):
+    parameter = inspect.signature(taker).parameters[name]
+    assert parameter.default is inspect.Parameter.empty, f"{taker.__name__}({name}=...) shadows its trait"
 
 
 def test_class_traits_default_to_the_shipped_services():
@@ -171,7 +205,7 @@ def test_class_traits_default_to_the_shipped_services():
     assert app.notebook_store_class is NotebookStore
     assert app.artifact_store_class is ArtifactStore
     assert app.kernel_service_class is KernelService
-    assert app.session_manager_class is SessionManager
+    assert app.session_manager_class is EvalSessionManager
     assert app.eval_service_class is EvalService
     assert app.notebook_runner_class is NotebookRunner
 
@@ -181,7 +215,7 @@ def test_class_trait_accepts_an_import_name_and_refuses_other_classes():
     app.notebook_store_class = f"{__name__}.RecordingStore"
     assert app.notebook_store_class is RecordingStore
     with pytest.raises(TraitError, match="notebook_store_class"):
-        app.notebook_store_class = SessionManager
+        app.notebook_store_class = EvalSessionManager
 
 
 # The application and every service it builds (tests/test_docs.py checks that the list is complete).
@@ -192,23 +226,23 @@ def build(cls: type, tmp_path: Path, **kwargs: Any) -> Any:
     """An instance of ``cls`` built alone (no server), with what it cannot do without."""
     if cls is ArtifactStore:
         return ArtifactStore(root=tmp_path, **kwargs)
-    if cls is SessionManager:
-        return SessionManager(artifacts=ArtifactStore(root=tmp_path), **kwargs)
+    if cls is EvalSessionManager:
+        return EvalSessionManager(artifacts=ArtifactStore(root=tmp_path), **kwargs)
     if cls is NotebookKernels:
-        return NotebookKernels(sessions=build(SessionManager, tmp_path), **kwargs)
+        return NotebookKernels(sessions=build(EvalSessionManager, tmp_path), **kwargs)
     return cls(**kwargs)
 
 
 INVALID = [
-    (SessionManager, "max_sessions", 0, "at least 1"),
+    (EvalSessionManager, "max_sessions", 0, "at least 1"),
     (NotebookKernels, "max_kernels", 0, "at least 1"),
     (NotebookKernels, "idle_timeout", -1.0, "at least 0"),
     (NotebookStore, "max_ops", 0, "at least 1"),
     (NotebookStore, "busy_timeout", -1.0, "at least 0"),
     (LiveDocuments, "ready_timeout", 0.0, "greater than 0"),
-    (SessionManager, "idle_timeout", -1.0, "at least 0"),
-    (SessionManager, "cleanup_interval", -0.5, "at least 0"),
-    (SessionManager, "heartbeat_interval", -1.0, "at least 0"),
+    (EvalSessionManager, "idle_timeout", -1.0, "at least 0"),
+    (EvalSessionManager, "cleanup_interval", -0.5, "at least 0"),
+    (EvalSessionManager, "heartbeat_interval", -1.0, "at least 0"),
     (EvalService, "interrupt_grace", -1.0, "at least 0"),
     (EvalService, "max_output_bytes", 0, "at least 1"),
     (EvalService, "max_cells", 0, "at least 1"),
@@ -253,8 +287,8 @@ def test_invalid_value_raises_trait_error_naming_the_trait(cls, name, value, bou
 @pytest.mark.parametrize(
     ("cls", "name", "value"),
     [
-        (SessionManager, "idle_timeout", 0.0),
-        (SessionManager, "heartbeat_interval", 0.0),
+        (EvalSessionManager, "idle_timeout", 0.0),
+        (EvalSessionManager, "heartbeat_interval", 0.0),
         (ArtifactStore, "retention", 0.0),
         (ArtifactStore, "max_bytes", 0),
         (KernelService, "fd_headroom", 0),
@@ -302,9 +336,9 @@ def test_empty_ledger_path_is_the_data_directory_default():
 
 def test_services_validate_their_own_traits(tmp_path):
     with pytest.raises(TraitError, match=r"^EvalSessionManager\.max_sessions must be at least 1, got 0"):
-        SessionManager(max_sessions=0)
+        EvalSessionManager(max_sessions=0)
     with pytest.raises(TraitError, match=r"^NotebookKernels\.max_kernels must be at least 1, got 0"):
-        NotebookKernels(sessions=build(SessionManager, tmp_path), max_kernels=0)
+        NotebookKernels(sessions=build(EvalSessionManager, tmp_path), max_kernels=0)
     with pytest.raises(TraitError, match="sessions"):
         EvalService(sessions=object())  # a collaborator of the wrong kind
 
@@ -312,7 +346,7 @@ def test_services_validate_their_own_traits(tmp_path):
 def test_services_are_built_from_keywords(tmp_path):
     artifacts = ArtifactStore(root=tmp_path / "a")
     kernels = KernelService(kernel_manager=object(), ready_timeout=5.0)
-    sessions = SessionManager(kernels=kernels, artifacts=artifacts, max_sessions=2)
+    sessions = EvalSessionManager(kernels=kernels, artifacts=artifacts, max_sessions=2)
     service = EvalService(
         sessions=sessions, kernels=kernels, artifacts=artifacts, contents_manager=object(), max_cells=3
     )
@@ -322,4 +356,26 @@ def test_services_are_built_from_keywords(tmp_path):
     assert service.max_cells == 3 and service.output_limits.display_bytes == 2 * 1024 * 1024
     assert sessions.log.name == "jupyter_agent_tools.execution.sessions"
     with pytest.raises(TypeError):
-        SessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings
+        EvalSessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings
+
+
+def test_handlers_reach_services_through_the_typed_accessor():
+    """Issue 36.3: one typed accessor (``AgentAPIHandler.app``), not ``self.extensionapp.X`` with a
+    ``type: ignore`` in every handler (mypy then checks each service a handler calls)."""
+    handlers = Path(__file__).parent.parent / "jupyter_agent_tools" / "handlers"
+    reaching = [
+        f"{path.name}:{n}"
+        for path in sorted(handlers.glob("*.py"))
+        if path.name != "base.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "self.extensionapp" in line
+    ]
+    assert reaching == []
+
+
+def test_the_notebook_runner_is_given_its_collaborators():
+    """Issue 36.3: the NotebookRunner is built with what it uses (the application gives it the eval
+    service's execute, recovery and pool); it no longer holds the EvalService to find them there by name."""
+    assert "eval_service" not in NotebookRunner.class_traits()
+    source = inspect.getsource(inspect.getmodule(NotebookRunner))  # type: ignore[arg-type]
+    assert "eval_service" not in source and "EvalService" not in source

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from jupyter_agent_tools.execution.executor import STDIN_EMPTY, CellExecution, ExecutionLimits, run_cell
+from jupyter_agent_tools.execution.messages import OutputLimits
 from jupyter_agent_tools.execution.sink import OutputSink
 from jupyter_agent_tools.testing.fake_kernel import FakeKernelConnection, hangs, replies
 
@@ -48,6 +49,7 @@ async def run(
         cancel=cancel or asyncio.Event(),
         interrupt=conn.interrupt,
         emit=events.append,
+        output_limits=OutputLimits(display_bytes=2 * 1024 * 1024, html_convert_bytes=128 * 1024),
     )
     return result, events
 

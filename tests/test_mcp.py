@@ -1113,7 +1113,13 @@ async def test_legacy_sessions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     async def allow(action: str, resource: str) -> bool:
         return True
 
-    mcp = core.McpServer(services=None)  # type: ignore[arg-type]  # no tool is called here
+    mcp = core.McpServer(
+        services=None,  # type: ignore[arg-type]  # no tool is called here
+        heartbeat_interval=5.0,
+        max_batch_items=100,
+        max_batch_answer_bytes=1024 * 1024,
+        max_sessions_per_identity=100,
+    )
     ids = []
     for i in range(4):
         answer = await mcp.post(

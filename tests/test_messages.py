@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pandas as pd
 import pytest
 from samples import PNG_1PX
 
+from jupyter_agent_tools.execution import messages
+from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.messages import (
     STATUS_MIMES,
     CellOutcome,
@@ -20,15 +23,41 @@ from jupyter_agent_tools.execution.messages import (
     RichOutput,
     Text,
     bounded_error,
-    bundle_displays,
-    bundle_text,
     cell_frame,
     format_combined_output,
-    interpret_iopub,
-    needs_worker,
 )
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
+
+def limits(**given: int) -> OutputLimits:
+    """The service's default limits (its traits' defaults), but those ``given``."""
+    traits = EvalService.class_traits()
+    return OutputLimits(
+        **{
+            "display_bytes": traits["max_display_bytes"].default_value,
+            "html_convert_bytes": traits["max_html_convert_bytes"].default_value,
+            **given,
+        }
+    )
+
+
+def bundle_text(data: dict[str, Any], rich: RichOutput | None = None) -> str | None:
+    return messages.bundle_text(data, rich or RichOutput(limits()))
+
+
+def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> list[dict[str, Any]]:
+    return messages.bundle_displays(data, rich or RichOutput(limits()))
+
+
+def interpret_iopub(msg_type: str, content: dict[str, Any]) -> list[messages.Event]:
+    return messages.interpret_iopub(messages.read_iopub(msg_type, content), RichOutput(limits()))
+
+
+def needs_worker(msg_type: str, content: dict[str, Any], *, storing: bool = False) -> bool:
+    read = messages.read_iopub(msg_type, content)
+    return read is not None and messages.needs_worker(read, storing=storing)
+
 
 PNG = PNG_1PX + "\n"  # as a kernel sends it: base64 with a newline
 SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"></svg>'
@@ -312,7 +341,7 @@ def test_long_html_is_converted_up_to_the_limit_and_saved_whole() -> None:
     rows = "".join(f"<tr><td>{i}</td><td>row {i}</td></tr>" for i in range(5000))
     html = f"<table><tr><th>n</th><th>name</th></tr>{rows}</table>"
     saved = Saved()
-    rich = RichOutput(OutputLimits(html_convert_bytes=4096), save=saved)
+    rich = RichOutput(limits(html_convert_bytes=4096), save=saved)
     text = bundle_text({"text/plain": "<IPython.core.display.HTML object>", "text/html": html}, rich)
     assert text is not None
     body, notice = text.rsplit("\n", 1)
@@ -326,19 +355,19 @@ def test_long_html_is_converted_up_to_the_limit_and_saved_whole() -> None:
 
 def test_cut_html_without_a_store_says_so() -> None:
     text = bundle_text(
-        {"text/html": "<p>" + "x" * 5000 + "</p>"}, RichOutput(OutputLimits(html_convert_bytes=1024))
+        {"text/html": "<p>" + "x" * 5000 + "</p>"}, RichOutput(limits(html_convert_bytes=1024))
     )
     assert text is not None and text.endswith("cut: converted its first 1.0KB.]")
 
 
 def test_html_within_the_limit_is_converted_whole() -> None:
-    rich = RichOutput(OutputLimits(html_convert_bytes=1024), save=Saved())
+    rich = RichOutput(limits(html_convert_bytes=1024), save=Saved())
     assert bundle_text({"text/html": "<b>" + "y" * 1000 + "</b>"}, rich) == "**" + "y" * 1000 + "**"
 
 
 def test_displays_past_the_cell_budget_become_placeholders_with_artifacts() -> None:
     saved = Saved()
-    rich = RichOutput(OutputLimits(display_bytes=100), save=saved)
+    rich = RichOutput(limits(display_bytes=100), save=saved)
     small, big = "A" * 60, "B" * 1000
     value = {"k": "v" * 200}
     assert bundle_displays({"image/png": small}, rich) == [
@@ -355,7 +384,7 @@ def test_displays_past_the_cell_budget_become_placeholders_with_artifacts() -> N
 
 
 def test_large_display_without_a_store_has_no_artifact() -> None:
-    [display] = bundle_displays({"image/svg+xml": "é" * 100}, RichOutput(OutputLimits(display_bytes=10)))
+    [display] = bundle_displays({"image/svg+xml": "é" * 100}, RichOutput(limits(display_bytes=10)))
     assert display == {
         "type": "image",
         "mime": "image/svg+xml",
@@ -366,7 +395,7 @@ def test_large_display_without_a_store_has_no_artifact() -> None:
 
 
 def test_status_displays_are_never_omitted() -> None:
-    rich = RichOutput(OutputLimits(display_bytes=0))
+    rich = RichOutput(limits(display_bytes=0))
     event = {"phase": "x" * 100}
     assert bundle_displays({STATUS_MIMES[0]: event}, rich) == [{"type": "status", "event": event}]
 
@@ -414,3 +443,28 @@ def test_cell_frame_is_the_cells_last_frame_in_two_lines() -> None:
     long = ErrorInfo("KeyboardInterrupt", "", ["Cell In[2], line 1\n----> 1 " + "x" * 500])
     assert cell_frame(long) == "Cell In[2], line 1\n----> 1 " + "x" * 192 + "…"
     assert cell_frame(ErrorInfo("KeyboardInterrupt", "", ["KeyboardInterrupt: "])) is None  # another kernel
+
+
+@pytest.mark.parametrize(
+    ("msg_type", "content"),
+    [
+        ("execute_result", {"data": {"text/plain": "2"}, "metadata": {}, "execution_count": 3}),
+        ("display_data", {"data": {"image/png": PNG, "text/plain": "<Figure>"}, "metadata": {"a": 1}}),
+        ("error", {"ename": "ValueError", "evalue": "bad", "traceback": ["\x1b[31mValueError\x1b[0m: bad"]}),
+    ],
+)
+def test_the_one_reading_stores_what_nbformat_builds_and_answers_from_the_same(msg_type, content):
+    """Issue 36.2: a message is read once (read_iopub); the stored output (what nbformat's output_from_msg
+    builds, at a few hundred times the cost: decision 0005) and the answer's events derive from it."""
+    from nbformat.v4 import output_from_msg
+
+    read = messages.read_iopub(msg_type, content)
+    assert read is not None
+    expected = output_from_msg({"header": {"msg_type": msg_type}, "content": content})
+    assert read.to_nbformat() == expected
+    events = messages.interpret_iopub(read, RichOutput(limits()))
+    if msg_type == "error":
+        assert events[0] == ErrorInfo("ValueError", "bad", ["ValueError: bad"])  # the answer's: no ANSI
+        assert read.to_nbformat()["traceback"] == content["traceback"]  # the notebook's: as sent
+    else:
+        assert events and all(isinstance(e, (Text, Display)) for e in events)

@@ -213,3 +213,20 @@ async def test_the_listing_shows_notebook_kernels_a_person_opened(api, jp_fetch,
         entry["attached"] is False and entry["started_by_run"] is False and entry["person_connected"] is False
     )
     assert listing["sessions"] == []  # no run attached to it yet
+
+
+async def test_a_kernel_lost_in_eval_in_a_notebook_is_told_as_in_a_run(api, jp_root_dir):
+    """Issue 36.1: eval with ``notebook`` and a notebook run follow one policy after a cell (nothing runs
+    again, later cells do not run) and tell it in one text (they had two)."""
+    kill = "import os, time\ntime.sleep(0.3)\nos.kill(os.getpid(), 9)"
+    make(jp_root_dir, "lost.ipynb", kill, "print('after')")
+    ran = await post(api, "notebooks", "lost.ipynb", "run", all=True, timeout=60)
+    await asyncio.sleep(1)  # the server restarts the notebook's kernel
+    evaluated = await post(
+        api, "eval", cells=[{"code": kill}, {"code": "print('after')"}], notebook="lost.ipynb", timeout=60
+    )
+    assert ran["restarted"] is True and evaluated["restarted"] is True
+    assert [c["status"] for c in evaluated["cells"]] == ["error"]
+    notice = ran["output"].split("\n", 1)[0]
+    assert notice.startswith("[The notebook's kernel died") and "Cells after it were not run" in notice
+    assert evaluated["output"].split("\n", 1)[0] == notice

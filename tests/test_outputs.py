@@ -8,9 +8,15 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from jupyter_agent_tools.execution.messages import read_iopub
 from jupyter_agent_tools.notebook.outputs import CellOutputs
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
+
+
+def add(outputs: CellOutputs, msg_type: str, content: dict) -> bool:
+    """Give ``outputs`` one iopub message, read as the executor reads it."""
+    return outputs.add(read_iopub(msg_type, content))
 
 
 def stream(text: str, name: str = "stdout") -> dict:
@@ -24,10 +30,10 @@ def valid(outputs: list[dict]) -> None:
 
 def test_consecutive_chunks_of_one_stream_merge_and_split_into_lines():
     out = CellOutputs()
-    out.add("stream", stream("a\nb"))
-    out.add("stream", stream("c\n"))
-    out.add("stream", stream("oops\n", "stderr"))
-    out.add("stream", stream("d\n"))
+    add(out, "stream", stream("a\nb"))
+    add(out, "stream", stream("c\n"))
+    add(out, "stream", stream("oops\n", "stderr"))
+    add(out, "stream", stream("d\n"))
     result = out.to_nbformat()
     assert result == [
         {"output_type": "stream", "name": "stdout", "text": ["a\n", "bc\n"]},
@@ -40,19 +46,19 @@ def test_consecutive_chunks_of_one_stream_merge_and_split_into_lines():
 def test_progress_bars_keep_their_last_state():
     out = CellOutputs()
     for pct in (10, 50, 100):
-        out.add("stream", stream(f"\r{pct}%"))
-    out.add("stream", stream("\ndone\n"))
+        add(out, "stream", stream(f"\r{pct}%"))
+    add(out, "stream", stream("\ndone\n"))
     assert out.to_nbformat()[0]["text"] == ["100%\n", "done\n"]
 
 
 def test_results_displays_errors_and_execution_count():
     out = CellOutputs()
-    out.add("execute_input", {"execution_count": 7, "code": "x"})
+    add(out, "execute_input", {"execution_count": 7, "code": "x"})
     png = "iVBORw0KGgo="
-    out.add("display_data", {"data": {"image/png": png, "text/plain": "<Figure>"}, "metadata": {}})
-    out.add("execute_result", {"data": {"text/plain": "1\n2"}, "metadata": {}, "execution_count": 7})
+    add(out, "display_data", {"data": {"image/png": png, "text/plain": "<Figure>"}, "metadata": {}})
+    add(out, "execute_result", {"data": {"text/plain": "1\n2"}, "metadata": {}, "execution_count": 7})
     tb = ["\x1b[31mTraceback\x1b[0m", "ValueError: bad"]
-    out.add("error", {"ename": "ValueError", "evalue": "bad", "traceback": tb})
+    add(out, "error", {"ename": "ValueError", "evalue": "bad", "traceback": tb})
     result = out.to_nbformat()
     assert out.execution_count == 7
     assert result[0]["data"] == {"image/png": png, "text/plain": ["<Figure>"]}
@@ -68,22 +74,22 @@ def test_results_displays_errors_and_execution_count():
 
 def test_clear_output_now_and_on_the_next_output():
     out = CellOutputs()
-    out.add("stream", stream("old\n"))
-    assert out.add("clear_output", {"wait": False})
+    add(out, "stream", stream("old\n"))
+    assert add(out, "clear_output", {"wait": False})
     assert out.to_nbformat() == []
-    out.add("stream", stream("frame 1\n"))
-    out.add("clear_output", {"wait": True})
+    add(out, "stream", stream("frame 1\n"))
+    add(out, "clear_output", {"wait": True})
     assert out.to_nbformat()[0]["text"] == ["frame 1\n"]  # kept until something new arrives
-    out.add("stream", stream("frame 2\n"))
+    add(out, "stream", stream("frame 2\n"))
     assert out.to_nbformat() == [{"output_type": "stream", "name": "stdout", "text": ["frame 2\n"]}]
 
 
 def test_update_display_data_replaces_by_display_id():
     out = CellOutputs()
     shown = {"display_id": "p"}
-    out.add("display_data", {"data": {"text/plain": "0%"}, "metadata": {}, "transient": shown})
-    out.add("stream", stream("working\n"))
-    out.add("update_display_data", {"data": {"text/plain": "100%"}, "metadata": {}, "transient": shown})
+    add(out, "display_data", {"data": {"text/plain": "0%"}, "metadata": {}, "transient": shown})
+    add(out, "stream", stream("working\n"))
+    add(out, "update_display_data", {"data": {"text/plain": "100%"}, "metadata": {}, "transient": shown})
     result = out.to_nbformat()
     assert result[0] == {"output_type": "display_data", "data": {"text/plain": ["100%"]}, "metadata": {}}
     assert "transient" not in result[0]
@@ -100,7 +106,7 @@ def test_huge_text_is_bounded_with_a_note_and_spilled_whole():
 
     out = CellOutputs(max_text_bytes=1000, open_artifact=lambda: ("a1", Sink()))
     text = "".join(f"line {i}\n" for i in range(10_000))
-    out.add("stream", stream(text))
+    add(out, "stream", stream(text))
     out.close()
     (result,) = out.to_nbformat()
     stored = "".join(result["text"])
@@ -142,11 +148,11 @@ def test_outputs_past_max_bytes_become_one_placeholder_and_go_to_one_artifact():
     artifacts = Artifacts()
     out = CellOutputs(max_bytes=10_000, open_artifact=artifacts.open)
     for i in range(50):
-        out.add("display_data", display(f"{i:02d}" + "z" * 998))
+        add(out, "display_data", display(f"{i:02d}" + "z" * 998))
     png = "iVBORw0KGgo=" * 2000  # an image counts like any output
-    out.add("display_data", {"data": {"image/png": png}, "metadata": {}})
-    out.add("stream", stream("after\n"))
-    out.add("stream", stream("more\n"))  # the same stream output, left out
+    add(out, "display_data", {"data": {"image/png": png}, "metadata": {}})
+    add(out, "stream", stream("after\n"))
+    add(out, "stream", stream("more\n"))  # the same stream output, left out
     out.close()
     result = out.to_nbformat()
     kept, placeholder = result[:-1], result[-1]
@@ -173,13 +179,13 @@ def test_only_what_is_stored_counts_clear_output_starts_the_cell_and_its_artifac
     artifacts = Artifacts()
     out = CellOutputs(max_bytes=10_000, open_artifact=artifacts.open)
     for frame in range(100):  # a progress loop: clear_output(wait=True), then the next frame
-        out.add("clear_output", {"wait": True})
-        out.add("display_data", display(f"frame {frame} " + "f" * 2000))
+        add(out, "clear_output", {"wait": True})
+        add(out, "display_data", display(f"frame {frame} " + "f" * 2000))
     assert [o["data"]["text/plain"][0][:9] for o in out.to_nbformat()] == ["frame 99 "]
     assert out.omitted() is None
     for frame in range(100):  # frames larger than the cell: each is left out, the artifact holds the last
-        out.add("clear_output", {"wait": True})
-        out.add("display_data", display(f"big {frame} " + "b" * 20_000))
+        add(out, "clear_output", {"wait": True})
+        add(out, "display_data", display(f"big {frame} " + "b" * 20_000))
     (placeholder,) = out.to_nbformat()
     assert "1 output " in "".join(placeholder["data"]["text/plain"])
     (line,) = artifacts.lines("a0")
@@ -190,17 +196,17 @@ def test_only_what_is_stored_counts_clear_output_starts_the_cell_and_its_artifac
 def test_a_display_update_past_max_bytes_is_left_out_and_the_display_says_where():
     artifacts = Artifacts()
     out = CellOutputs(max_bytes=10_000, open_artifact=artifacts.open)
-    out.add("display_data", display("0%", "p"))
-    out.add("update_display_data", display("u" * 20_000, "p"))
+    add(out, "display_data", display("0%", "p"))
+    add(out, "update_display_data", display("u" * 20_000, "p"))
     shown, _ = out.to_nbformat()
     assert "is not stored in the notebook" in shown["data"]["text/plain"][0] and "artifact a0" in str(shown)
     assert out.omitted() == {"outputs": 0, "updates": 1, "bytes": 20_000, "artifact_id": "a0"}
     assert artifacts.lines("a0")[0]["display_id"] == "p"
-    out.add("update_display_data", display("100%", "p"))  # a smaller update fits again
+    add(out, "update_display_data", display("100%", "p"))  # a smaller update fits again
     assert out.to_nbformat()[0]["data"]["text/plain"] == ["100%"]
     for _ in range(20):  # a display that was left out: its updates go to the artifact
-        out.add("display_data", display("x" * 1000, "q"))
-    out.add("update_display_data", display("q done", "q"))
+        add(out, "display_data", display("x" * 1000, "q"))
+    add(out, "update_display_data", display("q done", "q"))
     assert artifacts.lines("a0")[-1] == {
         "output_type": "update_display_data",
         "display_id": "q",
@@ -212,10 +218,10 @@ def test_a_display_update_past_max_bytes_is_left_out_and_the_display_says_where(
 def test_a_stream_past_the_cells_room_is_cut_there_and_spilled_whole():
     artifacts = Artifacts()
     out = CellOutputs(max_bytes=10_000, max_text_bytes=100_000, open_artifact=artifacts.open)
-    out.add("display_data", display("d" * 5000))
+    add(out, "display_data", display("d" * 5000))
     text = "".join(f"line {i}\n" for i in range(5000))
     for start in range(0, len(text), 777):  # in chunks, as a kernel sends a long print
-        out.add("stream", stream(text[start : start + 777]))
+        add(out, "stream", stream(text[start : start + 777]))
     out.close()
     _, result = out.to_nbformat()
     stored = "".join(result["text"])
@@ -239,9 +245,9 @@ def test_memory_holds_what_is_stored_not_what_was_sent():
     tracemalloc.start()
     try:
         for i in range(300):  # 30 MB of distinct displays, then 30 MB of distinct stream chunks
-            out.add("display_data", display(f"{i}" + "z" * 100_000))
+            add(out, "display_data", display(f"{i}" + "z" * 100_000))
         for i in range(300):
-            out.add("stream", stream(f"{i}" + "s" * 100_000 + "\n", "stderr"))
+            add(out, "stream", stream(f"{i}" + "s" * 100_000 + "\n", "stderr"))
         held, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -251,6 +257,6 @@ def test_memory_holds_what_is_stored_not_what_was_sent():
 def test_a_flood_of_empty_outputs_is_bounded_too():
     out = CellOutputs(max_bytes=10_000, open_artifact=lambda: ("a", io.BytesIO()))
     for _ in range(10_000):
-        out.add("display_data", {"data": {}, "metadata": {}})
+        add(out, "display_data", {"data": {}, "metadata": {}})
     result = out.to_nbformat()
     assert len(result) <= 10_000 // 100 + 1 and out.omitted()["outputs"] == 10_000 - (len(result) - 1)

@@ -17,7 +17,8 @@ from contract import NDJSON, Contract
 from test_eval import stream
 
 from jupyter_agent_tools.api_document import openapi_document
-from jupyter_agent_tools.execution.messages import RichOutput, bounded_html_to_text
+from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.messages import OutputLimits, RichOutput, bounded_html_to_text
 
 pytestmark = pytest.mark.timeout(240)
 MB = 1024 * 1024
@@ -78,7 +79,12 @@ async def test_big_html_is_converted_off_the_event_loop_cut_and_saved(evaluate, 
     # The baseline, measured here under the same load: how long the server's conversion of this HTML
     # takes. Done on the event loop, it would stall the loop at least that long.
     started = time.monotonic()
-    bounded_html_to_text(scope["html"], RichOutput())
+    traits = EvalService.class_traits()
+    limits = OutputLimits(
+        display_bytes=traits["max_display_bytes"].default_value,
+        html_convert_bytes=traits["max_html_convert_bytes"].default_value,
+    )
+    bounded_html_to_text(scope["html"], RichOutput(limits))
     converting = time.monotonic() - started
     # Off the loop, the longest stall is a small part of it (0.14-0.15 measured on a loaded machine; on
     # the loop, 0.94-1.10).

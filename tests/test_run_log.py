@@ -87,7 +87,8 @@ def test_events_that_could_not_be_kept_are_said_lost() -> None:
         ({"cells": [], "error": "restart limit"}, False, "error"),
         ({"cells": [{"status": "cancelled"}], "cancelled": True}, True, "cancelled"),
         ({"cells": [{"status": "cancelled"}], "cancelled": True}, False, "interrupted"),
-        ({"cells": [{"status": "cancelled"}], "timed_out": True}, False, "interrupted"),
+        ({"cells": [{"status": "cancelled"}], "timed_out": True}, False, "timed_out"),  # issue 35
+        ({"cells": [{"status": "cancelled"}], "cancelled": True, "timed_out": True}, False, "timed_out"),
         ({"cells": [{"status": "complete"}]}, True, "complete"),  # it ended before the cancel came
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from contract import Contract
 
 from jupyter_agent_tools.api_document import openapi_document
+from jupyter_agent_tools.execution.request import parse_eval_request, parse_run_request
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -202,3 +204,63 @@ async def test_bad_input(api):
     assert status == 400
     status, answer = await api("GET", "runs", started["run_id"], params={"wait": "-1"})
     assert status == 400
+
+
+async def test_a_detached_run_stopped_by_its_timeout_is_timed_out(api, jp_root_dir):
+    """Issue 35: a run its own timeout stopped ends ``timed_out`` (it was ``interrupted``, the state of a
+    session interrupt), eval and notebook run alike."""
+    started = await detach(api, ("eval",), {"cells": [{"code": "import time; time.sleep(30)"}], "timeout": 1})
+    run = await finished(api, started["run_id"])
+    assert run["state"] == "timed_out", run
+    assert run["result"]["timed_out"] is True
+    CONTRACT.assert_response("GET", "/api/agent/runs/{run_id}", 200, run)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import time; time.sleep(30)")]
+    nbformat.write(nb, jp_root_dir / "slow.ipynb")
+    started = await detach(api, ("notebooks", "slow.ipynb", "run"), {"all": True, "timeout": 1})
+    run = await finished(api, started["run_id"])
+    assert run["state"] == "timed_out", run
+
+
+def test_a_detached_call_has_no_timeout_unless_it_gives_one():
+    """Issue 35: detaching is for long work; the 30 s default applies to attached calls only."""
+    cells = [{"code": "1"}]
+    assert parse_eval_request({"cells": cells}).timeout == 30
+    assert parse_eval_request({"cells": cells, "detach": True}).timeout == math.inf
+    assert parse_eval_request({"cells": cells, "detach": True, "timeout": 5}).timeout == 5
+    assert parse_run_request({"all": True}).timeout == 30
+    assert parse_run_request({"all": True, "detach": True}).timeout == math.inf
+    assert parse_run_request({"all": True, "detach": True, "timeout": 7200}).timeout == 3600
+
+
+async def test_a_run_interrupted_by_a_person_is_interrupted_not_the_agents_error(api, jp_fetch, jp_root_dir):
+    """Issue 35: the kernel's own interrupt (JupyterLab's stop button, the Agents panel's Interrupt) during
+    a notebook run ends it ``interrupted``, says where the interrupt came from and asks nothing to be
+    fixed; it read as the cell's error ("Fix only cell 1") and the run ended ``error``."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("print('before')"),
+        nbformat.v4.new_code_cell("import time\nprint('waiting', flush=True)\ntime.sleep(60)"),
+        nbformat.v4.new_code_cell("print('after')"),
+    ]
+    nbformat.write(nb, jp_root_dir / "stopped.ipynb")
+    started = await detach(api, ("notebooks", "stopped.ipynb", "run"), {"all": True, "timeout": 120})
+    for _ in range(300):
+        status, run = await api("GET", "runs", started["run_id"])
+        if any(c["index"] == 1 for c in run["cells"]) and run["events"] >= 5:
+            break
+        await asyncio.sleep(0.1)
+    status, kernel = await api("GET", "notebooks", "stopped.ipynb", "kernel")
+    assert status == 200, kernel
+    await asyncio.sleep(0.5)  # inside time.sleep
+    response = await jp_fetch("api", "kernels", kernel["kernel_id"], "interrupt", method="POST", body="")
+    assert response.code == 204
+    run = await finished(api, started["run_id"])
+    assert run["state"] == "interrupted", run
+    result = run["result"]
+    assert [c["status"] for c in result["cells"]] == ["complete", "cancelled", "not_run"]
+    assert "Fix only" not in result["output"]
+    assert "Interrupted from outside this call" in result["output"]
+    assert "Nothing needs fixing" in result["cells"][1]["output"]
+    assert "time.sleep(60)" in result["cells"][1]["output"]  # where it stopped, not the traceback
+    assert "KeyboardInterrupt" not in result["cells"][1]["output"]

@@ -64,7 +64,7 @@ def test_progress_bar_in_one_chunk() -> None:
 
 
 def test_progress_bar_across_chunks_is_held_back() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("10%\r") == ""
     assert sink.push("20%\r") == ""
     assert sink.push("30%\n") == "30%\n"
@@ -72,7 +72,7 @@ def test_progress_bar_across_chunks_is_held_back() -> None:
 
 
 def test_tqdm_style_leading_carriage_returns() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("start\n\r  0%|") == "start\n"
     assert sink.push("\r 50%|#") == ""
     assert sink.push("\r100%|##") == ""
@@ -86,7 +86,7 @@ def test_crlf_split_between_chunks() -> None:
 
 
 def test_held_line_flushed_at_finish() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("working\r") == ""
     assert sink.push("done") == ""
     assert sink.flush() == "done"
@@ -94,7 +94,7 @@ def test_held_line_flushed_at_finish() -> None:
 
 
 def test_finish_flushes_without_explicit_flush() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     sink.push("a\n50%\r")
     summary = sink.finish()
     assert summary.output == "a\n50%"
@@ -102,13 +102,13 @@ def test_finish_flushes_without_explicit_flush() -> None:
 
 
 def test_partial_line_without_cr_streams_at_once() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("....") == "...."
     assert sink.push("..\n") == "..\n"
 
 
 def test_escape_split_across_chunks() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     assert sink.push("\x1b[3") == ""
     assert sink.push("1mred\x1b") == "red"
     assert sink.push("[0m plain\n") == " plain\n"
@@ -372,7 +372,7 @@ def test_artifact_write_failure_drops_the_artifact() -> None:
 
 
 def test_finish_is_idempotent_and_push_after_finish_fails() -> None:
-    sink = OutputSink()
+    sink = OutputSink(50 * 1024)
     sink.push("a\n")
     first = sink.finish()
     assert sink.finish() is first
@@ -443,3 +443,19 @@ def test_spill_saves_text_as_an_artifact_of_its_own(tmp_path: Path) -> None:
     assert artifacts.text("art1") == "<html>日本</html>" * 1000 and artifacts.files["art1"].was_closed
     assert sink.finish().artifact_id is None  # the sink's own output is not affected
     assert OutputSink(10).spill("x") is None
+
+
+@pytest.mark.parametrize("at", [0, 1 << 20, 3 * (1 << 20) + 5])
+def test_a_long_ascii_chunk_with_controls_is_cleaned_like_a_short_one(tmp_path: Path, at: int) -> None:
+    """The long-ASCII path (each block encoded once for the check and the count) keeps what the general
+    path keeps: controls anywhere, in any block, are dropped from the text, the tail and the artifact."""
+    text = "".join(f"{i:07d} " + "y" * 40 + "\n" for i in range(80_000))
+    dirty = text[:at] + "\x07\x00" + text[at:] + "\x7f"
+    path = tmp_path / "artifact.txt"
+    sink = OutputSink(50 * 1024, lambda: ("a", path.open("wb")))
+    shown = sink.push(dirty)
+    summary = sink.finish()
+    assert shown == text == sanitize(dirty)
+    assert path.read_bytes() == text.encode()
+    assert summary.total_bytes == len(text) and summary.total_lines == 80_000
+    assert summary.output.endswith(text[-1000:])

@@ -46,7 +46,7 @@ def test_waits_only_for_a_lagging_client_while_the_kernel_connection_has_room():
     assert not pace.should_wait(queue)  # a message waits for room: never hold the kernel up
     queue.waiting = 0
     assert not pace.should_wait(asyncio.Queue())  # an unbounded queue (gateway): never wait
-    assert not StreamPace(StreamBacklog(1000).lagging).should_wait(queue)  # a client that keeps up
+    assert not StreamPace(StreamBacklog(1000).lagging, grace=1.0).should_wait(queue)  # a client that keeps up
     assert not StreamPace(backlog.lagging, grace=0).should_wait(queue)
 
 

@@ -43,7 +43,8 @@ LEDGER_CHANGE = f"{SCHEMA_BASE}/ledger_change/v1"
 APPROVAL = f"{SCHEMA_BASE}/approval/v1"
 SCHEMA_IDS = (NOTEBOOK_CHANGE, EXECUTION, SESSION, RECOVERY, REFUSAL, LEDGER_CHANGE, APPROVAL)
 
-# The outcome of each kind of recovery as SessionManager.record() reports it (a retry reports its end too).
+# The outcome of each kind of recovery as EvalSessionManager.record() reports it (a retry reports its
+# end too).
 RECOVERY_OUTCOMES = {
     "deaths": "deferred",
     "restarts": "recovered",
@@ -54,7 +55,7 @@ RECOVERY_OUTCOMES = {
     "emfile_recoveries": "retrying",
     "lost_idle": "degraded",
 }
-# SessionManager.record() kinds that are lifecycle steps of a session, not recoveries.
+# EvalSessionManager.record() kinds that are lifecycle steps of a session, not recoveries.
 LIFECYCLE_KINDS = {"evictions": "evicted", "idle_shutdowns": "idle_culled", "dead_sweeps": "dead_culled"}
 
 
@@ -300,7 +301,7 @@ class Audit(Service):
         )
 
     def recorded(self, session: KernelSession, kind: str, message: str, **extra: Any) -> None:
-        """What :meth:`SessionManager.record` counted: a lifecycle step or a recovery."""
+        """What :meth:`EvalSessionManager.record` counted: a lifecycle step or a recovery."""
         if kind in LIFECYCLE_KINDS:
             self.session(session, LIFECYCLE_KINDS[kind], **extra)
         elif kind in RECOVERY_OUTCOMES:

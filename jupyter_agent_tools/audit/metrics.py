@@ -26,7 +26,7 @@ from ..compat import registered_metric
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
     from ..execution.pool import KernelPool
-    from ..execution.sessions import SessionManager
+    from ..execution.sessions import EvalSessionManager
 
 PREFIX = "jupyter_agent_"
 M = TypeVar("M", Counter, Histogram)
@@ -120,13 +120,13 @@ AGENT_REQUESTS = _metric(
     ("agent", "outcome"),
 )
 
-_SESSION_MANAGERS: weakref.WeakSet[SessionManager] = weakref.WeakSet()
+_SESSION_MANAGERS: weakref.WeakSet[EvalSessionManager] = weakref.WeakSet()
 _ARTIFACT_STORES: weakref.WeakSet[ArtifactStore] = weakref.WeakSet()
 _POOLS: weakref.WeakSet[KernelPool] = weakref.WeakSet()
 
 
 def track(
-    sessions: SessionManager | None = None,
+    sessions: EvalSessionManager | None = None,
     artifacts: ArtifactStore | None = None,
     pool: KernelPool | None = None,
 ) -> None:

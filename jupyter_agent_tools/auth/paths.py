@@ -12,7 +12,7 @@ Pure except :func:`resolved`, which asks the file system where symlinks lead.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from ..globs import MAX_GLOB_CHARS, Glob, GlobError
 
@@ -83,9 +83,6 @@ class PathScope:
             return True
         real = resolved(root_dir, normal)
         return real is not None and (real == normal or self.matches(real))
-
-    def allows_all(self, paths: Sequence[str], root_dir: str | None = None) -> bool:
-        return all(self.allows(p, root_dir) for p in paths)
 
 
 def resolved(root_dir: str, normalized: str) -> str | None:

@@ -119,7 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--per-call", action="store_true", help="a fresh kernel for this call only")
     ev.add_argument("--reset", action="store_true", help="give the session a fresh kernel first")
     ev.add_argument(
-        "--timeout", type=float, metavar="N", help="seconds for the whole call (server default 30)"
+        "--timeout",
+        type=float,
+        metavar="N",
+        help="seconds for the whole call (server default 30; with --detach none)",
     )
     ev.add_argument(
         "--cwd", metavar="DIR", help="the kernel's working directory, relative to the server root"

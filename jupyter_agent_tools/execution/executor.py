@@ -20,6 +20,7 @@ from .messages import (
     CellOutcome,
     Display,
     ErrorInfo,
+    Iopub,
     OutputLimits,
     RichOutput,
     Text,
@@ -27,6 +28,7 @@ from .messages import (
     cell_frame,
     interpret_iopub,
     needs_worker,
+    read_iopub,
 )
 from .pace import StreamPace
 from .sink import OutputSink, SinkSummary
@@ -37,6 +39,11 @@ PACE_POLL = 0.02  # seconds between looks at a lagging stream client's progress 
 STDIN_REFUSED = "StdinNotImplementedError"
 STDIN_NOTICE = "This call cannot read stdin, so input() failed: put the value in the code instead.\n"
 STDIN_EMPTY = "This call cannot read stdin, so input() got '': put the value in the code instead.\n"
+# A KeyboardInterrupt this call did not cause: someone sent the kernel its interrupt.
+INTERRUPTED_NOTICE = (
+    "Interrupted from outside this call: someone sent the kernel its interrupt (JupyterLab's stop "
+    "button, the Agents panel's Interrupt, or POST /api/kernels/{id}/interrupt). Nothing needs fixing.\n"
+)
 Emit = Callable[[dict[str, Any]], None]
 
 
@@ -46,9 +53,10 @@ def noop(_: dict[str, Any]) -> None:
 
 
 class Observer(Protocol):
-    """Sees every iopub message of an execution but its status (a notebook run stores outputs from them)."""
+    """Sees every iopub message of an execution but its status, as :func:`~.messages.read_iopub` read it
+    (a notebook run stores outputs from them)."""
 
-    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+    def add(self, read: Iopub) -> bool:
         """Take one message; whether what is stored changed. Runs in a worker thread for a large message,
         in the same step as the message's interpretation for the answer (one decision, one hop)."""
         ...  # pragma: no cover
@@ -69,6 +77,7 @@ class CellExecution:
     stdin_requested: bool = False
     cancelled: bool = False
     timed_out: bool = False
+    interrupted: bool = False  # the kernel's interrupt came from outside the call (status cancelled)
     kernel_died: bool = False
     settled: bool = True  # reply and idle both arrived (False: the kernel did not settle in time)
     idle_missing: bool = False  # the reply came but its "idle" never did (iopub messages were lost)
@@ -130,12 +139,13 @@ def not_run_fields(status: str) -> dict[str, Any]:
 
 @dataclass
 class ExecutionLimits:
-    """When to stop waiting: the call's deadline (event-loop time) and how long an interrupt may take."""
+    """When to stop waiting: the call's deadline (event-loop time) and how long an interrupt may take
+    (``interrupt_grace``, ``liveness_interval``: the values of the ``EvalService`` traits)."""
 
     deadline: float
     timeout_seconds: float
-    interrupt_grace: float = 5.0
-    liveness_interval: float = 1.0
+    interrupt_grace: float
+    liveness_interval: float
     # After the execute_reply, how long iopub may stay silent before the kernel is asked (an empty
     # request) whether the "idle" was lost: under load a subscriber that falls behind loses iopub
     # messages (ZMQ high-water mark), the idle included. No idle of the probe either (PROBE_GRACES): lost.
@@ -220,15 +230,20 @@ class _Run:
             if content.get("execution_state") == "idle":
                 self.idle = True
             return
-        if needs_worker(msg_type, content, storing=self.observer is not None):
+        read = read_iopub(msg_type, content)  # the one reading of the message
+        if read is None:
+            return
+        if needs_worker(read, storing=self.observer is not None):
             # HTML conversion, large display data, large chunks to store: in a thread, so the server keeps
             # answering. Later messages wait in the queue meanwhile, so the output keeps its order.
             loop = asyncio.get_running_loop()
-            changed, items = await loop.run_in_executor(None, self._interpret, msg_type, content)
+            changed, items = await loop.run_in_executor(None, self._interpret, read)
         else:
-            changed, items = self._interpret(msg_type, content)
+            changed, items = self._interpret(read)
         if self.observer is not None:
             self.observer.added(changed)
+        if any(isinstance(i, ErrorInfo) and i.ename == "KeyboardInterrupt" for i in items):
+            self.result.interrupted = not self.result.cancelled  # not by this call's timeout or cancel
         ours = next((i for i in items if isinstance(i, ErrorInfo) and self._caused_here(i)), None)
         for item in items:
             if isinstance(item, Text):
@@ -246,14 +261,17 @@ class _Run:
         elif ours is not None:
             self.stopped_at = cell_frame(ours)
 
-    def _interpret(self, msg_type: str, content: dict[str, Any]) -> tuple[bool, list[Any]]:
-        """The message stored (by the observer) and read for the answer, in one step."""
-        changed = self.observer.add(msg_type, content) if self.observer is not None else False
-        return changed, interpret_iopub(msg_type, content, self.rich)
+    def _interpret(self, read: Iopub) -> tuple[bool, list[Any]]:
+        """The message stored (by the observer) and shown in the answer, both from one reading."""
+        changed = self.observer.add(read) if self.observer is not None else False
+        return changed, interpret_iopub(read, self.rich)
 
     def _caused_here(self, info: ErrorInfo) -> bool:
-        """An error this call caused, not the code: the refused input(), or the timeout's interrupt."""
-        return info.ename == STDIN_REFUSED or (info.ename == "KeyboardInterrupt" and self.result.timed_out)
+        """An error the code did not cause: the refused input(), the timeout's interrupt, or an interrupt
+        from outside the call (a person's stop button: told as such, not as the code's error)."""
+        return info.ename == STDIN_REFUSED or (
+            info.ename == "KeyboardInterrupt" and (self.result.timed_out or self.result.interrupted)
+        )
 
     @property
     def done(self) -> bool:
@@ -270,8 +288,8 @@ async def run_cell(
     cancel: asyncio.Event,
     interrupt: Callable[[], Awaitable[None]],
     emit: Emit,
+    output_limits: OutputLimits,
     silent: bool = False,
-    output_limits: OutputLimits | None = None,
     observer: Observer | None = None,
     pace: StreamPace | None = None,
 ) -> CellExecution:
@@ -282,7 +300,7 @@ async def run_cell(
     """
     loop = asyncio.get_running_loop()
     started = time.monotonic()
-    run = _Run(conn, index, sink, emit, output_limits or OutputLimits(), observer)
+    run = _Run(conn, index, sink, emit, output_limits, observer)
     drain(conn.messages)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
@@ -377,16 +395,16 @@ def _finish(run: _Run, limits: ExecutionLimits, started: float) -> CellExecution
             "evalue": "The kernel died or was restarted while running this cell",
             "traceback": [],
         }
-    elif result.cancelled:
-        result.status, result.exit_code = "cancelled", 130
+    elif result.cancelled or result.interrupted:
+        result.status, result.exit_code, result.cancelled = "cancelled", 130, True
+        prefix = "" if run.last_char == "\n" else "\n"
+        if run.stopped_at:
+            prefix += f"Stopped in {run.stopped_at}\n"
         if result.timed_out:
-            prefix = "" if run.last_char == "\n" else "\n"
-            if run.stopped_at:
-                prefix += f"Stopped in {run.stopped_at}\n"
-            run.text(
-                f"{prefix}Command timed out after {_format_seconds(limits.timeout_seconds)} seconds\n",
-                "stderr",
-            )
+            timeout = _format_seconds(limits.timeout_seconds)
+            run.text(f"{prefix}Command timed out after {timeout} seconds\n", "stderr")
+        elif result.interrupted:
+            run.text(prefix + INTERRUPTED_NOTICE, "stderr")
     elif reply.get("status") == "ok" and not result.stdin_requested:
         result.status, result.exit_code = "complete", 0
     else:

@@ -1,5 +1,11 @@
 """Jupyter iopub message content turned into eval events, and the combined text a model reads (pure).
 
+Each iopub message is read once (:func:`read_iopub`: the one dispatch on ``msg_type``) into a small
+typed record; the answer's events (:func:`interpret_iopub`) and a notebook run's stored outputs
+(:class:`~..notebook.outputs.CellOutputs`) are both derived from that record. nbformat's
+``output_from_msg`` does the same reading at 250-450 us a message (it validates), ours at under 1 us:
+see docs/decisions/0005-one-iopub-reader.md.
+
 Rich outputs are bounded per cell (:class:`RichOutput`): display data past ``max_display_bytes`` is saved
 whole as an artifact (through the injected ``save``) and shown as a placeholder, and only the first
 ``max_html_convert_bytes`` of an HTML output are converted to text. Converting HTML is slow Python code
@@ -11,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from markdownify import MarkdownConverter
@@ -28,10 +34,11 @@ Saver = Callable[[str], str | None]  # saves text as a new artifact: its id, or 
 
 @dataclass(frozen=True)
 class OutputLimits:
-    """Bounds on a cell's rich outputs (traits ``max_display_bytes`` and ``max_html_convert_bytes``)."""
+    """Bounds on a cell's rich outputs: the values of ``EvalService.max_display_bytes`` and
+    ``max_html_convert_bytes`` (no defaults here: the traits are the one place they are set)."""
 
-    display_bytes: int = 2 * 1024 * 1024  # display data (images, JSON) inlined per cell
-    html_convert_bytes: int = 128 * 1024  # HTML converted to text per output
+    display_bytes: int  # display data (images, JSON) inlined per cell
+    html_convert_bytes: int  # HTML converted to text per output
     images: bool = True  # False: images are not displays (a notebook run answers them from the notebook)
 
 
@@ -39,7 +46,7 @@ class OutputLimits:
 class RichOutput:
     """One cell's rich-output state: its limits, the display bytes it may still inline, where spills go."""
 
-    limits: OutputLimits = field(default_factory=OutputLimits)
+    limits: OutputLimits
     save: Saver | None = None
     inlined: int = 0  # display bytes inlined so far
 
@@ -87,6 +94,115 @@ class ClearOutput:
 
 
 Event = Text | Display | ErrorInfo | KernelStatus | ClearOutput
+
+
+# -- one reading of an iopub message ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A ``stream`` message: text of stdout or stderr."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """An ``execute_result``, ``display_data`` or ``update_display_data`` message."""
+
+    msg_type: str
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    execution_count: int | None  # an execute_result's
+    display_id: str | None  # from ``transient``
+
+    def to_nbformat(self, execution_count: int | None = None) -> dict[str, Any]:
+        """The nbformat output (an update is a ``display_data``); ``execution_count``: the cell's, for
+        an ``execute_result`` that carries none."""
+        update = self.msg_type == "update_display_data"
+        output: dict[str, Any] = {
+            "output_type": "display_data" if update else self.msg_type,
+            "data": dict(self.data),
+            "metadata": dict(self.metadata),
+        }
+        if self.msg_type == "execute_result":
+            output["execution_count"] = (
+                self.execution_count if self.execution_count is not None else execution_count
+            )
+        return output
+
+
+@dataclass(frozen=True)
+class Raised:
+    """An ``error`` message, as the kernel sent it (ANSI colors included)."""
+
+    ename: str
+    evalue: str
+    traceback: list[str]
+
+    def to_nbformat(self, execution_count: int | None = None) -> dict[str, Any]:
+        return {
+            "output_type": "error",
+            "ename": self.ename,
+            "evalue": self.evalue,
+            "traceback": list(self.traceback),
+        }
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """A ``clear_output`` message."""
+
+    wait: bool
+
+
+@dataclass(frozen=True)
+class Input:
+    """An ``execute_input`` message: the execution count the kernel gave the cell."""
+
+    execution_count: int | None
+
+
+@dataclass(frozen=True)
+class Status:
+    """A ``status`` message."""
+
+    state: str
+
+
+Iopub = Stream | Bundle | Raised | Cleared | Input | Status
+
+
+def read_iopub(msg_type: str, content: dict[str, Any]) -> Iopub | None:
+    """One iopub message (its ``msg_type`` and ``content``) as a record; None for kinds nobody uses."""
+    if msg_type == "stream":
+        return Stream(str(content.get("name") or "stdout"), _join(content.get("text")) or "")
+    if msg_type in DISPLAY_MESSAGES:
+        count, data, metadata = (content.get(k) for k in ("execution_count", "data", "metadata"))
+        transient = content.get("transient")
+        display_id = transient.get("display_id") if isinstance(transient, dict) else None
+        return Bundle(
+            msg_type,
+            data if isinstance(data, dict) else {},  # the message's own: read, never changed
+            metadata if isinstance(metadata, dict) else {},
+            count if isinstance(count, int) else None,
+            display_id if isinstance(display_id, str) else None,
+        )
+    if msg_type == "error":
+        return Raised(
+            str(content.get("ename") or ""),
+            str(content.get("evalue") or ""),
+            [line for line in content.get("traceback") or [] if isinstance(line, str)],
+        )
+    if msg_type == "clear_output":
+        return Cleared(bool(content.get("wait", False)))
+    if msg_type == "execute_input":
+        count = content.get("execution_count")
+        return Input(count if isinstance(count, int) else None)
+    if msg_type == "status":
+        return Status(str(content.get("execution_state") or ""))
+    return None
 
 
 def _join(value: Any) -> str | None:
@@ -200,14 +316,14 @@ def _text_source(data: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def bundle_text(data: dict[str, Any], rich: RichOutput | None = None) -> str | None:
+def bundle_text(data: dict[str, Any], rich: RichOutput) -> str | None:
     """The text of a mime bundle: markdown, else plain, else HTML as markdown; None without a text mime."""
     source = _text_source(data)
     if source is None:
         return None
     mime, text = source
     if mime == "text/html":
-        return bounded_html_to_text(text, rich or RichOutput())
+        return bounded_html_to_text(text, rich)
     return _strip_blank_lines(text)
 
 
@@ -248,14 +364,13 @@ def _display(rich: RichOutput, display: dict[str, Any], value: Any, size: int) -
     }
 
 
-def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> list[dict[str, Any]]:
+def bundle_displays(data: dict[str, Any], rich: RichOutput) -> list[dict[str, Any]]:
     """Structured outputs of a mime bundle: JSON values, images (base64, SVG as text), status events.
 
     Display data a cell has no room left for (``max_display_bytes`` per cell) becomes a placeholder
     ``{"type", ["mime",] "bytes", "omitted": true, "artifact_id"}``; the artifact holds the data as it
     would have been sent (base64 text of a binary image, JSON text of a JSON value).
     """
-    rich = rich or RichOutput()
     room = rich.limits.display_bytes - rich.inlined
     displays: list[dict[str, Any]] = []
     for mime, value in data.items():
@@ -277,21 +392,18 @@ def bundle_displays(data: dict[str, Any], rich: RichOutput | None = None) -> lis
 _WORKER_BYTES = 64 * 1024
 
 
-def needs_worker(msg_type: str, content: dict[str, Any], *, storing: bool = False) -> bool:
+def needs_worker(read: Iopub, *, storing: bool = False) -> bool:
     """Whether interpreting this message may take long enough to block an event loop: a display whose
     text comes from HTML, or whose data is large (to measure, and maybe to save as an artifact); when
     the outputs are also ``storing`` (a notebook run), a long stream chunk or an error too."""
     if storing:
-        if msg_type == "error":
+        if isinstance(read, Raised):
             return True
-        if msg_type == "stream":
-            text = content.get("text")
-            return isinstance(text, str) and len(text) > _WORKER_BYTES
-    if msg_type not in DISPLAY_MESSAGES:
+        if isinstance(read, Stream):
+            return len(read.text) > _WORKER_BYTES
+    if not isinstance(read, Bundle):
         return False
-    data = content.get("data") or {}
-    if not isinstance(data, dict):
-        return False
+    data = read.data
     source = _text_source(data)
     if source is not None and source[0] == "text/html":
         return True
@@ -336,34 +448,30 @@ def cell_frame(info: ErrorInfo) -> str | None:
     return None
 
 
-def interpret_iopub(msg_type: str, content: dict[str, Any], rich: RichOutput | None = None) -> list[Event]:
-    """Events for one iopub message (its ``msg_type`` and ``content``); [] for kinds we do not use.
-
-    ``rich`` is the cell's rich-output state (default: default limits, nowhere to save spills).
-    """
-    if msg_type == "stream":
-        return [Text(_join(content.get("text")) or "", str(content.get("name") or "stdout"))]
-    if msg_type in DISPLAY_MESSAGES:
-        data = content.get("data") or {}
-        rich = rich or RichOutput()
+def interpret_iopub(read: Iopub | None, rich: RichOutput) -> list[Event]:
+    """The answer's events for one message read by :func:`read_iopub`; [] for kinds it does not show.
+    ``rich`` is the cell's rich-output state."""
+    if isinstance(read, Stream):
+        return [Text(read.text, read.name)]
+    if isinstance(read, Bundle):
+        data = read.data
         events: list[Event] = [Display(display) for display in bundle_displays(data, rich)]
         if any(mime in data for mime in STATUS_MIMES):
             return events
         text = bundle_text(data, rich)
         if text:
-            name = "result" if msg_type == "execute_result" else "display"
+            name = "result" if read.msg_type == "execute_result" else "display"
             events.append(Text(text if text.endswith("\n") else text + "\n", name))
         return events
-    if msg_type == "error":
-        ename = str(content.get("ename") or "")
-        evalue = strip_ansi(str(content.get("evalue") or ""))
-        traceback = [strip_ansi(line) for line in content.get("traceback") or [] if isinstance(line, str)]
-        text = "\n".join(traceback) if traceback else f"{ename}: {evalue}"
-        return [ErrorInfo(ename, evalue, traceback), Text(text + "\n", "error")]
-    if msg_type == "status":
-        return [KernelStatus(str(content.get("execution_state") or ""))]
-    if msg_type == "clear_output":
-        return [ClearOutput(bool(content.get("wait", False)))]
+    if isinstance(read, Raised):
+        evalue = strip_ansi(read.evalue)
+        traceback = [strip_ansi(line) for line in read.traceback]
+        text = "\n".join(traceback) if traceback else f"{read.ename}: {evalue}"
+        return [ErrorInfo(read.ename, evalue, traceback), Text(text + "\n", "error")]
+    if isinstance(read, Status):
+        return [KernelStatus(read.state)]
+    if isinstance(read, Cleared):
+        return [ClearOutput(read.wait)]
     return []
 
 

@@ -26,7 +26,7 @@ from traitlets import Float, Instance, Int, validate
 
 from ..traits import Service, at_least
 from .session import KernelSession
-from .sessions import SessionManager
+from .sessions import EvalSessionManager
 
 
 @dataclass
@@ -42,7 +42,7 @@ class NotebookKernels(Service):
     """Keeps track of the kernels notebook runs started and shuts down those nobody uses."""
 
     session_manager = AnyTrait(help="jupyter_server's session manager (deleting a session shuts its kernel).")
-    sessions = Instance(SessionManager, help="The runs' connections, and the sweep this joins.")
+    sessions = Instance(EvalSessionManager, help="The runs' connections, and the sweep this joins.")
     idle_timeout = Float(
         600.0,
         help="Seconds a kernel that a notebook run started (the notebook had no jupyter session) may stay "

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import posixpath
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ from traitlets import Instance, Int, default, validate
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
+from ..auth.context import path_allowed
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source, source_hash
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
@@ -57,23 +59,21 @@ from .connection import KernelConnection
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
 from .kernels import KernelService, close_quietly
-from .messages import answer_text
+from .messages import Iopub, answer_text
 from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import KernelRecovery
 from .request import RunRequest, parse_run_request
-from .service import EvalService
 from .session import KernelSession, SessionState
-from .sessions import SessionManager
+from .sessions import EvalSessionManager
 
-Execute = Callable[..., Awaitable[CellExecution]]  # EvalService.execute: the one execution path
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
 LIVE_OUTPUT_INTERVAL = 0.25
 RUN_AFTER = ("insert", "edit")  # a run with ops and no cells named runs the code cells these ops touched
 KERNEL_LOST_NOTICE = (
-    "[The notebook's kernel died or was restarted during the run; its state is lost. Cells after it "
+    "[The notebook's kernel died or was restarted during this call; its state is lost. Cells after it "
     "were not run, and nothing was run again.]"
 )
 
@@ -119,9 +119,9 @@ class _Stored:
         self.added = added
         self._lock = threading.Lock()
 
-    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
+    def add(self, read: Iopub) -> bool:
         with self._lock:
-            return self.outputs.add(msg_type, content)
+            return self.outputs.add(read)
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -134,15 +134,12 @@ class NotebookRunner(Service):
     The application builds the class named by ``AgentToolsApp.notebook_runner_class``.
     """
 
-    eval_service = Instance(
-        EvalService, allow_none=True, help="Where the collaborators below come from when not given."
-    )
-    sessions = Instance(SessionManager, help="The sessions (one per notebook, mode notebook).")
+    sessions = Instance(EvalSessionManager, help="The sessions (one per notebook, mode notebook).")
     kernels = Instance(KernelService, help="Checks kernelspecs, connects, interrupts and restarts kernels.")
     recovery = Instance(KernelRecovery, help="What is done when the kernel died or is wedged.")
     artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
     audit = Instance(Audit, help="Records every run.")
-    execute = CallableTrait(help="Runs one cell (default: the eval service's execute, the one path).")
+    execute = CallableTrait(help="Runs one cell: the eval service's execute, the one execution path.")
     pool = Instance(
         KernelPool,
         allow_none=True,
@@ -171,39 +168,6 @@ class NotebookRunner(Service):
     @default("notebook_kernels")
     def _default_notebook_kernels(self) -> NotebookKernels:
         return NotebookKernels(session_manager=self.session_manager, sessions=self.sessions, parent=self)
-
-    def _from_eval(self, name: str) -> Any:
-        if self.eval_service is None:
-            raise ValueError(f"NotebookRunner needs {name} (or eval_service to take it from)")
-        return getattr(self.eval_service, name)
-
-    @default("sessions")
-    def _default_sessions(self) -> SessionManager:
-        return self._from_eval("sessions")
-
-    @default("kernels")
-    def _default_kernels(self) -> KernelService:
-        return self._from_eval("kernels")
-
-    @default("recovery")
-    def _default_recovery(self) -> KernelRecovery:
-        return self._from_eval("recovery")
-
-    @default("artifacts")
-    def _default_artifacts(self) -> ArtifactStore:
-        return self._from_eval("artifacts")
-
-    @default("audit")
-    def _default_audit(self) -> Audit:
-        return self._from_eval("audit")
-
-    @default("pool")
-    def _default_pool(self) -> KernelPool | None:
-        return self.eval_service.pool if self.eval_service is not None else None
-
-    @default("execute")
-    def _default_execute(self) -> Execute:
-        return self._from_eval("execute")
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
@@ -348,7 +312,12 @@ class NotebookRunner(Service):
                 kernel_id, kernel_name, created = await self._notebook_kernel(path, notebook)
                 # Waiting for a kernel that was there counts against the call's timeout; one this run just
                 # started may take KernelService.ready_timeout, like any kernel start (eval's too).
-                ready_within = self.kernels.ready_timeout if created else began + timeout - loop.time()
+                # A call without a timeout (detached) waits for a kernel that was there as for a new one.
+                ready_within = (
+                    self.kernels.ready_timeout
+                    if created or math.isinf(timeout)
+                    else began + timeout - loop.time()
+                )
                 pooled = kernel_id in self._warm
                 await self._attach(session, path, kernel_id, kernel_name, notices, ready_within, created)
 
@@ -533,6 +502,8 @@ class NotebookRunner(Service):
             path = model.get("path")
             if model.get("type") != "notebook" or not kernel.get("id") or not isinstance(path, str):
                 continue
+            if not path_allowed(path):  # an agent's list names no notebook outside its paths
+                continue
             session = self.sessions.notebooks.get(path)
             connections = int(kernel.get("connections") or 0)
             listed.append(
@@ -608,17 +579,26 @@ class NotebookRunner(Service):
         )
         return answer
 
-    async def restart_wedged(self, session: KernelSession, cell: str) -> str:
-        """:meth:`_restart_wedged` for a cell named ``cell`` (eval's ``notebook``)."""
-        return await self._restart_in_place(session, cell)
+    async def after_cell(
+        self, session: KernelSession, execution: CellExecution, cell: str, emit: Emit
+    ) -> str | None:
+        """The one policy after a cell in a notebook's kernel (a notebook run's and eval's ``notebook``):
+        a kernel that died or was restarted is let go (the next call attaches again), a cell that would
+        not stop gets the kernel restarted in place; nothing is ever run again. The notice for the answer
+        (also emitted as a ``restart`` event), or None when the kernel is fine."""
+        if execution.kernel_died:
+            emit({"type": "restart", "session": session.name, "message": KERNEL_LOST_NOTICE})
+            await session.mark_dead()  # disconnects
+            return KERNEL_LOST_NOTICE
+        if execution.cancelled and not execution.settled:
+            notice = await self._restart_in_place(session, cell)
+            emit({"type": "restart", "session": session.name, "message": notice})
+            return notice
+        return None
 
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
         warm = self._warm.pop(kernel_id, None)  # a pooled kernel comes connected
         return kernel_id, warm or await self.kernels.connect(kernel_id, ready_within)
-
-    async def _restart_wedged(self, session: KernelSession, target: _Target) -> str:
-        cell = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
-        return await self._restart_in_place(session, cell)
 
     async def _restart_in_place(self, session: KernelSession, cell: str) -> str:
         """The cell would not stop after the interrupt: restart the notebook's kernel in place through the
@@ -697,17 +677,11 @@ class NotebookRunner(Service):
                     "execution_count": ran.execution_count,
                 }
             )
-            if execution.kernel_died:
-                restarted = True
-                stopped = True
-                notices.append(KERNEL_LOST_NOTICE)
-                emit({"type": "restart", "session": session.name, "message": KERNEL_LOST_NOTICE})
-                await session.mark_dead()  # disconnects; the next run attaches again
-            elif execution.cancelled and not execution.settled:
+            label = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
+            notice = await self.after_cell(session, execution, label, emit)
+            if notice is not None:
                 restarted = stopped = True
-                notice = await self._restart_wedged(session, target)
                 notices.append(notice)
-                emit({"type": "restart", "session": session.name, "message": notice})
             elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
                 stopped = True
         if not_written:

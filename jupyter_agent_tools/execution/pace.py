@@ -18,9 +18,10 @@ from typing import Any
 
 
 class StreamPace:
-    """The executor's view of one stream client: whether to wait for it, and the wait itself."""
+    """The executor's view of one stream client: whether to wait for it, and the wait itself (``grace``:
+    the value of ``AgentToolsApp.stream_lag_grace``)."""
 
-    def __init__(self, lagging: Callable[[], bool], grace: float = 1.0) -> None:
+    def __init__(self, lagging: Callable[[], bool], grace: float) -> None:
         self._lagging = lagging
         self.grace = grace
         self._waited = 0.0  # seconds waited since the client last caught up

@@ -11,7 +11,7 @@
 - During a call: a kernel that dies is replaced and the call re-run from its first cell, at most
   :data:`RERUNS_AFTER_DEATH` times; a kernel that does not settle after an interrupt is replaced.
 
-Every recovery is counted on the session and logged once (:meth:`SessionManager.record`).
+Every recovery is counted on the session and logged once (:meth:`EvalSessionManager.record`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from .faults import died_at_start, fd_usage, http_message, http_status, is_fd_ex
 from .kernels import KernelService
 from .pool import KernelPool
 from .session import KernelSession, SessionState
-from .sessions import SessionManager
+from .sessions import EvalSessionManager
 
 RERUNS_AFTER_DEATH = 1
 Started = TypeVar("Started")
@@ -70,7 +70,7 @@ class KernelRecovery(Service):
     """Starts and revives session kernels according to the policy above."""
 
     kernels = Instance(KernelService, help="Starts, connects to and shuts down kernels.")
-    sessions = Instance(SessionManager, help="The sessions (idle ones are released on EMFILE).")
+    sessions = Instance(EvalSessionManager, help="The sessions (idle ones are released on EMFILE).")
     pool = Instance(KernelPool, allow_none=True, help="Warm kernels, released first on EMFILE.")
     retry_backoff = Float(
         1.0,

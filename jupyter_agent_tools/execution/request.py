@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadRequest
-from ..schemas import EVAL_MODES, MAX_ENV_BYTES, MAX_ENV_VARS, MAX_RUN_CELLS
+from ..schemas import MAX_ENV_BYTES, MAX_ENV_VARS, MAX_RUN_CELLS
 from ..validation import check
 
-MODES = EVAL_MODES
 MIN_TIMEOUT, MAX_TIMEOUT, DEFAULT_TIMEOUT = 1.0, 600.0, 30.0
+NO_TIMEOUT = math.inf  # a detached call without a 'timeout': the point of detaching is long work
+
+
+def _timeout(body: dict[str, Any], most: float) -> float:
+    """The call's timeout in seconds: the body's, clamped to ``MIN_TIMEOUT..most``; without one
+    ``DEFAULT_TIMEOUT``, or none at all (:data:`NO_TIMEOUT`) for a detached call."""
+    if "timeout" not in body:
+        return NO_TIMEOUT if body.get("detach") is True else DEFAULT_TIMEOUT
+    timeout = body["timeout"]
+    if timeout != timeout:  # NaN (Python's json module accepts it; the handler refuses it earlier)
+        raise BadRequest("'timeout' must be a number of seconds")
+    # Clamped before float(): JSON integers have any length (float(10**400) overflows); 1e400 is inf.
+    return float(min(max(timeout, MIN_TIMEOUT), most))
 
 
 @dataclass(frozen=True)
@@ -60,16 +73,12 @@ def parse_eval_request(body: Any, max_cells: int = 100) -> EvalRequest:
                 "(its kernelspec, its working directory, its variables)"
             )
     cells = [Cell(code=raw["code"], title=raw.get("title")) for raw in body["cells"]]
-    timeout = body.get("timeout", DEFAULT_TIMEOUT)
-    if timeout != timeout:  # NaN (Python's json module accepts it; the handler refuses it earlier)
-        raise BadRequest("'timeout' must be a number of seconds")
     return EvalRequest(
         cells=cells,
         session=body.get("session", "default"),
         mode=body.get("mode", "session"),
         reset=body.get("reset", False),
-        # Clamped before float(): JSON integers have any length (float(10**400) overflows); 1e400 is inf.
-        timeout=float(min(max(timeout, MIN_TIMEOUT), MAX_TIMEOUT)),
+        timeout=_timeout(body, MAX_TIMEOUT),
         cwd=(body.get("cwd") or "").strip("/"),
         env=dict(body.get("env") or {}),
         session_file=body.get("session_file"),
@@ -129,8 +138,7 @@ def parse_run_request(body: Any) -> RunRequest:
         cell_ids=tuple(ids) if ids is not None else None,
         cell_indices=tuple(indices) if indices is not None else None,
         all=bool(body.get("all", False)),
-        # Clamped before float(): JSON integers have any length (float(10**400) overflows); 1e400 is inf.
-        timeout=float(min(max(body.get("timeout", DEFAULT_TIMEOUT), MIN_TIMEOUT), RUN_MAX_TIMEOUT)),
+        timeout=_timeout(body, RUN_MAX_TIMEOUT),
         stop_on_error=body.get("stop_on_error", True),
         expected_hash=body.get("expected_hash"),
         include_images=body.get("include_images", False),

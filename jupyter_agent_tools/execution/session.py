@@ -88,7 +88,7 @@ class KernelSession:
         self.last_output_at: float | None = None  # when a call last produced output
         # A notice of a call whose caller had gone (cancelled): the next call hears it too.
         self.undelivered_notice: str | None = None
-        # Why an earlier session of this name went (SessionManager.gone), told to this one's first call.
+        # Why an earlier session of this name went (EvalSessionManager.gone), told to this one's first call.
         self.predecessor_gone: dict[str, Any] | None = None
         self.connection: KernelConnection | None = None
         self.init: InitSpec | None = None

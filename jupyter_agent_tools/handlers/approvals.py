@@ -26,7 +26,7 @@ class _ApprovalRoute(AgentAPIHandler):
 
     @property
     def approvals(self) -> ApprovalPolicy:
-        return self.extensionapp.approval_policy  # type: ignore[attr-defined]
+        return self.app.approval_policy
 
     @property
     def agent(self) -> str | None:

@@ -7,7 +7,7 @@ import re
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..execution.service import EvalService
+from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
 CHUNK = 1 << 20
@@ -40,7 +40,7 @@ class ArtifactHandler(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
     @web.authenticated
     @authorized("read")

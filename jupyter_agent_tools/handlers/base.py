@@ -9,7 +9,7 @@ import json
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.authorizer import Authorizer
@@ -22,9 +22,13 @@ from ..approvals import Approval, ApprovalPolicy
 from ..approvals.gate import Asking, Describe, clear, wait_seconds
 from ..audit import NO_AUDIT, Audit, set_user
 from ..audit.context import current_via, set_via
-from ..auth.context import set_paths
+from ..auth.context import set_agent, set_paths
+from ..auth.identity import AgentUser
 from ..body import decode_json_body
 from ..errors import AgentToolsError
+
+if TYPE_CHECKING:
+    from ..app import AgentToolsApp  # the application imports the handlers: only for the type
 
 # Parsing JSON costs about 1 ms per 10-30 KB (more with many small values): bodies larger than this are
 # parsed in a thread, so that a 10 MB one does not hold the event loop for seconds. One thread: parsing
@@ -110,6 +114,11 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
     via = "http"  # the front door, as the change ledger records it (``cli`` when the client says so)
 
     @property
+    def app(self) -> AgentToolsApp:
+        """The extension application, typed: the one way a handler reaches its services and limits."""
+        return cast("AgentToolsApp", self.extensionapp)
+
+    @property
     def audit(self) -> Audit:
         return getattr(self.extensionapp, "audit", None) or NO_AUDIT
 
@@ -136,6 +145,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         set_user(acting_username(self))
         # an agent token's path globs (None for everyone else): the services check each path they get
         set_paths(getattr(self.current_user, "path_scope", None))
+        set_agent(isinstance(self.current_user, AgentUser))  # an agent sees only its own and its paths'
         set_via("cli" if self.request.headers.get(CLIENT_HEADER, "").lower() == "cli" else self.via)
 
     def _unauthenticated(self) -> bool:
@@ -162,7 +172,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     @property
     def approval_policy(self) -> ApprovalPolicy:
-        return self.extensionapp.approval_policy  # type: ignore[attr-defined]
+        return self.app.approval_policy
 
     async def approval(self, action: str, path: str | None, describe: Describe, body: Any) -> Approval | None:
         """Pass the approval gate for ``action`` (the route's class of action) on ``path``: None when no

@@ -21,11 +21,11 @@ class _LedgerHandler(AgentAPIHandler):
 
     @property
     def store(self) -> NotebookStore:
-        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
+        return self.app.notebook_store
 
     @property
     def ledger(self) -> Ledger:
-        return self.extensionapp.ledger  # type: ignore[attr-defined]
+        return self.app.ledger
 
     def _query(self, name: str) -> str | None:
         return self.get_query_argument(name, default=None)

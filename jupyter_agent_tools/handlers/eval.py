@@ -21,11 +21,11 @@ from ..approvals.actions import describe_eval
 from ..approvals.gate import decided, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
+from ..execution.eval_service import EvalService
 from ..execution.executor import Emit
 from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
-from ..execution.service import EvalService
 from ..runs import Run, RunRegistry
 from ..streaming import TaskSource, pump
 from ..text import json_string_body
@@ -69,7 +69,7 @@ class EvalHandler(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
     def on_connection_close(self) -> None:
         self._client_gone()
@@ -105,7 +105,7 @@ class EvalHandler(AgentAPIHandler):
 
     @property
     def runs(self) -> RunRegistry:
-        return self.extensionapp.run_registry  # type: ignore[attr-defined]
+        return self.app.run_registry
 
     async def _check(self, body: Any) -> str | None:
         """Validate a body before it is detached (400 now, not a failed run later); the run's target."""
@@ -196,7 +196,7 @@ class EvalHandler(AgentAPIHandler):
         self.write_json({**run.summary(), "location": location, **extra}, status=202)
 
     async def _stream(self, body: Any, approval: Approval | None = None) -> None:
-        app: Any = self.extensionapp
+        app = self.app
         backlog = self._backlog = StreamBacklog(int(app.stream_backlog_bytes))
         pace = StreamPace(backlog.lagging, float(app.stream_lag_grace))
         ready = asyncio.Event()

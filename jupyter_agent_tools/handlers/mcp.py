@@ -33,7 +33,7 @@ class McpHandler(AgentAPIHandler):
 
     @property
     def mcp(self) -> McpServer:
-        return self.extensionapp.mcp_server  # type: ignore[attr-defined]
+        return self.app.mcp_server
 
     def check_origin(self, origin_to_satisfy_tornado: str = "") -> bool:
         # The MCP transport answers a foreign Origin with 403 (Jupyter's API handlers answer 404).

@@ -38,7 +38,7 @@ class NotebookHandler(AgentAPIHandler):
 
     @property
     def store(self) -> NotebookStore:
-        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
+        return self.app.notebook_store
 
     @web.authenticated
     @authorized
@@ -99,7 +99,7 @@ class NotebookOutputHandler(AgentAPIHandler):
 
     @property
     def store(self) -> NotebookStore:
-        return self.extensionapp.notebook_store  # type: ignore[attr-defined]
+        return self.app.notebook_store
 
     @property
     def content_security_policy(self) -> str:
@@ -141,7 +141,7 @@ class NotebookRunHandler(EvalHandler):
 
     @property
     def runner(self) -> NotebookRunner:
-        return self.extensionapp.notebook_runner  # type: ignore[attr-defined]
+        return self.app.notebook_runner
 
     run_kind = "notebook_run"
 
@@ -188,7 +188,7 @@ class NotebookKernelHandler(AgentAPIHandler):
 
     @property
     def runner(self) -> NotebookRunner:
-        return self.extensionapp.notebook_runner  # type: ignore[attr-defined]
+        return self.app.notebook_runner
 
     @web.authenticated
     @authorized("read")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
@@ -30,7 +29,7 @@ class _RunRoute(AgentAPIHandler):
 
     @property
     def runs(self) -> RunRegistry:
-        return self.extensionapp.run_registry  # type: ignore[attr-defined]
+        return self.app.run_registry
 
     @property
     def viewer(self) -> Viewer:
@@ -144,7 +143,7 @@ class RunEventsHandler(_RunRoute):
         await self._stream(run, _Cursor(run.log, after), timeout)
 
     async def _stream(self, run: Run, cursor: _Cursor, timeout: float) -> None:
-        app: Any = self.extensionapp
+        app = self.app
         writer = NdjsonWriter(self)
         started = time.monotonic()
         try:

@@ -6,7 +6,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals.gate import described
-from ..execution.service import EvalService
+from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
 
@@ -15,7 +15,7 @@ class _EvalRoute(AgentAPIHandler):
 
     @property
     def service(self) -> EvalService:
-        return self.extensionapp.eval_service  # type: ignore[attr-defined]
+        return self.app.eval_service
 
 
 class SessionListHandler(_EvalRoute):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..notebook.format import join_source
-from ..notebook.live import longest_increasing
+from ..sequences import longest_increasing
 
 PARTS = ("source", "metadata", "outputs", "other")
 OUTPUT_KEYS = ("outputs", "execution_count")

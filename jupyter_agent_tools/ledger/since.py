@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..notebook.live import longest_increasing
+from ..sequences import longest_increasing
 from .changes import Digest, _hash, digest
 
 HASH_BYTES = 8

@@ -78,15 +78,13 @@ RESOURCE_CACHING = {
     "resources/read": {"ttlMs": 0, "cacheScope": "private"},
 }
 MAX_SESSIONS = 1000  # legacy sessions kept; the least recently used goes first
-MAX_SESSIONS_PER_IDENTITY = 100  # of them, one identity's (mcp_max_sessions_per_identity)
-MAX_BATCH_ITEMS = 100  # messages in one JSON-RPC batch (mcp_max_batch_items)
-MAX_BATCH_ANSWER_BYTES = 10 * 1024 * 1024  # a batch's answers; past it, items are not run
 SESSION_IDLE_SECONDS = 24 * 3600.0
 TASK_VERSION = "2025-11-25"  # tasks came in 2025-11-25 (the 2026-07-28 era has none here)
 TASK_METHODS = ("tasks/get", "tasks/result", "tasks/cancel", "tasks/list")
 RELATED_TASK_KEY = "io.modelcontextprotocol/related-task"
 TASK_POLL_MS = 1000
-# A task's status from its run's state (a tool error is a failed task; interrupted by timeout: cancelled).
+# A task's status from its run's state (a tool error is a failed task; stopped by its timeout or an
+# interrupt: cancelled).
 TASK_STATUS = {
     "queued": "working",
     "awaiting_approval": "input_required",  # the person decides in JupyterLab (the approval gate)
@@ -95,6 +93,7 @@ TASK_STATUS = {
     "error": "failed",
     "cancelled": "cancelled",
     "interrupted": "cancelled",
+    "timed_out": "cancelled",
     "lost": "failed",
 }
 MAX_PROGRESS_CHARS = 16_000  # one progress message; the result still has the whole (tail-kept) output
@@ -232,18 +231,19 @@ class McpServer:
         services: Services,
         *,
         tools: Sequence[Tool] = TOOLS,
-        heartbeat_interval: float = 5.0,
-        max_batch_items: int = MAX_BATCH_ITEMS,
-        max_batch_answer_bytes: int = MAX_BATCH_ANSWER_BYTES,
-        max_sessions_per_identity: int = MAX_SESSIONS_PER_IDENTITY,
+        heartbeat_interval: float,
+        max_batch_items: int,
+        max_batch_answer_bytes: int,
+        max_sessions_per_identity: int,
         log: logging.Logger | None = None,
     ):
+        """The limits are the application's validated ``stream_heartbeat_interval`` and ``mcp_*`` traits."""
         self.services = services
         self.tools = {tool.name: tool for tool in tools}
-        self.heartbeat_interval = max(0.1, heartbeat_interval)
-        self.max_batch_items = max(1, max_batch_items)
-        self.max_batch_answer_bytes = max(0, max_batch_answer_bytes)
-        self.max_sessions_per_identity = max(1, max_sessions_per_identity)
+        self.heartbeat_interval = heartbeat_interval
+        self.max_batch_items = max_batch_items
+        self.max_batch_answer_bytes = max_batch_answer_bytes
+        self.max_sessions_per_identity = max_sessions_per_identity
         self.log = log or logging.getLogger(__name__)
         self.sessions: OrderedDict[str, LegacySession] = OrderedDict()
         self._tool_lists: dict[str, list[dict[str, Any]]] = {}

@@ -35,8 +35,8 @@ from .tool_schemas import field as schema_field
 
 if TYPE_CHECKING:
     from ..approvals import ApprovalPolicy
+    from ..execution.eval_service import EvalService
     from ..execution.notebook_run import NotebookRunner
-    from ..execution.service import EvalService
     from ..notebook.store import NotebookStore
     from ..runs import RunRegistry
 
@@ -177,9 +177,11 @@ def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
     if result.get("isError"):
         return "error"
     structured = result.get("structuredContent") or {}
-    if cancel_requested or structured.get("cancelled"):
-        return "cancelled" if cancel_requested else "interrupted"
-    return "interrupted" if structured.get("timed_out") else "complete"
+    if cancel_requested:
+        return "cancelled"
+    if structured.get("timed_out"):
+        return "timed_out"
+    return "interrupted" if structured.get("cancelled") else "complete"
 
 
 def _or_started(schema: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from traitlets import CaselessStrEnum, Float, validate
 
 from ..compat import live_outputs_factory, room_is_settled
 from ..errors import RETRY_AFTER_MOMENT, Conflict, Unavailable
+from ..sequences import longest_increasing
 from ..traits import Service, at_least
 from .format import content_hash, join_source, serialize_notebook
 
@@ -86,32 +87,6 @@ def set_text(ytext: Any, old: str, new: str) -> None:
         del ytext[offset : offset + _utf8_len(removed)]
     if inserted:
         ytext.insert(offset, inserted)
-
-
-def longest_increasing(values: list[int]) -> set[int]:
-    """Positions in ``values`` of one longest strictly increasing subsequence."""
-    tails: list[int] = []  # position of the smallest tail of an increasing run of each length
-    previous: list[int] = [-1] * len(values)
-    for i, value in enumerate(values):
-        lo, hi = 0, len(tails)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if values[tails[mid]] < value:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo > 0:
-            previous[i] = tails[lo - 1]
-        if lo == len(tails):
-            tails.append(i)
-        else:
-            tails[lo] = i
-    keep: set[int] = set()
-    i = tails[-1] if tails else -1
-    while i >= 0:
-        keep.add(i)
-        i = previous[i]
-    return keep
 
 
 def _rejoined(outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ from ..validation import check, short_repr
 from .format import join_source, split_source
 from .validity import derive_cell_id, indexes
 
-OP_FIELDS = ("action", "cell_index", "cell_id", "content", "cell_type", "to_index", "all", "old", "new")
 # Matches a failed replace lists (the message and the error's ``matches``).
 MAX_LISTED_MATCHES = 20
 
@@ -72,10 +71,6 @@ class EditOutcome:
 
 def _cells(n: int) -> str:
     return f"{n} cell" if n == 1 else f"{n} cells"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _op_from(raw: dict[str, Any]) -> CellOp:

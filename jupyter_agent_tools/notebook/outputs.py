@@ -31,12 +31,12 @@ from typing import Any
 from uuid import uuid4
 
 from ..artifacts import ArtifactOpener
+from ..execution.messages import Bundle, Cleared, Input, Iopub, Raised, Stream
 from ..execution.sink import Spill, compact_line
 from ..text import human_size, resolve_carriage_returns
 
 SPLIT_MIMES = ("application/javascript", "image/svg+xml")  # nbformat splits these besides text/*
 TEXT_MIMES_TO_BOUND = ("text/plain", "text/html", "text/markdown", "text/latex")
-OUTPUT_TYPES = ("stream", "execute_result", "display_data", "error")
 # What one output costs in the file besides its data (its keys, as nbformat indents them): with it, a
 # flood of empty outputs is bounded too.
 OUTPUT_OVERHEAD = 100
@@ -152,40 +152,39 @@ class CellOutputs:
     _omitted: Spill | None = None
     _spare: list[Spill] = field(default_factory=list)  # stream spills of cleared outputs, reused
 
-    def add(self, msg_type: str, content: dict[str, Any]) -> bool:
-        """Take one iopub message of this cell; True if what the cell stores changed."""
-        if msg_type == "execute_input":
-            count = content.get("execution_count")
-            if isinstance(count, int):
-                self.execution_count = count
+    def add(self, read: Iopub | None) -> bool:
+        """Take one iopub message of this cell (as :func:`~..execution.messages.read_iopub` read it);
+        True if what the cell stores changed."""
+        if isinstance(read, Input):
+            if read.execution_count is not None:
+                self.execution_count = read.execution_count
             return False
-        if msg_type == "clear_output":
-            if content.get("wait"):
+        if isinstance(read, Cleared):
+            if read.wait:
                 self._clear_pending = True
                 return False
             return self._clear()
-        if msg_type == "update_display_data":
-            return self._update(content)
-        if msg_type not in OUTPUT_TYPES:
+        if isinstance(read, Bundle) and read.msg_type == "update_display_data":
+            return self._update(read)
+        if not isinstance(read, (Stream, Bundle, Raised)):
             return False
         if self._clear_pending:
             self._clear()
-        if msg_type == "stream":
-            self._stream(str(content.get("name") or "stdout"), _join(content.get("text")) or "")
+        if isinstance(read, Stream):
+            self._stream(read.name, read.text)
             return True
-        output = _output(msg_type, content, self.execution_count)
+        output = read.to_nbformat(self.execution_count)
         size = self._cost(output)
         self._end_stream()
+        display_id = read.display_id if isinstance(read, Bundle) else None
         if self._omitting or (self.max_bytes and self._used + size > self.max_bytes):
             self._omit(output, _data_bytes(output))
-            display_id = (content.get("transient") or {}).get("display_id")
-            if isinstance(display_id, str) and len(self._omitted_ids) < MAX_OMITTED_DISPLAY_IDS:
+            if display_id is not None and len(self._omitted_ids) < MAX_OMITTED_DISPLAY_IDS:
                 self._omitted_ids.add(display_id)
             return True
         if "data" in output:
             output["data"] = self._bounded(output["data"])
-        display_id = (content.get("transient") or {}).get("display_id")
-        if isinstance(display_id, str):
+        if display_id is not None:
             self._display_ids.setdefault(display_id, []).append(len(self._items))
         self._items.append(_Kept(output, size))
         self._used += size
@@ -333,11 +332,11 @@ class CellOutputs:
                 data[mime] = _note(head, nbytes, "NotebookRunner.max_output_bytes_stored", spill.artifact_id)
         return data
 
-    def _update(self, content: dict[str, Any]) -> bool:
-        display_id = (content.get("transient") or {}).get("display_id")
-        if not isinstance(display_id, str):
+    def _update(self, read: Bundle) -> bool:
+        display_id = read.display_id
+        if display_id is None:
             return False
-        update = _output("display_data", content, None)
+        update = read.to_nbformat()
         indices = self._display_ids.get(display_id, [])
         changed = False
         if indices:
@@ -465,23 +464,3 @@ def _json_line(record: dict[str, Any]) -> Iterator[str]:
             yield json.dumps(value[start : start + _BLOCK], ensure_ascii=False)[1:-1]
         yield '"'
     yield text + "\n"
-
-
-def _output(msg_type: str, content: dict[str, Any], execution_count: int | None) -> dict[str, Any]:
-    """An nbformat output for an ``error``, ``execute_result`` or ``display_data`` message."""
-    if msg_type == "error":
-        return {
-            "output_type": "error",
-            "ename": str(content.get("ename") or ""),
-            "evalue": str(content.get("evalue") or ""),
-            "traceback": [line for line in content.get("traceback") or [] if isinstance(line, str)],
-        }
-    output: dict[str, Any] = {
-        "output_type": msg_type,
-        "data": dict(content.get("data") or {}),
-        "metadata": dict(content.get("metadata") or {}),
-    }
-    if msg_type == "execute_result":
-        count = content.get("execution_count")
-        output["execution_count"] = count if isinstance(count, int) else execution_count
-    return output

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from typing import Any
 
-FINAL_STATES = ("complete", "error", "cancelled", "interrupted", "lost")
+FINAL_STATES = ("complete", "error", "cancelled", "interrupted", "timed_out", "lost")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

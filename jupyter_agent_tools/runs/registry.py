@@ -4,15 +4,17 @@
 :class:`~.log.RunLog`, derives the state from what the call emits and answers, and keeps finished runs
 for ``run_retention`` seconds (at most ``max_kept_runs`` runs in all). States::
 
-    queued ──first event──▶ running ──answer──▶ complete | error | interrupted | cancelled
+    queued ──first event──▶ running ──answer──▶ complete | error | interrupted | timed_out | cancelled
        └──approval asked──▶ awaiting_approval ──approved──▶ running   (denied, expired: error)
        └──────────────────────────────────────▶ (the same, when the call ends before any event)
     any unfinished state ──server stopped or restarted──▶ lost
 
-``cancelled``: ``POST /api/agent/runs/{id}/cancel`` stopped it; ``interrupted``: its timeout, a session
-interrupt or delete stopped it; ``error``: a cell failed or the call did (the answer or message says
-which). Who may see a run: its owner (the acting user that started it), and an admin (a caller that is
-not an agent token: the server's own token, a login) sees every run.
+``cancelled``: ``POST /api/agent/runs/{id}/cancel`` stopped it; ``timed_out``: its ``timeout`` (a
+detached call has none unless it gives one); ``interrupted``: a session interrupt or delete, or the
+kernel's interrupt from outside the call (a person's stop button) stopped it; ``error``: a cell failed
+or the call did (the answer or message says which). Who may see a run: its owner (the acting user that
+started it), and an admin (a caller that is not an agent token: the server's own token, a login)
+sees every run.
 """
 
 from __future__ import annotations
@@ -113,7 +115,9 @@ def final_state(result: dict[str, Any], cancel_requested: bool) -> str:
     stopped = bool(result.get("cancelled")) or any(c.get("status") == "cancelled" for c in cells)
     if stopped and cancel_requested:
         return "cancelled"
-    if stopped or result.get("timed_out"):
+    if result.get("timed_out"):
+        return "timed_out"
+    if stopped:
         return "interrupted"
     if result.get("error") or any(c.get("status") == "error" for c in cells):
         return "error"
@@ -235,7 +239,9 @@ class RunRegistry(Service):
         run.log = RunLog(
             memory_bytes=self.run_events_memory_bytes,
             max_bytes=self.run_events_max_bytes,
-            open_artifact=(lambda: artifacts.create(ARTIFACT_SESSION)) if artifacts is not None else None,
+            open_artifact=(lambda: artifacts.create(ARTIFACT_SESSION, run.owner))
+            if artifacts is not None
+            else None,
             artifact_path=artifacts.path if artifacts is not None else None,
             log=self.log,
         )

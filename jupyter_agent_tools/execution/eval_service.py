@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import functools
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
@@ -33,7 +34,7 @@ from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest, parse_eval_request
 from .session import InitSpec, KernelSession, SessionState
-from .sessions import SessionManager
+from .sessions import EvalSessionManager
 from .sink import OutputSink
 
 if TYPE_CHECKING:
@@ -44,12 +45,6 @@ if TYPE_CHECKING:
 OUTPUT_MAY_BE_INCOMPLETE = (
     "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
     "fell behind): the end of the output may be missing from this answer and its artifact.]"
-)
-
-
-NOTEBOOK_KERNEL_LOST = (
-    "[The notebook's kernel died or was restarted during this call; its state is lost. Nothing was run "
-    "again.]"
 )
 
 
@@ -73,11 +68,33 @@ def build_init_code(spec: InitSpec) -> str:
 
 
 def lost_notice(name: str, gone: dict[str, Any]) -> str:
-    """The notice of a call whose session's earlier incarnation went (see ``SessionManager.gone``)."""
+    """The notice of a call whose session's earlier incarnation went (see ``EvalSessionManager.gone``)."""
     return (
         f"[Session {name!r} was {gone['message']} at {gone['at']}: its variables and imports are gone; "
         "this call runs in a new kernel.]"
     )
+
+
+class _StillStarting(Exception):
+    """The call was cancelled while its session's kernel started: it answers ``answer`` at once, and
+    ``start`` goes on in the background, holding the session's turn until it ends."""
+
+    def __init__(self, answer: dict[str, Any], start: asyncio.Future[Any]):
+        super().__init__("cancelled while the kernel starts")
+        self.answer, self.start = answer, start
+
+
+async def _unless_cancelled(start: asyncio.Future[Any], cancel: asyncio.Event) -> bool:
+    """Wait for ``start`` (its result or error) unless ``cancel`` comes first: False then."""
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait({start, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+    if start.done():
+        start.result()  # its error, if any
+        return True
+    return False
 
 
 def _noting_output(session: KernelSession, emit: Emit) -> Emit:
@@ -97,7 +114,7 @@ class EvalService(Service):
     The application builds the class named by ``AgentToolsApp.eval_service_class``.
     """
 
-    sessions = Instance(SessionManager, help="The named and per-call sessions.")
+    sessions = Instance(EvalSessionManager, help="The named and per-call sessions.")
     kernels = Instance(KernelService, help="Starts, checks and shuts down kernels.")
     artifacts = Instance(ArtifactStore, help="Where spilled outputs live.")
     contents_manager = AnyTrait(help="The server's contents manager (the kernels' working directory).")
@@ -183,6 +200,10 @@ class EvalService(Service):
     def _default_pool(self) -> KernelPool:
         return KernelPool(kernels=self.kernels, size=0, parent=self)
 
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._finishing: set[asyncio.Future[Any]] = set()  # kernel starts of calls that answered
+
     def list_sessions(self) -> list[dict[str, Any]]:
         return self.sessions.describe_all()
 
@@ -205,6 +226,8 @@ class EvalService(Service):
     async def shutdown(self) -> None:
         """Shut down every kernel this service started: sessions', per-call ones still running, pooled."""
         await asyncio.gather(self.sessions.shutdown(), self.pool.shutdown())
+        if self._finishing:
+            await asyncio.wait(set(self._finishing), timeout=10.0)
         await self._let_starts_finish()
 
     async def _let_starts_finish(self, timeout: float = 10.0) -> None:
@@ -326,19 +349,14 @@ class EvalService(Service):
                 result = self._answer(session, request, [], [], restarted=False, cancelled=True)
             else:
                 cells = await self._run_cells(session, request, emit, cancel, turn.deadline, pace)
-                notices, restarted = list(turn.notices), False
-                last = cells[-1] if cells else None
-                if last is not None and last[1].kernel_died:
-                    restarted = True
-                    notices.append(NOTEBOOK_KERNEL_LOST)
-                    emit({"type": "restart", "session": session.name, "message": NOTEBOOK_KERNEL_LOST})
-                    await session.mark_dead()
-                elif last is not None and last[1].cancelled and not last[1].settled:
-                    restarted = True
-                    notice = await runner.restart_wedged(session, f"Cell {last[0] + 1}")
+                notices = list(turn.notices)
+                notice = None
+                if cells:
+                    index, last = cells[-1]
+                    notice = await runner.after_cell(session, last, f"Cell {index + 1}", emit)
+                if notice is not None:
                     notices.append(notice)
-                    emit({"type": "restart", "session": session.name, "message": notice})
-                result = self._answer(session, request, cells, notices, restarted=restarted)
+                result = self._answer(session, request, cells, notices, restarted=notice is not None)
         result["notebook"] = path
         emit({"type": "result", "result": result})
         return result
@@ -356,12 +374,45 @@ class EvalService(Service):
                 break
             await session.end_turn()  # shut down while we waited: take the session's successor
         try:
-            return await self._run_turn(session, request, cwd, emit, cancel, pace)
+            result = await self._run_turn(session, request, cwd, emit, cancel, pace)
+        except _StillStarting as still:
+            self._end_turn_after(session, still.start)
+            return still.answer
         except BaseException:
             await self.sessions.discard_if_never_started(session)
-            raise
-        finally:
             await session.end_turn()
+            raise
+        await session.end_turn()
+        return result
+
+    def _end_turn_after(self, session: KernelSession, start: asyncio.Future[Any]) -> None:
+        """End the session's turn once a kernel start its cancelled call left behind has ended (a
+        failed start drops a session that never had a kernel, as the call would have)."""
+
+        async def finish() -> None:
+            try:
+                await start
+            except BaseException:
+                self.log.debug("session %s: a cancelled call's kernel start failed", session.name)
+                if session.mode == "session":
+                    await self.sessions.discard_if_never_started(session)
+            finally:
+                await session.end_turn()
+
+        task = asyncio.ensure_future(finish())
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _start_unless_cancelled(
+        self, session: KernelSession, request: EvalRequest, start: Awaitable[Any], cancel: asyncio.Event
+    ) -> Any:
+        """``start``'s result, unless the call is cancelled (interrupt, delete, client gone) first: then
+        the call answers cancelled at once (:class:`_StillStarting`) and the start goes on."""
+        task = asyncio.ensure_future(start)
+        if not await _unless_cancelled(task, cancel):
+            answer = self._answer(session, request, [], [], restarted=False, cancelled=True)
+            raise _StillStarting(answer, task)
+        return task.result()
 
     async def _start_kernel(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
         """A fresh, initialized kernel for the session (in place of its current one, if any)."""
@@ -442,8 +493,14 @@ class EvalService(Service):
             notices.append(lost_notice(session.name, lost))
         answer = functools.partial(self._answer, session_lost=lost)
         session.cwd = request.cwd
-        restarted = await self._prepare(session, request, cwd, notices)
-        if session.closed or cancel.is_set():  # deleted or interrupted while its kernel started
+        try:
+            restarted = await self._start_unless_cancelled(
+                session, request, self._prepare(session, request, cwd, notices), cancel
+            )
+        except _StillStarting:
+            session.predecessor_gone = lost  # told to the next call, which will run
+            raise
+        if session.closed or cancel.is_set():  # deleted or interrupted as its kernel became ready
             return answer(session, request, [], notices, restarted=restarted, cancelled=True)
         # The timeout budget covers running the cells, not waiting for a kernel to start.
         deadline = asyncio.get_running_loop().time() + request.timeout
@@ -588,18 +645,27 @@ class EvalService(Service):
             await self.sessions.close_per_call(session)
             return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
         session.cwd = request.cwd
+        still_starting: asyncio.Future[Any] | None = None
         try:
-            await self._start_kernel(session, request, cwd)
-            if session.closed:  # deleted while its kernel started
+            start = self._start_kernel(session, request, cwd)
+            await self._start_unless_cancelled(session, request, start, cancel)
+            if session.closed or cancel.is_set():  # deleted or interrupted as its kernel became ready
                 return self._answer(session, request, [], [], restarted=False, cancelled=True)
             deadline = asyncio.get_running_loop().time() + request.timeout
             cells = await self._run_cells(session, request, emit, cancel, deadline, pace)
             return self._answer(session, request, cells, [], restarted=False)
+        except _StillStarting as still:
+            still_starting = still.start
+            return still.answer
         finally:
             # The answer does not wait for the kernel process to exit (a pooled kernel makes the call
-            # itself take milliseconds); server stop waits for it.
+            # itself take milliseconds); server stop waits for it. A start still running stops the
+            # kernel it gets itself (the session is closed).
             await self.sessions.close_per_call(session, wait=False)
-            await session.end_turn()
+            if still_starting is not None:
+                self._end_turn_after(session, still_starting)
+            else:
+                await session.end_turn()
 
     # -- the answer ---------------------------------------------------------------------------------
 
