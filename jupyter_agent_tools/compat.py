@@ -169,3 +169,29 @@ def _can_send(socket: Any, zmq: Any) -> bool:
         return not socket.closed and bool(socket.get(zmq.EVENTS) & zmq.POLLOUT)
     except Exception:  # its context was terminated, or it was closed meanwhile
         return False
+
+
+def guard_page_token() -> None:
+    """Let an identity provider keep the server's token out of the pages it does not belong in.
+
+    jupyter_server renders every HTML page (``page.html``: the error pages of ``/files``, ``/view``,
+    ``/nbconvert``, a 403, a refused websocket handshake, ``/logout``) with ``data-jupyter-api-token`` set
+    from the handler's ``token`` (a property of ``AuthenticatedHandler``) for any logged-in user
+    (jupyter_server 2.21), and no public hook decides per request. Patched once per process: a handler's
+    ``token`` is None when its identity provider's ``hides_token_from(handler)`` says so (an agent's
+    request), else the server's token as before. Idempotent; ``tests/test_compat.py`` checks it.
+    """
+    from jupyter_server.base.handlers import AuthenticatedHandler
+
+    original: Any = AuthenticatedHandler.__dict__["token"]  # the property itself (JupyterHandler's base)
+    if getattr(original.fget, "guarded_by_agent_tools", False):
+        return
+
+    def token(self: Any) -> str | None:
+        hides = getattr(self.settings.get("identity_provider"), "hides_token_from", None)
+        if hides is not None and hides(self):
+            return None
+        return original.fget(self)
+
+    token.guarded_by_agent_tools = True  # type: ignore[attr-defined]
+    AuthenticatedHandler.token = property(token, doc=original.__doc__)  # type: ignore[method-assign,assignment]

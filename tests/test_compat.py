@@ -208,3 +208,27 @@ def test_a_control_socket_left_without_a_peer_is_replaced_before_the_shutdown_re
         km._close_control_socket()
         stuck.close()
         context.destroy(linger=0)
+
+
+def test_a_handlers_token_is_hidden_when_its_identity_provider_says_so() -> None:
+    """``JupyterHandler.token`` is the property ``page.html``'s ``data-jupyter-api-token`` comes from
+    (through ``template_namespace``); guarded, it is None for a handler the provider hides it from."""
+    import inspect
+    from types import SimpleNamespace
+
+    from jupyter_server.base.handlers import JupyterHandler
+
+    from jupyter_agent_tools.compat import guard_page_token
+
+    guard_page_token()
+    guard_page_token()  # once per process
+    hidden: set[int] = set()
+    provider = SimpleNamespace(token="server-token", hides_token_from=lambda h: id(h) in hidden)
+    person = SimpleNamespace(settings={"identity_provider": provider}, identity_provider=provider)
+    agent = SimpleNamespace(settings={"identity_provider": provider}, identity_provider=provider)
+    hidden.add(id(agent))
+    token = JupyterHandler.token.fget
+    assert token(person) == "server-token" and token(agent) is None
+    plain = SimpleNamespace(token="t")  # a provider that hides nothing (jupyter_server's own)
+    assert token(SimpleNamespace(settings={"identity_provider": plain}, identity_provider=plain)) == "t"
+    assert "token=self.token" in inspect.getsource(JupyterHandler.template_namespace.fget)

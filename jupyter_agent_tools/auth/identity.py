@@ -24,6 +24,7 @@ from tornado import web
 from traitlets import Unicode
 
 from ..audit import metrics
+from ..compat import guard_page_token
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
@@ -87,6 +88,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         self._tokens: TokenStore | None = None
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
         self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
+        guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
 
     @property
     def tokens(self) -> TokenStore:
@@ -170,6 +172,11 @@ class AgentIdentityProvider(PasswordIdentityProvider):
     def is_token_authenticated(self, handler: web.RequestHandler) -> bool:
         """An agent token came in a header, not a cookie: like the server's token, no XSRF check."""
         return handler in self._by_agent_token or super().is_token_authenticated(handler)
+
+    def hides_token_from(self, handler: web.RequestHandler) -> bool:
+        """Whether the server's token must stay out of what ``handler`` renders: it serves an agent (whose
+        pages would otherwise carry ``data-jupyter-api-token``, see ``compat.guard_page_token``)."""
+        return handler in self._by_agent_token
 
     def user_from_cookie(self, cookie_value: str) -> User | None:
         """A login cookie's user; never an agent (agents get no cookie, so one naming an agent is forged
