@@ -21,10 +21,11 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import PasswordIdentityProvider, User
 from tornado import web
-from traitlets import Unicode
+from traitlets import Float, Unicode
 
 from ..audit import metrics
 from ..compat import guard_page_token
+from ..errors import AgentToolsError
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
@@ -83,6 +84,14 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         "directory of the server's data directory (jupyter --data-dir).",
     ).tag(config=True)
 
+    token_db_timeout = Float(
+        2.0,
+        min=0.0,
+        max=60.0,
+        help="Seconds a token change (create, revoke) waits while another process holds the token "
+        "database's lock, before it answers 503 saying so. Checking a token never waits for it.",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._tokens: TokenStore | None = None
@@ -102,7 +111,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
 
                     data_dir = jupyter_data_dir()
                 path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
-            self._tokens = TokenStore(path)
+            self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
         return self._tokens
 
     def get_user(self, handler: web.RequestHandler) -> Any:
@@ -112,7 +121,10 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             return current
         token = self.get_token(handler)
         if token and token.startswith(TOKEN_PREFIX):
-            record = self.tokens.lookup(token)
+            try:
+                record = self.tokens.lookup(token)
+            except AgentToolsError as e:  # the token database is locked, corrupt or unopenable: 503
+                raise web.HTTPError(e.status, e.message) from None
             if record is not None:
                 return self._agent_user(handler, record)
         return super().get_user(handler)

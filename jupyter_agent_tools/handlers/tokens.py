@@ -58,8 +58,8 @@ class TokenListHandler(_TokenRoute):
         store = self.tokens
         body = await self.json_body()
         check("AgentTokenRequest", body)
-        token, record = store.create(
-            body["name"], body["scopes"], body.get("paths") or (), body.get("expires_in")
+        token, record = await store.call(
+            store.create, body["name"], body["scopes"], body.get("paths") or (), body.get("expires_in")
         )
         self.log.info("agent token %r created (scopes %s)", record.name, ",".join(sorted(record.scopes)))
         answer = {**record.public(store.now()), "token": token, "user": AGENT_PREFIX + record.name}
@@ -75,6 +75,6 @@ class TokenHandler(_TokenRoute):
     @authorized("write")
     async def delete(self, name: str) -> None:
         store = self.tokens
-        record = store.revoke(name)
+        record = await store.call(store.revoke, name)
         self.log.info("agent token %r revoked", record.name)
         self.write_json(record.public(store.now()))
