@@ -26,6 +26,7 @@ from traitlets import Float, Unicode
 from ..audit import metrics
 from ..compat import guard_page_token
 from ..errors import AgentToolsError
+from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
@@ -92,9 +93,19 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         "database's lock, before it answers 503 saying so. Checking a token never waits for it.",
     ).tag(config=True)
 
+    connection_check_interval = Float(
+        5.0,
+        min=0.05,
+        max=3600.0,
+        help="Seconds between two checks, while agents hold websockets open, that their tokens are still "
+        "active: a websocket of a token that expired (or was revoked by another server sharing the token "
+        "database) is closed within this time. A revocation through this server closes them at once.",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._tokens: TokenStore | None = None
+        self._connections: AgentConnections | None = None
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
         self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
         guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
@@ -113,6 +124,13 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
             self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
         return self._tokens
+
+    @property
+    def connections(self) -> AgentConnections:
+        """The agent tokens' open websockets (closed when their token is no longer active)."""
+        if self._connections is None:
+            self._connections = AgentConnections(self.tokens.status_of, self.connection_check_interval)
+        return self._connections
 
     def get_user(self, handler: web.RequestHandler) -> Any:
         """An agent token's user, else whatever jupyter_server's provider finds (token, cookie)."""
@@ -152,6 +170,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             )
         self.tokens.touch(record)
         self._by_agent_token.add(handler)
+        self.connections.add(record.token_hash, handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
         name = AGENT_PREFIX + record.name
         return AgentUser(

@@ -227,6 +227,13 @@ class TokenStore:
             return None
         return found
 
+    def status_of(self, digest: str) -> str:
+        """The status of the token whose hash is ``digest`` now (``"unknown"`` when there is none)."""
+        with self._lock:
+            self._refresh()
+            found = self._by_hash.get(digest)
+        return found.status(self._clock()) if found is not None else "unknown"
+
     def tokens(self) -> list[AgentToken]:
         """Every record, oldest first, with its last use as of now (written or not yet)."""
         with self._lock:

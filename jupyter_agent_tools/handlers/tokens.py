@@ -29,7 +29,7 @@ class _TokenRoute(AgentAPIHandler):
     auth_resource = "agent_tokens"
 
     @property
-    def tokens(self) -> TokenStore:
+    def agents(self) -> AgentIdentityProvider:
         if isinstance(self.current_user, AgentUser):
             raise AgentToolsError(
                 "Agent tokens cannot manage agent tokens: use the server's own token or log in.", 403
@@ -37,7 +37,11 @@ class _TokenRoute(AgentAPIHandler):
         provider = self.identity_provider
         if not isinstance(provider, AgentIdentityProvider):
             raise Conflict(NOT_ENABLED)
-        return provider.tokens
+        return provider
+
+    @property
+    def tokens(self) -> TokenStore:
+        return self.agents.tokens
 
 
 class TokenListHandler(_TokenRoute):
@@ -76,5 +80,6 @@ class TokenHandler(_TokenRoute):
     async def delete(self, name: str) -> None:
         store = self.tokens
         record = await store.call(store.revoke, name)
-        self.log.info("agent token %r revoked", record.name)
+        closed = self.agents.connections.close_inactive()
+        self.log.info("agent token %r revoked (%d open websocket(s) closed)", record.name, closed)
         self.write_json(record.public(store.now()))
