@@ -147,9 +147,12 @@ async def test_an_expired_token_has_its_websockets_closed(http, jp_ws_fetch, jp_
     status, made = await http(
         "POST", "api/agent/tokens", {"name": "brief", "scopes": ["read", "execute"], "expires_in": 60}
     )
+    assert status == 201, made
     token = made["token"]
     status, kernel = await http("POST", "api/kernels", {"name": "python3"}, token=token)
+    assert status == 201, kernel
     status, terminal = await http("POST", "api/terminals", token=token)
+    assert status == 200, terminal
     try:
         sockets = await _open_all(jp_ws_fetch, token, kernel["id"], terminal["name"])
         assert not await _closed(sockets["kernel"], 3 * CHECK_INTERVAL)  # still active: left open
