@@ -45,6 +45,9 @@ SELF_AUTHORIZING = frozenset(
         "jupyter_agent_tools.handlers.base.AgentAPIHandler",
     }
 )
+# jupyter-collaboration's room websocket: it makes the room (loading the file) before it asks the
+# authorizer, so an agent is authorized for it as soon as it is authenticated.
+ROOM_WEBSOCKET = "jupyter_server_ydoc.handlers.YDocWebSocketHandler"
 # The code object of every method ``@authorized`` wraps (the decorator's inner function).
 _AUTHORIZED_CODE = authorized(lambda self: None).__code__
 
@@ -59,6 +62,10 @@ class AgentUser(User):
 
 
 _USER_FIELDS = tuple(f.name for f in fields(User))
+
+
+def _class_names(handler: web.RequestHandler) -> set[str]:
+    return {f"{c.__module__}.{c.__qualname__}" for c in type(handler).__mro__}
 
 
 def _asks_authorizer(method: Any) -> bool:
@@ -173,7 +180,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         self.connections.add(record.token_hash, handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
         name = AGENT_PREFIX + record.name
-        return AgentUser(
+        user = AgentUser(
             username=name,
             name=name,
             display_name=f"Agent {record.name}",
@@ -182,6 +189,13 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             scopes=record.effective_scopes,
             path_scope=record.path_scope,
         )
+        # AgentAuthorizer raises its own refusal (403 naming the scope, 404 outside the paths)
+        authorizer = handler.settings["authorizer"]
+        if ROOM_WEBSOCKET in _class_names(handler) and not authorizer.is_authorized(
+            handler, user, "write", "contents"
+        ):
+            raise web.HTTPError(403, f"Agent {record.name!r} may not join this collaboration room.")
+        return user
 
     def _route_asks_authorizer(self, handler: web.RequestHandler) -> bool:
         """Whether the route serving this request asks the authorizer (so the agent's scopes apply), or
@@ -191,7 +205,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         known = self._routes.get(key)
         if known is None:
             method = getattr(cls, method_name, None)
-            names = {f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__}
+            names = _class_names(handler)
             known = bool(
                 names & SELF_AUTHORIZING
                 or _asks_authorizer(method)
