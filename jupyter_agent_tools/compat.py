@@ -195,3 +195,32 @@ def guard_page_token() -> None:
 
     token.guarded_by_agent_tools = True  # type: ignore[attr-defined]
     AuthenticatedHandler.token = property(token, doc=original.__doc__)  # type: ignore[method-assign,assignment]
+
+
+def guard_contents_listings() -> None:
+    """Let an identity provider leave entries out of ``/api/contents`` directory listings.
+
+    jupyter_server's ``ContentsHandler`` answers every model through ``_finish_model`` (jupyter_server
+    2.21), and a directory's model lists its entries whatever the authorizer allowed for the directory
+    itself: a symlink inside an agent's paths that leads outside them, or an entry a glob naming only the
+    directory does not reach. Patched once per process: a directory model keeps only the entries for which
+    the identity provider's ``lists_for(handler, path)`` is true. Idempotent; ``tests/test_compat.py``.
+    """
+    from jupyter_server.services.contents.handlers import ContentsHandler
+
+    original: Any = ContentsHandler._finish_model
+    if getattr(original, "guarded_by_agent_tools", False):
+        return
+
+    def _finish_model(self: Any, model: Any, location: bool = True) -> Any:
+        lists_for = getattr(self.settings.get("identity_provider"), "lists_for", None)
+        entries = (
+            model.get("content") if isinstance(model, dict) and model.get("type") == "directory" else None
+        )
+        if lists_for is not None and isinstance(entries, list):
+            kept = [e for e in entries if not isinstance(e, dict) or lists_for(self, str(e.get("path", "")))]
+            model = {**model, "content": kept}
+        return original(self, model, location)
+
+    _finish_model.guarded_by_agent_tools = True  # type: ignore[attr-defined]
+    ContentsHandler._finish_model = _finish_model  # type: ignore[method-assign]

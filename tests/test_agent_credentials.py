@@ -155,3 +155,42 @@ async def test_no_page_an_agent_can_reach_carries_the_servers_token(
         assert lab.code == 200 and server_token in lab.body.decode()
     finally:
         await jp_serverapp.kernel_manager.shutdown_kernel(kernel)
+
+
+async def test_metrics_are_not_served_to_agents(fetch, jp_serverapp: Any) -> None:
+    server_token = jp_serverapp.identity_provider.token
+    made = await fetch("POST", "api/agent/tokens", server_token, {"name": "watcher", "scopes": ["read"]})
+    agent = json.loads(made.body)["token"]
+    assert (await fetch("GET", "api/status", agent)).code == 200
+    refused = await fetch("GET", "metrics", agent)
+    assert refused.code == 403 and b"watcher" not in refused.body and b"jupyter_agent" not in refused.body
+    served = await fetch("GET", "metrics", server_token)
+    assert served.code == 200 and 'agent="watcher"' in served.body.decode()
+
+
+async def test_contents_listings_hold_only_what_the_paths_reach(
+    fetch, jp_serverapp: Any, jp_root_dir: Path
+) -> None:
+    reports = jp_root_dir / "reports"
+    (reports / "deep").mkdir(parents=True)
+    (reports / "a.ipynb").write_text("{}")
+    (jp_root_dir / "secret-name.txt").write_text("outside")
+    os.symlink(jp_root_dir / "secret-name.txt", reports / "leads-out.txt")
+    os.symlink(jp_root_dir, reports / "up")
+    os.symlink(reports / "a.ipynb", reports / "stays-in.ipynb")
+    server_token = jp_serverapp.identity_provider.token
+    tokens = {}
+    for name, paths in (("deep", ["reports/**"]), ("dir-only", ["reports"])):
+        made = await fetch(
+            "POST", "api/agent/tokens", server_token, {"name": name, "scopes": ["read"], "paths": paths}
+        )
+        tokens[name] = json.loads(made.body)["token"]
+
+    async def listing(token: str) -> set[str]:
+        response = await fetch("GET", "api/contents/reports", token)
+        assert response.code == 200, response.body
+        return {e["name"] for e in json.loads(response.body)["content"]}
+
+    assert await listing(server_token) == {"a.ipynb", "deep", "leads-out.txt", "up", "stays-in.ipynb"}
+    assert await listing(tokens["deep"]) == {"a.ipynb", "deep", "stays-in.ipynb"}
+    assert await listing(tokens["dir-only"]) == set()  # 'reports' reaches the folder, not what is in it

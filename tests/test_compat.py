@@ -232,3 +232,19 @@ def test_a_handlers_token_is_hidden_when_its_identity_provider_says_so() -> None
     plain = SimpleNamespace(token="t")  # a provider that hides nothing (jupyter_server's own)
     assert token(SimpleNamespace(settings={"identity_provider": plain}, identity_provider=plain)) == "t"
     assert "token=self.token" in inspect.getsource(JupyterHandler.template_namespace.fget)
+
+
+def test_contents_directory_models_are_finished_through_finish_model() -> None:
+    """``ContentsHandler.get`` answers through ``_finish_model`` (what ``guard_contents_listings`` wraps
+    to leave entries out of an agent's listings); guarded once however often it is asked."""
+    import inspect
+
+    from jupyter_server.services.contents.handlers import ContentsHandler
+
+    from jupyter_agent_tools.compat import guard_contents_listings
+
+    assert "self._finish_model(model" in inspect.getsource(ContentsHandler.get)
+    guard_contents_listings()
+    guarded = ContentsHandler._finish_model
+    guard_contents_listings()
+    assert ContentsHandler._finish_model is guarded and guarded.guarded_by_agent_tools

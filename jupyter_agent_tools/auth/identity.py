@@ -24,7 +24,7 @@ from tornado import web
 from traitlets import Float, Unicode
 
 from ..audit import metrics
-from ..compat import guard_page_token
+from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
 from .connections import AgentConnections
 from .paths import PathScope
@@ -45,6 +45,10 @@ SELF_AUTHORIZING = frozenset(
         "jupyter_agent_tools.handlers.base.AgentAPIHandler",
     }
 )
+# Public routes that are not an agent's: the metrics name every agent, with its requests and refusals.
+NOT_FOR_AGENTS = {
+    "jupyter_server.base.handlers.PrometheusMetricsHandler": "the server's metrics (they name every agent)",
+}
 # jupyter-collaboration's room websocket: it makes the room (loading the file) before it asks the
 # authorizer, so an agent is authorized for it as soon as it is authenticated.
 ROOM_WEBSOCKET = "jupyter_server_ydoc.handlers.YDocWebSocketHandler"
@@ -116,6 +120,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
         self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
         guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
+        guard_contents_listings()  # an agent's /api/contents listings hold only its paths (lists_for)
 
     @property
     def tokens(self) -> TokenStore:
@@ -155,6 +160,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         return super().get_user(handler)
 
     def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
+        self._by_agent_token.add(handler)  # first: even a refusal's page must not carry the server's token
         now = self.tokens.now()
         status = record.status(now)
         if status != "active":
@@ -168,6 +174,10 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 "Agent tokens are accepted only when the server's authorizer applies their scopes: set "
                 'c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer" (docs/admin.md).',
             )
+        refused = [what for name, what in NOT_FOR_AGENTS.items() if name in _class_names(handler)]
+        if refused:
+            metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
+            raise web.HTTPError(403, f"Agent tokens cannot read {refused[0]}: use the server's own token.")
         if not self._route_asks_authorizer(handler):
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
             raise web.HTTPError(
@@ -176,7 +186,6 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 "does not check permissions, so the token's scopes could not apply.",
             )
         self.tokens.touch(record)
-        self._by_agent_token.add(handler)
         self.connections.add(record.token_hash, handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
         name = AGENT_PREFIX + record.name
@@ -222,6 +231,15 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         """Whether the server's token must stay out of what ``handler`` renders: it serves an agent (whose
         pages would otherwise carry ``data-jupyter-api-token``, see ``compat.guard_page_token``)."""
         return handler in self._by_agent_token
+
+    def lists_for(self, handler: web.RequestHandler, path: str) -> bool:
+        """Whether a directory listing (``/api/contents``) served by ``handler`` may show ``path``: for an
+        agent with path globs, only what they reach (a symlink only when where it leads is inside too)."""
+        user = handler.current_user
+        if not isinstance(user, AgentUser) or user.path_scope is None:
+            return True
+        root = getattr(getattr(handler, "contents_manager", None), "root_dir", None)
+        return user.path_scope.allows(path, root)
 
     def user_from_cookie(self, cookie_value: str) -> User | None:
         """A login cookie's user; never an agent (agents get no cookie, so one naming an agent is forged
