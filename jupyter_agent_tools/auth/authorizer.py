@@ -21,9 +21,10 @@ from tornado import web
 from traitlets import Instance, Type
 
 from ..audit import metrics
+from ..schemas import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
 from .identity import ROOM_WEBSOCKET, AgentUser
 from .paths import normalize
-from .scopes import PATH_RESOURCES, refusal
+from .scopes import PATH_RESOURCES, needed, refusal
 
 # Handlers whose path is their one positional URL argument (jupyter_server's /files/).
 FILE_HANDLERS = frozenset(
@@ -145,7 +146,9 @@ class AgentAuthorizer(Authorizer):
             return False
         self._record(handler, user, action, resource, problem)
         message = f"Agent {user.agent!r} may not {action} on resource {resource!r}: {problem}."
-        raise web.HTTPError(403, message + " Nothing was done.")
+        missing = needed(resource, action) is not None and "scope" in problem and FORK_HANDLER not in names
+        reason = REFUSED_MISSING_SCOPE if missing else REFUSED_NOT_FOR_AGENTS
+        raise web.HTTPError(403, message + " Nothing was done.", reason=reason)
 
     def _record(self, handler: Any, user: AgentUser, action: str, resource: str, reason: str) -> None:
         metrics.AGENT_REQUESTS.labels(agent=user.agent, outcome="refused").inc()

@@ -26,6 +26,7 @@ from traitlets import Float, Unicode
 from ..audit import metrics
 from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
+from ..schemas import REFUSED_NOT_FOR_AGENTS
 from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
@@ -46,7 +47,7 @@ SELF_AUTHORIZING = frozenset(
     }
 )
 # Public routes that are not an agent's: the metrics name every agent, with its requests and refusals.
-NOT_FOR_AGENTS = {
+AGENT_REFUSED_ROUTES = {
     "jupyter_server.base.handlers.PrometheusMetricsHandler": "the server's metrics (they name every agent)",
 }
 # jupyter-collaboration's room websocket: it makes the room (loading the file) before it asks the
@@ -166,7 +167,8 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         if status != "active":
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome=status).inc()
             when = iso(record.revoked if status == "revoked" else record.expires)
-            message = f"The agent token {record.name!r} was {status} at {when}; {HOW_TO_RENEW}."
+            verb = "expired" if status == "expired" else f"was {status}"
+            message = f"The agent token {record.name!r} {verb} at {when}; {HOW_TO_RENEW}."
             raise web.HTTPError(403, message)
         if not getattr(handler.settings.get("authorizer"), "applies_agent_scopes", False):
             raise web.HTTPError(
@@ -174,16 +176,18 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 "Agent tokens are accepted only when the server's authorizer applies their scopes: set "
                 'c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer" (docs/admin.md).',
             )
-        refused = [what for name, what in NOT_FOR_AGENTS.items() if name in _class_names(handler)]
+        refused = [what for name, what in AGENT_REFUSED_ROUTES.items() if name in _class_names(handler)]
         if refused:
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
-            raise web.HTTPError(403, f"Agent tokens cannot read {refused[0]}: use the server's own token.")
+            message = f"Agent tokens cannot read {refused[0]}: use the server's own token."
+            raise web.HTTPError(403, message, reason=REFUSED_NOT_FOR_AGENTS)
         if not self._route_asks_authorizer(handler):
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
             raise web.HTTPError(
                 403,
                 f"Agent tokens cannot use this route ({handler.request.method} {handler.request.path}): it "
                 "does not check permissions, so the token's scopes could not apply.",
+                reason=REFUSED_NOT_FOR_AGENTS,
             )
         self.tokens.touch(record)
         self.connections.add(record.token_hash, handler)

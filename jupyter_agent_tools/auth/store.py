@@ -31,13 +31,14 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
+from ..schemas import TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
 
 TOKEN_PREFIX = "jat_"
 # Longest lifetime a token may be given (a token without expiry lives until it is revoked).
-MAX_EXPIRES_IN = 366 * 86400.0
-MIN_EXPIRES_IN = 60.0
+MAX_EXPIRES_IN = float(TOKEN_MAX_EXPIRES_IN)
+MIN_EXPIRES_IN = float(TOKEN_MIN_EXPIRES_IN)
 # Seconds between two writes of one token's last use.
 LAST_USED_EVERY = 60.0
 SCHEMA_VERSION = 1
