@@ -13,6 +13,7 @@ route that never asks the authorizer (the agent's scopes could not be applied th
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from dataclasses import dataclass, fields
@@ -69,8 +70,15 @@ class AgentUser(User):
 _USER_FIELDS = tuple(f.name for f in fields(User))
 
 
-def _class_names(handler: web.RequestHandler) -> set[str]:
-    return {f"{c.__module__}.{c.__qualname__}" for c in type(handler).__mro__}
+def _class_names(handler: web.RequestHandler) -> frozenset[str]:
+    cls: Any = type(handler)
+    return _names_of(cls)
+
+
+@functools.lru_cache(maxsize=512)
+def _names_of(cls: Any) -> frozenset[str]:
+    """The dotted names of a handler class and its bases (asked on every agent request)."""
+    return frozenset(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
 
 
 def _asks_authorizer(method: Any) -> bool:
