@@ -10,6 +10,7 @@ exist (without its path), and an ``edit`` token inside its paths still collabora
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,15 @@ async def test_writing_through_a_room_needs_edit_within_the_paths(
     try:
         client.type_at_end(0, " + 1")
         await until(lambda: "a = 1 + 1" in inside.read_text(), "the room to save the agent's typing")
+        # revoked, its room websocket is closed: what it types afterwards reaches nothing
+        status, answer = await http("DELETE", "api/agent/tokens/editor")
+        assert status == 200, answer
+        await until(lambda: client.ws.close_code is not None, "the server to close the revoked room socket")
+        assert client.ws.close_code == 1008, client.ws.close_code
+        client.type_at_end(0, " + 2")
+        await asyncio.sleep(1)
+        assert "a = 1 + 1 + 2" not in inside.read_text()
     finally:
-        await client.close()
+        with contextlib.suppress(Exception):  # the provider's task ends with the closed socket's error
+            await client.close()
     assert outside.read_bytes() == before[outside]

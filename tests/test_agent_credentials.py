@@ -107,8 +107,26 @@ def _leaks(response: Any, secret: str) -> list[str]:
     return found
 
 
+async def _log_in(client: Any, base_url: str, password: str) -> str:
+    """Log in through /login as a browser does (the server's token as the password); the cookies."""
+    form = await client.fetch(base_url + "login", raise_error=False)
+    xsrf = next(c.split(";")[0] for c in form.headers.get_list("Set-Cookie") if c.startswith("_xsrf="))
+    response = await client.fetch(
+        base_url + "login",
+        method="POST",
+        body=f"_xsrf={xsrf.split('=', 1)[1]}&password={quote(password)}",
+        headers={"Cookie": xsrf},
+        follow_redirects=False,
+        raise_error=False,
+    )
+    assert response.code == 302, response.code
+    login = [c.split(";")[0] for c in response.headers.get_list("Set-Cookie") if c.startswith("username-")]
+    assert login, response.headers
+    return "; ".join([xsrf, *login])
+
+
 async def test_no_page_an_agent_can_reach_carries_the_servers_token(
-    fetch, jp_serverapp: Any, jp_root_dir: Path
+    fetch, jp_serverapp: Any, jp_root_dir: Path, http_server_client: Any, jp_base_url: str, jp_http_port: int
 ) -> None:
     (jp_root_dir / "sub").mkdir()
     (jp_root_dir / "sub" / "a.ipynb").write_text(
@@ -146,13 +164,22 @@ async def test_no_page_an_agent_can_reach_carries_the_servers_token(
         page = await fetch("GET", "view/sub/missing.txt", agent)
         assert page.code == 404 and b"<html" in page.body.lower()
 
-        # the person still gets the page they got, with their token in it
-        for method, url, headers in [("GET", "files/sub/missing.txt", {}), ("POST", "api/shutdown", {})][:1]:
-            response = await fetch(method, url, server_token, **headers)
-            assert response.code == 404
-            assert f'data-jupyter-api-token="{quote(server_token)}"' in response.body.decode()
+        # the person still gets the page they got, with their token in it: with the server's token, and
+        # logged in with a cookie (a browser)
+        response = await fetch("GET", "files/sub/missing.txt", server_token)
+        assert response.code == 404
+        assert f'data-jupyter-api-token="{quote(server_token)}"' in response.body.decode()
         lab = await fetch("GET", "lab", server_token)
         assert lab.code == 200 and server_token in lab.body.decode()
+        cookie = await _log_in(http_server_client, jp_base_url, server_token)
+        for url in ("files/sub/missing.txt", "lab"):
+            page = await http_server_client.fetch(
+                jp_base_url + url,
+                headers={"Cookie": cookie, "Referer": f"http://127.0.0.1:{jp_http_port}{jp_base_url}lab"},
+                raise_error=False,
+                follow_redirects=False,
+            )
+            assert page.code in (200, 404) and quote(server_token) in page.body.decode(), (url, page.code)
     finally:
         await jp_serverapp.kernel_manager.shutdown_kernel(kernel)
 
