@@ -163,6 +163,9 @@ async def test_no_page_an_agent_can_reach_carries_the_servers_token(
         assert statuses[(True, "GET", f"api/kernels/{kernel}/channels", True)] == 403
         page = await fetch("GET", "view/sub/missing.txt", agent)
         assert page.code == 404 and b"<html" in page.body.lower()
+        # a page refused to agents says why (it was an empty 403)
+        page = await fetch("GET", "lab", agent)
+        assert page.code == 403 and b"cannot use this route" in page.body, page.body[:300]
 
         # the person still gets the page they got, with their token in it: with the server's token, and
         # logged in with a cookie (a browser)

@@ -70,6 +70,15 @@ class AgentUser(User):
 _USER_FIELDS = tuple(f.name for f in fields(User))
 
 
+def _refusal(
+    handler: web.RequestHandler, status: int, message: str, reason: str | None = None
+) -> web.HTTPError:
+    """The error refusing an agent's request, which then has no user: jupyter_server's HTML error page
+    needs one set to render the message (it otherwise fails, and the agent gets an empty 403)."""
+    handler.current_user = None
+    return web.HTTPError(status, message, reason=reason)
+
+
 def _class_names(handler: web.RequestHandler) -> frozenset[str]:
     cls: Any = type(handler)
     return _names_of(cls)
@@ -163,7 +172,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             try:
                 record = self.tokens.lookup(token)
             except AgentToolsError as e:  # the token database is locked, corrupt or unopenable: 503
-                raise web.HTTPError(e.status, e.message) from None
+                raise _refusal(handler, e.status, e.message) from None
             if record is not None:
                 return self._agent_user(handler, record)
         return super().get_user(handler)
@@ -177,9 +186,10 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             when = iso(record.revoked if status == "revoked" else record.expires)
             verb = "expired" if status == "expired" else f"was {status}"
             message = f"The agent token {record.name!r} {verb} at {when}; {HOW_TO_RENEW}."
-            raise web.HTTPError(403, message)
+            raise _refusal(handler, 403, message)
         if not getattr(handler.settings.get("authorizer"), "applies_agent_scopes", False):
-            raise web.HTTPError(
+            raise _refusal(
+                handler,
                 403,
                 "Agent tokens are accepted only when the server's authorizer applies their scopes: set "
                 'c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer" (docs/admin.md).',
@@ -188,10 +198,11 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         if refused:
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
             message = f"Agent tokens cannot read {refused[0]}: use the server's own token."
-            raise web.HTTPError(403, message, reason=REFUSED_NOT_FOR_AGENTS)
+            raise _refusal(handler, 403, message, reason=REFUSED_NOT_FOR_AGENTS)
         if not self._route_asks_authorizer(handler):
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
-            raise web.HTTPError(
+            raise _refusal(
+                handler,
                 403,
                 f"Agent tokens cannot use this route ({handler.request.method} {handler.request.path}): it "
                 "does not check permissions, so the token's scopes could not apply.",
@@ -211,11 +222,13 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             path_scope=record.path_scope,
         )
         # AgentAuthorizer raises its own refusal (403 naming the scope, 404 outside the paths)
-        authorizer = handler.settings["authorizer"]
-        if ROOM_WEBSOCKET in _class_names(handler) and not authorizer.is_authorized(
-            handler, user, "write", "contents"
-        ):
-            raise web.HTTPError(403, f"Agent {record.name!r} may not join this collaboration room.")
+        if ROOM_WEBSOCKET in _class_names(handler):
+            try:
+                allowed = handler.settings["authorizer"].is_authorized(handler, user, "write", "contents")
+            except web.HTTPError as e:
+                raise _refusal(handler, e.status_code, e.log_message or "", e.reason) from None
+            if not allowed:
+                raise _refusal(handler, 403, f"Agent {record.name!r} may not join this collaboration room.")
         return user
 
     def _route_asks_authorizer(self, handler: web.RequestHandler) -> bool:
