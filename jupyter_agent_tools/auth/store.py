@@ -351,6 +351,10 @@ class TokenStore:
             self._flush_pending = True
         self._writer_thread.submit(self._flush)
 
+    def settle(self) -> None:
+        """Wait until the writes queued so far (last uses) are done."""
+        self._writer_thread.submit(lambda: None).result()
+
     def _flush(self, force: bool = False) -> None:
         """Write the pending last uses that are due (all with ``force``); not waiting for a lock."""
         with self._lock:
