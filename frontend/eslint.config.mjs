@@ -33,7 +33,7 @@ export default defineConfig([
         ...globals.node
       },
       parserOptions: {
-        project: 'tsconfig.json',
+        project: ['tsconfig.json', 'tsconfig.test.json'],
         sourceType: 'module'
       }
     },

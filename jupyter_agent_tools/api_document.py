@@ -12,7 +12,7 @@ import functools
 from typing import Any
 
 from . import __version__
-from .files import MAX_DEPTH, MAX_SCANNED
+from .files import MAX_DEPTH, MAX_SCANNED, MAX_SECONDS
 from .files import MAX_LIMIT as MAX_FILE_LIMIT
 from .notebook.reading import FORMATS, INCLUDES, INLINE_MIMES, MAX_CELL_REFS, MAX_READ_LIMIT
 from .schemas import SCHEMAS, SESSION_NAME_PATTERN, ref
@@ -465,6 +465,8 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "listSessions",
                 "summary": "List eval sessions",
+                "description": "An agent token sees its own sessions and the sessions and kernels of "
+                "notebooks inside its paths; the server's credentials and persons see all.",
                 "tags": ["sessions"],
                 "x-authorization": {"resource": "kernels", "action": "read"},
                 "responses": {
@@ -484,7 +486,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "204": {"description": "Shut down."},
                     "403": FORBIDDEN,
-                    "404": _error("No such session."),
+                    "404": _error("No such session (for an agent token: none of its own)."),
                 },
             },
         },
@@ -500,7 +502,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("What was interrupted.", ref("InterruptResult")),
                     "403": FORBIDDEN,
-                    "404": _error("No such session."),
+                    "404": _error("No such session (for an agent token: none of its own)."),
                 },
             },
         },
@@ -545,7 +547,8 @@ def _paths() -> dict[str, Any]:
                     "403": FORBIDDEN,
                     "404": _error(
                         "No such artifact (artifacts go with their session, expire, and the oldest go "
-                        "past ArtifactStore.max_bytes)."
+                        "past ArtifactStore.max_bytes); for an agent token, also one it did not spill "
+                        "whose notebook is not inside its paths."
                     ),
                     "416": _error("The range starts past the artifact's end (Content-Range: bytes */TOTAL)."),
                 },
@@ -726,11 +729,13 @@ def _files_paths() -> dict[str, Any]:
                 "operationId": "listFiles",
                 "summary": "Find notebooks and files under a folder (glob, depth, pages)",
                 "description": "The entries of a folder as the contents manager lists them (hidden files "
-                "only where allow_hidden, hide_globs applied, an agent token's paths only), with sizes "
-                "and modification times. With recursive, glob or max_depth, its subfolders too, "
-                "depth-first, each folder's entries by name. A page holds at most 'limit' entries and a "
-                f"call examines at most {MAX_SCANNED} entries: 'truncated' says more may exist, "
-                "'next_start' is the 'start' of the next page.",
+                "only where allow_hidden, hide_globs applied, an agent token's paths only), without what "
+                "the .gitignore and .ignore files exclude (unless 'ignored'), with sizes and modification "
+                "times. With recursive, glob or max_depth, its subfolders too, depth-first, each folder's "
+                "entries by name; an ignored folder is not walked into. A page holds at most 'limit' "
+                f"matching entries and a call walks at most {MAX_SECONDS:g} s or {MAX_SCANNED} entries: "
+                "'truncated' says more may exist, 'stopped' why, 'next_start' is the 'start' of the next "
+                "page.",
                 "tags": ["files"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [
@@ -758,14 +763,21 @@ def _files_paths() -> dict[str, Any]:
                         f"Most entries in the page (default 500), 1 to {MAX_FILE_LIMIT}.",
                         {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT},
                     ),
+                    _query(
+                        "ignored",
+                        "1, true, yes or on: also what .gitignore and .ignore files exclude (and .git).",
+                        {"type": "string"},
+                    ),
                 ],
                 "responses": {
                     "200": _json("The entries of the page.", ref("FileList")),
                     "400": _error(
-                        "A bad glob, max_depth, limit or start, 'path' with '.' or '..', or 'path' is a file."
+                        "A bad glob (at most 256 characters), max_depth, limit or start, 'path' with '.' or "
+                        "'..', or 'path' is a file."
                     ),
                     "403": FORBIDDEN,
                     "404": _error("No such folder (also hidden ones, and outside an agent token's paths)."),
+                    "503": _retry("Too many file searches run or wait: retry after Retry-After seconds."),
                 },
             }
         }

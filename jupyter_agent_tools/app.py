@@ -13,6 +13,7 @@ from traitlets import Float, Int, Type, validate
 from . import __version__
 from .artifacts import ArtifactStore
 from .audit import Audit
+from .audit.feed import EventFeed
 from .compat import guard_control_sockets
 from .execution.kernels import KernelService
 from .execution.notebook_kernels import NotebookKernels
@@ -21,6 +22,7 @@ from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
 from .execution.service import EvalService
 from .execution.sessions import SessionManager
+from .handlers import events, server_routes
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
     ChangesHandler,
@@ -91,6 +93,7 @@ class AgentToolsApp(ExtensionApp):
         NotebookRunner,
         NotebookKernels,
         Audit,
+        EventFeed,
         Ledger,
         RunRegistry,
     ]
@@ -229,6 +232,7 @@ class AgentToolsApp(ExtensionApp):
         return in_range(proposal, 1, MCP_MAX_SESSIONS, "sessions")
 
     audit: Audit
+    event_feed: EventFeed
     ledger: Ledger
     notebook_store: NotebookStore
     eval_service: EvalService
@@ -246,6 +250,7 @@ class AgentToolsApp(ExtensionApp):
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
         self.settings["jupyter_agent_tools_audit"] = audit
+        self.event_feed = EventFeed(parent=self)
         self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self, audit=audit)
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
@@ -330,6 +335,13 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
         )
+        # jupyter_server's own routes on the same URLs (an extension's are matched first): the event
+        # websocket, bounded per subscriber and filtered for agents; with agent tokens, the kernel and
+        # session lists as an agent may see them
+        own: list[tuple[str, Any]] = list(events.HANDLERS)
+        if getattr(getattr(self.serverapp, "authorizer", None), "applies_agent_scopes", False):
+            own += server_routes.HANDLERS
+        self.handlers[:0] = own
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         if not hasattr(self, "mcp_server"):  # initialize_settings failed (logged by jupyter_server)

@@ -1,7 +1,10 @@
 """Where spilled eval outputs live: one directory per session, files named by artifact id.
 
 An artifact holds the full sanitized output of one cell whose visible output was truncated. Artifacts
-are removed with their session and, whatever happens, after ``retention`` seconds.
+are removed with their session and, whatever happens, after ``retention`` seconds. Each records its owner
+(who ran the code) and notebook (if any): an agent reads only its own and those of notebooks inside its
+paths; to anyone else it does not exist (:func:`~.auth.context.may_see`). An artifact found on disk at
+start (a configured ``root_dir``) has no recorded owner: only the server's credentials and a person read it.
 
 All artifacts together hold at most ``max_bytes``. The store keeps a running total of what it wrote (one
 walk of the root at start, none after): a write that would pass the cap first removes the oldest
@@ -34,6 +37,7 @@ from uuid import uuid4
 from traitlets import Callable as CallableTrait
 from traitlets import Float, Instance, Int, Unicode, default, validate
 
+from .auth.context import may_see
 from .errors import NotFound
 from .traits import Service, at_least
 
@@ -106,6 +110,8 @@ class _Entry:
     size: int = 0
     writing: bool = False
     call: object = None  # the call of its session that created it (see ArtifactStore.running_calls)
+    owner: str | None = None  # who created it (None: unknown, e.g. found on disk at start)
+    notebook: str | None = None  # the notebook whose cell spilled it
 
 
 class ArtifactWriter:
@@ -203,6 +209,12 @@ class ArtifactStore(Service):
         "call); the cap never removes what a running call wrote. Called from any thread; the session "
         "manager sets it.",
     )
+    session_owner = CallableTrait(
+        None,
+        allow_none=True,
+        help="Returns (owner, notebook path or None) of a session by name, or None for one it does not "
+        "know: the owner and notebook an artifact of that session records. The session manager sets it.",
+    )
 
     owns_root = False  # True: a private temporary directory, removed by remove_all at server stop
 
@@ -252,13 +264,19 @@ class ArtifactStore(Service):
             raise OSError(f"artifact directory {path} does not resolve inside {self.root}")
         return path
 
-    def create(self, session: str) -> tuple[str, ArtifactWriter]:
-        """A new artifact of ``session``: its id and its file open for writing."""
+    def create(self, session: str, owner: str | None = None) -> tuple[str, ArtifactWriter]:
+        """A new artifact of ``session``: its id and its file open for writing. It records ``owner`` (by
+        default the session's, see ``session_owner``) and the session's notebook."""
         artifact_id = f"{session}.{uuid4().hex}"
         path = self.session_dir(session) / f"{artifact_id}.txt"
         call = self.running_calls().get(session) if self.running_calls is not None else None
+        known = self.session_owner(session) if self.session_owner is not None else None
+        notebook = known[1] if known else None
+        if owner is None and known:
+            owner = known[0]
+        entry = _Entry(session, path, writing=True, call=call, owner=owner, notebook=notebook)
         with self._lock:
-            self._entries[artifact_id] = _Entry(session, path, writing=True, call=call)
+            self._entries[artifact_id] = entry
         try:
             return artifact_id, ArtifactWriter(self, artifact_id, path)
         except OSError:
@@ -278,13 +296,23 @@ class ArtifactStore(Service):
             )
         return path
 
+    def readable_path(self, artifact_id: str) -> Path:
+        """:meth:`path` of an artifact the request being served may read (an agent: its own, or of a
+        notebook inside its paths), else :class:`NotFound` as for a missing one."""
+        with self._lock:
+            entry = self._entries.get(artifact_id)
+        owner, notebook = (entry.owner, entry.notebook) if entry is not None else (None, None)
+        if not may_see(owner, notebook):
+            raise NotFound(f"Artifact not found: {artifact_id}")
+        return self.path(artifact_id)
+
     def size(self, artifact_id: str) -> int:
-        """An artifact's size in bytes, or :class:`NotFound`."""
-        return self.path(artifact_id).stat().st_size
+        """A readable artifact's size in bytes, or :class:`NotFound`."""
+        return self.readable_path(artifact_id).stat().st_size
 
     def read_range(self, artifact_id: str, offset: int, limit: int) -> tuple[bytes, int]:
-        """Up to ``limit`` bytes of an artifact from byte ``offset``, and the artifact's size in bytes."""
-        with self.path(artifact_id).open("rb") as handle:
+        """Up to ``limit`` bytes of a readable artifact from byte ``offset``, and its size in bytes."""
+        with self.readable_path(artifact_id).open("rb") as handle:
             total = os.fstat(handle.fileno()).st_size
             handle.seek(max(0, offset))
             return handle.read(max(0, limit)), total

@@ -1362,6 +1362,10 @@ DETACHED_SCHEMAS: dict[str, Any] = {
             "cell_id": _STR_OR_NULL,
             "title": _STR_OR_NULL,
             "status": {"type": "string", "enum": ["running", *RUN_STATUSES]},
+            "started": {
+                "type": "string",
+                "description": "ISO 8601 UTC: when the cell began (how long a watcher shows it running)",
+            },
             "exit_code": _INT,
             "duration_ms": _INT,
         },
@@ -1506,6 +1510,12 @@ ANSWER_SCHEMAS["FileList"] = _obj(
         },
         "truncated": {"type": "boolean", "description": "More entries may exist: see next_start"},
         "next_start": {**_STR_OR_NULL, "description": "The 'start' of the next page; null at the end"},
+        "stopped": {
+            "type": ["string", "null"],
+            "enum": ["limit", "budget", None],
+            "description": "Why the page ended early: 'limit' (it is full) or 'budget' (the walk's time or "
+            "entries ran out); null at the end",
+        },
     },
     description="A page of a folder's entries.",
 )

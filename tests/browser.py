@@ -1,7 +1,9 @@
-"""What the browser tests share: a real ``jupyter lab`` with real-time collaboration and this extension, its
+"""What the browser tests share: a real ``jupyter lab`` with this extension, with real-time collaboration or
+without it (``rtc=False``: jupyter-collaboration installed but disabled, as most JupyterLab users run), its
 state in a private directory, and headless Debian Chromium driven by Playwright (its own browser download
 is never used). Chromium comes from the system (``apt-get install chromium``, done by ``python3 dev.py
-test`` when run as root); the tests that use it skip only when it is missing."""
+test`` when run as root); the tests that use it skip only when it is missing, and with ``CI`` set they
+fail instead (a CI run cannot be green with the browser untested)."""
 
 from __future__ import annotations
 
@@ -37,10 +39,10 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 
-needs_chromium = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK),
-    reason=f"no Chromium at {CHROMIUM} (python3 dev.py test installs Debian's chromium when run as root)",
-)
+MISSING = f"no Chromium at {CHROMIUM} (python3 dev.py test installs Debian's chromium when run as root)"
+if os.environ.get("CI") and not os.access(CHROMIUM, os.X_OK):
+    pytest.fail(f"{MISSING}; CI is set, so the browser tests fail instead of skipping", pytrace=False)
+needs_chromium = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK), reason=MISSING)
 
 
 def http(method: str, url: str, token: str, body: Any = None, timeout: float = 30) -> tuple[int, Any]:
@@ -71,9 +73,10 @@ def launch(playwright: Any) -> Any:
 
 
 @contextmanager
-def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def running_lab(tmp_path: Path, rtc: bool = True) -> Iterator[dict[str, Any]]:
     """A ``jupyter lab`` subprocess on 127.0.0.1 with a token, all its state under ``tmp_path``:
-    ``{"base", "token", "root", "log"}``."""
+    ``{"base", "token", "root", "log"}``; with ``rtc=False`` real-time collaboration is off
+    (``YDocExtension.disable_rtc``: the page keeps its own copy of a notebook, as plain JupyterLab)."""
     root = tmp_path / "root"
     root.mkdir()
     config_dir = tmp_path / "config"
@@ -90,6 +93,7 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
                     }
                 },
                 "YDocExtension": {
+                    "disable_rtc": not rtc,
                     "document_save_delay": 0.5,
                     "session_store_path": str(tmp_path / "sessions.json"),
                 },
@@ -133,6 +137,7 @@ def running_lab(tmp_path: Path) -> Iterator[dict[str, Any]]:
             "--allow-root",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: a test can run the page's commands
         ]
         with log_path.open("ab") as log:
             process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)

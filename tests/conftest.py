@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["jupyter_server.pytest_plugin", "jupyter_agent_tools.pytest_plugin"]
+pytest_plugins = [
+    "jupyter_server.pytest_plugin",
+    "jupyter_agent_tools.pytest_plugin",
+    "ci_strict",
+]
 
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
 # the default artifacts directory included, in a private directory: a test that goes wrong can never

@@ -618,8 +618,6 @@ def test_nb_clear(cli: Any, server: Server) -> None:
     nb.cells = [cell]
     nbformat.write(nb, server.root_dir / name)
     cleared = cli("nb", "clear", name, "--all")
-    if cleared.returncode == 2 and "unknown action 'clear_outputs'" in cleared.stderr:
-        pytest.skip("the edit route has no 'clear_outputs' action yet (another branch adds it)")
     assert cleared.returncode == 0, cleared.stderr
     assert nbformat.read(server.root_dir / name, as_version=4).cells[0].outputs == []
 
@@ -831,6 +829,43 @@ def test_env_token_goes_to_the_users_own_server_record(runtime_dir: Path, trap: 
     assert trap.authorizations == ["token agent-secret"]
 
 
+def test_an_empty_agent_token_is_an_error_never_the_servers_own(
+    runtime_dir: Path, trap: TokenTrap, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`JUPYTER_AGENT_TOKEN=$(a command that failed)` must not fall back to the token the server recorded
+    (its own: full rights): the CLI and the Python client refuse, and nothing is sent."""
+    runtime_dir.chmod(0o700)
+    record = trap_record(runtime_dir, trap)
+    record.write_text(json.dumps({**json.loads(record.read_text()), "token": "the-servers-own"}))
+    cases = [
+        ({"JUPYTER_AGENT_TOKEN": ""}, (), "JUPYTER_AGENT_TOKEN is set but empty"),
+        (
+            {"JUPYTER_AGENT_TOKEN": "", "JUPYTER_AGENT_URL": trap.url},
+            (),
+            "JUPYTER_AGENT_TOKEN is set but empty",
+        ),
+        ({"JUPYTER_AGENT_TOKEN": " "}, (), "JUPYTER_AGENT_TOKEN is set but empty"),
+        ({}, ("--token", ""), "--token is empty"),
+    ]
+    for env, flags, said in cases:
+        done = run_cli("sessions", *flags, runtime=runtime_dir, **env)
+        assert done.returncode == 3 and said in done.stderr, (env, flags, done.stderr)
+    assert trap.authorizations == []
+    # the Python client, finding the server the same way
+    from jupyter_agent_tools.cli.discovery import EmptyToken
+    from jupyter_agent_tools.client import AgentClient
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime_dir))
+    monkeypatch.setenv("JUPYTER_AGENT_TOKEN", "")
+    with pytest.raises(EmptyToken, match="JUPYTER_AGENT_TOKEN is set but empty"):
+        AgentClient()
+    assert trap.authorizations == []
+    # the control: unset, the record's token is used
+    monkeypatch.delenv("JUPYTER_AGENT_TOKEN")
+    assert run_cli("sessions", runtime=runtime_dir).returncode == 3
+    assert trap.authorizations == ["token the-servers-own"]
+
+
 def _owned_by_another_user(record: Path) -> None:
     os.chown(record, 12345, 12345)
 
@@ -850,7 +885,7 @@ def test_env_token_never_goes_to_a_server_record_someone_else_could_write(
 ) -> None:
     mode, spoil, why = UNTRUSTED[case]
     if spoil is _owned_by_another_user and os.geteuid() != 0:
-        pytest.skip("giving a file to another user needs root")
+        pytest.skip("not applicable here: giving a file to another user needs root")
     record = trap_record(runtime_dir, trap)
     if spoil is not None:
         spoil(record)
@@ -900,6 +935,10 @@ class Tmux:
                 return screen
             time.sleep(0.05)
         raise AssertionError(f"{text!r} never appeared on the terminal:\n{self.screen()}")
+
+    def keys(self, *keys: str) -> None:
+        """Type ``keys`` on the terminal (``C-c``: Ctrl-C, which the terminal sends as SIGINT)."""
+        subprocess.run([*self.base, "send-keys", "-t", self.name, *keys], check=True)
 
     def close(self) -> None:
         subprocess.run([*self.base, "kill-server"], capture_output=True)
@@ -1151,7 +1190,15 @@ def test_nb_show_pages_text_and_one_output(cli: Any, server: Server, tmp_path: P
     assert text.returncode == 0, text.stderr
     assert "# cells 0-1 of 3; next page: start=2\n" in text.stdout
     assert "### [1] code id=fig exec=2\nplot()\n-> out[0] stream stdout\nline 0\n" in text.stdout
-    assert "[full: ?mime=text/plain]" in text.stdout and "[image/png 70 bytes]" in text.stdout
+    assert "[image/png 70 bytes]" in text.stdout
+    # how to read one output is this CLI's command (not the HTTP route), and it works as printed
+    assert (
+        f"# one output in full: jupyter agent nb output {name} --cell CELL N [--mime TYPE]\n" in text.stdout
+    )
+    assert f"[full: jupyter agent nb output {name} --cell fig 0 --mime text/plain]" in text.stdout
+    assert "/api/agent/" not in text.stdout and "?mime=" not in text.stdout
+    printed = re.search(r"\[full: jupyter agent (.+?)\]", text.stdout)
+    assert printed is not None and cli(*shlex.split(printed.group(1))).stdout == long
     one = cli("nb", "show", name, "--text", "--cell", "2")
     assert "# 1 of 3 cells by id\n" in one.stdout and "### [2] code id=x\nx" in one.stdout
 
@@ -1230,6 +1277,27 @@ def test_token_commands_and_an_agent_using_its_token(runtime_dir: Path, tmp_path
         # a JupyterHub user's API token is read from JUPYTERHUB_API_TOKEN (here: the server's own token)
         hub = run_cli("sessions", runtime=runtime_dir, JUPYTER_AGENT_URL=s.url, JUPYTERHUB_API_TOKEN=s.token)
         assert hub.returncode == 0, hub.stderr
+
+
+def test_terminal_listings_start_at_their_first_line_and_name_the_notebook(
+    cli: Any, server: Server, runtime_dir: Path
+) -> None:
+    """On a terminal, `nb log`, `nb diff` and `runs` print their table or report as is (no "✓ " pushing
+    the first line, a header, out of its columns); `eval --notebook` ends its summary with the path."""
+    name = write_notebook(server, unique("term") + ".ipynb", ["a = 1"])
+    edited = json.loads(cli("nb", "edit", name, "--cell", "cell0", "--content", "a = 2", "--json").stdout)
+    change_id = edited["change_id"]
+    log, code = on_terminal(server, runtime_dir, "nb", "log", name)
+    assert code == 0 and log.startswith(f"change {change_id} "), log
+    diff, code = on_terminal(server, runtime_dir, "nb", "diff", name, change_id)
+    assert code == 0 and diff.startswith(f"change {change_id} ") and "+a = 2" in diff, diff
+    assert cli("eval", "--detach", "-c", "1").returncode == 0  # a run for the listing
+    runs, code = on_terminal(server, runtime_dir, "runs")
+    assert code == 0 and runs.split()[:3] == ["ID", "STATE", "KIND"], runs
+    ran, code = on_terminal(server, runtime_dir, "eval", "--notebook", name, "-c", "6 * 7")
+    assert code == 0 and "42" in ran, ran
+    summary = next(line for line in ran.splitlines() if "cells complete" in line)
+    assert summary.startswith("done · 1/1 cells complete · ") and summary.endswith(f"s · {name}"), summary
 
 
 def test_nb_log_diff_undo(cli: Any, server: Server) -> None:

@@ -3,6 +3,7 @@ a tmux terminal as a live run is), ``runs cancel``; and the Python client's run 
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import sys
@@ -120,6 +121,49 @@ def test_runs_watch_renders_like_a_live_run_on_a_terminal(
     # watching again after the end replays it whole, the same way
     again, code = on_terminal(server, runtime_dir, "runs", "watch", run_id)
     assert code == 1 and "went" in again and "ZeroDivisionError" in again
+
+
+def test_runs_watch_times_from_the_runs_start_and_ctrl_c_leaves_it_running(
+    server: Server, runtime_dir: Path, tmp_path: Path
+) -> None:
+    """Watching a run that began seconds ago shows its cell's time since the cell began (not since the
+    watching did); Ctrl-C (a real SIGINT from the terminal) stops the watching only: the cell is not
+    marked cancelled, no red "Error:", and the run goes on to complete."""
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    go = tmp_path / "go"
+    code = (
+        f"import os, time\nprint('waiting', flush=True)\nwhile not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.02)\nprint('went')"
+    )
+    done = run_cli("eval", "--detach", "--timeout", "300", "-c", code, server=server, runtime=runtime_dir)
+    run_id = started_id(done.stdout)
+    with AgentClient(server.url, server.token) as client:
+        for _ in range(200):
+            if client.run(run_id)["cells_started"]:
+                break
+            time.sleep(0.05)
+        time.sleep(3)  # the cell has been running for 3 s when the watching begins
+        env = base_env(
+            runtime_dir, JUPYTER_AGENT_URL=server.url, JUPYTER_AGENT_TOKEN=server.token, TERM="xterm-256color"
+        )
+        command = shlex.join([sys.executable, "-m", "jupyter_agent_tools.cli", "runs", "watch", run_id])
+        tmux = Tmux(f"{command}; echo EXIT=$?; sleep 600", env)
+        try:
+            first = tmux.wait_for("running ")
+            shown = re.search(r"running\s+(\d+\.\d)s", first)
+            assert shown is not None and float(shown.group(1)) >= 3.0, first
+            tmux.keys("C-c")
+            screen = tmux.wait_for("EXIT=")
+        finally:
+            tmux.close()
+        assert "EXIT=130" in screen, screen
+        assert "Error" not in screen and "cancelled" not in screen, screen
+        assert f"Stopped watching; run {run_id} goes on." in screen, screen
+        assert client.run(run_id)["state"] == "running"
+        go.touch()
+        finished = client.run(run_id, wait=60)
+    assert finished["state"] == "complete" and "went" in finished["result"]["output"], finished
 
 
 def test_detached_notebook_run_from_the_cli_and_watch_plain(server: Server, runtime_dir: Path) -> None:

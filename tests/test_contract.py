@@ -112,7 +112,8 @@ def test_every_route_and_method_is_documented(jp_serverapp) -> None:
     for method, path, _op in operations(DOC):
         documented.setdefault(path, set()).add(method)
     *every, (last_pattern, last_handler) = app.handlers
-    routes = [(p, h) for p, h in every if p not in NOT_IN_OPENAPI]  # MCP: JSON-RPC, see test_mcp
+    # MCP: JSON-RPC, see test_mcp; jupyter_server's own routes (served by subclasses) are in its own spec
+    routes = [(p, h) for p, h in every if p not in NOT_IN_OPENAPI and p.startswith("/api/agent")]
     assert last_handler is UnknownRouteHandler
     assert all(re.fullmatch(last_pattern, _example_url(p)) for p in documented)
     served: dict[int, str] = {}

@@ -111,7 +111,7 @@ def test_a_file_changed_since_it_was_read_is_not_replaced(tmp_path: Path) -> Non
 def test_a_file_replaced_between_the_check_and_the_rename_is_put_back(tmp_path, monkeypatch) -> None:
     """Another process renames its file over the notebook right after our check (injected at that point)."""
     if disk._renameat2 is None:
-        pytest.skip("this system cannot swap two files atomically: the fallback rename is tested below")
+        pytest.skip("not applicable here: no atomic swap of two files (the fallback rename is tested below)")
     path = tmp_path / "nb.ipynb"
     old = write(path, "old")
     swap = disk.exchange

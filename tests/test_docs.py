@@ -75,3 +75,17 @@ def test_configuration_doc_lists_trait_with_default(name, trait):
 @pytest.mark.parametrize(("name", "trait"), TRAITS, ids=[name for name, _ in TRAITS])
 def test_trait_has_help(name, trait):
     assert trait.help and len(trait.help) > 20
+
+
+def test_every_mcp_tool_is_in_the_api_and_mcp_docs():
+    """docs/api.md's MCP section and docs/mcp.md name every tool the server lists (a new tool must be
+    documented in both)."""
+    from jupyter_agent_tools.mcp.tools import TOOLS
+
+    api = (ROOT / "docs" / "api.md").read_text()
+    section = api[api.index("\n## MCP: `POST /api/agent/mcp`") :]
+    section = section[: section.index("\n## ", 1)]
+    guide = (ROOT / "docs" / "mcp.md").read_text()
+    for tool in TOOLS:
+        assert f"`{tool.name}`" in section, f"docs/api.md's MCP section does not name {tool.name}"
+        assert f"| `{tool.name}` |" in guide, f"docs/mcp.md's tool table has no row for {tool.name}"

@@ -23,7 +23,9 @@ from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = [
     pytest.mark.timeout(240),
-    pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc to count descriptors"),
+    pytest.mark.skipif(
+        not Path("/proc/self/fd").is_dir(), reason="not applicable here: needs /proc to count descriptors"
+    ),
 ]
 
 HEADROOM = 64  # KernelService.fd_headroom (its default)

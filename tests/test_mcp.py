@@ -461,6 +461,82 @@ async def test_sdk_modern_client(url, jp_auth_header, notebook) -> None:
         assert missing.is_error and text_of(missing) == "Notebook not found: no.ipynb"
 
 
+async def test_sdk_modern_client_every_method(url, jp_auth_header, notebook) -> None:
+    """The SDK's default Client (2026-07-28, which validates every result strictly) through every method
+    this server answers: server/discover (on connect), tools/list and tools/call, resources/list,
+    resources/templates/list and resources/read; prompts/list is a JSON-RPC error (no prompts)."""
+    uri = "jupyter://notebooks/nb.ipynb"
+    async with modern(url, jp_auth_header) as client:
+        assert client.session.protocol_version == MODERN
+        assert client.server_capabilities.resources is not None
+        assert [t.name for t in (await client.list_tools()).tools] == list(ROUTES)
+        listed = await client.list_resources()
+        assert [(str(r.uri), r.name) for r in listed.resources] == [(uri, "nb.ipynb")]
+        assert (listed.ttl_ms, listed.cache_scope) == (0, "private")  # notebooks change at any time
+        templates = await client.list_resource_templates()
+        assert {str(t.uri_template) for t in templates.resource_templates} == {
+            "jupyter://notebooks/{+path}",
+            "jupyter://notebooks/{+path}/cells/{cell}/outputs/{n}",
+        }
+        notebook_text = await client.read_resource(uri)
+        assert "# Title" in notebook_text.contents[0].text and notebook_text.ttl_ms == 0
+        output = await client.read_resource(f"{uri}/cells/c1/outputs/1")
+        assert {c.mime_type: getattr(c, "blob", None) for c in output.contents}["image/png"] == PNG
+        # not cached: a change on disk shows in the next list and read
+        nb = nbformat.read(str(notebook), as_version=4)
+        nb.cells[0].source = "# Changed"
+        nbformat.write(nb, str(notebook))
+        (notebook.parent / "second.ipynb").write_bytes(notebook.read_bytes())
+        assert len((await client.list_resources()).resources) == 2
+        assert "# Changed" in (await client.read_resource(uri)).contents[0].text
+        with pytest.raises(Exception, match=r"Notebook not found: nope\.ipynb") as missing:
+            await client.read_resource("jupyter://notebooks/nope.ipynb")
+        assert missing.value.error.code == -32002
+        with pytest.raises(Exception, match="Method not found") as no_prompts:
+            await client.list_prompts()
+        assert no_prompts.value.error.code == -32601
+        for name in ("session_list", "file_list", "run_status"):
+            result = await client.call_tool(name, {})
+            assert not result.is_error, (name, text_of(result))
+
+
+async def test_a_cell_that_raised_is_a_tool_error(url, jp_auth_header, jp_root_dir) -> None:
+    """eval and notebook_run whose cell raised answer isError: true (a model reads false as success); the
+    traceback stays in the text and the route's answer in structuredContent."""
+    nb = new_notebook(cells=[new_code_cell("x = 1", id="ok"), new_code_cell("1/0", id="bad")])
+    nbformat.write(nb, str(jp_root_dir / "raises.ipynb"))
+    async with modern(url, jp_auth_header) as client, legacy(url, jp_auth_header) as session:
+        for call in (client.call_tool, session.call_tool):
+            ran = await call("eval", {"cells": [{"code": "x = 1"}, {"code": "1/0"}]})
+            assert ran.is_error, text_of(ran)
+            assert "ZeroDivisionError" in text_of(ran) and "Fix only cell 2." in text_of(ran)
+            assert [c["status"] for c in ran.structured_content["cells"]] == ["complete", "error"]
+            fine = await call("eval", {"cells": [{"code": "x = 2"}]})
+            assert not fine.is_error, text_of(fine)
+        run = await session.call_tool("notebook_run", {"path": "raises.ipynb", "all": True})
+        assert run.is_error and "ZeroDivisionError" in text_of(run), text_of(run)
+        assert [c["status"] for c in run.structured_content["cells"]] == ["complete", "error"]
+        in_notebook = await client.call_tool("eval", {"notebook": "raises.ipynb", "cells": [{"code": "1/0"}]})
+        assert in_notebook.is_error and "ZeroDivisionError" in text_of(in_notebook)
+
+
+async def test_sdk_legacy_session_every_method(url, jp_auth_header, notebook) -> None:
+    """The older era through ClientSession (initialize, 2025-11-25): ping, tools, resources; prompts/list
+    is a JSON-RPC error."""
+    uri = "jupyter://notebooks/nb.ipynb"
+    async with legacy(url, jp_auth_header) as session:
+        await session.send_ping()
+        assert [t.name for t in (await session.list_tools()).tools] == list(ROUTES)
+        listed = await session.list_resources()
+        assert [str(r.uri) for r in listed.resources] == [uri]
+        templates = await session.list_resource_templates()
+        assert len(templates.resource_templates) == 2
+        read = await session.read_resource(uri)
+        assert "# Title" in read.contents[0].text
+        with pytest.raises(Exception, match="Method not found"):
+            await session.list_prompts()
+
+
 async def test_progress_heartbeat_during_silence(url, jp_auth_header) -> None:
     """With a progress token, 2 s of silence (heartbeat every 0.3 s) sends progress without a message."""
     async with legacy(url, jp_auth_header) as session:
@@ -689,7 +765,7 @@ TOOL_CALLS: dict[str, dict[str, Any]] = {
     "eval": {"cells": [{"code": "open('made.txt', 'w').close()"}], "session": "new"},
     "notebook_read": {"path": "nb.ipynb"},
     "notebook_output_read": {"path": "nb.ipynb", "cell": "c1", "output": 1},
-    "notebook_edit": {"path": "nb.ipynb", "action": "insert", "content": "z"},
+    "notebook_edit": {"path": "nb.ipynb", "action": "insert", "content": "z = 0"},  # runs without error
     "notebook_run": {"path": "nb.ipynb", "all": True},
     "session_list": {},
     "session_interrupt": {"name": "keep"},
@@ -1061,6 +1137,24 @@ def test_docs_cover_the_endpoint_and_every_tool() -> None:
     for version in (*LEGACY_VERSIONS, *MODERN_VERSIONS):
         assert version in guide, version
     assert "/api/agent/mcp" in (docs / "api.md").read_text()
+
+
+async def test_the_python_example_of_the_mcp_guide_runs_as_written(url, jp_auth_header) -> None:
+    """docs/mcp.md's Python SDK example, run as a user pastes it, with only the variables the export
+    line of `dev.py serve` sets (JUPYTER_AGENT_URL, JUPYTER_AGENT_TOKEN): it printed a KeyError when it read
+    JUPYTER_TOKEN."""
+    import os
+    import re
+    import sys
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    example = re.search(r"\*\*Python SDK\*\*.*?```python\n(.*?)```", guide, re.S)
+    assert example is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_TOKEN", "JUPYTER_AGENT"))}
+    env["JUPYTER_AGENT_URL"] = url.removesuffix("/api/agent/mcp")  # as printed: no trailing slash
+    env["JUPYTER_AGENT_TOKEN"] = jp_auth_header["Authorization"].removeprefix("token ")
+    done = await anyio.run_process([sys.executable, "-c", example.group(1)], env=env, check=False)
+    assert (done.returncode, done.stdout.decode().strip()) == (0, "42"), done.stderr.decode()[-2000:]
 
 
 def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:

@@ -694,7 +694,10 @@ async def test_edit_keeps_the_files_permission_bits_and_writes_through_a_link(ap
     assert nb_path.stat().st_mode & 0o777 == 0o640
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root may write a read-only file")
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0,
+    reason="not applicable here: root may write a read-only file",
+)
 async def test_edit_of_a_read_only_file_is_403(api, nb_path):
     os.chmod(nb_path, 0o444)
     before = nb_path.read_bytes()

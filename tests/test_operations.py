@@ -8,8 +8,10 @@ import json
 import random
 from typing import Any
 
+import hypothesis
 import nbformat
 import pytest
+from hypothesis import strategies as st
 from nbformat.v4 import (
     new_code_cell,
     new_markdown_cell,
@@ -17,6 +19,7 @@ from nbformat.v4 import (
     new_output,
     new_raw_cell,
 )
+from samples import PNG, PNG_BYTES, sample_notebook
 
 from jupyter_agent_tools.errors import BadRequest
 from jupyter_agent_tools.notebook.format import (
@@ -39,14 +42,6 @@ from jupyter_agent_tools.notebook.summary import (
     summarize_output,
     truncate_text,
 )
-
-try:
-    import hypothesis
-    from hypothesis import strategies as st
-except ImportError:  # pragma: no cover - depends on the environment
-    hypothesis = None
-
-from samples import PNG, PNG_BYTES, sample_notebook
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
@@ -723,17 +718,10 @@ def test_random_op_sequences_validate_and_are_deterministic() -> None:
         check_random_case(random.Random(seed))
 
 
-if hypothesis is not None:
-
-    @hypothesis.settings(max_examples=200, deadline=None)
-    @hypothesis.given(st.randoms(use_true_random=False))
-    def test_hypothesis_op_sequences_validate_and_are_deterministic(rng: random.Random) -> None:
-        check_random_case(rng)
-
-else:
-
-    def test_hypothesis_op_sequences_validate_and_are_deterministic() -> None:
-        pytest.skip("hypothesis is not installed")
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(st.randoms(use_true_random=False))
+def test_hypothesis_op_sequences_validate_and_are_deterministic(rng: random.Random) -> None:
+    check_random_case(rng)
 
 
 def test_clear_outputs_of_one_cell_or_all() -> None:

@@ -9,9 +9,11 @@ panel shown. Agents act through the HTTP routes; the panel must show it live, fr
   tooltip saying who, via which door), until the person edits the cell; Diff shows it; Open selects it;
 - an agent's eval shows as a session and a run in progress (its cell, its elapsed time) while it runs;
   **Interrupt** stops it; **Stop** shuts the session down;
-- **Undo** restores the cell, in the live view and in the file; an undo the server refuses (409: the cell
-  changed since) is shown in the change's row, readably;
-- a notebook run shows the cell it runs, in the panel and in the open notebook; **Interrupt** stops it;
+- **Undo** restores the cell, in the live view and in the file, and its message clears by itself; an undo
+  the server refuses (409: the cell changed since) is shown in the change's row, readably;
+- a notebook run shows the cell it runs, in the panel and in the open notebook (not in JupyterLab's
+  "edited since run" orange); **Interrupt** stops it;
+- the commands (`agents:*`) are in the command palette and act as the buttons;
 - Notebook 7's notebook view has the panel and the marks too;
 - a cell whose change event reached the page before the cell itself is marked when it arrives;
 - after the server restarts, the panel connects again and is live;
@@ -228,6 +230,10 @@ def test_undo_in_the_panel_restores_the_cell_live_and_in_the_file(lab: dict[str,
         arg=before,
         timeout=20_000,
     )
+    # The undo's message shows, then clears by itself (it said what happened; it is not a state).
+    notice = page.locator(f"{PANEL} .jp-AgentActivity-notice.jp-mod-ok")
+    notice.filter(has_text=f"Undid change {edit_id}").wait_for(timeout=20_000)
+    notice.wait_for(state="hidden", timeout=15_000)
     # The undo is itself a change, listed live.
     undo = page.locator(f'{PANEL} [data-change-id="{int(edit_id) + 1}"]')
     undo.wait_for(timeout=20_000)
@@ -283,6 +289,14 @@ def test_a_notebook_run_shows_its_running_cell_and_interrupt_stops_it(lab: dict[
             assert NOTEBOOK in run.inner_text()
             page.locator(".jp-Notebook .jp-Cell.jp-agent-running").wait_for(timeout=20_000)
             assert "time.sleep" in page.locator(".jp-Notebook .jp-Cell.jp-agent-running").inner_text()
+            # Its border is not JupyterLab's own orange for a cell edited since it ran.
+            border, orange = page.evaluate(
+                "() => { const probe = document.createElement('div'); "
+                "probe.style.color = 'var(--jp-warn-color1)'; document.body.append(probe); "
+                "const orange = getComputedStyle(probe).color; probe.remove(); return [getComputedStyle("
+                "document.querySelector('.jp-Notebook .jp-Cell.jp-agent-running')).boxShadow, orange]; }"
+            )
+            assert border and orange not in border, (border, orange)
             run.locator('button[data-action="interrupt"]').click()
             answer = running.result(timeout=60)
         finally:
@@ -291,6 +305,41 @@ def test_a_notebook_run_shows_its_running_cell_and_interrupt_stops_it(lab: dict[
     assert result["status"] == "error" and "KeyboardInterrupt" in json.dumps(result), answer
     run.wait_for(state="detached", timeout=20_000)
     page.locator(".jp-Notebook .jp-Cell.jp-agent-running").wait_for(state="detached", timeout=20_000)
+
+
+def test_the_commands_are_in_the_palette_and_act(lab: dict[str, Any], page: Any) -> None:
+    """The panel's actions are JupyterLab commands, in the command palette under "Agents"; a command run
+    there acts as the panel's button (here: Undo of the newest change of the current notebook)."""
+    commands = page.evaluate(
+        "() => window.jupyterapp.commands.listCommands().filter(c => c.startsWith('agents:')).sort()"
+    )
+    assert commands == [
+        "agents:diff",
+        "agents:interrupt",
+        "agents:open-change",
+        "agents:open-panel",
+        "agents:stop",
+        "agents:undo",
+    ], commands
+    body = {"action": "edit", "cell_id": "total", "content": "total = 'by command'"}
+    change_id = agent(lab, "POST", f"notebooks/{NOTEBOOK}", body)["change_id"]
+    page.locator(f'{PANEL} [data-change-id="{change_id}"]').wait_for(timeout=20_000)
+    cell(page, 1).locator(".jp-InputPrompt").click()  # the notebook is the current widget
+    page.keyboard.press("Control+Shift+c")
+    palette = page.locator(".lm-CommandPalette")
+    palette.locator("input").fill("Undo Agent Change")
+    item = palette.locator(".lm-CommandPalette-item", has_text=f"Undo Agent Change {change_id}")
+    item.wait_for(timeout=10_000)
+    headers = [h.lower() for h in palette.locator(".lm-CommandPalette-header").all_inner_texts()]
+    assert "agents" in headers, headers
+    item.click()
+    page.locator(f'{PANEL} [data-change-id="{int(change_id) + 1}"]', has_text=f"undo {change_id}").wait_for(
+        timeout=20_000
+    )
+    page.wait_for_function(
+        "() => !document.querySelectorAll('.jp-Notebook .jp-Cell')[1]?.innerText.includes('by command')",
+        timeout=20_000,
+    )
 
 
 def test_notebook_7_has_the_panel_and_the_marks(lab: dict[str, Any], page: Any) -> None:

@@ -3,6 +3,7 @@ then every shell block from "Routes" to the CLI, in order, in one bash. Real ser
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,8 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -31,11 +35,12 @@ def readme_blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)```", README[start:end], re.S)
 
 
-@pytest.fixture
-def dev_serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``python3 dev.py serve`` run from a private root directory; yields it and its export line."""
+@contextlib.contextmanager
+def dev_serve_in(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python3 dev.py serve ARGS`` run from a private root directory (the same one, and the same Jupyter
+    directories, each time for one ``tmp_path``); yields it and its export line."""
     root = tmp_path / "root"
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     env = {
         **os.environ,
         "AGENT_TOOLS_VENV": sys.prefix,  # the environment the tests run in: dev.py installs nothing
@@ -45,7 +50,7 @@ def dev_serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     }
     env.pop("JUPYTER_TOKEN", None)
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "dev.py"), "serve"],
+        [sys.executable, str(ROOT / "dev.py"), "serve", *args],
         cwd=root,
         env=env,
         stdout=subprocess.PIPE,
@@ -93,13 +98,31 @@ def dev_serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
         process.wait()
 
 
+@pytest.fixture
+def dev_serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    with dev_serve_in(tmp_path) as served:
+        yield served
+
+
+def exported(export: str) -> dict[str, str]:
+    """The variables an export line sets."""
+    return dict(re.findall(r"\b([A-Z_]+)=(\S+)", export))
+
+
+def get_json(url: str, token: str) -> dict[str, Any]:
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        answer: dict[str, Any] = json.load(response)
+    return answer
+
+
 def test_readme_blocks_run_as_pasted_and_sigterm_stops_everything(dev_serve) -> None:
     process, export = dev_serve
     url = re.search(r"URL=(\S+)", export)
     assert url and not url.group(1).endswith("/"), export  # "$URL/api/..." must not become "//api/..."
     blocks = readme_blocks()
     assert len(blocks) >= 6
-    script = [export]
+    script = ["set -e", export]  # a command of the README that fails stops the script (and the test)
     for i, block in enumerate(blocks):
         script += [f"printf '\\n=== block {i} ===\\n'", block]
     done = subprocess.run(
@@ -125,6 +148,14 @@ def test_readme_blocks_run_as_pasted_and_sigterm_stops_everything(dev_serve) -> 
     answer = json.loads(eval_answer)
     assert [c["status"] for c in answer["cells"]] == ["complete", "complete"], answer
 
+    # the CLI acted as its own agent (agent:cli), the curl examples as the server's token: the ledger (and
+    # the panel) tells them apart
+    names = exported(export)
+    assert names["JUPYTER_AGENT_TOKEN"].startswith("jat_") and names["TOKEN"] != names["JUPYTER_AGENT_TOKEN"]
+    changes = get_json(f"{names['URL']}/api/agent/notebooks/analysis/report.ipynb/changes", names["TOKEN"])
+    by = {(c["via"], c["user"]) for c in changes["changes"]}
+    assert ("cli", "agent:cli") in by and not any(u == "agent:cli" for via, u in by if via == "http"), by
+
     # SIGTERM to dev.py (what a supervisor sends) stops the server and the kernels it started
     children = psutil.Process(process.pid).children(recursive=True)
     assert any("jupyter" in " ".join(c.cmdline()) for c in children)
@@ -132,3 +163,48 @@ def test_readme_blocks_run_as_pasted_and_sigterm_stops_everything(dev_serve) -> 
     process.wait(timeout=120)
     _gone, alive = psutil.wait_procs(children, timeout=60)
     assert not alive, [p.cmdline() for p in alive]
+
+
+def test_dev_serve_keeps_its_tokens_across_restarts_unless_asked(tmp_path: Path) -> None:
+    """The server's token and the CLI's agent token (agent:cli) are the same after a restart, kept 0600;
+    --new-tokens makes new ones (and the old agent token is refused from then on)."""
+    with dev_serve_in(tmp_path) as (process, export):
+        first = exported(export)
+        me = get_json(f"{first['URL']}/api/me", first["JUPYTER_AGENT_TOKEN"])
+        assert me["identity"]["username"] == "agent:cli"
+        # in the export line's shell, token commands take the server's own token (as the README says)
+        exports = {k: v for k, v in first.items() if k != "PATH"}  # (PATH as typed: "...:$PATH")
+        env = {**os.environ, **exports, "PYTHONPATH": str(ROOT)}
+        listed = subprocess.run(
+            [sys.executable, "-m", "jupyter_agent_tools.cli", "token", "list", "--token", first["TOKEN"]],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert listed.returncode == 0 and "cli" in listed.stdout, listed.stderr
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    kept = tmp_path / "data" / "jupyter_agent_tools" / "dev_serve_tokens.json"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    with dev_serve_in(tmp_path) as (process, export):
+        again = exported(export)
+        assert (again["TOKEN"], again["JUPYTER_AGENT_TOKEN"]) == (
+            first["TOKEN"],
+            first["JUPYTER_AGENT_TOKEN"],
+        )
+        me = get_json(f"{again['URL']}/api/me", again["JUPYTER_AGENT_TOKEN"])
+        assert me["identity"]["username"] == "agent:cli"
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    with dev_serve_in(tmp_path, "--new-tokens") as (process, export):
+        new = exported(export)
+        assert new["TOKEN"] != first["TOKEN"] and new["JUPYTER_AGENT_TOKEN"] != first["JUPYTER_AGENT_TOKEN"]
+        assert get_json(f"{new['URL']}/api/me", new["JUPYTER_AGENT_TOKEN"])["identity"]["username"] == (
+            "agent:cli"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            get_json(f"{new['URL']}/api/me", first["JUPYTER_AGENT_TOKEN"])
+        assert refused.value.code == 403
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)

@@ -98,10 +98,12 @@ async def test_detached_eval_completes_and_its_events_match_an_attached_run(api,
             "index": 0,
             "title": None,
             "status": "complete",
+            "started": run["cells"][0]["started"],
             "exit_code": 0,
             "duration_ms": run["cells"][0]["duration_ms"],
         }
     ]
+    assert run["started"] <= run["cells"][0]["started"] <= run["ended"]  # ISO 8601 UTC, same format
     got = await events(jp_fetch, started["run_id"])
     assert [e["seq"] for e in got] == list(range(1, len(got) + 1))
     assert got[-1]["type"] == "result"

@@ -1,5 +1,5 @@
 /**
- * The server's routes and events the panel reads: it shows what they say and asks them to act.
+ * The server's routes and events the frontend reads: it shows what they say and asks them to act.
  * See docs/api.md (sessions, the change ledger) and docs/admin.md (the audit events).
  */
 import { URLExt } from '@jupyterlab/coreutils';
@@ -45,6 +45,8 @@ export interface IChange {
   kind: string;
   action: string;
   undoes: string | null;
+  /** For a save that overwrote agents' changes (`action` `overwrite`): the changes it overwrote. */
+  overwrites?: string[] | null;
   undoable: boolean;
   cells: IChangeCell[];
 }
@@ -70,6 +72,39 @@ export const EVENTS = 'https://events.jupyter.org/jupyter_agent_tools/';
 export const SESSION_EVENT = `${EVENTS}session/v1`;
 export const EXECUTION_EVENT = `${EVENTS}execution/v1`;
 export const LEDGER_CHANGE_EVENT = `${EVENTS}ledger_change/v1`;
+export const NOTEBOOK_CHANGE_EVENT = `${EVENTS}notebook_change/v1`;
+
+/** A change-ledger entry from its `ledger_change` event (the event names its id `change_id`). */
+export function changeOfEvent(event: IAgentEvent): IChange {
+  return { ...(event as any), id: String(event.change_id) } as IChange;
+}
+
+/**
+ * The notebook an event says was (or may have been) written on disk: an edit's `notebook_change`, a
+ * ledger entry, a notebook run's step (a run saves each cell's outputs when it ends, before the next
+ * starts); null for any other event.
+ */
+export function writtenNotebook(event: IAgentEvent): string | null {
+  switch (event.schema_id) {
+    case NOTEBOOK_CHANGE_EVENT:
+    case LEDGER_CHANGE_EVENT:
+      return typeof event.path === 'string' ? event.path : null;
+    case SESSION_EVENT:
+      if (
+        event.mode === 'notebook' &&
+        typeof event.notebook === 'string' &&
+        ['cell_started', 'call_ended', 'interrupted'].includes(event.action)
+      ) {
+        return event.notebook;
+      }
+      return null;
+    case EXECUTION_EVENT:
+      return event.mode === 'notebook' && typeof event.path === 'string'
+        ? event.path
+        : null;
+  }
+  return null;
+}
 
 /** An error answer of the server: its status and the message it gave. */
 export class ApiError extends Error {
@@ -82,94 +117,75 @@ export class ApiError extends Error {
   }
 }
 
-/** Call a route under the server's base URL; the JSON answer, or an ApiError with its message. */
-export async function request<T>(
-  path: string,
-  init: RequestInit = {}
-): Promise<T> {
-  const settings = ServerConnection.makeSettings();
-  const url = URLExt.join(settings.baseUrl, path);
-  let response: Response;
-  try {
-    response = await ServerConnection.makeRequest(url, init, settings);
-  } catch (error) {
-    throw new ApiError(0, `The server cannot be reached: ${error}`, null);
+/** The server's routes, with the application's server settings. */
+export class Api {
+  constructor(readonly settings: ServerConnection.ISettings) {}
+
+  /** Call a route under the server's base URL; the JSON answer, or an ApiError with its message. */
+  async request<T>(path: string, init: RequestInit = {}): Promise<T> {
+    const url = URLExt.join(this.settings.baseUrl, path);
+    let response: Response;
+    try {
+      response = await ServerConnection.makeRequest(url, init, this.settings);
+    } catch (error) {
+      throw new ApiError(0, String(error), null);
+    }
+    const text = await response.text();
+    let body: any = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch {
+      body = text;
+    }
+    if (!response.ok) {
+      const message =
+        (body && typeof body === 'object' && body.message) ||
+        `${response.status} ${response.statusText}`;
+      throw new ApiError(response.status, message, body);
+    }
+    return body as T;
   }
-  const text = await response.text();
-  let body: any = null;
-  try {
-    body = text ? JSON.parse(text) : null;
-  } catch {
-    body = text;
+
+  sessions(): Promise<{ sessions: ISession[] }> {
+    return this.request('api/agent/sessions');
   }
-  if (!response.ok) {
-    const message =
-      (body && typeof body === 'object' && body.message) ||
-      `${response.status} ${response.statusText}`;
-    throw new ApiError(response.status, message, body);
+
+  changes(limit: number): Promise<{ changes: IChange[] }> {
+    return this.request(`api/agent/changes?limit=${limit}`);
   }
-  return body as T;
+
+  change(path: string, id: string): Promise<IChangeDetail> {
+    return this.request(`${notebookUrl(path)}/changes/${id}`);
+  }
+
+  undo(path: string, id: string): Promise<{ message: string }> {
+    return this.request(`${notebookUrl(path)}/changes/${id}/undo`, {
+      method: 'POST',
+      body: '{}'
+    });
+  }
+
+  stop(session: string): Promise<unknown> {
+    return this.request(`api/agent/sessions/${encodeURIComponent(session)}`, {
+      method: 'DELETE'
+    });
+  }
+
+  /** Interrupt a session's call; a notebook run in the notebook's own kernel, as JupyterLab does. */
+  interrupt(session: ISession): Promise<unknown> {
+    if (session.mode === 'notebook' && session.kernel_id) {
+      return this.request(`api/kernels/${session.kernel_id}/interrupt`, {
+        method: 'POST'
+      });
+    }
+    return this.request(
+      `api/agent/sessions/${encodeURIComponent(session.name)}/interrupt`,
+      { method: 'POST' }
+    );
+  }
 }
 
 /** A notebook path as a URL path (each segment encoded). */
 export function notebookUrl(path: string): string {
   return `api/agent/notebooks/${URLExt.encodeParts(path)}`;
-}
-
-/**
- * The server's event bus, with a new connection after it closes (a server restart): 1 s, then
- * doubling up to 10 s between tries. Nothing is sent or polled while the connection is open.
- */
-export class EventStream {
-  constructor(
-    private readonly onEvent: (event: IAgentEvent) => void,
-    private readonly onState: (connected: boolean) => void
-  ) {}
-
-  start(): void {
-    this._connect();
-  }
-
-  dispose(): void {
-    this._disposed = true;
-    clearTimeout(this._timer);
-    this._socket?.close();
-  }
-
-  private _connect(): void {
-    const settings = ServerConnection.makeSettings();
-    let url = URLExt.join(settings.wsUrl, 'api/events/subscribe');
-    if (settings.token) {
-      url += `?token=${encodeURIComponent(settings.token)}`;
-    }
-    const socket = (this._socket = new settings.WebSocket(url));
-    socket.onopen = () => {
-      this._delay = 1000;
-      this.onState(true);
-    };
-    socket.onmessage = message => {
-      let event: IAgentEvent;
-      try {
-        event = JSON.parse(message.data);
-      } catch {
-        return;
-      }
-      if (typeof event?.schema_id === 'string') {
-        this.onEvent(event);
-      }
-    };
-    socket.onclose = () => {
-      if (this._disposed) {
-        return;
-      }
-      this.onState(false);
-      this._timer = setTimeout(() => this._connect(), this._delay);
-      this._delay = Math.min(this._delay * 2, 10000);
-    };
-  }
-
-  private _socket: WebSocket | null = null;
-  private _delay = 1000;
-  private _timer: ReturnType<typeof setTimeout> | undefined;
-  private _disposed = false;
 }

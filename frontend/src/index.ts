@@ -1,22 +1,31 @@
 /**
  * jupyter-agent-tools' frontend: the "Agents" panel in the left sidebar of JupyterLab and Notebook 7,
- * and the marks on cells agents changed. It shows what the server's routes and events say.
+ * the marks on cells agents changed, an open notebook that follows the file without real-time
+ * collaboration, and the commands. It shows what the server's routes and events say.
  */
 import {
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ICommandPalette } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { ITranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 
-import { ITranslator } from '@jupyterlab/translation';
-
+import { Api } from './api';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { addCommands } from './commands';
+import { AgentEvents } from './events';
 // The panel is in the sidebar from the start: activation needs these modules at once.
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { NotebookFollower } from './follow';
 import { setTranslator } from './i18n';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { CellMarks } from './marks';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { AgentModel } from './model';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { AgentPanel } from './panel';
 
@@ -35,35 +44,55 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description:
     'The Agents panel: what AI agents do in this server, with Interrupt, Stop, Diff and Undo.',
   autoStart: true,
-  optional: [INotebookTracker, ISettingRegistry, ILayoutRestorer, ITranslator],
+  optional: [
+    INotebookTracker,
+    ISettingRegistry,
+    ILayoutRestorer,
+    ITranslator,
+    ICommandPalette
+  ],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker | null,
     settings: ISettingRegistry | null,
     restorer: ILayoutRestorer | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    palette: ICommandPalette | null
   ) => {
     if (translator) {
       setTranslator(translator);
     }
+    const serverSettings = app.serviceManager.serverSettings;
+    const model = new AgentModel(
+      new Api(serverSettings),
+      new AgentEvents(serverSettings)
+    );
     const marks = tracker ? new CellMarks(tracker) : null;
-    const panel = new AgentPanel({
-      marks,
-      open: async (path, cellId) => {
-        const widget = await app.commands.execute('docmanager:open', { path });
-        if (cellId && widget instanceof NotebookPanel) {
-          await widget.context.ready;
-          const index = widget.content.widgets.findIndex(
-            cell => cell.model.id === cellId
-          );
-          if (index >= 0) {
-            widget.content.activeCellIndex = index;
-            await widget.content.scrollToItem(index);
-          }
-        }
-      }
-    });
+    const follower = tracker
+      ? new NotebookFollower(
+          tracker,
+          app.serviceManager.contents,
+          app.commands,
+          marks
+        )
+      : null;
+    if (marks) {
+      marks.follow(model);
+    }
+    model.written.connect((_, { path, change }) =>
+      follower?.written(path, change)
+    );
+    model.running.connect((_, { path, cellId }) =>
+      marks?.running(path, cellId)
+    );
+    const panel = new AgentPanel(model, app.commands);
     panel.title.icon = ICON;
+    panel.disposed.connect(() => {
+      model.dispose();
+      marks?.dispose();
+      follower?.dispose();
+    });
+    addCommands(app, model, panel.id, tracker, palette);
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'jp-agent-activity');
     if (settings) {
@@ -71,7 +100,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         if (marks) {
           marks.enabled = loaded.get('marks').composite as boolean;
         }
-        panel.maxChanges = loaded.get('maxChanges').composite as number;
+        model.maxChanges = loaded.get('maxChanges').composite as number;
       };
       settings
         .load(PLUGIN_ID)

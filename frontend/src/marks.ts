@@ -1,29 +1,31 @@
 /**
- * Marks on the cells of open notebooks: a cell an agent changed (a change-ledger entry) carries the
- * class `jp-agent-changed` and a tooltip (who, via which door, when) until the person edits it or
- * dismisses the mark; the cell a notebook run is running carries `jp-agent-running`.
+ * Marks on the cells of open notebooks: a cell an agent changed carries the class `jp-agent-changed`,
+ * a tooltip (who, via which door, when, which change) and `data-agent-change-id` while the mark is true
+ * (see `MarkBook`); the cell a notebook run is running carries `jp-agent-running`.
  */
-import { Cell } from '@jupyterlab/cells';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import {
+  DisposableDelegate,
+  DisposableSet,
+  IDisposable
+} from '@lumino/disposable';
 
 import { IChange } from './api';
+import { describeChange } from './format';
 import { trans } from './i18n';
+import { MarkBook, sourcesAfter } from './markbook';
+import { AgentModel } from './model';
 
 export const CHANGED_CLASS = 'jp-agent-changed';
 export const RUNNING_CLASS = 'jp-agent-running';
 const DISMISS_CLASS = 'jp-agent-changed-dismiss';
 
-interface IMark {
-  changeId: string;
-  tooltip: string;
-}
-
-/** Keys that change an editor's text (a person's edit ends the mark). */
-const EDITING_KEYS = new Set(['Backspace', 'Delete', 'Enter', 'Tab']);
-
-export class CellMarks {
-  constructor(private readonly tracker: INotebookTracker) {
-    tracker.widgetAdded.connect((_, panel) => this._watch(panel));
+export class CellMarks implements IDisposable {
+  constructor(
+    private readonly tracker: INotebookTracker,
+    readonly book = new MarkBook()
+  ) {
+    tracker.widgetAdded.connect(this._onAdded, this);
     tracker.forEach(panel => this._watch(panel));
   }
 
@@ -34,27 +36,57 @@ export class CellMarks {
 
   set enabled(value: boolean) {
     this._enabled = value;
-    this._refreshAll();
+    this.tracker.forEach(panel => this.refresh(panel));
   }
 
-  /** A recorded change: mark the cells it left in place (inserted or changed). */
-  changed(change: IChange, tooltip: string): void {
-    let marks = this._marks.get(change.path);
-    if (!marks) {
-      marks = new Map();
-      this._marks.set(change.path, marks);
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
     }
-    for (const cell of change.cells) {
-      if (!cell.id) {
-        continue;
-      }
-      if (cell.what.includes('deleted')) {
-        marks.delete(cell.id);
-      } else {
-        marks.set(cell.id, { changeId: change.id, tooltip });
-      }
+    this._disposed = true;
+    this.tracker.widgetAdded.disconnect(this._onAdded, this);
+    for (const watched of this._watched.values()) {
+      watched.dispose();
     }
-    this._refreshPath(change.path);
+    this._watched.clear();
+  }
+
+  /**
+   * Mark the changes `model` is told. An open notebook's marks wait for the sources the change left
+   * (its detail): a mark is drawn on a cell only when the cell shows them.
+   */
+  follow(model: AgentModel): void {
+    model.recorded.connect((_, change) => {
+      const open = this._enabled && this.isOpen(change.path);
+      this.changed(change, describeChange(change), open);
+      if (open) {
+        model
+          .detail(change)
+          .then(detail => sourcesAfter(detail))
+          .catch(() => null)
+          .then(sources => this.expect(change.path, change.id, sources));
+      }
+    }, this);
+  }
+
+  /** A recorded change; `pending`: its sources will be told through `expect`. */
+  changed(change: IChange, tooltip: string, pending: boolean): void {
+    this.book.record(change, tooltip, pending);
+    this.refreshPath(change.path);
+  }
+
+  /** The sources change `changeId` of `path` left (null: unknown). */
+  expect(
+    path: string,
+    changeId: string,
+    sources: Map<string, string> | null
+  ): void {
+    this.book.expect(path, changeId, sources);
+    this.refreshPath(path);
   }
 
   /** The cell a notebook run is running in `path` (null: none). */
@@ -64,90 +96,48 @@ export class CellMarks {
     } else {
       this._running.set(path, cellId);
     }
-    this._refreshPath(path);
+    this.refreshPath(path);
   }
 
-  /** Forget the mark of a cell (edited or dismissed). */
-  dismiss(path: string, cellId: string): void {
-    this._marks.get(path)?.delete(cellId);
-    this._refreshPath(path);
+  /** Whether `path` is open in a page of this application. */
+  isOpen(path: string): boolean {
+    return (
+      this.tracker.find(panel => panel.context.path === path) !== undefined
+    );
   }
 
-  private _watch(panel: NotebookPanel): void {
-    const refresh = () => this._refresh(panel);
-    panel.context.ready.then(refresh).catch(() => undefined);
-    panel.content.modelContentChanged.connect(refresh);
-    // A cell's widget is made by the notebook's own handler of its model's `cells.changed`, after the
-    // model told `modelContentChanged`: a mark already known for a cell arriving now (the ledger's event
-    // came before the room's update) is drawn by this later handler, connected after the notebook's.
-    const watchCells = () =>
-      panel.content.model?.cells.changed.connect(refresh);
-    watchCells();
-    panel.content.modelChanged.connect(watchCells);
-    panel.content.node.addEventListener('keydown', event => {
-      if (
-        event.key.length === 1 ||
-        EDITING_KEYS.has(event.key) ||
-        event.ctrlKey ||
-        event.metaKey
-      ) {
-        this._edited(panel, event);
-      }
-    });
-    for (const type of ['paste', 'cut', 'drop']) {
-      panel.content.node.addEventListener(type, event =>
-        this._edited(panel, event)
-      );
-    }
-    panel.content.node.addEventListener('click', event => {
-      const target = event.target as HTMLElement;
-      if (target.classList?.contains(DISMISS_CLASS)) {
-        const cell = this._cellOf(panel, target);
-        if (cell) {
-          this.dismiss(panel.context.path, cell.model.id);
-        }
-        event.stopPropagation();
-      }
-    });
+  /** A view of a notebook without collaboration now shows the file as it is (loaded or reverted). */
+  synced(panel: NotebookPanel, seq: number): void {
+    this._synced.set(panel, seq);
+    this.refresh(panel);
   }
 
-  private _edited(panel: NotebookPanel, event: Event): void {
-    const target = event.target as HTMLElement;
-    if (!target.closest?.('.jp-InputArea-editor')) {
-      return; // typed in command mode or an output, not into a cell's source
-    }
-    const cell = this._cellOf(panel, target);
-    if (cell && this._marks.get(panel.context.path)?.has(cell.model.id)) {
-      this.dismiss(panel.context.path, cell.model.id);
-    }
-  }
-
-  private _cellOf(panel: NotebookPanel, node: HTMLElement): Cell | undefined {
-    return panel.content.widgets.find(cell => cell.node.contains(node));
-  }
-
-  private _refreshAll(): void {
-    this.tracker.forEach(panel => this._refresh(panel));
-  }
-
-  private _refreshPath(path: string): void {
+  refreshPath(path: string): void {
     this.tracker.forEach(panel => {
       if (panel.context.path === path) {
-        this._refresh(panel);
+        this.refresh(panel);
       }
     });
   }
 
-  private _refresh(panel: NotebookPanel): void {
+  refresh(panel: NotebookPanel): void {
     if (panel.isDisposed || !panel.content.model) {
       return;
     }
-    const marks = this._marks.get(panel.context.path);
-    const running = this._running.get(panel.context.path);
+    const path = panel.context.path;
+    const running = this._running.get(path);
+    // A collaborative view is the live document: it shows every change as it arrives.
+    const synced = panel.content.model.collaborative
+      ? Infinity
+      : (this._synced.get(panel) ?? 0);
     for (const cell of panel.content.widgets) {
-      const mark = this._enabled ? marks?.get(cell.model.id) : undefined;
+      const id = cell.model.id;
+      const mark =
+        this._enabled && this.book.has(path, id)
+          ? this.book.mark(path, id, cell.model.sharedModel.getSource(), synced)
+          : null;
       const node = cell.node;
-      node.classList.toggle(RUNNING_CLASS, cell.model.id === running);
+      node.classList.toggle(RUNNING_CLASS, id === running);
       let dismiss = node.querySelector(`:scope > .${DISMISS_CLASS}`);
       if (mark) {
         node.classList.add(CHANGED_CLASS);
@@ -171,7 +161,74 @@ export class CellMarks {
     }
   }
 
+  private _onAdded(_: INotebookTracker, panel: NotebookPanel): void {
+    this._watch(panel);
+  }
+
+  private _watch(panel: NotebookPanel): void {
+    if (this._watched.has(panel)) {
+      return;
+    }
+    const connections = new DisposableSet();
+    this._watched.set(panel, connections);
+    const refresh = () => this.refresh(panel);
+    panel.context.ready
+      .then(() => {
+        // Loaded from disk now: it shows every change recorded so far.
+        this._synced.set(panel, this.book.seq);
+        refresh();
+      })
+      .catch(() => undefined);
+    // A cell's source changes (the person's edit, a reload): the marks are checked against it. A cell's
+    // widget is made by the notebook's own handler of its model's `cells.changed`, after
+    // `modelContentChanged`: a mark for a cell arriving now is drawn by this later handler.
+    const notebook = panel.content;
+    notebook.modelContentChanged.connect(refresh);
+    connections.add(
+      new DisposableDelegate(() =>
+        notebook.modelContentChanged.disconnect(refresh)
+      )
+    );
+    let cells: NotebookPanel['content']['model'] = null;
+    const watchCells = () => {
+      cells?.cells.changed.disconnect(refresh);
+      cells = notebook.model;
+      cells?.cells.changed.connect(refresh);
+    };
+    watchCells();
+    notebook.modelChanged.connect(watchCells);
+    connections.add(
+      new DisposableDelegate(() => {
+        notebook.modelChanged.disconnect(watchCells);
+        cells?.cells.changed.disconnect(refresh);
+      })
+    );
+    const onClick = (event: MouseEvent) => {
+      const target = event.target as HTMLElement;
+      if (target.classList?.contains(DISMISS_CLASS)) {
+        const cell = notebook.widgets.find(c => c.node.contains(target));
+        if (cell) {
+          this.book.dismiss(panel.context.path, cell.model.id);
+          refresh();
+        }
+        event.stopPropagation();
+      }
+    };
+    notebook.node.addEventListener('click', onClick);
+    connections.add(
+      new DisposableDelegate(() =>
+        notebook.node.removeEventListener('click', onClick)
+      )
+    );
+    panel.disposed.connect(() => {
+      connections.dispose();
+      this._watched.delete(panel);
+    });
+  }
+
   private _enabled = true;
-  private _marks = new Map<string, Map<string, IMark>>();
+  private _disposed = false;
   private _running = new Map<string, string>();
+  private _synced = new WeakMap<NotebookPanel, number>();
+  private _watched = new Map<NotebookPanel, DisposableSet>();
 }

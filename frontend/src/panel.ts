@@ -1,164 +1,85 @@
 /**
- * The "Agents" sidebar panel: sessions, runs in progress and recent changes, as the server's routes
- * and events say them. Hooks for tests and automation (docs/panel.md): the root's id
- * `jp-agent-activity`, rows' `data-session` / `data-run` / `data-change-id`, buttons' `data-action`.
+ * The "Agents" sidebar panel: sessions, runs in progress and recent changes, rendered from the model
+ * (`AgentModel`): a row is redrawn only when what it shows changed. Its buttons run the extension's
+ * commands. Hooks for tests and automation (docs/panel.md): the root's id `jp-agent-activity`, rows'
+ * `data-session` / `data-run` / `data-change-id`, buttons' `data-action`.
  */
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
 
+import { IChange, ISession } from './api';
 import {
-  ApiError,
-  EventStream,
-  EXECUTION_EVENT,
-  IAgentEvent,
-  IChange,
-  IChangeDetail,
-  ISession,
-  LEDGER_CHANGE_EVENT,
-  notebookUrl,
-  request,
-  SESSION_EVENT
-} from './api';
+  changedCells,
+  describeChange,
+  elapsed,
+  runningCell,
+  when
+} from './format';
 import { trans } from './i18n';
-import { CellMarks } from './marks';
+import { AgentModel } from './model';
 
-/** What the panel asks of the application around it. */
-export interface IPanelHost {
-  /** Open a notebook (at a cell, when given). */
-  open(path: string, cellId: string | null): Promise<void>;
-  /** The cell marks of open notebooks, if there is a notebook tracker. */
-  marks: CellMarks | null;
-}
+/** The command each button of a row runs (see index.ts). */
+export const COMMANDS: { [action: string]: string } = {
+  interrupt: 'agents:interrupt',
+  stop: 'agents:stop',
+  open: 'agents:open-change',
+  diff: 'agents:diff',
+  undo: 'agents:undo'
+};
 
 export class AgentPanel extends Widget {
-  constructor(private readonly host: IPanelHost) {
+  constructor(
+    private readonly model: AgentModel,
+    private readonly commands: CommandRegistry
+  ) {
     super();
     this.id = 'jp-agent-activity';
     this.addClass('jp-AgentActivity');
     this.title.caption = trans.__('Agents: what AI agents do in this server');
-    this.node.dataset.connected = 'false';
-    this.node.addEventListener('click', event => this._click(event));
-    this._events = new EventStream(
-      event => this._event(event),
-      connected => this._connection(connected)
+    this.node.addEventListener('click', this._onClick);
+    const header = el('div', 'jp-AgentActivity-header');
+    header.append(
+      el('h2', 'jp-AgentActivity-title', trans.__('Agents')),
+      this._status
     );
+    this._sessions = new Section(
+      'sessions',
+      trans.__('Sessions'),
+      trans.__('No agent sessions.')
+    );
+    this._runs = new Section(
+      'runs-in-progress',
+      trans.__('Runs in progress'),
+      trans.__('Nothing running.')
+    );
+    this._changes = new Section(
+      'recent-changes',
+      trans.__('Recent changes'),
+      trans.__('No changes yet.')
+    );
+    this.node.append(
+      header,
+      this._error,
+      this._notice,
+      this._sessions.node,
+      this._runs.node,
+      this._changes.node
+    );
+    model.stateChanged.connect(this._render, this);
     this._render();
-    this._events.start();
-  }
-
-  /** How many changes the list shows (the `maxChanges` setting). */
-  set maxChanges(value: number) {
-    if (value !== this._maxChanges) {
-      this._maxChanges = value;
-      void this._loadChanges();
-    }
   }
 
   dispose(): void {
-    this._events.dispose();
+    if (this.isDisposed) {
+      return;
+    }
+    this.model.stateChanged.disconnect(this._render, this);
+    this.node.removeEventListener('click', this._onClick);
     clearInterval(this._ticker);
     super.dispose();
   }
 
-  // -- what the server says -------------------------------------------------------------------
-
-  private _connection(connected: boolean): void {
-    this._connected = connected;
-    this.node.dataset.connected = String(connected);
-    if (connected) {
-      // (Re)connected: what happened while the panel was not listening is read once.
-      void this._loadSessions();
-      void this._loadChanges();
-    } else {
-      this._render();
-    }
-  }
-
-  private _event(event: IAgentEvent): void {
-    switch (event.schema_id) {
-      case SESSION_EVENT: // a call queued, started, at a cell, ended; a session created or gone
-      case EXECUTION_EVENT:
-        this._sessionsSoon();
-        break;
-      case LEDGER_CHANGE_EVENT:
-        this._recorded(event as unknown as IChange & IAgentEvent);
-        break;
-    }
-  }
-
-  private _recorded(event: IChange & IAgentEvent): void {
-    const change: IChange = { ...event, id: String(event.change_id) };
-    this._arrived.delete(change.id);
-    this._arrived.set(change.id, change);
-    if (this._arrived.size > this._maxChanges) {
-      this._arrived.delete(this._arrived.keys().next().value as string);
-    }
-    this._changes = [
-      change,
-      ...this._changes.filter(c => c.id !== change.id)
-    ].slice(0, this._maxChanges);
-    this.host.marks?.changed(change, describeChange(change));
-    this._render();
-  }
-
-  /** Sessions are read again once per burst of events (a call's start, end, queue). */
-  private _sessionsSoon(): void {
-    clearTimeout(this._sessionsTimer);
-    this._sessionsTimer = setTimeout(() => void this._loadSessions(), 50);
-  }
-
-  private async _loadSessions(): Promise<void> {
-    try {
-      const answer = await request<{ sessions: ISession[] }>(
-        'api/agent/sessions'
-      );
-      this._sessions = answer.sessions;
-      this._error = '';
-      // The cell each notebook run runs, marked in the open notebook.
-      const running = new Map<string, string | null>();
-      for (const path of this._running) {
-        running.set(path, null);
-      }
-      for (const s of this._sessions) {
-        if (s.notebook && s.busy && s.running_cell?.cell_id) {
-          running.set(s.notebook, s.running_cell.cell_id);
-        }
-      }
-      this._running = new Set();
-      for (const [path, cellId] of running) {
-        this.host.marks?.running(path, cellId);
-        if (cellId) {
-          this._running.add(path);
-        }
-      }
-    } catch (error) {
-      this._error = `Sessions: ${(error as Error).message}`;
-    }
-    this._render();
-  }
-
-  private async _loadChanges(): Promise<void> {
-    // Changes that arrive as events while the list is read may be newer than the list's answer (it can
-    // reach the page after them): they are kept in front of it.
-    const arrived = (this._arrived = new Map<string, IChange>());
-    try {
-      const answer = await request<{ changes: IChange[] }>(
-        `api/agent/changes?limit=${this._maxChanges}`
-      );
-      const listed = new Set(answer.changes.map(c => c.id));
-      this._changes = [
-        ...[...arrived.values()].reverse().filter(c => !listed.has(c.id)),
-        ...answer.changes
-      ].slice(0, this._maxChanges);
-    } catch (error) {
-      this._error = `Changes: ${(error as Error).message}`;
-    }
-    this._render();
-  }
-
-  // -- what the person asks -------------------------------------------------------------------
-
-  private _click(event: MouseEvent): void {
+  private _onClick = (event: MouseEvent): void => {
     const button = (event.target as HTMLElement).closest<HTMLElement>(
       'button[data-action]'
     );
@@ -168,131 +89,58 @@ export class AgentPanel extends Widget {
     const row = button.closest<HTMLElement>(
       '[data-session], [data-run], [data-change-id]'
     );
-    const action = button.dataset.action;
-    const session = row?.dataset.session ?? row?.dataset.run;
-    const change = this._changes.find(c => c.id === row?.dataset.changeId);
-    const found = this._sessions.find(s => s.name === session);
-    if ((action === 'interrupt' || action === 'stop') && found) {
-      void this._act(button, () => this._sessionAction(action, found));
-    } else if (change && action === 'undo') {
-      void this._act(button, () => this._undo(change));
-    } else if (change && action === 'diff') {
-      void this._act(button, () => this._diff(change));
-    } else if (change && action === 'open') {
-      const cell = change.cells.find(c => c.id && !c.what.includes('deleted'));
-      void this._act(button, () =>
-        this.host.open(change.path, cell?.id ?? null)
-      );
-    }
-  }
-
-  private async _act(
-    button: HTMLElement,
-    action: () => Promise<void>
-  ): Promise<void> {
-    button.setAttribute('disabled', '');
-    try {
-      await action();
-    } finally {
-      button.removeAttribute('disabled');
-    }
-  }
-
-  private async _sessionAction(
-    action: string,
-    session: ISession
-  ): Promise<void> {
-    const name = session.name;
-    const path = `api/agent/sessions/${encodeURIComponent(name)}`;
-    try {
-      if (action === 'stop') {
-        const answer = await showDialog({
-          title: `Stop session ${name}?`,
-          body: trans.__(
-            'Its kernel is shut down: its variables are lost, a running call is cancelled.'
-          ),
-          buttons: [
-            Dialog.cancelButton(),
-            Dialog.warnButton({ label: trans.__('Stop') })
-          ]
-        });
-        if (!answer.button.accept) {
-          return;
-        }
-        await request(path, { method: 'DELETE' });
-      } else if (session.mode === 'notebook' && session.kernel_id) {
-        // A notebook run runs in the notebook's own kernel: interrupted as JupyterLab does it.
-        await request(`api/kernels/${session.kernel_id}/interrupt`, {
-          method: 'POST'
-        });
-      } else {
-        await request(`${path}/interrupt`, { method: 'POST' });
-      }
-      this._notice = '';
-    } catch (error) {
-      this._notice = `${name}: ${(error as Error).message}`;
-    }
-    await this._loadSessions();
-  }
-
-  private async _undo(change: IChange): Promise<void> {
-    this._problems.delete(change.id);
-    try {
-      const answer = await request<{ message: string }>(
-        `${notebookUrl(change.path)}/changes/${change.id}/undo`,
-        { method: 'POST', body: '{}' }
-      );
-      this._notice = answer.message;
-    } catch (error) {
-      this._problems.set(change.id, readable(error));
-    }
-    this._render();
-  }
-
-  private async _diff(change: IChange): Promise<void> {
-    let detail: IChangeDetail;
-    try {
-      detail = await request<IChangeDetail>(
-        `${notebookUrl(change.path)}/changes/${change.id}`
-      );
-    } catch (error) {
-      this._problems.set(change.id, readable(error));
-      this._render();
+    const command = COMMANDS[button.dataset.action ?? ''];
+    if (!row || !command) {
       return;
     }
-    await showDialog({
-      title: `Change ${change.id} of ${change.path}: ${change.action}`,
-      body: new Widget({ node: diffNode(detail) }),
-      buttons: [Dialog.okButton({ label: trans.__('Close') })]
-    });
-  }
-
-  // -- rendering ------------------------------------------------------------------------------
+    const session = row.dataset.session ?? row.dataset.run;
+    const change = this.model.change(row.dataset.changeId ?? '');
+    const args = session
+      ? { session }
+      : change
+        ? { path: change.path, id: change.id }
+        : null;
+    if (!args) {
+      return;
+    }
+    button.setAttribute('disabled', '');
+    void this.commands
+      .execute(command, args)
+      .catch(error => console.error(error))
+      .then(() => button.removeAttribute('disabled'));
+  };
 
   private _render(): void {
-    const node = this.node;
-    node.replaceChildren();
-    const header = el('div', 'jp-AgentActivity-header');
-    header.append(
-      el('h2', 'jp-AgentActivity-title', 'Agents'),
-      el(
-        'span',
-        'jp-AgentActivity-status',
-        this._connected ? 'live' : 'reconnecting…'
-      )
+    const model = this.model;
+    this.node.dataset.connected = String(model.connected);
+    this._status.textContent = model.connected
+      ? trans.__('live')
+      : trans.__('reconnecting…');
+    show(this._error, model.error);
+    show(this._notice, model.notice?.text ?? '');
+    this._notice.classList.toggle('jp-mod-ok', model.notice?.ok ?? false);
+    const sessions = model.sessions;
+    // What a row shows decides whether it is drawn again ("3 min ago" changes each minute).
+    const minute = Math.floor(Date.now() / 60000);
+    this._sessions.update(
+      sessions.filter(s => s.mode !== 'notebook'), // a notebook's own kernel shows as its run
+      s => s.name,
+      s => [s, minute],
+      sessionRow
     );
-    node.append(header);
-    for (const text of [this._error, this._notice]) {
-      if (text) {
-        node.append(el('div', 'jp-AgentActivity-notice', text));
-      }
-    }
-    node.append(
-      this._section('Sessions', this._sessionRows(), 'No agent sessions.'),
-      this._section('Runs in progress', this._runRows(), 'Nothing running.'),
-      this._section('Recent changes', this._changeRows(), 'No changes yet.')
+    this._runs.update(
+      sessions.filter(s => s.busy),
+      s => s.name,
+      s => s,
+      runRow
     );
-    const running = this._sessions.some(s => s.busy);
+    this._changes.update(
+      model.changes,
+      c => c.id,
+      c => [c, model.problems.get(c.id), minute],
+      c => changeRow(c, model.problems.get(c.id))
+    );
+    const running = sessions.some(s => s.busy);
     if (running && this._ticker === undefined) {
       this._ticker = setInterval(() => this._tick(), 1000); // elapsed times only
     } else if (!running && this._ticker !== undefined) {
@@ -302,192 +150,176 @@ export class AgentPanel extends Widget {
   }
 
   private _tick(): void {
+    const now = Date.now();
     this.node
       .querySelectorAll<HTMLElement>('[data-since]')
-      .forEach(cell => (cell.textContent = elapsed(cell.dataset.since!)));
+      .forEach(cell => (cell.textContent = elapsed(cell.dataset.since!, now)));
   }
 
-  private _section(title: string, rows: HTMLElement[], empty: string) {
-    const section = el('section', 'jp-AgentActivity-section');
-    section.dataset.section = title.toLowerCase().replace(/ /g, '-');
-    section.append(el('h3', 'jp-AgentActivity-sectionTitle', title));
-    const list = el('ul', 'jp-AgentActivity-list');
-    list.append(...rows);
-    section.append(
-      rows.length ? list : el('div', 'jp-AgentActivity-empty', empty)
-    );
-    return section;
-  }
-
-  private _sessionRows(): HTMLElement[] {
-    return this._sessions
-      .filter(s => s.mode !== 'notebook') // a notebook's own kernel shows as its run
-      .map(s => {
-        const row = el('li', 'jp-AgentActivity-row');
-        row.dataset.session = s.name;
-        const state = s.busy ? 'busy' : s.state;
-        row.append(
-          line(
-            el('strong', 'jp-AgentActivity-name', s.notebook ?? s.name),
-            el('span', `jp-AgentActivity-state jp-mod-${state}`, state)
-          ),
-          line(
-            text(`${s.owner ?? 'unknown'} · ${s.mode}`),
-            text(`${s.queue_depth} queued`),
-            text(`active ${when(s.last_used)}`)
-          ),
-          buttons(['interrupt', 'Interrupt'], ['stop', 'Stop'])
-        );
-        return row;
-      });
-  }
-
-  private _runRows(): HTMLElement[] {
-    return this._sessions
-      .filter(s => s.busy)
-      .map(s => {
-        const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-run');
-        row.dataset.run = s.name;
-        const since = el('span', 'jp-AgentActivity-elapsed');
-        if (s.busy_since) {
-          since.dataset.since = s.busy_since;
-          since.textContent = elapsed(s.busy_since);
-        }
-        row.append(
-          line(
-            el(
-              'strong',
-              'jp-AgentActivity-name',
-              s.notebook ?? `eval: ${s.name}`
-            ),
-            since
-          ),
-          line(
-            text(runningCell(s)),
-            text(s.queue_depth ? `${s.queue_depth} queued` : '')
-          ),
-          buttons(['interrupt', 'Interrupt'])
-        );
-        return row;
-      });
-  }
-
-  private _changeRows(): HTMLElement[] {
-    return this._changes.map(c => {
-      const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-change');
-      row.dataset.changeId = c.id;
-      row.title = describeChange(c);
-      const cells = c.cells
-        .map(cell => `${cell.id ?? '?'} (${cell.what.join(', ')})`)
-        .join(', ');
-      const actions: [string, string][] = [
-        ['open', 'Open'],
-        ['diff', 'Diff']
-      ];
-      if (c.undoable) {
-        actions.push(['undo', 'Undo']);
-      }
-      row.append(
-        line(el('strong', 'jp-AgentActivity-name', c.path), text(`#${c.id}`)),
-        line(text(c.action)),
-        line(
-          text(`${c.user ?? 'unknown'} via ${c.via ?? '?'}`),
-          text(when(c.time))
-        ),
-        el('div', 'jp-AgentActivity-cells', cells ? `cells: ${cells}` : ''),
-        buttons(...actions)
-      );
-      const problem = this._problems.get(c.id);
-      if (problem) {
-        const box = el('div', 'jp-AgentActivity-problem', problem);
-        box.setAttribute('role', 'alert');
-        row.append(box);
-      }
-      return row;
-    });
-  }
-
-  private _events: EventStream;
-  private _connected = false;
-  private _arrived = new Map<string, IChange>(); // told by events since the list was last read
-  private _sessions: ISession[] = [];
-  private _changes: IChange[] = [];
-  private _running = new Set<string>(); // notebooks with a cell marked running
-  private _problems = new Map<string, string>();
-  private _maxChanges = 20;
-  private _error = '';
-  private _notice = '';
-  private _sessionsTimer: ReturnType<typeof setTimeout> | undefined;
+  private _status = el('span', 'jp-AgentActivity-status');
+  private _error = el('div', 'jp-AgentActivity-notice jp-mod-error');
+  private _notice = el('div', 'jp-AgentActivity-notice');
+  private _sessions: Section;
+  private _runs: Section;
+  private _changes: Section;
   private _ticker: ReturnType<typeof setInterval> | undefined;
 }
 
-/** The tooltip of a change: who, via which door, when, what. */
-export function describeChange(c: IChange): string {
-  const time = new Date(c.time).toLocaleString();
-  return `Changed by ${c.user ?? 'an unknown user'} via ${c.via ?? 'an unknown door'} at ${time}: ${c.action} (change ${c.id})`;
+/** A row's node and what it was drawn from (it is drawn again only when that changes). */
+interface IRow {
+  node: HTMLElement;
+  drawn: string;
 }
 
-/** Which cell a busy session runs, as the sessions list says it. */
-function runningCell(s: ISession): string {
-  const cell = s.running_cell;
-  if (!cell) {
-    return 'starting';
+/** A titled list whose rows are kept by key. */
+class Section {
+  constructor(name: string, title: string, empty: string) {
+    this.node.className = 'jp-AgentActivity-section';
+    this.node.dataset.section = name;
+    this._empty.textContent = empty;
+    this.node.append(el('h3', 'jp-AgentActivity-sectionTitle', title));
+    this.node.append(this._empty);
   }
-  if (s.notebook) {
-    return `running cell ${cell.cell_id ?? `#${cell.index + 1}`}`;
+
+  /** Show `items`; a row is drawn again only when its `shown(item)` changed. */
+  update<T>(
+    items: readonly T[],
+    key: (item: T) => string,
+    shown: (item: T) => unknown,
+    draw: (item: T) => HTMLElement
+  ) {
+    const rows = new Map<string, IRow>();
+    const nodes: HTMLElement[] = [];
+    for (const item of items) {
+      const k = key(item);
+      const drawn = JSON.stringify(shown(item));
+      let row = this._rows.get(k);
+      if (!row || row.drawn !== drawn) {
+        const node = draw(item);
+        row?.node.replaceWith(node);
+        row = { node, drawn };
+      }
+      rows.set(k, row);
+      nodes.push(row.node);
+    }
+    this._rows = rows;
+    // Moves only the rows out of place (a new change goes on top; the others stay).
+    nodes.forEach((node, i) => {
+      if (this._list.children[i] !== node) {
+        this._list.insertBefore(node, this._list.children[i] ?? null);
+      }
+    });
+    while (this._list.children.length > nodes.length) {
+      this._list.lastElementChild!.remove();
+    }
+    const listed = nodes.length > 0;
+    if (listed !== this._list.isConnected) {
+      (listed ? this._empty : this._list).replaceWith(
+        listed ? this._list : this._empty
+      );
+    }
   }
-  return `running cell ${cell.index + 1}${cell.of ? ` of ${cell.of}` : ''}`;
+
+  readonly node = document.createElement('section');
+  private _list = el('ul', 'jp-AgentActivity-list');
+  private _empty = el('div', 'jp-AgentActivity-empty');
+  private _rows = new Map<string, IRow>();
 }
 
-/** An error as the person reads it: the server's message, and each conflicting cell. */
-function readable(error: unknown): string {
-  if (!(error instanceof ApiError)) {
-    return String(error);
-  }
-  const conflicts: { id: string; what: string }[] = error.body?.conflicts ?? [];
-  const lines = conflicts
-    .map(c => `cell ${c.id}: ${c.what}`)
-    .filter(line => !error.message.includes(line));
-  const head = error.status === 409 ? 'Cannot undo. ' : '';
-  return [head + error.message, ...lines].join('\n');
+function sessionRow(s: ISession): HTMLElement {
+  const row = el('li', 'jp-AgentActivity-row');
+  row.dataset.session = s.name;
+  const state = s.busy ? 'busy' : s.state;
+  row.append(
+    line(
+      el('strong', 'jp-AgentActivity-name', s.notebook ?? s.name),
+      el(
+        'span',
+        `jp-AgentActivity-state jp-mod-${state}`,
+        s.busy ? trans.__('busy') : state // (a kernel's state: the server's word)
+      )
+    ),
+    line(
+      text(`${s.owner ?? trans.__('unknown')} · ${s.mode}`),
+      text(trans.__('%1 queued', s.queue_depth)),
+      text(trans.__('active %1', when(s.last_used)))
+    ),
+    buttons(['interrupt', trans.__('Interrupt')], ['stop', trans.__('Stop')])
+  );
+  return row;
 }
 
-function diffNode(detail: IChangeDetail): HTMLElement {
-  const root = el('div', 'jp-AgentActivity-diff');
-  root.append(
+function runRow(s: ISession): HTMLElement {
+  const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-run');
+  row.dataset.run = s.name;
+  const since = el('span', 'jp-AgentActivity-elapsed');
+  if (s.busy_since) {
+    since.dataset.since = s.busy_since;
+    since.textContent = elapsed(s.busy_since);
+  }
+  row.append(
+    line(
+      el(
+        'strong',
+        'jp-AgentActivity-name',
+        s.notebook ?? trans.__('eval: %1', s.name)
+      ),
+      since
+    ),
+    line(
+      text(runningCell(s)),
+      text(s.queue_depth ? trans.__('%1 queued', s.queue_depth) : '')
+    ),
+    buttons(['interrupt', trans.__('Interrupt')])
+  );
+  return row;
+}
+
+function changeRow(c: IChange, problem: string | undefined): HTMLElement {
+  const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-change');
+  row.dataset.changeId = c.id;
+  row.title = describeChange(c);
+  const cells = changedCells(c);
+  const actions: [string, string][] = [
+    ['open', trans.__('Open')],
+    ['diff', trans.__('Diff')]
+  ];
+  if (c.undoable) {
+    actions.push(['undo', trans.__('Undo')]);
+  }
+  row.append(
+    line(el('strong', 'jp-AgentActivity-name', c.path), text(`#${c.id}`)),
+    line(text(c.action)),
+    line(
+      text(
+        trans.__(
+          '%1 via %2',
+          c.user ?? trans.__('unknown'),
+          c.via ?? trans.__('?')
+        )
+      ),
+      text(when(c.time))
+    ),
     el(
       'div',
-      'jp-AgentActivity-diffHeader',
-      `${detail.user ?? 'unknown'} via ${detail.via ?? '?'}, ${when(detail.time)}`
-    )
+      'jp-AgentActivity-cells',
+      cells ? trans.__('cells: %1', cells) : ''
+    ),
+    buttons(...actions)
   );
-  for (const cell of detail.cells) {
-    root.append(
-      el('h4', '', `cell ${cell.id ?? '?'}: ${cell.what.join(', ')}`)
-    );
-    const pre = el('pre', 'jp-AgentActivity-diffText');
-    const diff =
-      cell.diff ??
-      [
-        cell.before ? `before: ${JSON.stringify(cell.before, null, 1)}` : '',
-        cell.after ? `after: ${JSON.stringify(cell.after, null, 1)}` : ''
-      ]
-        .filter(Boolean)
-        .join('\n');
-    for (const textLine of diff.split('\n')) {
-      const kind = textLine.startsWith('+')
-        ? 'jp-mod-added'
-        : textLine.startsWith('-')
-          ? 'jp-mod-removed'
-          : '';
-      pre.append(el('span', kind, `${textLine}\n`));
-    }
-    root.append(pre);
+  if (problem) {
+    const box = el('div', 'jp-AgentActivity-problem', problem);
+    box.setAttribute('role', 'alert');
+    row.append(box);
   }
-  return root;
+  return row;
+}
+function show(node: HTMLElement, content: string): void {
+  node.textContent = content;
+  node.hidden = !content;
 }
 
-function el(tag: string, className: string, content = ''): HTMLElement {
+export function el(tag: string, className: string, content = ''): HTMLElement {
   const node = document.createElement(tag);
   if (className) {
     node.className = className;
@@ -514,24 +346,4 @@ function buttons(...actions: [string, string][]): HTMLElement {
     node.append(button);
   }
   return node;
-}
-
-function when(iso: string): string {
-  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (seconds < 60) {
-    return 'just now';
-  }
-  if (seconds < 3600) {
-    return `${Math.floor(seconds / 60)} min ago`;
-  }
-  return new Date(iso).toLocaleString();
-}
-
-function elapsed(iso: string): string {
-  const seconds = Math.max(
-    0,
-    Math.floor((Date.now() - Date.parse(iso)) / 1000)
-  );
-  const m = Math.floor(seconds / 60);
-  return m ? `${m} min ${seconds % 60} s` : `${seconds} s`;
 }

@@ -3,23 +3,22 @@
 A glob is matched against a root-relative POSIX path, segment by segment: ``*`` and ``?`` stay within one
 segment, ``[abc]``/``[!abc]`` are character classes, and a ``**`` segment matches any number of segments,
 none included (``reports/**`` reaches the directory ``reports`` and everything under it; ``**/*.ipynb``
-every notebook). A request path is normalized first (empty and ``.`` segments dropped, ``..`` applied; a
-path that climbs above the root reaches nothing), and with a local root the path a symlink leads to must
-match as well. Pure except :func:`resolved`, which asks the file system where symlinks lead.
+every notebook), by :mod:`jupyter_agent_tools.globs` (file search's matcher too, in linear time). A
+request path is normalized first (empty and ``.`` segments dropped, ``..`` applied; a path that climbs
+above the root reaches nothing), and with a local root the path a symlink leads to must match as well.
+Pure except :func:`resolved`, which asks the file system where symlinks lead.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Sequence
 
+from ..globs import MAX_GLOB_CHARS, Glob, GlobError
+
+__all__ = ["MAX_GLOBS", "MAX_GLOB_CHARS", "GlobError", "PathScope", "clean_glob", "normalize", "resolved"]
+
 MAX_GLOBS = 32
-MAX_GLOB_CHARS = 256
-
-
-class GlobError(ValueError):
-    """A glob that cannot be used (the message says why)."""
 
 
 def normalize(path: str) -> str | None:
@@ -40,35 +39,6 @@ def normalize(path: str) -> str | None:
     return "/".join(parts)
 
 
-def _segment(segment: str) -> str:
-    """The regular expression of one glob segment (never matching a ``/``)."""
-    out, i, n = [], 0, len(segment)
-    while i < n:
-        c = segment[i]
-        i += 1
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            end = segment.find("]", i + 1 if i < n and segment[i] in "!^" else i)
-            if end < 0:
-                out.append(re.escape(c))
-                continue
-            body = segment[i:end]
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            if not body:
-                out.append(re.escape(c))
-                continue
-            i = end + 1
-            body = body.replace("\\", "\\\\").replace("[", "\\[")
-            out.append(f"[^/{body}]" if negate else f"[{body}]")
-        else:
-            out.append(re.escape(c))
-    return "".join(out)
-
-
 def clean_glob(glob: str) -> str:
     """``glob`` as stored: leading ``/`` and ``./`` and empty segments dropped. Raises :class:`GlobError`
     for an empty glob, a NUL, a ``..`` segment, or one longer than :data:`MAX_GLOB_CHARS`."""
@@ -86,15 +56,6 @@ def clean_glob(glob: str) -> str:
     return "/".join(segments)
 
 
-def compile_glob(glob: str) -> re.Pattern[str]:
-    """The pattern of a cleaned glob, to be matched against ``path + "/"``."""
-    pieces = ["(?:[^/]+/)*" if s == "**" else _segment(s) + "/" for s in glob.split("/")]
-    try:
-        return re.compile("".join(pieces))
-    except re.error as e:
-        raise GlobError(f"not a usable path glob: {glob!r} ({e})") from None
-
-
 class PathScope:
     """The globs of one token, compiled once."""
 
@@ -106,12 +67,11 @@ class PathScope:
             raise GlobError("a path scope needs at least one glob")
         if len(self.globs) > MAX_GLOBS:
             raise GlobError(f"at most {MAX_GLOBS} path globs, got {len(self.globs)}")
-        self._patterns = [compile_glob(g) for g in self.globs]
+        self._patterns = [Glob(g) for g in self.globs]
 
     def matches(self, normalized: str) -> bool:
         """Whether a normalized path (from :func:`normalize`) is inside one of the globs."""
-        subject = normalized + "/" if normalized else ""
-        return any(p.fullmatch(subject) for p in self._patterns)
+        return any(p.match(normalized) for p in self._patterns)
 
     def allows(self, path: str, root_dir: str | None = None) -> bool:
         """Whether the request path ``path`` is inside the globs: normalized, and, with a local

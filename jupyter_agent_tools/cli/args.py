@@ -340,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     files.add_argument("-r", "--recursive", action="store_true", help="walk every level")
     files.add_argument("--start", metavar="PATH", help="a page: after this path (the last page's next_start)")
     files.add_argument("--limit", type=int, metavar="N", help="a page: at most N entries (default 500)")
+    files.add_argument(
+        "--ignored", action="store_true", help="also what .gitignore and .ignore exclude (node_modules...)"
+    )
     _common(files)
 
     artifact = commands.add_parser("artifact", help="print the full output of a truncated cell")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import datetime
 import json
 import re
 import shlex
@@ -102,7 +103,7 @@ def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) 
         return _started(renderer, client.detach_eval(bodies, **options))
     events = client.stream_eval(bodies, **options, raise_on_error=False)
     save = Path(args.save_images) if args.save_images else None
-    return _run(renderer, events, RunPlan([cell.title for cell in cells], save))
+    return _run(renderer, events, RunPlan([cell.title for cell in cells], save, where=args.notebook))
 
 
 def _content(args: argparse.Namespace) -> str:
@@ -205,8 +206,9 @@ def cmd_files(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
         recursive=args.recursive,
         start=args.start,
         limit=args.limit,
+        ignored=args.ignored,
     )
-    renderer.done(files_text(answer), answer)  # --json: the answer
+    renderer.listing(files_text(answer), answer)  # --json: the answer
     return exits.OK
 
 
@@ -221,7 +223,8 @@ def files_text(answer: dict[str, Any]) -> str:
             size = entry.get("size")
             lines.append(f"{entry['path']}\t{size if size is not None else ''}\t{modified}")
     if answer.get("truncated"):
-        lines.append(f"(more: --start {shlex.quote(str(answer.get('next_start')))})")
+        why = "the walk's time or entry budget ran out; " if answer.get("stopped") == "budget" else ""
+        lines.append(f"({why}more: --start {shlex.quote(str(answer.get('next_start')))})")
     return "\n".join(lines) if lines else "(no entries)"
 
 
@@ -243,14 +246,28 @@ def select_cells(answer: dict[str, Any], value: str | None) -> list[dict[str, An
 
 
 def nb_show(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
-    if args.text:
+    if args.text:  # the route's format=text, naming this CLI's command for one output
+        from ..notebook.reading import render_text  # lazy: the route's pure renderer, only for --text
+
         cell_ids = [_route_cell(args.cell)] if args.cell else None
-        text = client.read_notebook_text(args.path, start=args.start, limit=args.limit, cell_ids=cell_ids)
-        renderer.text([text])
+        read = client.read_notebook(args.path, start=args.start, limit=args.limit, cell_ids=cell_ids)
+        renderer.text([render_text(dict(read), output_call=output_command)])
         return exits.OK
     answer = dict(client.read_notebook(args.path, start=args.start, limit=args.limit))
     renderer.notebook(answer, select_cells(answer, args.cell), args.outputs, args.expand)
     return exits.OK
+
+
+def output_command(path: str, cell: str | None, n: int | None, mime: str | None) -> str:
+    """The command that prints one output in full (placeholders where ``cell`` and ``n`` are None)."""
+    if cell is None or n is None:
+        return f"jupyter agent nb output {shlex.quote(path)} --cell CELL N [--mime TYPE]"
+    if cell.startswith("@"):
+        cell = cell[1:]  # an index
+    elif cell.isdigit():
+        cell = f"id:{cell}"  # an id made of digits
+    command = f"jupyter agent nb output {shlex.quote(path)} --cell {shlex.quote(cell)} {n}"
+    return f"{command} --mime {shlex.quote(mime)}" if mime else command
 
 
 def _route_cell(value: str) -> str:
@@ -315,10 +332,10 @@ def nb_ledger(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
     """``nb log``, ``nb diff`` and ``nb undo``: the notebook's recorded changes."""
     if args.nb_command == "log":
         listing = client.notebook_changes(args.path, limit=args.limit, before=args.before)
-        renderer.done(changes_text(listing, args.path), listing)
+        renderer.listing(changes_text(listing, args.path), listing)
     elif args.nb_command == "diff":
         entry = client.notebook_change(args.path, args.change_id)
-        renderer.done(change_text(entry), entry)
+        renderer.listing(change_text(entry), entry)
     else:
         answer = client.undo_change(args.path, args.change_id, expected_hash=args.expected_hash)
         renderer.done(f"{answer['message']} Hash: {answer['hash']}", answer)
@@ -384,7 +401,7 @@ def cmd_runs(client: AgentClient, args: argparse.Namespace, renderer: Renderer) 
     action = args.runs_command or "list"
     if action == "list":
         runs = client.runs()
-        renderer.done(runs_text(runs), {"runs": runs})
+        renderer.listing(runs_text(runs), {"runs": runs})
         return exits.OK
     if action == "cancel":
         answer = client.cancel_run(args.run_id)
@@ -396,21 +413,47 @@ def cmd_runs(client: AgentClient, args: argparse.Namespace, renderer: Renderer) 
         return exits.OK
     if action == "show":
         run = client.run(args.run_id, wait=args.wait)
-        renderer.done(run_text(run), run)
+        renderer.listing(run_text(run), run)
         if run["state"] in ("queued", "running"):
             return exits.OK
         return exits.for_result(run["result"]) if run.get("result") else exits.FAILED
-    # watch: the events as a live run shows them; leaving does not stop the run
-    events = client.run_events(args.run_id, after=args.after, raise_on_error=False)
+    # watch: the events as a live run shows them, timed from the run's own start; leaving (Ctrl-C) stops
+    # the watching, not the run
+    run = client.run(args.run_id)
     save = Path(args.save_images) if args.save_images else None
+    plan = RunPlan(
+        None,
+        save,
+        where=run.get("target") if run.get("kind") == "notebook_run" else None,
+        watching=True,
+        started=epoch(run.get("started") or run.get("created")),
+        ended=epoch(run.get("ended")),
+        cells_started={
+            int(cell["index"]): at
+            for cell in run.get("cells") or []
+            if (at := epoch(cell.get("started"))) is not None
+        },
+    )
+    events = client.run_events(args.run_id, after=args.after, raise_on_error=False)
     try:
-        return _run(renderer, events, RunPlan(None, save))
+        return _run(renderer, events, plan)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        renderer.error(
-            f"stopped watching; run {args.run_id} goes on (jupyter agent runs cancel {args.run_id})"
+        renderer.note(
+            f"Stopped watching; run {args.run_id} goes on. Follow it again: jupyter agent runs watch "
+            f"{args.run_id}   Stop it: jupyter agent runs cancel {args.run_id}"
         )
         return exits.CANCELLED
+
+
+def epoch(iso: Any) -> float | None:
+    """Seconds since the epoch of an ISO 8601 UTC time the API gives (``2026-12-04T10:00:00.123Z``)."""
+    if not isinstance(iso, str) or not iso:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

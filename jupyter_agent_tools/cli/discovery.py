@@ -35,6 +35,11 @@ class ServerNotFound(Exception):
     """No server was named and none is running."""
 
 
+class EmptyToken(ServerNotFound):
+    """A token was given but is empty: falling back to another (the server's own) would act with rights
+    the caller did not ask for."""
+
+
 class _Untrusted(Exception):
     """A server record someone else could have written."""
 
@@ -152,6 +157,20 @@ def _same_url(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
+def check_not_empty(token: str | None, env: Mapping[str, str]) -> None:
+    """:class:`EmptyToken` when the token given (``--token``, else ``JUPYTER_AGENT_TOKEN``) is empty."""
+    if token is not None:
+        if not token.strip():
+            raise EmptyToken("--token is empty: pass the token itself (or leave --token out)")
+        return
+    if "JUPYTER_AGENT_TOKEN" in env and not env["JUPYTER_AGENT_TOKEN"].strip():
+        raise EmptyToken(
+            "JUPYTER_AGENT_TOKEN is set but empty (did the command that set it fail?): set it to a token "
+            "(`jupyter agent token create NAME --scopes ...` prints one), or unset it to use the token of "
+            "the server found otherwise"
+        )
+
+
 def find_server(
     url: str | None = None,
     token: str | None = None,
@@ -169,9 +188,12 @@ def find_server(
     running server whose root directory holds ``cwd`` (the deepest such root; without one, the newest
     server) with the token it recorded (``--token``, then the environment's token, when it recorded
     none). Only trusted records count (see the module's docstring). ``note`` is told which server was
-    picked when several run, and why records were ignored. Raises :class:`ServerNotFound`.
+    picked when several run, and why records were ignored. Raises :class:`ServerNotFound`, and
+    :class:`EmptyToken` for an empty ``--token`` or ``JUPYTER_AGENT_TOKEN`` (e.g. from a command that
+    failed), which never falls back to another token.
     """
     env = os.environ if env is None else env
+    check_not_empty(token, env)
     env_token = env.get("JUPYTER_AGENT_TOKEN") or env.get("JUPYTER_TOKEN") or env.get("JUPYTERHUB_API_TOKEN")
     source = "--url"
     if url is None and env.get("JUPYTER_AGENT_URL"):

@@ -452,8 +452,10 @@ class AsyncAgentClient:
         recursive: bool = False,
         start: str | None = None,
         limit: int | None = None,
+        ignored: bool = False,
     ) -> dict[str, Any]:
-        """``GET /api/agent/files``: a page of a folder's entries (``next_start``: the next page's start)."""
-        call = calls.files_call(path, glob, max_depth, recursive, start, limit)
+        """``GET /api/agent/files``: a page of a folder's entries (``next_start``: the next page's start;
+        ``ignored``: also what the ignore files exclude)."""
+        call = calls.files_call(path, glob, max_depth, recursive, start, limit, ignored)
         answer: dict[str, Any] = await self._json(call)
         return answer

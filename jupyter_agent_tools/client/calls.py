@@ -205,7 +205,13 @@ def replace_op(cell: int | str, old: str, new: str, all: bool) -> dict[str, Any]
 
 
 def files_call(
-    path: str, glob: str | None, max_depth: int | None, recursive: bool, start: str | None, limit: int | None
+    path: str,
+    glob: str | None,
+    max_depth: int | None,
+    recursive: bool,
+    start: str | None,
+    limit: int | None,
+    ignored: bool = False,
 ) -> Call:
     call = Call("GET", "api/agent/files")
     call.params.update(
@@ -216,6 +222,7 @@ def files_call(
             recursive="true" if recursive else None,
             start=start,
             limit=str(limit) if limit is not None else None,
+            ignored="true" if ignored else None,
         )
     )
     return call

@@ -44,6 +44,7 @@ from traitlets import Instance, Int, default, validate
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
+from ..auth.context import path_allowed
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
@@ -520,6 +521,8 @@ class NotebookRunner(Service):
             kernel = model.get("kernel") or {}
             path = model.get("path")
             if model.get("type") != "notebook" or not kernel.get("id") or not isinstance(path, str):
+                continue
+            if not path_allowed(path):  # an agent's list names no notebook outside its paths
                 continue
             session = self.sessions.notebooks.get(path)
             connections = int(kernel.get("connections") or 0)

@@ -2,8 +2,11 @@
 
 The manager decides which sessions exist: it creates them, evicts the least recently used idle one at
 the cap, sweeps idle and dead ones, checks idle kernels' heartbeat, and shuts everything down with the
-server. What happens to a session itself (its kernel, its state) is the session's own business
-(:class:`~.session.KernelSession`): the manager only calls its methods.
+server. A session belongs to its owner (who created it): to an agent, another's session does not exist
+(404 on every route that names it, left out of the list), as a notebook's session does not unless its
+notebook is inside the agent's paths (:func:`~..auth.context.may_see`). What happens to a session
+itself (its kernel, its state) is the session's own business (:class:`~.session.KernelSession`): the
+manager only calls its methods.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from traitlets import Float, Instance, Int, default, validate
 from ..artifacts import ArtifactStore
 from ..audit import NO_AUDIT, Audit, current_user, set_user
 from ..audit import metrics as audit_metrics
-from ..errors import RETRY_AFTER_BUSY_SESSIONS, Unavailable
+from ..auth.context import may_see
+from ..errors import RETRY_AFTER_BUSY_SESSIONS, NotFound, Unavailable
 from ..traits import Service, at_least
 from .kernels import KernelService
 from .session import KernelSession
@@ -89,6 +93,7 @@ class EvalSessionManager(Service):
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels
         self.totals: Counter[str] = Counter()
         self.gone: OrderedDict[str, dict[str, Any]] = OrderedDict()  # see GONE_REMEMBERED
+        self._gone_owners: dict[str, str | None] = {}  # whose the session that went was
         self._closing = 0  # sessions unlisted whose kernels are still shutting down
         self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
@@ -96,6 +101,7 @@ class EvalSessionManager(Service):
         audit_metrics.track(sessions=self, artifacts=self.artifacts)
         if self.artifacts is not None:
             self.artifacts.running_calls = self.running_calls
+            self.artifacts.session_owner = self.owner_of
         self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
         # More upkeep at each sweep (the kernels notebook runs started: .notebook_kernels)
         self.sweepers: list[Callable[[], Awaitable[object]]] = []
@@ -113,8 +119,16 @@ class EvalSessionManager(Service):
         return self.sessions.get(name)
 
     def find(self, name: str) -> KernelSession | None:
-        """A named or a running per-call session."""
-        return self.sessions.get(name) or self.per_call.get(name)
+        """A named or a running per-call session the request being served may see."""
+        session = self.sessions.get(name) or self.per_call.get(name)
+        return session if session is not None and visible(session) else None
+
+    def owner_of(self, name: str) -> tuple[str | None, str | None] | None:
+        """(owner, notebook) of the session called ``name`` (its artifacts record them), or None. Safe
+        from a worker thread (it reads snapshots of the registries)."""
+        every = [*list(self.sessions.values()), *list(self.per_call.values()), *list(self.notebooks.values())]
+        found = next((s for s in every if s.name == name), None)
+        return None if found is None else (found.owner, found.notebook)
 
     def running_calls(self) -> dict[str, object]:
         """{name: the running call's cancel event} of the sessions a call holds: the artifacts' cap keeps
@@ -122,9 +136,15 @@ class EvalSessionManager(Service):
         every = [*list(self.sessions.values()), *list(self.per_call.values()), *list(self.notebooks.values())]
         return {s.name: s.cancel for s in every if s.cancel is not None}
 
+    def kernels_of_others(self, user: str | None) -> set[str]:
+        """Ids of the kernels of named and per-call sessions that ``user`` does not own."""
+        every = (*self.sessions.values(), *self.per_call.values())
+        return {s.kernel_id for s in every if s.kernel_id and (s.owner is None or s.owner != user)}
+
     def describe_all(self) -> list[dict[str, Any]]:
+        """The sessions the request being served may see."""
         every = (*self.sessions.values(), *self.per_call.values(), *self.notebooks.values())
-        return [s.describe() for s in every]
+        return [s.describe() for s in every if visible(s)]
 
     def record(
         self, session: KernelSession, kind: str, message: str, *args: Any, audit: dict[str, Any] | None = None
@@ -147,6 +167,11 @@ class EvalSessionManager(Service):
         self.start()
         while True:
             session = self.sessions.get(name)
+            if session is not None and not visible(session):
+                raise NotFound(
+                    f"Session {name!r} is not available to this agent (another user's session has that "
+                    "name): choose another session name"
+                )
             if session is not None:
                 self.sessions.move_to_end(name)
                 return session
@@ -154,7 +179,9 @@ class EvalSessionManager(Service):
                 session = KernelSession(name, self.kernels)
                 session.owner = current_user()
                 session.on_turn = self.audit.call
-                session.predecessor_gone = self.gone.pop(name, None)
+                went, owner = self.gone.pop(name, None), self._gone_owners.pop(name, None)
+                # told only to whom the session that went belonged
+                session.predecessor_gone = went if went is not None and may_see(owner) else None
                 self.sessions[name] = session
                 self.audit.session(session, "created")
                 return session
@@ -201,9 +228,10 @@ class EvalSessionManager(Service):
             del self.sessions[session.name]
             if gone is not None:
                 self.gone[session.name] = gone
+                self._gone_owners[session.name] = session.owner
                 self.gone.move_to_end(session.name)
                 while len(self.gone) > GONE_REMEMBERED:
-                    self.gone.popitem(last=False)
+                    self._gone_owners.pop(self.gone.popitem(last=False)[0], None)
         self._closing += 1
         try:
             await session.close()
@@ -352,6 +380,12 @@ class EvalSessionManager(Service):
             *list(self._ending),
             return_exceptions=True,
         )
+
+
+def visible(session: KernelSession) -> bool:
+    """Whether the request being served may see ``session``: its owner, a notebook's session within the
+    agent's paths, anyone not an agent."""
+    return may_see(session.owner, session.notebook)
 
 
 # The name the rest of the package imports (its configuration section is EvalSessionManager).

@@ -18,7 +18,8 @@ from tornado import web
 
 from ..audit import NO_AUDIT, Audit, set_user
 from ..audit.context import set_via
-from ..auth.context import set_paths
+from ..auth.context import set_agent, set_paths
+from ..auth.identity import AgentUser
 from ..body import decode_json_body
 from ..errors import AgentToolsError
 
@@ -132,6 +133,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         set_user(acting_username(self))
         # an agent token's path globs (None for everyone else): the services check each path they get
         set_paths(getattr(self.current_user, "path_scope", None))
+        set_agent(isinstance(self.current_user, AgentUser))  # an agent sees only its own and its paths'
         set_via("cli" if self.request.headers.get(CLIENT_HEADER, "").lower() == "cli" else self.via)
 
     def _unauthenticated(self) -> bool:

@@ -13,7 +13,8 @@ TRUE_VALUES = ("1", "true", "yes", "on")
 
 
 class FilesHandler(AgentAPIHandler):
-    """GET lists files as the contents manager shows them (hidden files, an agent token's paths)."""
+    """GET lists files as the contents manager shows them (hidden files, an agent token's paths), without
+    what the ignore files exclude unless ``ignored``."""
 
     route_name = "files"
 
@@ -32,5 +33,6 @@ class FilesHandler(AgentAPIHandler):
             glob=arg("glob", None),
             max_depth=query_int("max_depth", arg("max_depth", None)),
             start=arg("start", None),
+            ignored=(arg("ignored", "") or "").lower() in TRUE_VALUES,
         )
         self.write_json(answer)

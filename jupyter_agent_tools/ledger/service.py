@@ -39,6 +39,7 @@ from traitlets import Instance, Int, Unicode, default, validate
 
 from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_user, current_via
+from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
 from ..traits import Service, at_least, in_range
@@ -781,22 +782,44 @@ class Ledger(Service):
         return {"path": path, "changes": rows, "next_before": rows[-1]["id"] if len(rows) == count else None}
 
     async def recent(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:
-        """The changes of every notebook, newest first (``since``: from that ISO time on)."""
+        """The changes of every notebook, newest first (``since``: from that ISO time on); for an agent
+        limited to paths, of the notebooks inside them only."""
         count = list_limit(limit)
         where, args = "1", []
         if since is not None:
             where, args = "time >= ?", [parse_time(since)]
-        rows = await self._read(self._select, where, args, None, count)
+        scope = current_paths()  # read here: the worker thread does not see the request's context
+        inside = None if scope is None else scope.allows
+        rows = await self._read(self._select, where, args, None, count, inside)
         return {"changes": rows}
 
-    def _select(self, where: str, args: list[Any], below: int | None, limit: int) -> list[dict[str, Any]]:
+    def _select(
+        self,
+        where: str,
+        args: list[Any],
+        below: int | None,
+        limit: int,
+        inside: Callable[[str], bool] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Up to ``limit`` entries, newest first; with ``inside``, only those whose path it accepts (the
+        rows are read until the page is full, in the worker thread)."""
         if below is not None:
             where, args = f"{where} AND id < ?", [*args, below]
-        rows = self._db().execute(
-            f"SELECT {ENTRY_COLUMNS} FROM changes WHERE {where} ORDER BY id DESC LIMIT ?",
-            [*args, limit],
-        )
-        return [_entry(row) for row in rows]
+        if inside is None:
+            rows = self._db().execute(
+                f"SELECT {ENTRY_COLUMNS} FROM changes WHERE {where} ORDER BY id DESC LIMIT ?",
+                [*args, limit],
+            )
+            return [_entry(row) for row in rows]
+        found: list[dict[str, Any]] = []
+        for row in self._db().execute(
+            f"SELECT {ENTRY_COLUMNS} FROM changes WHERE {where} ORDER BY id DESC", args
+        ):
+            if inside(row[2]):  # the path, before the cells are parsed
+                found.append(_entry(row))
+                if len(found) >= limit:
+                    break
+        return found
 
     async def get(self, path: str, change_id: str) -> dict[str, Any]:
         """One change of ``path`` with each cell's before and after and a diff of each changed source."""

@@ -67,6 +67,13 @@ NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": 
 RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
 CAPABILITIES = {"tools": {"listChanged": False}, "resources": {"subscribe": False, "listChanged": False}}
 CACHE_TTL_MS = 5 * 60 * 1000  # tools/list and server/discover change only with the server's version
+# What a 2026-07-28 client may cache of each resources/* answer (the revision requires both fields): the
+# templates are fixed, notebooks change at any time; all depend on who asks (an agent token's paths).
+RESOURCE_CACHING = {
+    "resources/templates/list": {"ttlMs": CACHE_TTL_MS, "cacheScope": "private"},
+    "resources/list": {"ttlMs": 0, "cacheScope": "private"},
+    "resources/read": {"ttlMs": 0, "cacheScope": "private"},
+}
 MAX_SESSIONS = 1000  # legacy sessions kept; the least recently used goes first
 MAX_SESSIONS_PER_IDENTITY = 100  # of them, one identity's (mcp_max_sessions_per_identity)
 MAX_BATCH_ITEMS = 100  # messages in one JSON-RPC batch (mcp_max_batch_items)
@@ -355,8 +362,8 @@ class McpServer:
             if msg.method == "tools/call":
                 return self._tools_call(msg, request, version, None)
             if msg.method in RESOURCE_METHODS:
-                result = self._modern_result(await self._resources(msg, request))
-                return Answer(200, result_message(msg.id, result))
+                result = {**await self._resources(msg, request), **RESOURCE_CACHING[msg.method]}
+                return Answer(200, result_message(msg.id, self._modern_result(result)))
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
         except RpcError as e:
             return Answer(MODERN_STATUS.get(e.code, 200), e.to_message())
@@ -677,7 +684,7 @@ class McpServer:
         content: list[dict[str, Any]] = [{"type": "text", "text": result.text}]
         content += [{"type": "image", "data": image.data, "mimeType": image.mime} for image in result.images]
         out: dict[str, Any] = {"content": content, "isError": result.is_error}
-        if not result.is_error and result.structured is not None and at_least(version, "2025-06-18"):
+        if result.structured is not None and at_least(version, "2025-06-18"):  # (a raised cell's too)
             out["structuredContent"] = result.structured
         return self._modern_result(out) if version in MODERN_VERSIONS else out
 

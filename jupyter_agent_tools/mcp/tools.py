@@ -163,6 +163,13 @@ INCLUDE_IMAGES = {
 DETACH = {"type": "boolean", "description": "Return a run_id at once; the run goes on (see run_status)."}
 
 
+def raised(result: dict[str, Any]) -> bool:
+    """Whether a run's answer (eval's, a notebook run's) failed: a cell raised, or the call itself did. A
+    model reads ``isError: false`` as success; the traceback stays in the text."""
+    cells = result.get("cells") or []
+    return bool(result.get("error")) or any(cell.get("status") == "error" for cell in cells)
+
+
 def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
     """The state of a tool call run as an MCP task, from its CallToolResult."""
     if result.get("isError"):
@@ -226,7 +233,7 @@ async def _eval(call: ToolCall) -> ToolResult:
     text = str(result.get("output") or "") or "(no output)"
     if notes:
         text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images)
+    return ToolResult(text, structured, images, is_error=raised(result))
 
 
 # ----------------------------------------------------------------------------------------- notebooks
@@ -514,6 +521,7 @@ async def _file_list(call: ToolCall) -> ToolResult:
             "glob": ("string", None),
             "max_depth": ("integer", None),
             "start": ("string", None),
+            "ignored": ("boolean", False),
         },
     )
     manager = call.services.notebook_store.contents_manager
@@ -527,7 +535,8 @@ async def _file_list(call: ToolCall) -> ToolResult:
             size = f", {human_size(entry['size'])}" if entry["size"] is not None else ""
             lines.append(f"{entry['path']} ({entry['type']}{size}) {modified}")
     if answer["truncated"]:
-        lines.append(f"(more: call again with start={answer['next_start']!r})")
+        why = "the walk's time or entry budget ran out; " if answer["stopped"] == "budget" else ""
+        lines.append(f"({why}more: call again with start={answer['next_start']!r})")
     return ToolResult("\n".join(lines), answer)
 
 
@@ -589,7 +598,7 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
     text = str(result.get("output") or "") or "(no output)"
     if notes:
         text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images)
+    return ToolResult(text, structured, images, is_error=raised(result))
 
 
 def _notebook_run_input() -> dict[str, Any]:
@@ -883,9 +892,10 @@ _TOOLS: tuple[Tool, ...] = (
     Tool(
         name="file_list",
         title="List files",
-        description="Find notebooks and files: a folder's entries with sizes and modification times (hidden "
-        "files as JupyterLab shows them). 'recursive', 'glob' (e.g. '**/*.ipynb') or 'max_depth' walk "
-        "subfolders. At most 'limit' entries (default 500); next_start is the next page's 'start'.",
+        description="Find notebooks and files: a folder's entries with sizes and times (hidden files as "
+        "JupyterLab shows them; .gitignore'd ones with 'ignored'). 'recursive', 'glob' (e.g. '**/*.ipynb') "
+        "or 'max_depth' walk subfolders. At most 'limit' entries (default 500); next_start is the next "
+        "page's 'start'.",
         permissions=(("read", "contents"),),
         input_schema=_object(
             {
@@ -895,6 +905,7 @@ _TOOLS: tuple[Tool, ...] = (
                 "max_depth": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_DEPTH},
                 "start": {"type": "string"},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_FILE_LIMIT, "default": 500},
+                "ignored": {"type": "boolean", "default": False},
             },
             [],
         ),

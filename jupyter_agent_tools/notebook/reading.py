@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import parse_qs, quote, unquote
 
 from ..errors import BadRequest, NotFound
 from ..text import human_size, strip_ansi
@@ -230,14 +231,22 @@ def _size(mime: str, value: Any) -> int | None:
 # ---------------------------------------------------------------------------------------------- as text
 
 
-def render_text(answer: dict[str, Any], output_tool: str | None = None) -> str:
+# How a front door reads one output: (notebook path, cell id or @index, output index, MIME type) -> the
+# call to show; None for the parts a header leaves as placeholders.
+OutputCall = Callable[[str, str | None, int | None, str | None], str]
+
+
+def render_text(
+    answer: dict[str, Any], output_tool: str | None = None, *, output_call: OutputCall | None = None
+) -> str:
     """The compact plain-text rendering of a read answer, for a model's context.
 
     A header (path, version, hash, which cells of how many, how to read one output in full), then per
     cell a ``### [index] type id=... exec=N`` line, its source, and one ``-> out[n] ...`` block per output
     (text as summarized, other MIME types as ``[mime size]``; a cut text ends with ``[full: ...]``). One
     output is read with the output route (``[full: ?mime=...]`` is the query that returns all of a cut
-    text), or with ``output_tool`` when given: the MCP tool, named with its arguments.
+    text), with ``output_tool`` when given (the MCP tool, named with its arguments), or as
+    ``output_call`` says (the CLI's command).
     """
     count, cells = answer["cell_count"], answer["cells"]
     version = f"{answer['nbformat']}.{answer['nbformat_minor']}"
@@ -249,7 +258,9 @@ def render_text(answer: dict[str, Any], output_tool: str | None = None) -> str:
     else:
         shown = f"no cells from {answer['start']} of {count}"
     more = f"; next page: start={answer['next_start']}" if answer["next_start"] is not None else ""
-    if output_tool is None:
+    if output_call is not None:
+        how = output_call(answer["path"], None, None, None)
+    elif output_tool is None:
         url = f"/api/agent/notebooks/{quote(answer['path'])}/cells/<id or @index>/outputs/<n>[?mime=<type>]"
         how = f"GET {url}"
     else:
@@ -267,7 +278,9 @@ def render_text(answer: dict[str, Any], output_tool: str | None = None) -> str:
     if answer.get("changes_since"):
         lines.append(since_text(answer["changes_since"]))
     for cell in cells:
-        lines.append(_cell_text(cell, output_tool))
+        lines.append(
+            _cell_text(cell, output_tool, output_call and functools.partial(output_call, answer["path"]))
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -289,7 +302,7 @@ def since_text(since: dict[str, Any]) -> str:
     return f"# changes since {version}: " + "; ".join(parts)
 
 
-def _cell_text(cell: dict[str, Any], output_tool: str | None) -> str:
+def _cell_text(cell: dict[str, Any], output_tool: str | None, output_call: Callable[..., str] | None) -> str:
     header = f"### [{cell['index']}] {cell['cell_type']}"
     if cell.get("id") is not None:
         header += f" id={cell['id']}"
@@ -305,11 +318,13 @@ def _cell_text(cell: dict[str, Any], output_tool: str | None) -> str:
     if cell["source"]:
         lines.append(cell["source"])
     for n, output in enumerate(cell.get("outputs", [])):
-        lines.append(_output_text(n, output, output_tool))
+        lines.append(_output_text(n, output, output_tool, output_call))
     return "\n".join(lines)
 
 
-def _output_text(n: int, output: dict[str, Any], output_tool: str | None) -> str:
+def _output_text(
+    n: int, output: dict[str, Any], output_tool: str | None, output_call: Callable[..., str] | None
+) -> str:
     kind = output.get("output_type")
     head = f"-> out[{n}] {kind}"
     body: list[str] = []
@@ -324,10 +339,14 @@ def _output_text(n: int, output: dict[str, Any], output_tool: str | None) -> str
             body.append(output["text"])
         for entry in output.get("data", []):
             body.append(f"[{entry['mime']} {human_size(entry['bytes'])}]")
-    if "full" in output and output_tool is None:
+    # the cell as the route names it: .../cells/<ref>/outputs/<n>?mime=...
+    ref = unquote(output.get("full", "").rpartition("/cells/")[2].partition("/outputs/")[0])
+    if "full" in output and output_call is not None:
+        mime = parse_qs(output["full"].partition("?")[2]).get("mime", [None])[0]
+        body.append(f"[full: {output_call(ref, n, mime)}]")
+    elif "full" in output and output_tool is None:
         body.append(f"[full: ?{output['full'].partition('?')[2]}]")
-    elif "full" in output:  # the cell as the route names it: .../cells/<ref>/outputs/<n>?mime=...
-        ref = unquote(output["full"].rpartition("/cells/")[2].partition("/outputs/")[0])
+    elif "full" in output:
         body.append(f"[full: {output_tool} {json.dumps({'cell': ref, 'output': n}, ensure_ascii=False)}]")
     text = "\n".join(b.rstrip("\n") for b in body if b)
     return f"{head}\n{text}" if text else head

@@ -232,7 +232,9 @@ class RunRegistry(Service):
         run.log = RunLog(
             memory_bytes=self.run_events_memory_bytes,
             max_bytes=self.run_events_max_bytes,
-            open_artifact=(lambda: artifacts.create(ARTIFACT_SESSION)) if artifacts is not None else None,
+            open_artifact=(lambda: artifacts.create(ARTIFACT_SESSION, run.owner))
+            if artifacts is not None
+            else None,
             artifact_path=artifacts.path if artifacts is not None else None,
             log=self.log,
         )
@@ -276,7 +278,7 @@ class RunRegistry(Service):
         kind = event.get("type")
         if kind == "cell_start":
             index = int(event.get("index", 0))
-            cell: dict[str, Any] = {"index": index, "status": "running"}
+            cell: dict[str, Any] = {"index": index, "status": "running", "started": _iso(time.time())}
             if "cell_id" in event:
                 cell["cell_id"] = event["cell_id"]
             cell["title"] = event.get("title")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,10 +25,20 @@ class NotebookCall:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run will show: the cells' titles (``None`` when unknown beforehand, as for a notebook run)."""
+    """What a run will show: the cells' titles (``None`` when unknown beforehand, as for a notebook run).
+
+    Watching a detached run (``watching``), the times come from the run (``started``, ``ended`` and each
+    cell's start, seconds since the epoch), not from when watching began; Ctrl-C stops only the watching.
+    ``where`` names what ran (a notebook's path) for the summary line.
+    """
 
     titles: list[str | None] | None
     save_images: Path | None = None
+    where: str | None = None
+    watching: bool = False
+    started: float | None = None
+    ended: float | None = None
+    cells_started: dict[int, float] = field(default_factory=dict)
 
 
 class Renderer(Protocol):
@@ -48,6 +58,9 @@ class Renderer(Protocol):
 
     def done(self, message: str, answer: dict[str, Any]) -> None:
         """Show a one-line success (a session interrupted or shut down)."""
+
+    def listing(self, text: str, answer: dict[str, Any]) -> None:
+        """Show a listing or a report (changes, a diff, runs, files) as it is: no success mark."""
 
     def text(self, pieces: Iterable[str]) -> None:
         """Print text as it is (an artifact)."""

@@ -61,6 +61,9 @@ class MachineRenderer:
     def done(self, message: str, answer: dict[str, Any]) -> None:
         _line(answer)
 
+    def listing(self, text: str, answer: dict[str, Any]) -> None:
+        _line(answer)
+
     def text(self, pieces: Iterable[str]) -> None:
         self._plain.text(pieces)
 

@@ -188,6 +188,9 @@ class PlainRenderer:
     def done(self, message: str, answer: dict[str, Any]) -> None:
         _write(with_newline(message))
 
+    def listing(self, text: str, answer: dict[str, Any]) -> None:
+        _write(with_newline(text))
+
     def text(self, pieces: Iterable[str]) -> None:
         for piece in pieces:
             _write(piece)

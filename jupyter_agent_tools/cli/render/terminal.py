@@ -173,13 +173,20 @@ class _Run:
 
     def __init__(self, plan: RunPlan, console: Console):
         self.console = console
+        self.plan = plan
         self.total = len(plan.titles) if plan.titles is not None else None
         self.cells: dict[int, _Cell] = {}
         for i, title in enumerate(plan.titles or []):
             self.cells[i] = _Cell(i, title)
-        self.started = time.monotonic()
+        self.started = self.monotonic(plan.started)
         self.waiting = Spinner("dots", style="cyan")
         self.statuses: list[tuple[_Cell, Any]] = []
+
+    @staticmethod
+    def monotonic(wall: float | None) -> float:
+        """The monotonic clock's reading at wall-clock time ``wall`` (now for None)."""
+        now = time.monotonic()
+        return now if wall is None else now - max(0.0, time.time() - wall)
 
     def cell(self, index: int, title: str | None = None) -> _Cell:
         if index not in self.cells:
@@ -303,7 +310,8 @@ class TerminalRenderer:
         except KeyboardInterrupt:
             for cell in state.cells.values():
                 if cell.status == "running":
-                    cell.status, cell.duration = "cancelled", cell.elapsed()
+                    if not plan.watching:  # a watched run goes on: its cell is still running
+                        cell.status, cell.duration = "cancelled", cell.elapsed()
                     self.console.print(self._block(cell, state.total))
             raise
         if result is None:
@@ -321,7 +329,7 @@ class TerminalRenderer:
             raise stream_failure(event)
         if kind == "cell_start":
             cell = state.cell(index, event.get("title"))
-            cell.status, cell.started = "running", time.monotonic()
+            cell.status, cell.started = "running", state.monotonic(state.plan.cells_started.get(index))
         elif kind == "chunk":
             cell = state.cell(index)
             if event.get("name") == "error":
@@ -391,17 +399,15 @@ class TerminalRenderer:
             word, style = "done", "green"
         if result.get("session"):
             where = f" · session {result['session']}"
-        elif result.get("path"):  # a notebook run
-            where = f" · {result['path']}"
+        elif result.get("path") or state.plan.where:  # a notebook run, an eval in a notebook's kernel
+            where = f" · {result.get('path') or state.plan.where}"
         else:
             where = f" · {result.get('mode') or 'per-call'}"
+        ended = state.monotonic(state.plan.ended) if state.plan.ended is not None else time.monotonic()
         console.print(
             Text.assemble(
                 (word, f"bold {style}"),
-                (
-                    f" · {done}/{total} cells complete · {seconds(time.monotonic() - state.started)}{where}",
-                    "dim",
-                ),
+                (f" · {done}/{total} cells complete · {seconds(ended - state.started)}{where}", "dim"),
             )
         )
 
@@ -506,6 +512,9 @@ class TerminalRenderer:
 
     def done(self, message: str, answer: dict[str, Any]) -> None:
         self.console.print(Text.assemble(("✓ ", "green"), message))
+
+    def listing(self, text: str, answer: dict[str, Any]) -> None:
+        self.console.print(Text(text.rstrip("\n")))  # a table's header stays above its columns
 
     def text(self, pieces: Iterable[str]) -> None:
         self._plain.text(pieces)

@@ -1,0 +1,281 @@
+/**
+ * What the frontend knows, all of it from the server's routes and events: the agents' sessions, the
+ * recent changes, the connection to the event bus, the panel's messages. Views render it; commands act
+ * through it.
+ */
+import { IDisposable } from '@lumino/disposable';
+import { ISignal, Signal } from '@lumino/signaling';
+
+import {
+  Api,
+  changeOfEvent,
+  EXECUTION_EVENT,
+  IAgentEvent,
+  IChange,
+  IChangeDetail,
+  ISession,
+  LEDGER_CHANGE_EVENT,
+  SESSION_EVENT,
+  writtenNotebook
+} from './api';
+import { AgentEvents } from './events';
+import { readable } from './format';
+
+/** How long a message of success stays (it also goes at the next action). */
+export const NOTICE_MS = 6000;
+
+export class AgentModel implements IDisposable {
+  constructor(
+    readonly api: Api,
+    private readonly events: AgentEvents
+  ) {
+    events.event.connect(this._onEvent, this);
+    events.connection.connect(this._onConnection, this);
+  }
+
+  /** Anything shown changed. */
+  get stateChanged(): ISignal<this, void> {
+    return this._stateChanged;
+  }
+
+  /** A change the ledger recorded, as its event told it. */
+  get recorded(): ISignal<this, IChange> {
+    return this._recorded;
+  }
+
+  /** A notebook may have been written on disk (with its ledger change, when the event is one). */
+  get written(): ISignal<this, { path: string; change: IChange | null }> {
+    return this._written;
+  }
+
+  /** The cell a notebook run runs in a notebook (null: none any more). */
+  get running(): ISignal<this, { path: string; cellId: string | null }> {
+    return this._running;
+  }
+
+  get connected(): boolean {
+    return this._connected;
+  }
+  get sessions(): readonly ISession[] {
+    return this._sessions;
+  }
+  get changes(): readonly IChange[] {
+    return this._changes;
+  }
+  /** What could not be read (the lists). */
+  get error(): string {
+    return this._error;
+  }
+  /** The outcome of the person's last action: `{text, ok}`, or null. */
+  get notice(): { text: string; ok: boolean } | null {
+    return this._notice;
+  }
+  /** A change's refused undo or diff, by change id. */
+  get problems(): ReadonlyMap<string, string> {
+    return this._problems;
+  }
+
+  get maxChanges(): number {
+    return this._maxChanges;
+  }
+
+  set maxChanges(value: number) {
+    if (value !== this._maxChanges) {
+      this._maxChanges = value;
+      void this.loadChanges();
+    }
+  }
+
+  get isDisposed(): boolean {
+    return this._disposed;
+  }
+
+  dispose(): void {
+    if (this._disposed) {
+      return;
+    }
+    this._disposed = true;
+    clearTimeout(this._sessionsTimer);
+    clearTimeout(this._noticeTimer);
+    this.events.dispose();
+    Signal.clearData(this);
+  }
+
+  session(name: string): ISession | undefined {
+    return this._sessions.find(s => s.name === name);
+  }
+
+  change(id: string): IChange | undefined {
+    return this._changes.find(c => c.id === id);
+  }
+
+  // -- what the person asks ---------------------------------------------------------------------
+
+  /** Run an action of the person's: the previous message goes; its outcome is the new one. */
+  async act(
+    action: () => Promise<string>,
+    problemOf: string | null = null
+  ): Promise<void> {
+    this._setNotice(null);
+    if (problemOf) {
+      this._problems.delete(problemOf);
+    }
+    try {
+      this._setNotice({ text: await action(), ok: true });
+    } catch (error) {
+      if (problemOf) {
+        this._problems.set(problemOf, readable(error));
+        this._stateChanged.emit();
+      } else {
+        this._setNotice({ text: readable(error), ok: false });
+      }
+    }
+  }
+
+  async interrupt(session: ISession): Promise<string> {
+    await this.api.interrupt(session);
+    void this.loadSessions();
+    return '';
+  }
+
+  async stop(session: ISession): Promise<string> {
+    await this.api.stop(session.name);
+    await this.loadSessions();
+    return '';
+  }
+
+  async undo(change: IChange): Promise<string> {
+    return (await this.api.undo(change.path, change.id)).message;
+  }
+
+  detail(change: { path: string; id: string }): Promise<IChangeDetail> {
+    return this.api.change(change.path, change.id);
+  }
+
+  // -- what the server says ---------------------------------------------------------------------
+
+  async loadSessions(): Promise<void> {
+    try {
+      this._sessions = (await this.api.sessions()).sessions;
+      this._error = '';
+      // The cell each notebook run runs (null for a notebook whose run ended).
+      const running = new Map<string, string | null>();
+      for (const path of this._runningPaths) {
+        running.set(path, null);
+      }
+      for (const s of this._sessions) {
+        if (s.notebook && s.busy && s.running_cell?.cell_id) {
+          running.set(s.notebook, s.running_cell.cell_id);
+        }
+      }
+      this._runningPaths = new Set();
+      for (const [path, cellId] of running) {
+        if (cellId) {
+          this._runningPaths.add(path);
+        }
+        this._running.emit({ path, cellId });
+      }
+    } catch (error) {
+      this._error = readable(error);
+    }
+    this._stateChanged.emit();
+  }
+
+  async loadChanges(): Promise<void> {
+    // Changes that arrive as events while the list is read may be newer than the list's answer (it can
+    // reach the page after them): they are kept in front of it.
+    const arrived = (this._arrived = new Map<string, IChange>());
+    try {
+      const answer = await this.api.changes(this._maxChanges);
+      const listed = new Set(answer.changes.map(c => c.id));
+      this._changes = [
+        ...[...arrived.values()].reverse().filter(c => !listed.has(c.id)),
+        ...answer.changes
+      ].slice(0, this._maxChanges);
+      this._error = '';
+    } catch (error) {
+      this._error = readable(error);
+    }
+    this._stateChanged.emit();
+  }
+
+  private _onConnection(_: AgentEvents, connected: boolean): void {
+    if (connected === this._connected) {
+      return;
+    }
+    this._connected = connected;
+    if (connected) {
+      // (Re)connected: what happened while the page was not listening is read once.
+      void this.loadSessions();
+      void this.loadChanges();
+    }
+    this._stateChanged.emit();
+  }
+
+  private _onEvent(_: AgentEvents, event: IAgentEvent): void {
+    if (event.schema_id === LEDGER_CHANGE_EVENT) {
+      this._onChange(changeOfEvent(event));
+    } else if (
+      event.schema_id === SESSION_EVENT ||
+      event.schema_id === EXECUTION_EVENT
+    ) {
+      // a call queued, started, at a cell, ended; a session created or gone
+      this._sessionsSoon();
+    }
+    const path = writtenNotebook(event);
+    if (path !== null && event.schema_id !== LEDGER_CHANGE_EVENT) {
+      this._written.emit({ path, change: null });
+    }
+  }
+
+  private _onChange(change: IChange): void {
+    this._arrived.delete(change.id);
+    this._arrived.set(change.id, change);
+    if (this._arrived.size > this._maxChanges) {
+      this._arrived.delete(this._arrived.keys().next().value as string);
+    }
+    this._changes = [
+      change,
+      ...this._changes.filter(c => c.id !== change.id)
+    ].slice(0, this._maxChanges);
+    this._recorded.emit(change);
+    this._written.emit({ path: change.path, change });
+    this._stateChanged.emit();
+  }
+
+  /** Sessions are read again once per burst of events (a call's start, end, queue). */
+  private _sessionsSoon(): void {
+    clearTimeout(this._sessionsTimer);
+    this._sessionsTimer = setTimeout(() => void this.loadSessions(), 50);
+  }
+
+  private _setNotice(notice: { text: string; ok: boolean } | null): void {
+    clearTimeout(this._noticeTimer);
+    this._notice = notice?.text ? notice : null;
+    if (this._notice?.ok) {
+      this._noticeTimer = setTimeout(() => this._setNotice(null), NOTICE_MS);
+    }
+    this._stateChanged.emit();
+  }
+
+  private _disposed = false;
+  private _connected = false;
+  private _arrived = new Map<string, IChange>(); // told by events since the list was last read
+  private _sessions: ISession[] = [];
+  private _changes: IChange[] = [];
+  private _runningPaths = new Set<string>(); // notebooks with a cell marked running
+  private _problems = new Map<string, string>();
+  private _maxChanges = 20;
+  private _error = '';
+  private _notice: { text: string; ok: boolean } | null = null;
+  private _sessionsTimer: ReturnType<typeof setTimeout> | undefined;
+  private _noticeTimer: ReturnType<typeof setTimeout> | undefined;
+  private _stateChanged = new Signal<this, void>(this);
+  private _recorded = new Signal<this, IChange>(this);
+  private _written = new Signal<this, { path: string; change: IChange | null }>(
+    this
+  );
+  private _running = new Signal<this, { path: string; cellId: string | null }>(
+    this
+  );
+}
