@@ -128,7 +128,9 @@ class AgentAuthorizer(Authorizer):
         problem = refusal(user.scopes, resource, action)
         if FORK_HANDLER in names:
             problem = "agent tokens cannot use collaboration forks"
-        paths = request_paths(handler, names) if resource in PATH_RESOURCES else []
+        # the paths a request names (a contents body is parsed for them) only where they are checked
+        checked = resource in PATH_RESOURCES and (user.path_scope is not None or bool(names & ROOM_HANDLERS))
+        paths = request_paths(handler, names) if checked else []
         if problem is None and names & ROOM_HANDLERS and not paths:
             problem = "agent tokens can join only a notebook's or a file's collaboration room"
         if problem is None and user.path_scope is not None and resource in PATH_RESOURCES:
