@@ -1102,6 +1102,12 @@ ANSWER_SCHEMAS["NotebookRunEvent"] = {
 
 TOKEN_SCOPES = ("read", "edit", "execute")
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+TOKEN_MIN_EXPIRES_IN = 60  # seconds: the shortest lifetime a token may be given
+TOKEN_MAX_EXPIRES_IN = 366 * 86400
+# The "reason" of a 403 that refuses an agent token's request although the token is valid: a scope it
+# lacks, or something no agent token may do (a client tells these from a bad token by it).
+REFUSED_MISSING_SCOPE = "Missing scope"
+REFUSED_NOT_FOR_AGENTS = "Not for agent tokens"
 _TIME_OR_NULL = {"type": ["string", "null"], "description": "ISO 8601 UTC time, or null"}
 TOKEN_SCHEMAS: dict[str, Any] = {
     "AgentTokenRequest": {
@@ -1136,8 +1142,8 @@ TOKEN_SCHEMAS: dict[str, Any] = {
             },
             "expires_in": {
                 "type": "number",
-                "minimum": 60,
-                "maximum": 366 * 86400,
+                "minimum": TOKEN_MIN_EXPIRES_IN,
+                "maximum": TOKEN_MAX_EXPIRES_IN,
                 "description": "Seconds until the token expires (60 to 366 days); absent: never.",
                 "x-errors": {"type": "'expires_in' must be a number of seconds, got {got}"},
             },
