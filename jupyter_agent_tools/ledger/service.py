@@ -43,6 +43,8 @@ from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
 from ..traits import Service, at_least, in_range
 from .changes import PARTS, CellChange, Digest, NotebookChange, diff, dumps, merge, summarize
+from .overwrite import AgentState, agent_state, overwritten
+from .overwrite import summary as overwrite_summary
 from .since import Snapshot, attribute, compare, snapshot_of
 
 T = TypeVar("T")
@@ -63,6 +65,8 @@ SNAPSHOT_MEMORY_CELLS = 100_000
 KNOWN_HASHES = 10_000
 # Snapshots waiting for the worker; past it new ones are dropped (a read does not wait for them).
 MAX_PENDING_SNAPSHOTS = 32
+# Notebooks whose cells' recorded state (see Ledger.agent_state) is kept in memory.
+AGENT_STATE_MEMORY = 256
 # Most entries one listing answers.
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 50
@@ -86,7 +90,8 @@ CREATE TABLE IF NOT EXISTS changes (
     not_undoable TEXT,
     cells TEXT NOT NULL,
     body BLOB NOT NULL,
-    bytes INTEGER NOT NULL
+    bytes INTEGER NOT NULL,
+    overwrites TEXT
 );
 CREATE INDEX IF NOT EXISTS changes_by_path ON changes (path, id);
 CREATE INDEX IF NOT EXISTS changes_by_time ON changes (time);
@@ -253,6 +258,8 @@ class Ledger(Service):
         # Worker thread only: the latest snapshots (notebook hash -> (snapshot, time)).
         self._snapshots: OrderedDict[str, tuple[Snapshot, float]] = OrderedDict()
         self._snapshot_cells = 0
+        # Worker thread only: what recorded changes left each cell in, by notebook (see agent_state).
+        self._states: OrderedDict[str, AgentState] = OrderedDict()
         # Event loop only: hashes already remembered; snapshots queued for the worker.
         self._known: OrderedDict[str, None] = OrderedDict()
         self._pending = 0
@@ -314,6 +321,9 @@ class Ledger(Service):
             conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
             conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
             conn.executescript(SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(changes)")}
+            if "overwrites" not in columns:  # a database made before overwrites were recorded
+                conn.execute("ALTER TABLE changes ADD COLUMN overwrites TEXT")
         except BaseException:
             conn.close()
             raise
@@ -344,6 +354,7 @@ class Ledger(Service):
 
     def _reset(self) -> None:
         """Worker: close the connection (the next use opens the file again)."""
+        self._states.clear()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()
@@ -488,6 +499,7 @@ class Ledger(Service):
         user: str | None,
         via: str | None,
         incomplete: bool,
+        overwrites: list[str] | None = None,
     ) -> dict[str, Any]:
         """Worker: enter a change in the database; its entry (as the list routes answer it)."""
         summary, body, blobs = _encode(change.cells)
@@ -508,7 +520,8 @@ class Ledger(Service):
         try:
             cursor = conn.execute(
                 "INSERT INTO changes (time, path, user, via, kind, action, hash_before, hash_after, undoes, "
-                "not_undoable, cells, body, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "not_undoable, cells, body, bytes, overwrites) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     now,
                     path,
@@ -523,6 +536,7 @@ class Ledger(Service):
                     summary,
                     body,
                     size,
+                    json.dumps(overwrites) if overwrites else None,
                 ),
             )
             change_id = int(cast(int, cursor.lastrowid))
@@ -539,9 +553,67 @@ class Ledger(Service):
                 conn.execute("ROLLBACK")
             raise
         self._settle(conn)
+        self._states.pop(path, None)
         undone = int(undoes) if undoes is not None else None
         row = (change_id, now, path, user, via, kind, action, hash_before, hash_after, undone)
-        return _entry((*row, not_undoable, summary))
+        return _entry((*row, not_undoable, summary, json.dumps(overwrites) if overwrites else None))
+
+    # -- saves through the contents API -----------------------------------------------------------
+
+    async def has_changes(self, path: str) -> bool:
+        """Whether recorded changes left cells of ``path`` that a save could overwrite (cheap: kept in
+        memory after the first ask; False when the ledger cannot be read, so a save never waits on it)."""
+        if not self.enabled:
+            return False
+        try:
+            return bool(await self._run(self._agent_state, path))
+        except Exception as e:
+            self._failed("read changes", e)
+            return False
+
+    def _agent_state(self, path: str) -> AgentState:
+        """Worker: the state the newest recorded changes (not overwrites) left each cell of ``path`` in."""
+        found = self._states.get(path)
+        if found is not None:
+            self._states.move_to_end(path)
+            return found
+        rows = self._db().execute(
+            "SELECT id, cells FROM changes WHERE path = ? AND kind != 'overwrite' ORDER BY id DESC LIMIT ?",
+            (path, max(1, self.max_changes_per_notebook)),
+        )
+        state = agent_state([(str(row[0]), json.loads(row[1])) for row in rows])
+        self._states[path] = state
+        while len(self._states) > AGENT_STATE_MEMORY:
+            self._states.popitem(last=False)
+        return state
+
+    async def record_save(
+        self, path: str, before: dict[str, Any], after: dict[str, Any], hash_before: str, hash_after: str
+    ) -> Recorded | None:
+        """Record a save through the contents API (from ``before`` to ``after``) as an ``overwrite`` by
+        the acting user when it overwrote cells recorded changes left (see :mod:`.overwrite`); None when
+        it overwrote nothing. Never raises: a failure is logged and answered not recorded."""
+        if not self.enabled:
+            return None
+        user = current_user()
+        try:
+            found = await self._run(self._overwritten, path, before, after)
+        except Exception as e:
+            self._failed("record changes", e)
+            return Recorded(None, False)
+        if found is None:
+            return None
+        change, overwrites = found
+        action = overwrite_summary(change, overwrites)
+        args = (path, "overwrite", action, change, hash_before, hash_after, None, user, "contents", False)
+        recording = self._submit(self._insert, *args, overwrites)
+        self.remember(path, hash_after, after, base=(hash_before, before))
+        return await self._recorded(recording)
+
+    def _overwritten(
+        self, path: str, before: dict[str, Any], after: dict[str, Any]
+    ) -> tuple[NotebookChange, list[str]] | None:
+        return overwritten(self._agent_state(path), before, after)
 
     def _prune_notebook(self, conn: sqlite3.Connection, path: str) -> None:
         """Keep the newest ``max_changes_per_notebook`` changes and twice as many snapshots of ``path``."""
@@ -559,8 +631,7 @@ class Ledger(Service):
             (path, keep * SNAPSHOTS_PER_CHANGE),
         )
 
-    @staticmethod
-    def _delete_changes(conn: sqlite3.Connection, ids: list[int]) -> None:
+    def _delete_changes(self, conn: sqlite3.Connection, ids: list[int]) -> None:
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
@@ -568,6 +639,7 @@ class Ledger(Service):
             conn.execute(f"DELETE FROM change_blobs WHERE change_id IN ({marks})", chunk)
         if ids:
             conn.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT hash FROM change_blobs)")
+            self._states.clear()
 
     def used_bytes(self, conn: sqlite3.Connection | None = None) -> int:
         """Bytes of the database's pages in use (worker thread)."""
@@ -853,10 +925,12 @@ class Ledger(Service):
 
 
 ENTRY_COLUMNS = (
-    "id, time, path, user, via, kind, action, hash_before, hash_after, undoes, not_undoable, cells"
+    "id, time, path, user, via, kind, action, hash_before, hash_after, undoes, not_undoable, cells, "
+    "overwrites"
 )
 ENTRY_NOT_UNDOABLE = 10
 ENTRY_CELLS = 11
+ENTRY_OVERWRITES = 12
 
 
 def _entry(row: Any) -> dict[str, Any]:
@@ -874,6 +948,7 @@ def _entry(row: Any) -> dict[str, Any]:
         "undoes": str(row[9]) if row[9] is not None else None,
         "undoable": row[ENTRY_NOT_UNDOABLE] is None,
         "cells": [{k: c[k] for k in ("id", "what", "index_before", "index_after")} for c in cells],
+        "overwrites": json.loads(row[ENTRY_OVERWRITES]) if row[ENTRY_OVERWRITES] else None,
     }
 
 

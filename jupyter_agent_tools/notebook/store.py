@@ -21,7 +21,7 @@ import os
 import posixpath
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -796,6 +796,31 @@ class NotebookStore(Service):
         }
         answer.update(_recorded_fields(notes))
         return answer
+
+    async def contents_save(self, path: str, save: Callable[[], Awaitable[T]]) -> T:
+        """Make a save that came through the contents API (``save()``: the contents manager's own, as
+        asked) and, when it overwrote cells that recorded changes left (a stale copy saved by JupyterLab
+        without real-time collaboration), record it in the ledger as an ``overwrite`` (see
+        :meth:`Ledger.record_save`). A notebook no recorded change touched costs one look-up in memory;
+        the save is never refused or changed."""
+        path = path.strip("/")
+        if self.ledger is None or not path.endswith(".ipynb") or not await self.ledger.has_changes(path):
+            return await save()
+        async with self._lock(path):  # no edit of ours between the file before and after the save
+            before = await self._saved_version(path)
+            result = await save()
+            after = await self._saved_version(path) if before is not None else None
+        if before is not None and after is not None and before.hash != after.hash:
+            await self.ledger.record_save(path, before.notebook, after.notebook, before.hash, after.hash)
+        return result
+
+    async def _saved_version(self, path: str) -> LoadedNotebook | None:
+        """The notebook in the file (never a live room's document), or None when it cannot be read."""
+        try:
+            with path_errors(path):
+                return await self._load(path)
+        except (AgentToolsError, OSError, HTTPError):
+            return None
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
         """Save ``text`` over ``loaded`` unless the file changed since it was read.
