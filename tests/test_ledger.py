@@ -438,3 +438,72 @@ async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir,
     corrupt_db.unlink()  # an admin removes the broken file: the next change makes a new one
     status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
     assert status == 200 and answer["recorded"] is True, answer
+
+
+FULL_MAX_BYTES = 16 * 1024 * 1024
+
+
+class TestAtTheByteCap:
+    @pytest.fixture
+    def jp_server_config(self, full_db: Path) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "Ledger": {"db_path": str(full_db), "max_bytes": FULL_MAX_BYTES},
+        }
+
+    @pytest.fixture
+    def full_db(self, jp_root_dir: Path) -> Path:
+        """A ledger file at FULL_MAX_BYTES (past the room a write needs) with about 25,000 small old
+        changes, as a ledger in use for months is: pruning 10% of it took ~20 s here, on the write's
+        answer."""
+        from jupyter_agent_tools.ledger.service import Ledger
+
+        path = jp_root_dir.parent / "ledger" / "ledger.db"
+        ledger = Ledger(db_path=str(path), max_bytes=FULL_MAX_BYTES)
+        ledger._submit(ledger._db).result()  # the ledger's own schema and settings
+        ledger.close()
+        cells = json.dumps([{"id": "two", "what": ["edited"], "index_before": 2, "index_after": 2}])
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            while path.stat().st_size < FULL_MAX_BYTES - 1024 * 1024:  # the room a write needs: full
+                rows = [
+                    (1.0 + i, f"old{i % 100}.ipynb", "edit", "0" * 64, cells, os.urandom(300), 400)
+                    for i in range(1000)
+                ]
+                conn.execute("BEGIN")
+                conn.executemany(
+                    "INSERT INTO changes (time, path, kind, action, hash_before, hash_after, cells, body, "
+                    "bytes) VALUES (?1, ?2, ?3, 'edit 1 cell', ?4, ?4, ?5, ?6, ?7)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        return path
+
+    async def test_an_edit_does_not_wait_for_pruning(self, jp_root_dir, api, jp_serverapp):
+        import asyncio
+        import time
+
+        write(jp_root_dir)
+        ledger = app_of(jp_serverapp).ledger
+        answers = []
+        for i in range(3):
+            start = time.perf_counter()
+            status, edited = await api(
+                "POST",
+                "notebooks",
+                "nb.ipynb",
+                body={"action": "edit", "cell_id": "two", "content": f"b = {i}"},
+            )
+            answers.append(time.perf_counter() - start)
+            assert status == 200 and edited["recorded"] is True, edited
+        assert max(answers) < 2.0, answers  # the prune (about 20 s here before) is not waited for
+        deadline = time.monotonic() + 120
+        while ledger._prune_target is not None:  # the background prune goes on, one step at a time
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        assert ledger.db_bytes() <= FULL_MAX_BYTES
+        status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+        assert [c["action"] for c in listing["changes"]] == ["edit 1 cell"] * 3

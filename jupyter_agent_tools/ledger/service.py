@@ -3,7 +3,8 @@
 The database lives in the server's data directory (``jupyter_data_dir()``, the way jupyter_server_fileid
 keeps its ids) unless ``db_path`` names another file; it is in WAL mode, so readers never wait for the
 writer and entries survive restarts. It is bounded: at most ``max_changes_per_notebook`` entries per
-notebook and ``max_bytes`` in all, the oldest pruned first. Outputs larger than
+notebook and ``max_bytes`` in all, the oldest pruned first (in the background: a write never waits
+for a prune, see :meth:`Ledger._make_room`). Outputs larger than
 :data:`INLINE_OUTPUT_BYTES` are stored once by content hash, however many changes refer to them.
 
 Every hash the extension answers with is remembered as a snapshot (:mod:`.since`): per-cell hashes,
@@ -65,6 +66,15 @@ SNAPSHOT_MEMORY_CELLS = 100_000
 KNOWN_HASHES = 10_000
 # Snapshots waiting for the worker; past it new ones are dropped (a read does not wait for them).
 MAX_PENDING_SNAPSHOTS = 32
+# A background prune starts past this share of the room a write needs, and prunes to PRUNE_TO of it.
+PRUNE_AT = 0.9
+PRUNE_TO = 0.75
+# Seconds of deleting old changes a write spends itself, at most, when it does not fit yet (a step of
+# deletions takes milliseconds; the rest of a prune, and giving pages back, goes on in the background).
+INLINE_PRUNE_SECONDS = 0.1
+# Most changes one prune step deletes; free pages one vacuum step gives back.
+PRUNE_STEP_CHANGES = 500
+VACUUM_PAGES = 256
 # Notebooks whose cells' recorded state (see Ledger.agent_state) is kept in memory.
 AGENT_STATE_MEMORY = 256
 # Most entries one listing answers.
@@ -156,6 +166,10 @@ def list_limit(value: int | None) -> int:
     if not 1 <= value <= MAX_LIST_LIMIT:
         raise BadRequest(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}, got {value}")
     return value
+
+
+class LedgerFull(Exception):
+    """The database is at max_bytes and pruning has not made room yet (the change is not recorded)."""
 
 
 @dataclass
@@ -264,6 +278,7 @@ class Ledger(Service):
         self._known: OrderedDict[str, None] = OrderedDict()
         self._pending = 0
         self._closed = False
+        self._prune_target: int | None = None  # worker only: the bytes in use a background prune aims at
 
     @property
     def _wal_bytes(self) -> int:
@@ -514,7 +529,11 @@ class Ledger(Service):
         if kind == "create":
             not_undoable = "it created the notebook (delete the file to undo it)"
         conn = self._db()
-        self._make_room(conn, size)  # first: the files never grow past max_bytes
+        if not self._make_room(conn, size):  # first: the files never grow past max_bytes
+            raise LedgerFull(
+                f"the ledger is at its max_bytes ({self.max_bytes}) and prunes older changes in the "
+                "background"
+            )
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -636,9 +655,17 @@ class Ledger(Service):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             conn.execute(f"DELETE FROM changes WHERE id IN ({marks})", chunk)
+            hashes = conn.execute(
+                f"SELECT DISTINCT hash FROM change_blobs WHERE change_id IN ({marks})", chunk
+            ).fetchall()
             conn.execute(f"DELETE FROM change_blobs WHERE change_id IN ({marks})", chunk)
+            for (blob_hash,) in hashes:  # (by index: no scan of every blob)
+                conn.execute(
+                    "DELETE FROM blobs WHERE hash = ? AND NOT EXISTS "
+                    "(SELECT 1 FROM change_blobs WHERE hash = ?)",
+                    (blob_hash, blob_hash),
+                )
         if ids:
-            conn.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT hash FROM change_blobs)")
             self._states.clear()
 
     def used_bytes(self, conn: sqlite3.Connection | None = None) -> int:
@@ -649,60 +676,102 @@ class Ledger(Service):
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         return int((pages - free) * page_size)
 
-    def _make_room(self, conn: sqlite3.Connection, incoming: int) -> None:
-        """Prune until a write of ``incoming`` bytes fits: in WAL mode a write lands in the log first (its
+    def _make_room(self, conn: sqlite3.Connection, incoming: int) -> bool:
+        """Whether a write of ``incoming`` bytes fits: in WAL mode a write lands in the log first (its
         pages, about twice its bytes with index pages, on top of a log of up to its checkpoint size), then
-        in the file at the checkpoint; both together stay within ``max_bytes``."""
+        in the file at the checkpoint; both together stay within ``max_bytes``.
+
+        Pruning is not waited for: past :data:`PRUNE_AT` of the room the oldest changes are pruned in the
+        background (:meth:`_prune_later`); a write that does not fit yet frees room for itself by deleting
+        old changes (milliseconds a step: pages are freed for reuse, not given back to the file system) for
+        at most :data:`INLINE_PRUNE_SECONDS`, else it is not written."""
         room = self.max_bytes - self._wal_bytes - 2 * (incoming + SLACK_BYTES)
-        if self.used_bytes(conn) > room:
-            self._prune_bytes(conn, room * 9 // 10)  # to 90% of it, so that every write does not prune
+        used = self.used_bytes(conn)
+        if used > room * PRUNE_AT:
+            self._prune_later(int(room * PRUNE_TO))
+        deadline = time.monotonic() + INLINE_PRUNE_SECONDS
+        while used > room and time.monotonic() < deadline and self._prune_step(conn):
+            used = self.used_bytes(conn)
+        return used <= room
 
     def _settle(self, conn: sqlite3.Connection) -> None:
         """Near the limit, empty the log after a write (it would otherwise keep its checkpoint size)."""
         if self.db_bytes() > self.max_bytes - 2 * self._wal_bytes:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
-    def _prune_bytes(self, conn: sqlite3.Connection, target: int) -> None:
-        """Delete the oldest changes (and then older snapshots) until the database's pages in use are at
-        most ``target`` bytes, and give the space back to the file system. In steps of a quarter of the
-        log's size, each checkpointed: a prune never swells the write-ahead log past the room kept for it."""
-        step = max(4096, self._wal_bytes // 4)
-        while self.used_bytes(conn) > target:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                chosen, total = [], 0
-                for change_id, size in conn.execute("SELECT id, bytes FROM changes ORDER BY id LIMIT 500"):
-                    chosen.append(change_id)
-                    total += size
-                    if total >= step:
-                        break
-                self._delete_changes(conn, chosen)
-                oldest = conn.execute("SELECT min(time) FROM changes").fetchone()[0]
-                removed = conn.execute(
-                    "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
-                    "ORDER BY time LIMIT 20)",
-                    (oldest if oldest is not None else float("inf"),),
-                ).rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.execute("ROLLBACK")
-                raise
-            self._vacuum(conn)
-            if not chosen and not removed:
-                break  # nothing left to prune
+    def _prune_later(self, target: int) -> None:
+        """Worker: prune to ``target`` bytes in use in the background: one step per task of the worker,
+        so the writes queued meanwhile go between steps (one prune at a time)."""
+        if self._prune_target is None:
+            self._prune_target = target
+            self._submit(self._prune_task)
+        else:
+            self._prune_target = min(self._prune_target, target)
 
-    def _vacuum(self, conn: sqlite3.Connection) -> None:
-        """Give free pages back to the file system, a few at a time, checkpointing the log after each."""
-        pages = max(1, self._wal_bytes // 4096 // 4)
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-        while free:
-            conn.execute(f"PRAGMA incremental_vacuum({pages})").fetchall()
+    def _prune_task(self) -> None:
+        """Worker: one step of a background prune (delete old changes, then give free pages back to the
+        file system a slice at a time), and the next step queued behind the writes waiting now."""
+        if self._closed or self._prune_target is None:
+            self._prune_target = None
+            return
+        try:
+            conn = self._db()
+            # Free pages are given back first: the file shrinks before the next deletions use the log.
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            done = not (free * 4096 >= self._wal_bytes // 4 and self._vacuum_slice(conn))
+            if done and self.used_bytes(conn) > self._prune_target:
+                done = not self._prune_step(conn)
+            if done and not self._vacuum_slice(conn):
+                self._prune_target = None
+                return
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            left = conn.execute("PRAGMA freelist_count").fetchone()[0]
-            if left >= free:
-                break  # a database made without incremental auto-vacuum keeps its free pages for reuse
-            free = left
+        except Exception as e:
+            self._prune_target = None
+            self._failed("prune old changes", e)
+            return
+        self._submit(self._prune_task)
+
+    def _prune_step(self, conn: sqlite3.Connection) -> bool:
+        """Delete the oldest changes (about a quarter of the log's size of them, so the log never swells
+        past the room kept for it) and snapshots older than every change left; False: nothing to delete."""
+        step = max(4096, self._wal_bytes // 4)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            chosen, total = [], 0
+            for change_id, size in conn.execute(
+                "SELECT id, bytes FROM changes ORDER BY id LIMIT ?", (PRUNE_STEP_CHANGES,)
+            ):
+                chosen.append(change_id)
+                total += size
+                if total >= step:
+                    break
+            self._delete_changes(conn, chosen)
+            oldest = conn.execute("SELECT min(time) FROM changes").fetchone()[0]
+            removed = conn.execute(
+                "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
+                "ORDER BY time LIMIT 20)",
+                (oldest if oldest is not None else float("inf"),),
+            ).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            raise
+        return bool(chosen or removed)
+
+    def _vacuum_slice(self, conn: sqlite3.Connection) -> bool:
+        """Give a few free pages back to the file system and checkpoint the log; False: none were."""
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        if not free:
+            return False
+        # executescript steps the pragma to its end: execute() (even with fetchall) frees one page only,
+        # which made a prune of 10% of a 16 MB ledger take ~20 s, one page and one checkpoint at a time
+        # and moved pages go through the log: at most a quarter of the room kept for it at once
+        pages = max(1, min(VACUUM_PAGES, self._wal_bytes // 4096 // 4))
+        conn.executescript(f"PRAGMA incremental_vacuum({pages});")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        # a database made without incremental auto-vacuum keeps its free pages for reuse
+        return bool(conn.execute("PRAGMA freelist_count").fetchone()[0] < free)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -755,7 +824,8 @@ class Ledger(Service):
             data = snapshot.encode()
             if len(data) > self.max_bytes // MAX_ENTRY_SHARE:
                 return  # remembered in memory only: it would take too much of the database
-            self._make_room(conn, len(data))
+            if not self._make_room(conn, len(data)):
+                return  # remembered in memory only until pruning made room
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
