@@ -440,6 +440,41 @@ async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir,
     assert status == 200 and answer["recorded"] is True, answer
 
 
+@pytest.mark.parametrize("how", ["removed", "overwritten"])
+async def test_a_ledger_file_lost_under_the_running_server_is_said_and_started_again(
+    how, jp_root_dir, api, jp_serverapp
+):
+    path = write(jp_root_dir)
+    ledger = app_of(jp_serverapp).ledger
+    db = Path(ledger.db_path)
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    ledger.log.addHandler(handler)
+    try:
+        status, first = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "1"})
+        assert status == 200 and first["recorded"] is True
+        if how == "removed":  # an admin (or a cleanup job) removes the ledger's files
+            for name in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+                name.unlink(missing_ok=True)
+        else:  # something writes over the file in place (same inode)
+            with open(db, "r+b") as f:
+                f.write(b"garbage, not SQLite " * 500)
+        status, lost = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
+        assert status == 200 and lost["recorded"] is False and lost["change_id"] is None, lost
+        assert nbformat.read(str(path), as_version=4).cells[-1].source == "2"  # the change itself is made
+        assert any(how in line and "while the server ran" in line for line in lines), lines
+        if how == "overwritten":
+            assert len(list(db.parent.glob("ledger.db.corrupt-*"))) == 1  # moved aside, not reused
+        status, later = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "3"})
+        assert status == 200 and later["recorded"] is True, later
+        status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+        assert [c["id"] for c in listing["changes"]] == [later["change_id"]]  # kept: in the new file
+        assert db.read_bytes().startswith(b"SQLite format 3\x00")
+    finally:
+        ledger.log.removeHandler(handler)
+
+
 FULL_MAX_BYTES = 16 * 1024 * 1024
 
 

@@ -85,6 +85,7 @@ MAX_ENTRY_SHARE = 4
 ID_PATTERN_DIGITS = 15
 HASH_CHARS = 64
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file (empty: new)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS changes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -166,6 +167,10 @@ def list_limit(value: int | None) -> int:
     if not 1 <= value <= MAX_LIST_LIMIT:
         raise BadRequest(f"'limit' must be an integer from 1 to {MAX_LIST_LIMIT}, got {value}")
     return value
+
+
+class LedgerLost(Exception):
+    """The database file was removed or overwritten under the running server (a new one is started)."""
 
 
 class LedgerFull(Exception):
@@ -267,6 +272,7 @@ class Ledger(Service):
         super().__init__(**kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-ledger")
         self._conn: sqlite3.Connection | None = None  # the worker thread's own
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file it opened
         self._failing: str | None = None  # what failed last (logged once until it works again)
         self._fail_lock = threading.Lock()
         # Worker thread only: the latest snapshots (notebook hash -> (snapshot, time)).
@@ -316,19 +322,19 @@ class Ledger(Service):
         return await asyncio.wrap_future(self._submit(func, *args))
 
     def _db(self) -> sqlite3.Connection:
-        """The worker's connection, opened (and the schema made) on first use."""
+        """The worker's connection, opened (and the schema made) on first use; when its file was removed
+        or overwritten since, a new ledger is started (see :meth:`_check_file`)."""
         if self._conn is not None:
+            self._check_file()
             return self._conn
         path = self.db_path
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        new = not os.path.exists(path)
+        if not os.path.exists(path):  # sources and outputs: the server's user only, from the start
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
         try:
-            if new:
-                with contextlib.suppress(OSError):
-                    os.chmod(path, 0o600)  # sources and outputs: the server's user only
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -343,14 +349,48 @@ class Ledger(Service):
             conn.close()
             raise
         self._conn = conn
+        info = os.stat(path)
+        self._identity = (info.st_dev, info.st_ino)
         return conn
+
+    def _check_file(self) -> None:
+        """Worker: raise :class:`LedgerLost` (after starting a new, empty ledger) when the database file
+        was removed, replaced or overwritten with something else since it was opened: SQLite would go on
+        writing to the removed file, or into garbage, and answer every change recorded."""
+        path = self.db_path
+        try:
+            info = os.stat(path)
+            with open(path, "rb") as f:
+                intact = f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+        except FileNotFoundError:
+            info, intact = None, False
+        if intact and info is not None and (info.st_dev, info.st_ino) == self._identity:
+            return
+        self._reset()
+        kept = ""
+        if info is not None:  # overwritten or replaced: kept aside for whoever wants to look at it
+            aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+            os.replace(path, aside)
+            kept = f" (the file found there is kept as {aside})"
+        for suffix in ("-wal", "-shm"):  # the old database's log must not be applied to the new one
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path + suffix)
+        what = "overwritten or replaced" if info is not None else "removed"
+        self.log.warning(
+            "The change ledger's file %s was %s while the server ran%s: the changes recorded in it are "
+            "gone. A new ledger is started there; this change is not recorded, the next ones are.",
+            path,
+            what,
+            kept,
+        )
+        raise LedgerLost(f"its file was {what} while the server ran")
 
     def _failed(self, what: str, error: BaseException) -> None:
         """Log a failure of the database once (until it works again)."""
         with self._fail_lock:
             first = self._failing is None
             self._failing = what
-        if first:
+        if first and not isinstance(error, LedgerLost):  # (that one said what happened itself)
             self.log.warning(
                 "The change ledger (%s) cannot %s: %s. Changes are still made; they are answered "
                 '"recorded": false until the ledger works again.',
