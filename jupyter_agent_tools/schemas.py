@@ -1187,7 +1187,17 @@ _RECORDED = {
     "recorded": {
         **_BOOL,
         "description": "false: the change was made but the ledger could not record it (its database is "
-        "locked, full or corrupt; the server log says why)",
+        "locked, full or corrupt; the server log says why), or nothing changed ('note' says so)",
+    },
+    "undoable": {
+        **_BOOL,
+        "description": "Only for a recorded change: whether its undo can work; false for a notebook whose "
+        "cells have no ids (nbformat 4.4: 'note' says how to give them ids), an upgrade, a creation",
+    },
+    "note": {
+        "type": "string",
+        "description": "Only when the change cannot be undone (why, and what to do) or when nothing changed "
+        "and so nothing was recorded",
     },
 }
 LEDGER_SCHEMAS: dict[str, Any] = {

@@ -179,13 +179,34 @@ class LedgerFull(Exception):
 
 @dataclass
 class Recorded:
-    """Whether a change was recorded, and its id."""
+    """Whether a change was recorded, and its id; whether it can be undone, and a note for the caller
+    when it cannot (or when nothing changed, so nothing was recorded)."""
 
     change_id: str | None
     recorded: bool
+    undoable: bool | None = None
+    note: str | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {"change_id": self.change_id, "recorded": self.recorded}
+        found: dict[str, Any] = {"change_id": self.change_id, "recorded": self.recorded}
+        if self.undoable is not None:
+            found["undoable"] = self.undoable
+        if self.note is not None:
+            found["note"] = self.note
+        return found
+
+
+NOTHING_CHANGED = "Nothing changed (the notebook is as it was), so no change was recorded."
+NO_IDS = (
+    'Send one edit with "upgrade": true (the CLI\'s --upgrade) to give the cells ids (nbformat 4.5): '
+    "changes after that can be undone."
+)
+
+
+def undo_note(reason: str) -> str:
+    """What a caller is told about a recorded change that cannot be undone, and how to fix it."""
+    note = f"This change cannot be undone: {reason}."
+    return f"{note} {NO_IDS}" if "no ids" in reason else note
 
 
 @dataclass
@@ -471,17 +492,23 @@ class Ledger(Service):
         self.remember(path, hash_after, after, base=(hash_before, before))
         return await self._recorded(recording)
 
-    async def _recorded(self, recording: Future[dict[str, Any]]) -> Recorded:
-        """What a submitted insert answers: its change id, or not recorded (logged once). A recorded
-        change is told to the audit (its ``ledger_change`` event: a review panel's live feed)."""
+    async def _recorded(self, recording: Future[Any]) -> Recorded:
+        """What a submitted insert answers: its change id (and why it cannot be undone), not recorded
+        because nothing changed, or not recorded (logged once). A recorded change is told to the audit
+        (its ``ledger_change`` event: a review panel's live feed)."""
         try:
-            entry = await asyncio.wrap_future(recording)
+            inserted: tuple[dict[str, Any], str | None] | None = await asyncio.wrap_future(recording)
         except Exception as e:
             self._failed("record changes", e)
             return Recorded(None, False)
         self._worked()
+        if inserted is None:
+            return Recorded(None, False, note=NOTHING_CHANGED)
+        entry, not_undoable = inserted
         self.audit.ledger_change(entry)
-        return Recorded(entry["id"], True)
+        if not_undoable is None:
+            return Recorded(entry["id"], True, True)
+        return Recorded(entry["id"], True, False, undo_note(not_undoable))
 
     def _record_one(
         self,
@@ -495,9 +522,11 @@ class Ledger(Service):
         undoes: str | None,
         user: str | None,
         via: str | None,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], str | None] | None:
         """Worker: what one write did, entered in the database (one round trip from the event loop)."""
         change = diff(before, after)
+        if not change.cells and kind != "create" and _outside_cells(before) == _outside_cells(after):
+            return None  # nothing changed: nothing to review or undo (creating a file is a change)
         action = summarize(change, action_kind)
         return self._insert(path, kind, action, change, hash_before, hash_after, undoes, user, via, False)
 
@@ -555,8 +584,9 @@ class Ledger(Service):
         via: str | None,
         incomplete: bool,
         overwrites: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Worker: enter a change in the database; its entry (as the list routes answer it)."""
+    ) -> tuple[dict[str, Any], str | None]:
+        """Worker: enter a change in the database; its entry (as the list routes answer it) and why it
+        cannot be undone (None: it can)."""
         summary, body, blobs = _encode(change.cells)
         size = len(summary) + len(body) + sum(len(b) for b in blobs.values())
         if size > self.max_bytes // MAX_ENTRY_SHARE:
@@ -565,7 +595,7 @@ class Ledger(Service):
         if incomplete:
             not_undoable = "some of its writes could not be recorded"
         if kind == "upgrade":
-            not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
+            not_undoable = "it upgraded the file to nbformat 4.5 (its checkpoint has the old file)"
         if kind == "create":
             not_undoable = "it created the notebook (delete the file to undo it)"
         conn = self._db()
@@ -615,7 +645,9 @@ class Ledger(Service):
         self._states.pop(path, None)
         undone = int(undoes) if undoes is not None else None
         row = (change_id, now, path, user, via, kind, action, hash_before, hash_after, undone)
-        return _entry((*row, not_undoable, summary, json.dumps(overwrites) if overwrites else None))
+        return _entry(
+            (*row, not_undoable, summary, json.dumps(overwrites) if overwrites else None)
+        ), not_undoable
 
     # -- saves through the contents API -----------------------------------------------------------
 
@@ -1041,6 +1073,10 @@ ENTRY_COLUMNS = (
 ENTRY_NOT_UNDOABLE = 10
 ENTRY_CELLS = 11
 ENTRY_OVERWRITES = 12
+
+
+def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in nb.items() if k != "cells"}
 
 
 def _entry(row: Any) -> dict[str, Any]:

@@ -441,8 +441,12 @@ class NotebookStore(Service):
         """Apply one operation or a batch atomically and save once; return the answer for the caller."""
         request = parse_edit_request(body, self.max_ops)
         repairs: list[str] = []
+        upgraded: list[str] = []
 
         def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], EditOutcome]:
+            if request.upgrade and _minor(nb) < 5:  # nbformat 4.4 or older 4.x: cells get ids
+                upgraded[:] = [f"4.{_minor(nb)}"]
+                nb, _ = repair_notebook({**nb, "nbformat_minor": 5}, hash_)
             if request.repair:
                 nb, repairs[:] = repair_notebook(nb, hash_)
             outcome = apply_ops(nb, request.ops, id_seed=hash_, batch=request.batch)
@@ -455,8 +459,12 @@ class NotebookStore(Service):
             expected_hash=request.expected_hash,
             upgrade=request.upgrade,
             notes=notes,
-            actions=(["repair"] if request.repair else []) + [op.action for op in request.ops],
+            actions=(["upgrade"] if upgraded else [])
+            + (["repair"] if request.repair else [])
+            + [op.action for op in request.ops],
         )
+        if upgraded and "upgraded_from" not in notes:
+            notes["upgraded_from"] = upgraded[0]
         answer: dict[str, Any] = {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,
@@ -471,6 +479,8 @@ class NotebookStore(Service):
             if repairs:
                 answer["message"] += f" Repaired {len(repairs)} problem(s) found in the notebook first."
         answer.update(_recorded_fields(notes))
+        if answer.get("note") and "upgraded_from" not in answer:  # (an upgrade's message says it all)
+            answer["message"] += " " + answer["note"]  # cannot be undone, or nothing changed
         return answer
 
     async def create(self, path: str, body: Any) -> dict[str, Any]:
@@ -910,6 +920,11 @@ def _recorded_fields(notes: dict[str, Any]) -> dict[str, Any]:
 
 def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in nb.items() if k != "cells"}
+
+
+def _minor(nb: dict[str, Any]) -> int:
+    minor = nb.get("nbformat_minor")
+    return minor if isinstance(minor, int) and not isinstance(minor, bool) else 5
 
 
 async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:
