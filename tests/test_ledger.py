@@ -440,6 +440,42 @@ async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir,
     assert status == 200 and answer["recorded"] is True, answer
 
 
+async def test_an_old_undo_is_refused_on_a_new_notebook_at_the_same_path(jp_root_dir, api, jp_fetch):
+    cells = [{"cell_type": "code", "source": "a = 1"}, {"cell_type": "code", "source": "b = 2"}]
+    status, created = await api("POST", "notebooks", "same.ipynb", body={"action": "create", "cells": cells})
+    assert status == 201
+    ids = [c["id"] for c in created["cells"]]  # derived from the path
+    status, edited = await api(
+        "POST", "notebooks", "same.ipynb", body={"action": "edit", "cell_id": ids[1], "content": "b = 3"}
+    )
+    assert status == 200 and edited["undoable"] is True
+    await jp_fetch("api", "contents", "same.ipynb", method="DELETE")
+    # a new notebook at the same path: the same derived ids, the cells as the old one's edit left them
+    cells[1]["source"] = "b = 3"
+    status, again = await api("POST", "notebooks", "same.ipynb", body={"action": "create", "cells": cells})
+    assert status == 201 and [c["id"] for c in again["cells"]] == ids
+    path = jp_root_dir / "same.ipynb"
+    before = path.read_bytes()
+    status, error = await api("POST", "notebooks", "same.ipynb", "changes", edited["change_id"], "undo")
+    assert status == 409, error
+    assert "was replaced since (it was created again" in error["message"]
+    assert path.read_bytes() == before  # nothing written
+
+    # the same through the contents API alone: deleted, and a new file saved there (JupyterLab)
+    status, second = await api(
+        "POST", "notebooks", "same.ipynb", body={"action": "edit", "cell_id": ids[0], "content": "a = 5"}
+    )
+    assert status == 200
+    copy = path.read_text()
+    await jp_fetch("api", "contents", "same.ipynb", method="DELETE")
+    body = json.dumps({"type": "notebook", "format": "json", "content": json.loads(copy)})
+    await jp_fetch("api", "contents", "same.ipynb", method="PUT", body=body)
+    before = path.read_bytes()
+    status, error = await api("POST", "notebooks", "same.ipynb", "changes", second["change_id"], "undo")
+    assert status == 409 and "it was deleted or renamed" in error["message"], error
+    assert path.read_bytes() == before
+
+
 @pytest.mark.parametrize("how", ["removed", "overwritten"])
 async def test_a_ledger_file_lost_under_the_running_server_is_said_and_started_again(
     how, jp_root_dir, api, jp_serverapp

@@ -1,4 +1,5 @@
-"""Saves through jupyter_server's contents API (``PUT /api/contents/...``), told to the notebook store.
+"""Saves through jupyter_server's contents API (``PUT /api/contents/...``), told to the notebook store;
+notebooks it deletes or renames, told to the change ledger.
 
 JupyterLab (its save, its autosave, the Overwrite of its File Changed dialog) and any other client save a
 notebook there, through the contents manager's ``save``. The extension wraps that one method of the
@@ -7,6 +8,10 @@ existing ``.ipynb`` goes through :meth:`NotebookStore.contents_save` (which reco
 overwrote an agent's change), as the acting user of that request; every other call of ``save`` (the
 manager's own ``new``, copies, real-time collaboration's room saves, this extension's writes) is passed
 on untouched. A contents manager whose ``save`` is synchronous keeps it synchronous for those calls.
+
+A notebook deleted, renamed or copied over through the contents manager (its ``contents_service``
+events) is another file from then on at that path: the ledger then refuses to undo its older changes
+(cell ids derived from a path repeat in a new file made there).
 """
 
 from __future__ import annotations
@@ -20,10 +25,12 @@ from jupyter_server.services.contents.handlers import ContentsHandler
 
 from ..audit import set_user
 from ..audit.context import set_via
+from ..ledger.service import Ledger
 from ..notebook.store import NotebookStore
 from .base import acting_username
 
 VIA = "contents"  # the ledger's door for these saves
+CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
 MARK = "_jupyter_agent_tools_watched"
 
 
@@ -77,3 +84,17 @@ def watch_contents_saves(contents_manager: Any, store: NotebookStore) -> None:
 
     setattr(save, MARK, True)
     contents_manager.save = save
+
+
+def watch_contents_removals(event_logger: Any, ledger: Ledger) -> None:
+    """Tell ``ledger`` of each notebook the contents manager deletes, renames away or writes a copy to."""
+
+    async def listener(logger: Any, schema_id: str, data: dict[str, Any]) -> None:  # (jupyter_events' names)
+        action, path, source = data.get("action"), data.get("path"), data.get("source_path")
+        gone = {"delete": [path], "rename": [source, path], "copy": [path]}.get(str(action), [])
+        for name in gone:
+            if isinstance(name, str) and name.endswith(".ipynb"):
+                await ledger.file_removed(name.strip("/"))  # (never raises: it would fail the contents call)
+
+    if event_logger is not None:
+        event_logger.add_listener(schema_id=CONTENTS_EVENTS, listener=listener)

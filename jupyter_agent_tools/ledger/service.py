@@ -120,6 +120,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     cells BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_by_path ON snapshots (path, time);
+CREATE TABLE IF NOT EXISTS removals (path TEXT NOT NULL, after_id INTEGER NOT NULL, time REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS removals_by_path ON removals (path, after_id);
 """
 
 
@@ -242,6 +244,7 @@ class UndoPlan:
     entry: dict[str, Any]
     cells: list[CellChange]
     not_undoable: str | None
+    replaced: str | None = None  # how the file at its path was replaced by another since (409)
 
 
 class Ledger(Service):
@@ -669,8 +672,9 @@ class Ledger(Service):
             self._states.move_to_end(path)
             return found
         rows = self._db().execute(
-            "SELECT id, cells FROM changes WHERE path = ? AND kind != 'overwrite' ORDER BY id DESC LIMIT ?",
-            (path, max(1, self.max_changes_per_notebook)),
+            "SELECT id, cells FROM changes WHERE path = ? AND kind != 'overwrite' AND id > coalesce("
+            "(SELECT max(after_id) FROM removals WHERE path = ?), 0) ORDER BY id DESC LIMIT ?",
+            (path, path, max(1, self.max_changes_per_notebook)),
         )
         state = agent_state([(str(row[0]), json.loads(row[1])) for row in rows])
         self._states[path] = state
@@ -1048,7 +1052,45 @@ class Ledger(Service):
             return json.loads(zlib.decompress(found[0]))
 
         cells = [_decode_cell(s, b, blob) for s, b in zip(summaries, bodies, strict=True)]
-        return UndoPlan(entry, cells, row[ENTRY_NOT_UNDOABLE])
+        return UndoPlan(entry, cells, row[ENTRY_NOT_UNDOABLE], self._replaced(conn, entry["path"], number))
+
+    @staticmethod
+    def _replaced(conn: sqlite3.Connection, path: str, number: int) -> str | None:
+        """Worker: how the notebook at ``path`` was replaced by another file after change ``number``
+        (None: it was not, as far as the ledger saw). Cell ids derived from a path repeat in a new file
+        made there, so the cells alone cannot tell."""
+        created = conn.execute(
+            "SELECT id FROM changes WHERE path = ? AND kind = 'create' AND id > ? ORDER BY id LIMIT 1",
+            (path, number),
+        ).fetchone()
+        if created is not None:
+            return f"it was created again (change {created[0]})"
+        removed = conn.execute(
+            "SELECT time FROM removals WHERE path = ? AND after_id >= ? ORDER BY after_id LIMIT 1",
+            (path, number),
+        ).fetchone()
+        if removed is not None:
+            return f"it was deleted or renamed at {iso_time(removed[0])} and another file made there"
+        return None
+
+    async def file_removed(self, path: str) -> None:
+        """The file at ``path`` was deleted or renamed away (through the contents API): its recorded
+        changes are of a notebook that is gone, and an undo of them is refused from now on. Best effort
+        (logged): nothing waits for it."""
+        if not self.enabled:
+            return
+        try:
+            await self._run(self._removed, path)
+        except Exception as e:
+            self._failed("record a removed notebook", e)
+
+    def _removed(self, path: str) -> None:
+        conn = self._db()
+        newest = conn.execute("SELECT max(id) FROM changes WHERE path = ?", (path,)).fetchone()[0]
+        if newest is not None:
+            conn.execute("INSERT INTO removals VALUES (?, ?, ?)", (path, newest, time.time()))
+            conn.execute("DELETE FROM removals WHERE path = ? AND after_id < ?", (path, newest))
+            self._states.pop(path, None)
 
     def db_bytes(self) -> int:
         """Bytes of the database file and its write-ahead log on disk (what max_bytes bounds; the log's

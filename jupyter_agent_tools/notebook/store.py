@@ -782,6 +782,11 @@ class NotebookStore(Service):
         entry = plan.entry
         if plan.not_undoable is not None:
             raise BadRequest(f"Change {entry['id']} of {path} cannot be undone: {plan.not_undoable}")
+        if plan.replaced is not None:
+            raise Conflict(
+                f"Change {entry['id']} of {path} cannot be undone: the notebook it changed was replaced "
+                f"since ({plan.replaced}); the file at {path} is another notebook now. Nothing was written"
+            )
 
         def transform(nb: dict[str, Any], _hash: str) -> tuple[dict[str, Any], None]:
             found = conflicts(plan.cells, nb)
