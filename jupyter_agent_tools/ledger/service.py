@@ -792,6 +792,8 @@ class Ledger(Service):
             return
         try:
             conn = self._db()
+            if os.path.exists(self.db_path + "-wal") and os.path.getsize(self.db_path + "-wal"):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # a step's log starts empty
             # Free pages are given back first: the file shrinks before the next deletions use the log.
             free = conn.execute("PRAGMA freelist_count").fetchone()[0]
             done = not (free * 4096 >= self._wal_bytes // 4 and self._vacuum_slice(conn))
