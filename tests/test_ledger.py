@@ -579,3 +579,50 @@ class TestAtTheByteCap:
         assert ledger.db_bytes() <= FULL_MAX_BYTES
         status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
         assert [c["action"] for c in listing["changes"]] == ["edit 1 cell"] * 3
+
+
+def test_a_run_lost_to_a_killed_server_is_in_the_ledger_after_a_restart(tmp_path: Path) -> None:
+    """A notebook run is one change, recorded when it ends; a server killed mid-run used to leave the
+    outputs of its finished cells in the file and nothing in the ledger. Each write of the run is kept
+    as it happens; the next start records them as the run's change (undoable as any run)."""
+    import time
+
+    from jupyter_agent_tools.testing.server import jupyter_server
+
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = new_notebook(
+        cells=[
+            new_code_cell("print('first')", id="first"),
+            new_code_cell("print('second')", id="second"),
+            new_code_cell("import time; time.sleep(120)", id="slow"),
+        ]
+    )
+    nb.nbformat_minor = 5
+    path = write(root, "long.ipynb", nb)
+    original = path.read_bytes()
+    args = [
+        f"--Ledger.db_path={tmp_path / 'ledger.db'}",
+        f"--RunRegistry.runs_db_path={tmp_path / 'runs.db'}",
+    ]
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        run = client.json(
+            "POST", "api/agent/notebooks/long.ipynb/run", {"all": True, "timeout": 600, "detach": True}, 202
+        )
+        deadline = time.monotonic() + 90
+        while client.json("GET", f"api/agent/runs/{run['run_id']}")["cells_done"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(0.5)  # the second cell's outputs are saved (and its write kept) after its end event
+        server.process.kill()  # a crash: nothing runs at shutdown
+        server.process.wait(10)
+    saved = nbformat.read(str(path), as_version=4)
+    assert [c.outputs[0]["text"] for c in saved.cells[:2]] == ["first\n", "second\n"]
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        listing = client.json("GET", "api/agent/notebooks/long.ipynb/changes")
+        [entry] = listing["changes"]
+        assert entry["kind"] == "run" and entry["undoable"] is True, entry
+        assert entry["action"] == "run: outputs of 2 cells (the server stopped during it)"
+        assert {c["id"]: c["what"] for c in entry["cells"]} == {"first": ["outputs"], "second": ["outputs"]}
+        client.json("POST", f"api/agent/notebooks/long.ipynb/changes/{entry['id']}/undo")
+    assert path.read_bytes() == original

@@ -25,6 +25,7 @@ import difflib
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -32,7 +33,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 
@@ -43,7 +44,18 @@ from ..audit.context import current_user, current_via
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
 from ..traits import Service, at_least, in_range
-from .changes import PARTS, CellChange, Digest, NotebookChange, diff, dumps, merge, summarize
+from .changes import (
+    PARTS,
+    CellChange,
+    Digest,
+    NotebookChange,
+    decode_change,
+    diff,
+    dumps,
+    encode_change,
+    merge,
+    summarize,
+)
 from .overwrite import AgentState, agent_state, overwritten
 from .overwrite import summary as overwrite_summary
 from .since import Snapshot, attribute, compare, snapshot_of
@@ -120,6 +132,19 @@ CREATE TABLE IF NOT EXISTS snapshots (
     cells BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_by_path ON snapshots (path, time);
+CREATE TABLE IF NOT EXISTS group_parts (
+    key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    user TEXT,
+    via TEXT,
+    hash_before TEXT NOT NULL,
+    hash_after TEXT NOT NULL,
+    part BLOB NOT NULL,
+    PRIMARY KEY (key, seq)
+);
 CREATE TABLE IF NOT EXISTS removals (path TEXT NOT NULL, after_id INTEGER NOT NULL, time REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS removals_by_path ON removals (path, after_id);
 """
@@ -226,6 +251,10 @@ class ChangeGroup:
     # remembered once when the group ends (the versions in between are never answered to anyone).
     last: dict[str, Any] | None = None
     snapshot: Snapshot | None = None
+    # Each write is also kept as a part in the database until the group ends: a server killed
+    # meanwhile (a notebook run lost to a restart) leaves them, and the next start records them.
+    key: str = field(default_factory=lambda: secrets.token_hex(8))
+    parts: int = 0
 
     def fields(self) -> dict[str, Any]:
         """``change_id`` and ``recorded`` for the answer of the grouped writes (none: nothing written)."""
@@ -329,8 +358,78 @@ class Ledger(Service):
     def _open_quietly(self) -> None:
         try:
             self._db()
+            self._finish_lost_groups()
         except Exception as e:
             self._failed("open its database", e)
+
+    # -- groups a stopped server left unfinished ---------------------------------------------------
+
+    def _keep_part(
+        self,
+        group: ChangeGroup,
+        seq: int,
+        change: NotebookChange,
+        hash_before: str,
+        hash_after: str,
+        user: str | None,
+        via: str | None,
+    ) -> None:
+        """Worker: keep one write of an unfinished group (not waited for; a failure is logged)."""
+        try:
+            part = zlib.compress(encode_change(change), 1)
+            conn = self._db()
+            if not self._make_room(conn, len(part)):
+                raise LedgerFull("the ledger is at its max_bytes")
+            conn.execute(
+                "INSERT OR REPLACE INTO group_parts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    group.key,
+                    seq,
+                    os.getpid(),
+                    group.path,
+                    group.kind,
+                    user,
+                    via,
+                    hash_before,
+                    hash_after,
+                    part,
+                ),
+            )
+        except Exception as e:
+            self._failed("record a run's writes as they happen", e)
+
+    def _drop_parts(self, key: str) -> None:
+        """Worker: the group ended (and was recorded, or not): its parts are not needed."""
+        try:
+            self._db().execute("DELETE FROM group_parts WHERE key = ?", (key,))
+        except Exception as e:
+            self._failed("record changes", e)
+
+    def _finish_lost_groups(self) -> None:
+        """Worker, at start: record the writes of each group whose server process is gone (a notebook run
+        it was running when it was killed or stopped) as one change, as its end would have."""
+        conn = self._db()
+        keys = conn.execute("SELECT DISTINCT key, pid FROM group_parts").fetchall()
+        for key, pid in keys:
+            if _process_alive(pid):
+                continue  # another server on this ledger is running it
+            rows = conn.execute(
+                "SELECT path, kind, user, via, hash_before, hash_after, part FROM group_parts WHERE key = ? "
+                "ORDER BY seq",
+                (key,),
+            ).fetchall()
+            change: NotebookChange | None = None
+            for row in rows:
+                part = decode_change(zlib.decompress(row[6]))
+                change = part if change is None else merge(change, part)
+            if change is not None and change.cells:
+                path, kind, user, via = rows[0][:4]
+                action = f"{summarize(change, kind)} (the server stopped during it)"
+                self._insert(path, kind, action, change, rows[0][4], rows[-1][5], None, user, via, False)
+                self.log.info(
+                    "change ledger: recorded the writes of a %s of %s the server stopped", kind, path
+                )
+            conn.execute("DELETE FROM group_parts WHERE key = ?", (key,))
 
     # -- the worker ------------------------------------------------------------------------------
 
@@ -458,6 +557,8 @@ class Ledger(Service):
                 group.result = await self._commit(
                     path, group.kind, group.change, group.hash_before, group.hash_after, None, group.failed
                 )
+            if group.parts:
+                self._submit(self._drop_parts, group.key)
             if group.hash_after is not None and group.last is not None:  # after: the answer waits for it
                 self._known[group.hash_after] = None
                 self._submit(self._remember, path, group.hash_after, group.last, None, group.snapshot)
@@ -555,6 +656,10 @@ class Ledger(Service):
             group.snapshot = snapshot_of(after, (before, base)) if base is not None else None
             group.last = after
             group.hash_after = hash_after
+            if change.cells:
+                group.parts += 1
+                args = (group, group.parts, change, hash_before, hash_after, current_user(), current_via())
+                self._submit(self._keep_part, *args)
         except Exception:
             self.log.exception("change ledger: cannot compute a change of %s", group.path)
             group.failed = True
@@ -1117,6 +1222,18 @@ ENTRY_COLUMNS = (
 ENTRY_NOT_UNDOABLE = 10
 ENTRY_CELLS = 11
 ENTRY_OVERWRITES = 12
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # a previous process of the same id: this one has no group open yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, another user's
+    return True
 
 
 def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
