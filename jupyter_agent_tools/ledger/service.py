@@ -448,13 +448,14 @@ class Ledger(Service):
         """The worker's connection, opened (and the schema made) on first use; when its file was removed
         or overwritten since, a new ledger is started (see :meth:`_check_file`)."""
         if self._conn is not None:
-            self._check_file()
+            if self.db_path != ":memory:":
+                self._check_file()
             return self._conn
         path = self.db_path
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        if not os.path.exists(path):  # sources and outputs: the server's user only, from the start
+        if path != ":memory:" and not os.path.exists(path):  # sources and outputs: private, from the start
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
         try:
@@ -472,8 +473,9 @@ class Ledger(Service):
             conn.close()
             raise
         self._conn = conn
-        info = os.stat(path)
-        self._identity = (info.st_dev, info.st_ino)
+        if path != ":memory:":
+            info = os.stat(path)
+            self._identity = (info.st_dev, info.st_ino)
         return conn
 
     def _check_file(self) -> None:
