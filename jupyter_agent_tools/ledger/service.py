@@ -255,6 +255,7 @@ class ChangeGroup:
     # meanwhile (a notebook run lost to a restart) leaves them, and the next start records them.
     key: str = field(default_factory=lambda: secrets.token_hex(8))
     parts: int = 0
+    unsaved: tuple[str, NotebookChange] | None = None  # (hash before, merged change) since the last part
 
     def fields(self) -> dict[str, Any]:
         """``change_id`` and ``recorded`` for the answer of the grouped writes (none: nothing written)."""
@@ -580,16 +581,18 @@ class Ledger(Service):
         *,
         kind: str = "edit",
         undoes: str | None = None,
+        saved: bool = True,
     ) -> Recorded | None:
         """Record one write of ``path`` (from ``before`` to ``after``); None when it is part of a group
-        (see :meth:`group`) or the ledger is off."""
+        (see :meth:`group`) or the ledger is off. ``saved``: False for a push to a live room while a
+        cell runs (it joins its group only)."""
         if not self.enabled:
             return None
         group = _GROUP.get()
         if group is not None and group.path == path:
             # Pure computation on the cells the write touched (no I/O): done here, not in the worker,
             # which would only add a thread hop per write of the run (hashing holds the GIL anyway).
-            self._add_to_group(group, before, after, hash_before, hash_after)
+            self._add_to_group(group, before, after, hash_before, hash_after, saved)
             return None
         user, via = current_user(), current_via()
         action_kind = kind if undoes is None else f"undo {undoes}"
@@ -643,8 +646,10 @@ class Ledger(Service):
         after: dict[str, Any],
         hash_before: str,
         hash_after: str,
+        saved: bool,
     ) -> None:
-        """Merge one write into its group's change (a bug here is logged; it never fails the write)."""
+        """Merge one write into its group's change (a bug here is logged; it never fails the write);
+        ``saved``: the write was saved (not only pushed to a live room while a cell runs)."""
         try:
             change = diff(before, after)
             group.change = change if group.change is None else merge(group.change, change)
@@ -659,8 +664,17 @@ class Ledger(Service):
             group.last = after
             group.hash_after = hash_after
             if change.cells:
+                # Kept for a restart at each save; the pushes to a live room in between (every
+                # fraction of a second while a cell prints) are merged into the next save's part.
+                unsaved = group.unsaved
+                group.unsaved = (
+                    (hash_before, change) if unsaved is None else (unsaved[0], merge(unsaved[1], change))
+                )
+            if saved and group.unsaved is not None:
+                first, merged = group.unsaved
+                group.unsaved = None
                 group.parts += 1
-                args = (group, group.parts, change, hash_before, hash_after, current_user(), current_via())
+                args = (group, group.parts, merged, first, hash_after, current_user(), current_via())
                 self._submit(self._keep_part, *args)
         except Exception:
             self.log.exception("change ledger: cannot compute a change of %s", group.path)

@@ -732,7 +732,14 @@ class NotebookStore(Service):
         if not audited and not self.ledger.grouping(path):
             return
         recorded = await self.ledger.record(
-            path, loaded.notebook, notebook, loaded.hash, new_hash, kind=change_kind(actions), undoes=undoes
+            path,
+            loaded.notebook,
+            notebook,
+            loaded.hash,
+            new_hash,
+            kind=change_kind(actions),
+            undoes=undoes,
+            saved=audited,
         )
         if recorded is not None and notes is not None:
             notes["ledger"] = recorded
