@@ -812,7 +812,10 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                 "summary": "The changes the extension made to a notebook, newest first",
                 "description": "Every edit batch, notebook run (one entry per run), clear_outputs, upgrade, "
                 "repair and undo, with who asked (user, via), a short summary and the cells it touched "
-                "(without their bodies). Kept up to Ledger.max_changes_per_notebook per notebook.",
+                "(without their bodies); and every save through /api/contents that dropped cells or text "
+                "those changes put there (kind overwrite, via contents, overwrites: the change ids; its "
+                "undo puts the agent's version back). Kept up to Ledger.max_changes_per_notebook per "
+                "notebook.",
                 "tags": ["changes"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [

@@ -30,6 +30,7 @@ from .handlers.changes import (
     NotebookChangesHandler,
     NotebookUndoHandler,
 )
+from .handlers.contents_save import watch_contents_removals, watch_contents_saves
 from .handlers.eval import EvalHandler
 from .handlers.files import FilesHandler
 from .handlers.mcp import McpHandler
@@ -258,6 +259,9 @@ class AgentToolsApp(ExtensionApp):
             ledger=self.ledger,
             live=LiveDocuments(parent=self, settings=lambda: serverapp.web_app.settings),
         )
+        # saves through /api/contents that overwrite an agent's change are recorded
+        watch_contents_saves(serverapp.contents_manager, self.notebook_store)
+        watch_contents_removals(getattr(serverapp, "event_logger", None), self.ledger)
         artifacts = cast("type[ArtifactStore]", self.artifact_store_class)(parent=self)
         kernels = cast("type[KernelService]", self.kernel_service_class)(
             parent=self, kernel_manager=serverapp.kernel_manager

@@ -1181,9 +1181,9 @@ ANSWER_SCHEMAS["AgentTokenList"] = _obj(
 
 # ------------------------------------------------------------------------------------------ change ledger
 
-CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create")
+CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create", "overwrite")
 CELL_CHANGES = ("edited", "inserted", "deleted", "moved", "outputs")
-VIAS = ("http", "mcp", "cli")
+VIAS = ("http", "mcp", "cli", "contents")
 _RECORDED = {
     "change_id": {
         **_STR_OR_NULL,
@@ -1193,7 +1193,17 @@ _RECORDED = {
     "recorded": {
         **_BOOL,
         "description": "false: the change was made but the ledger could not record it (its database is "
-        "locked, full or corrupt; the server log says why)",
+        "locked, full or corrupt; the server log says why), or nothing changed ('note' says so)",
+    },
+    "undoable": {
+        **_BOOL,
+        "description": "Only for a recorded change: whether its undo can work; false for a notebook whose "
+        "cells have no ids (nbformat 4.4: 'note' says how to give them ids), an upgrade, a creation",
+    },
+    "note": {
+        "type": "string",
+        "description": "Only when the change cannot be undone (why, and what to do) or when nothing changed "
+        "and so nothing was recorded",
     },
 }
 LEDGER_SCHEMAS: dict[str, Any] = {
@@ -1244,7 +1254,8 @@ LEDGER_SCHEMAS: dict[str, Any] = {
             "via": {
                 "type": ["string", "null"],
                 "enum": [*VIAS, None],
-                "description": "The front door: http, mcp, or cli (the CLI says so)",
+                "description": "The front door: http, mcp, or cli (the CLI says so); contents: a save "
+                "through /api/contents (kind overwrite)",
             },
             "kind": {"type": "string", "enum": list(CHANGE_KINDS)},
             "action": {"type": "string", "description": "A short summary, e.g. 'edit 2 cells, insert 1'"},
@@ -1257,6 +1268,13 @@ LEDGER_SCHEMAS: dict[str, Any] = {
                 "nbformat 3, a change of notebook metadata)",
             },
             "cells": {"type": "array", "items": ref("ChangeCell"), "description": "The cells it touched"},
+            "overwrites": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "For an overwrite (a save through /api/contents that dropped cells or text "
+                "recorded changes put there): the ids of those changes; its cells are only the cells it "
+                "overwrote, and its undo puts back their version. null otherwise",
+            },
         },
         description="One recorded change of a notebook.",
     ),
