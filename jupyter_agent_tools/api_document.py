@@ -32,7 +32,9 @@ authorized by the server's authorizer: notebook reads `read` on `contents`, note
 `contents`, eval and session changes `execute` on `kernels`, the session list and artifacts `read` on
 `kernels`, agent tokens `read`/`write` on `agent_tokens`. With agent tokens enabled (docs/admin.md), an
 agent token (`Authorization: token jat_...`) acts as the user `agent:NAME` and reaches only what its scopes
-(`read`, `edit`, `execute`) and path globs allow, on these routes and every other route of the server.
+(`read`, `edit`, `execute`) and path globs allow, on these routes and every other route of the server;
+a valid agent token refused for a scope it lacks gets 403 with `"reason": "Missing scope"` (`"Not for
+agent tokens"` for what no agent token may do), a wrong, expired or revoked one 403 without either.
 
 Request bodies are JSON (UTF-8, at most `max_body_bytes`, default 10 MiB) validated against the schemas
 below: a wrong type, a missing field, an unknown action or a field the route does not take answers 400
@@ -70,6 +72,9 @@ FORBIDDEN = _error(
     "the message names it)."
 )
 TOO_LARGE = _error("The request body is larger than max_body_bytes.")
+TOKEN_FILE_UNAVAILABLE = _error(
+    "The token file is locked by another process, corrupt or cannot be opened: the message names it."
+)
 NOT_ENABLED = _error(
     "Agent tokens are not enabled on this server (the message names the two configuration lines)."
 )
@@ -642,6 +647,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json("The tokens.", ref("AgentTokenList")),
                     "403": FORBIDDEN,
                     "409": NOT_ENABLED,
+                    "503": TOKEN_FILE_UNAVAILABLE,
                 },
             },
             "post": {
@@ -662,6 +668,10 @@ def _paths() -> dict[str, Any]:
                         "enabled on this server."
                     ),
                     "413": TOO_LARGE,
+                    "503": _error(
+                        "The token file stayed locked by another process (AgentIdentityProvider."
+                        "token_db_timeout) or cannot be used: the message names it; nothing was created."
+                    ),
                 },
             },
         },
@@ -679,7 +689,8 @@ def _paths() -> dict[str, Any]:
                 "operationId": "revokeAgentToken",
                 "summary": "Revoke an agent token",
                 "description": "Every token of that name not yet revoked answers 403 'revoked' from now on "
-                "(the record stays, listed as revoked). Needs the server's own credentials.",
+                "and its open websockets are closed (the record stays, listed as revoked). Needs the "
+                "server's own credentials.",
                 "tags": ["tokens"],
                 "x-authorization": {"resource": "agent_tokens", "action": "write"},
                 "responses": {
@@ -687,6 +698,11 @@ def _paths() -> dict[str, Any]:
                     "403": FORBIDDEN,
                     "404": _error("No token of that name is left to revoke."),
                     "409": NOT_ENABLED,
+                    "503": _error(
+                        "The token file stayed locked by another process (AgentIdentityProvider."
+                        "token_db_timeout) or cannot be used: the message names it and says the token was "
+                        "NOT revoked (it still works); revoke again."
+                    ),
                 },
             },
         },
@@ -851,7 +867,10 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                 "summary": "The changes the extension made to a notebook, newest first",
                 "description": "Every edit batch, notebook run (one entry per run), clear_outputs, upgrade, "
                 "repair and undo, with who asked (user, via), a short summary and the cells it touched "
-                "(without their bodies). Kept up to Ledger.max_changes_per_notebook per notebook.",
+                "(without their bodies); and every save through /api/contents that dropped cells or text "
+                "those changes put there (kind overwrite, via contents, overwrites: the change ids; its "
+                "undo puts the agent's version back). Kept up to Ledger.max_changes_per_notebook per "
+                "notebook.",
                 "tags": ["changes"],
                 "x-authorization": {"resource": "contents", "action": "read"},
                 "parameters": [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from jupyter_server.base.handlers import path_regex
@@ -31,6 +32,7 @@ from .handlers.changes import (
     NotebookChangesHandler,
     NotebookUndoHandler,
 )
+from .handlers.contents_save import watch_contents_removals, watch_contents_saves
 from .handlers.eval import EvalHandler
 from .handlers.files import FilesHandler
 from .handlers.mcp import McpHandler
@@ -273,6 +275,9 @@ class AgentToolsApp(ExtensionApp):
             ledger=self.ledger,
             live=LiveDocuments(parent=self, settings=lambda: serverapp.web_app.settings),
         )
+        # saves through /api/contents that overwrite an agent's change are recorded
+        watch_contents_saves(serverapp.contents_manager, self.notebook_store)
+        watch_contents_removals(getattr(serverapp, "event_logger", None), self.ledger)
         artifacts = cast("type[ArtifactStore]", self.artifact_store_class)(parent=self)
         kernels = cast("type[KernelService]", self.kernel_service_class)(
             parent=self, kernel_manager=serverapp.kernel_manager
@@ -366,16 +371,33 @@ class AgentToolsApp(ExtensionApp):
         self.handlers[:0] = own
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
+        if not hasattr(self, "mcp_server"):  # initialize_settings failed (logged by jupyter_server)
+            return
         self.eval_service.sessions.start()
         self.ledger.start()
         self.run_registry.open()  # a previous process's unfinished runs become "lost"
         await self.approval_policy.start()  # requests a previous process left pending expire
 
     async def stop_extension(self) -> None:
-        """Shut down every kernel this extension started and remove its private artifacts."""
-        await self.run_registry.shutdown()  # first: its unfinished runs are lost, not failed
-        await self.eval_service.shutdown()
-        await asyncio.to_thread(self.ledger.close)
-        self.approval_policy.stop()
-        if self.eval_service.artifacts.owns_root:
-            self.eval_service.artifacts.remove_all()
+        """Shut down every kernel this extension started and remove its private artifacts.
+
+        After a partial start (a service failed to build, so the extension did not load) only what was
+        built is stopped, and a step that fails is logged: the server must still exit."""
+        registry, evals, ledger = (getattr(self, n, None) for n in ("run_registry", "eval_service", "ledger"))
+        approvals = getattr(self, "approval_policy", None)
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = []
+        if registry is not None:  # first: its unfinished runs are lost, not failed
+            steps.append(("runs", registry.shutdown))
+        if evals is not None:
+            steps.append(("eval sessions", evals.shutdown))
+        if ledger is not None:
+            steps.append(("ledger", lambda: asyncio.to_thread(ledger.close)))
+        if approvals is not None:
+            steps.append(("approvals", lambda: asyncio.to_thread(approvals.stop)))
+        for what, step in steps:
+            try:
+                await step()
+            except Exception:
+                self.log.exception("jupyter_agent_tools: stopping the %s failed", what)
+        if evals is not None and evals.artifacts.owns_root:
+            evals.artifacts.remove_all()

@@ -169,3 +169,58 @@ def _can_send(socket: Any, zmq: Any) -> bool:
         return not socket.closed and bool(socket.get(zmq.EVENTS) & zmq.POLLOUT)
     except Exception:  # its context was terminated, or it was closed meanwhile
         return False
+
+
+def guard_page_token() -> None:
+    """Let an identity provider keep the server's token out of the pages it does not belong in.
+
+    jupyter_server renders every HTML page (``page.html``: the error pages of ``/files``, ``/view``,
+    ``/nbconvert``, a 403, a refused websocket handshake, ``/logout``) with ``data-jupyter-api-token`` set
+    from the handler's ``token`` (a property of ``AuthenticatedHandler``) for any logged-in user
+    (jupyter_server 2.21), and no public hook decides per request. Patched once per process: a handler's
+    ``token`` is None when its identity provider's ``hides_token_from(handler)`` says so (an agent's
+    request), else the server's token as before. Idempotent; ``tests/test_compat.py`` checks it.
+    """
+    from jupyter_server.base.handlers import AuthenticatedHandler
+
+    original: Any = AuthenticatedHandler.__dict__["token"]  # the property itself (JupyterHandler's base)
+    if getattr(original.fget, "guarded_by_agent_tools", False):
+        return
+
+    def token(self: Any) -> str | None:
+        hides = getattr(self.settings.get("identity_provider"), "hides_token_from", None)
+        if hides is not None and hides(self):
+            return None
+        return original.fget(self)
+
+    token.guarded_by_agent_tools = True  # type: ignore[attr-defined]
+    AuthenticatedHandler.token = property(token, doc=original.__doc__)  # type: ignore[method-assign,assignment]
+
+
+def guard_contents_listings() -> None:
+    """Let an identity provider leave entries out of ``/api/contents`` directory listings.
+
+    jupyter_server's ``ContentsHandler`` answers every model through ``_finish_model`` (jupyter_server
+    2.21), and a directory's model lists its entries whatever the authorizer allowed for the directory
+    itself: a symlink inside an agent's paths that leads outside them, or an entry a glob naming only the
+    directory does not reach. Patched once per process: a directory model keeps only the entries for which
+    the identity provider's ``lists_for(handler, path)`` is true. Idempotent; ``tests/test_compat.py``.
+    """
+    from jupyter_server.services.contents.handlers import ContentsHandler
+
+    original: Any = ContentsHandler._finish_model
+    if getattr(original, "guarded_by_agent_tools", False):
+        return
+
+    def _finish_model(self: Any, model: Any, location: bool = True) -> Any:
+        lists_for = getattr(self.settings.get("identity_provider"), "lists_for", None)
+        entries = (
+            model.get("content") if isinstance(model, dict) and model.get("type") == "directory" else None
+        )
+        if lists_for is not None and isinstance(entries, list):
+            kept = [e for e in entries if not isinstance(e, dict) or lists_for(self, str(e.get("path", "")))]
+            model = {**model, "content": kept}
+        return original(self, model, location)
+
+    _finish_model.guarded_by_agent_tools = True  # type: ignore[attr-defined]
+    ContentsHandler._finish_model = _finish_model  # type: ignore[method-assign]

@@ -1102,6 +1102,12 @@ ANSWER_SCHEMAS["NotebookRunEvent"] = {
 
 TOKEN_SCOPES = ("read", "edit", "execute")
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+TOKEN_MIN_EXPIRES_IN = 60  # seconds: the shortest lifetime a token may be given
+TOKEN_MAX_EXPIRES_IN = 366 * 86400
+# The "reason" of a 403 that refuses an agent token's request although the token is valid: a scope it
+# lacks, or something no agent token may do (a client tells these from a bad token by it).
+REFUSED_MISSING_SCOPE = "Missing scope"
+REFUSED_NOT_FOR_AGENTS = "Not for agent tokens"
 _TIME_OR_NULL = {"type": ["string", "null"], "description": "ISO 8601 UTC time, or null"}
 TOKEN_SCHEMAS: dict[str, Any] = {
     "AgentTokenRequest": {
@@ -1136,8 +1142,8 @@ TOKEN_SCHEMAS: dict[str, Any] = {
             },
             "expires_in": {
                 "type": "number",
-                "minimum": 60,
-                "maximum": 366 * 86400,
+                "minimum": TOKEN_MIN_EXPIRES_IN,
+                "maximum": TOKEN_MAX_EXPIRES_IN,
                 "description": "Seconds until the token expires (60 to 366 days); absent: never.",
                 "x-errors": {"type": "'expires_in' must be a number of seconds, got {got}"},
             },
@@ -1237,9 +1243,9 @@ ANSWER_SCHEMAS["ApprovalList"] = _obj(
 
 # ------------------------------------------------------------------------------------------ change ledger
 
-CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create")
+CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create", "overwrite")
 CELL_CHANGES = ("edited", "inserted", "deleted", "moved", "outputs")
-VIAS = ("http", "mcp", "cli")
+VIAS = ("http", "mcp", "cli", "contents")
 _RECORDED = {
     "change_id": {
         **_STR_OR_NULL,
@@ -1249,7 +1255,17 @@ _RECORDED = {
     "recorded": {
         **_BOOL,
         "description": "false: the change was made but the ledger could not record it (its database is "
-        "locked, full or corrupt; the server log says why)",
+        "locked, full or corrupt; the server log says why), or nothing changed ('note' says so)",
+    },
+    "undoable": {
+        **_BOOL,
+        "description": "Only for a recorded change: whether its undo can work; false for a notebook whose "
+        "cells have no ids (nbformat 4.4: 'note' says how to give them ids), an upgrade, a creation",
+    },
+    "note": {
+        "type": "string",
+        "description": "Only when the change cannot be undone (why, and what to do) or when nothing changed "
+        "and so nothing was recorded",
     },
 }
 LEDGER_SCHEMAS: dict[str, Any] = {
@@ -1300,7 +1316,8 @@ LEDGER_SCHEMAS: dict[str, Any] = {
             "via": {
                 "type": ["string", "null"],
                 "enum": [*VIAS, None],
-                "description": "The front door: http, mcp, or cli (the CLI says so)",
+                "description": "The front door: http, mcp, or cli (the CLI says so); contents: a save "
+                "through /api/contents (kind overwrite)",
             },
             "kind": {"type": "string", "enum": list(CHANGE_KINDS)},
             "action": {"type": "string", "description": "A short summary, e.g. 'edit 2 cells, insert 1'"},
@@ -1313,6 +1330,13 @@ LEDGER_SCHEMAS: dict[str, Any] = {
                 "nbformat 3, a change of notebook metadata)",
             },
             "cells": {"type": "array", "items": ref("ChangeCell"), "description": "The cells it touched"},
+            "overwrites": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "description": "For an overwrite (a save through /api/contents that dropped cells or text "
+                "recorded changes put there): the ids of those changes; its cells are only the cells it "
+                "overwrote, and its undo puts back their version. null otherwise",
+            },
         },
         description="One recorded change of a notebook.",
     ),

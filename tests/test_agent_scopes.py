@@ -127,12 +127,50 @@ def test_store_keeps_hashes_only_and_sees_another_processes_writes(tmp_path: Pat
     record = store.lookup(fresh)
     assert record is not None
     store.touch(record)
+    store.settle()  # written in the store's writer thread, never waited for by the caller
     first = store.lookup(fresh).last_used  # type: ignore[union-attr]
+    assert first == now[0]
     now[0] += 10
     store.touch(record)
+    store.settle()
     with sqlite3.connect(path) as db:
         stored = db.execute("SELECT last_used FROM agent_tokens WHERE token_hash = ?", (record.token_hash,))
         assert stored.fetchone()[0] == first
     assert [t.last_used for t in store.tokens() if t.name == "bot" and t.revoked is None] == [now[0]]
     store.close()
     other.close()
+
+
+def test_store_under_a_lock_answers_at_once_and_a_change_says_it_failed(tmp_path: Path) -> None:
+    """Another connection holds the file's write lock: checking and last use do not wait, a revoke waits
+    at most write_timeout and raises 503 naming the file (nothing revoked); a corrupt file is a 503 too."""
+    import time
+
+    from jupyter_agent_tools.auth.store import TokenStoreUnavailable
+
+    path = tmp_path / "agent_tokens.db"
+    store = TokenStore(str(path), write_timeout=0.3)
+    token, record = store.create("bot", ["read"])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.perf_counter()
+        assert store.lookup(token) == record
+        store.touch(record)
+        assert time.perf_counter() - started < 0.1
+        started = time.perf_counter()
+        with pytest.raises(TokenStoreUnavailable) as refused:
+            store.revoke("bot")
+        assert 0.25 < time.perf_counter() - started < 2
+        assert refused.value.status == 503 and str(path) in refused.value.message
+        assert "NOT revoked" in refused.value.message and "locked" in refused.value.message
+        assert store.lookup(token).status(store.now()) == "active"  # type: ignore[union-attr]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.revoke("bot").revoked is not None
+    store.close()
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"not a database " * 100)
+    with pytest.raises(TokenStoreUnavailable, match=str(corrupt)):
+        TokenStore(str(corrupt))

@@ -1239,6 +1239,7 @@ def test_token_commands_and_an_agent_using_its_token(runtime_dir: Path, tmp_path
         token = made.stdout.splitlines()[0]
         assert token.startswith("jat_") and "shown this once" in made.stdout
         assert "user agent:bot" in made.stdout and "valid until 20" in made.stdout
+        assert "paths reports/**" in made.stdout, made.stdout
         own: dict[str, Any] = {"server": s, "runtime": runtime_dir}
         as_json = run_cli("token", "create", "other", "--scopes", "edit", "--json", **own)
         assert json.loads(as_json.stdout)["token"].startswith("jat_"), as_json.stderr
@@ -1256,16 +1257,23 @@ def test_token_commands_and_an_agent_using_its_token(runtime_dir: Path, tmp_path
         hidden = run_cli("nb", "show", "secret.ipynb", runtime=runtime_dir, **agent)
         assert hidden.returncode == 2 and "Notebook not found" in hidden.stderr, hidden.stderr
         edit = run_cli("nb", "insert", "reports/r.ipynb", "--content", "x", runtime=runtime_dir, **agent)
-        assert edit.returncode == 3 and "needs the 'edit' scope" in edit.stderr, edit.stderr
+        # a scope the token lacks is not a bad token: said so, and its own exit code
+        assert edit.returncode == 4 and "needs the 'edit' scope" in edit.stderr, edit.stderr
+        assert "lacks the scope" in edit.stderr and "check the token" not in edit.stderr, edit.stderr
         managing = run_cli("token", "list", runtime=runtime_dir, **agent)
-        assert managing.returncode == 3 and "agent_tokens" in managing.stderr, managing.stderr
+        assert managing.returncode == 4 and "agent_tokens" in managing.stderr, managing.stderr
+        assert "check the token" not in managing.stderr, managing.stderr
 
         bad = run_cli("token", "create", "x", "--scopes", "read", "--expires", "8x", **own)
         assert bad.returncode == 2 and "--expires" in bad.stderr
+        short = run_cli("token", "create", "x", "--scopes", "read", "--expires", "5s", **own)
+        assert short.returncode == 2 and "--expires must be at least 1m" in short.stderr, short.stderr
+        assert "expires_in" not in short.stderr
         revoked = run_cli("token", "revoke", "bot", **own)
         assert revoked.returncode == 0 and "Revoked agent token 'bot'" in revoked.stdout, revoked.stderr
         after = run_cli("eval", "-c", "1", runtime=runtime_dir, **agent)
         assert after.returncode == 3 and "was revoked at" in after.stderr, after.stderr
+        assert "check the token" in after.stderr, after.stderr
         # a JupyterHub user's API token is read from JUPYTERHUB_API_TOKEN (here: the server's own token)
         hub = run_cli("sessions", runtime=runtime_dir, JUPYTER_AGENT_URL=s.url, JUPYTERHUB_API_TOKEN=s.token)
         assert hub.returncode == 0, hub.stderr

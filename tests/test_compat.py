@@ -208,3 +208,43 @@ def test_a_control_socket_left_without_a_peer_is_replaced_before_the_shutdown_re
         km._close_control_socket()
         stuck.close()
         context.destroy(linger=0)
+
+
+def test_a_handlers_token_is_hidden_when_its_identity_provider_says_so() -> None:
+    """``JupyterHandler.token`` is the property ``page.html``'s ``data-jupyter-api-token`` comes from
+    (through ``template_namespace``); guarded, it is None for a handler the provider hides it from."""
+    import inspect
+    from types import SimpleNamespace
+
+    from jupyter_server.base.handlers import JupyterHandler
+
+    from jupyter_agent_tools.compat import guard_page_token
+
+    guard_page_token()
+    guard_page_token()  # once per process
+    hidden: set[int] = set()
+    provider = SimpleNamespace(token="server-token", hides_token_from=lambda h: id(h) in hidden)
+    person = SimpleNamespace(settings={"identity_provider": provider}, identity_provider=provider)
+    agent = SimpleNamespace(settings={"identity_provider": provider}, identity_provider=provider)
+    hidden.add(id(agent))
+    token = JupyterHandler.token.fget
+    assert token(person) == "server-token" and token(agent) is None
+    plain = SimpleNamespace(token="t")  # a provider that hides nothing (jupyter_server's own)
+    assert token(SimpleNamespace(settings={"identity_provider": plain}, identity_provider=plain)) == "t"
+    assert "token=self.token" in inspect.getsource(JupyterHandler.template_namespace.fget)
+
+
+def test_contents_directory_models_are_finished_through_finish_model() -> None:
+    """``ContentsHandler.get`` answers through ``_finish_model`` (what ``guard_contents_listings`` wraps
+    to leave entries out of an agent's listings); guarded once however often it is asked."""
+    import inspect
+
+    from jupyter_server.services.contents.handlers import ContentsHandler
+
+    from jupyter_agent_tools.compat import guard_contents_listings
+
+    assert "self._finish_model(model" in inspect.getsource(ContentsHandler.get)
+    guard_contents_listings()
+    guarded = ContentsHandler._finish_model
+    guard_contents_listings()
+    assert ContentsHandler._finish_model is guarded and guarded.guarded_by_agent_tools

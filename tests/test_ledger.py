@@ -438,3 +438,191 @@ async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir,
     corrupt_db.unlink()  # an admin removes the broken file: the next change makes a new one
     status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
     assert status == 200 and answer["recorded"] is True, answer
+
+
+async def test_an_old_undo_is_refused_on_a_new_notebook_at_the_same_path(jp_root_dir, api, jp_fetch):
+    cells = [{"cell_type": "code", "source": "a = 1"}, {"cell_type": "code", "source": "b = 2"}]
+    status, created = await api("POST", "notebooks", "same.ipynb", body={"action": "create", "cells": cells})
+    assert status == 201
+    ids = [c["id"] for c in created["cells"]]  # derived from the path
+    status, edited = await api(
+        "POST", "notebooks", "same.ipynb", body={"action": "edit", "cell_id": ids[1], "content": "b = 3"}
+    )
+    assert status == 200 and edited["undoable"] is True
+    await jp_fetch("api", "contents", "same.ipynb", method="DELETE")
+    # a new notebook at the same path: the same derived ids, the cells as the old one's edit left them
+    cells[1]["source"] = "b = 3"
+    status, again = await api("POST", "notebooks", "same.ipynb", body={"action": "create", "cells": cells})
+    assert status == 201 and [c["id"] for c in again["cells"]] == ids
+    path = jp_root_dir / "same.ipynb"
+    before = path.read_bytes()
+    status, error = await api("POST", "notebooks", "same.ipynb", "changes", edited["change_id"], "undo")
+    assert status == 409, error
+    assert "was replaced since (it was created again" in error["message"]
+    assert path.read_bytes() == before  # nothing written
+
+    # the same through the contents API alone: deleted, and a new file saved there (JupyterLab)
+    status, second = await api(
+        "POST", "notebooks", "same.ipynb", body={"action": "edit", "cell_id": ids[0], "content": "a = 5"}
+    )
+    assert status == 200
+    copy = path.read_text()
+    await jp_fetch("api", "contents", "same.ipynb", method="DELETE")
+    body = json.dumps({"type": "notebook", "format": "json", "content": json.loads(copy)})
+    await jp_fetch("api", "contents", "same.ipynb", method="PUT", body=body)
+    before = path.read_bytes()
+    status, error = await api("POST", "notebooks", "same.ipynb", "changes", second["change_id"], "undo")
+    assert status == 409 and "it was deleted or renamed" in error["message"], error
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("how", ["removed", "overwritten"])
+async def test_a_ledger_file_lost_under_the_running_server_is_said_and_started_again(
+    how, jp_root_dir, api, jp_serverapp
+):
+    path = write(jp_root_dir)
+    ledger = app_of(jp_serverapp).ledger
+    db = Path(ledger.db_path)
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    ledger.log.addHandler(handler)
+    try:
+        status, first = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "1"})
+        assert status == 200 and first["recorded"] is True
+        await ledger._run(lambda: None)  # the ledger is idle (the version the edit answered is remembered)
+        if how == "removed":  # an admin (or a cleanup job) removes the ledger's files
+            for name in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+                name.unlink(missing_ok=True)
+        else:  # something writes over the file in place (same inode)
+            with open(db, "r+b") as f:
+                f.write(b"garbage, not SQLite " * 500)
+        status, lost = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
+        assert status == 200 and lost["recorded"] is False and lost["change_id"] is None, lost
+        assert nbformat.read(str(path), as_version=4).cells[-1].source == "2"  # the change itself is made
+        assert any(how in line and "while the server ran" in line for line in lines), lines
+        if how == "overwritten":
+            assert len(list(db.parent.glob("ledger.db.corrupt-*"))) == 1  # moved aside, not reused
+        status, later = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "3"})
+        assert status == 200 and later["recorded"] is True, later
+        status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+        assert [c["id"] for c in listing["changes"]] == [later["change_id"]]  # kept: in the new file
+        assert db.read_bytes().startswith(b"SQLite format 3\x00")
+    finally:
+        ledger.log.removeHandler(handler)
+
+
+FULL_MAX_BYTES = 16 * 1024 * 1024
+
+
+class TestAtTheByteCap:
+    @pytest.fixture
+    def jp_server_config(self, full_db: Path) -> dict[str, Any]:
+        return {
+            "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
+            "Ledger": {"db_path": str(full_db), "max_bytes": FULL_MAX_BYTES},
+        }
+
+    @pytest.fixture
+    def full_db(self, jp_root_dir: Path) -> Path:
+        """A ledger file at FULL_MAX_BYTES (past the room a write needs) with about 25,000 small old
+        changes, as a ledger in use for months is: pruning 10% of it took ~20 s here, on the write's
+        answer."""
+        from jupyter_agent_tools.ledger.service import Ledger
+
+        path = jp_root_dir.parent / "ledger" / "ledger.db"
+        ledger = Ledger(db_path=str(path), max_bytes=FULL_MAX_BYTES)
+        ledger._submit(ledger._db).result()  # the ledger's own schema and settings
+        ledger.close()
+        cells = json.dumps([{"id": "two", "what": ["edited"], "index_before": 2, "index_after": 2}])
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            while path.stat().st_size < FULL_MAX_BYTES - 1024 * 1024:  # the room a write needs: full
+                rows = [
+                    (1.0 + i, f"old{i % 100}.ipynb", "edit", "0" * 64, cells, os.urandom(300), 400)
+                    for i in range(1000)
+                ]
+                conn.execute("BEGIN")
+                conn.executemany(
+                    "INSERT INTO changes (time, path, kind, action, hash_before, hash_after, cells, body, "
+                    "bytes) VALUES (?1, ?2, ?3, 'edit 1 cell', ?4, ?4, ?5, ?6, ?7)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+        return path
+
+    async def test_an_edit_does_not_wait_for_pruning(self, jp_root_dir, api, jp_serverapp):
+        import asyncio
+        import time
+
+        write(jp_root_dir)
+        ledger = app_of(jp_serverapp).ledger
+        answers = []
+        for i in range(3):
+            start = time.perf_counter()
+            status, edited = await api(
+                "POST",
+                "notebooks",
+                "nb.ipynb",
+                body={"action": "edit", "cell_id": "two", "content": f"b = {i}"},
+            )
+            answers.append(time.perf_counter() - start)
+            assert status == 200 and edited["recorded"] is True, edited
+        assert max(answers) < 2.0, answers  # the prune (about 20 s here before) is not waited for
+        deadline = time.monotonic() + 120
+        while ledger._prune_target is not None:  # the background prune goes on, one step at a time
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        assert ledger.db_bytes() <= FULL_MAX_BYTES
+        status, listing = await api("GET", "notebooks", "nb.ipynb", "changes")
+        assert [c["action"] for c in listing["changes"]] == ["edit 1 cell"] * 3
+
+
+def test_a_run_lost_to_a_killed_server_is_in_the_ledger_after_a_restart(tmp_path: Path) -> None:
+    """A notebook run is one change, recorded when it ends; a server killed mid-run used to leave the
+    outputs of its finished cells in the file and nothing in the ledger. Each write of the run is kept
+    as it happens; the next start records them as the run's change (undoable as any run)."""
+    import time
+
+    from jupyter_agent_tools.testing.server import jupyter_server
+
+    root = tmp_path / "root"
+    root.mkdir()
+    nb = new_notebook(
+        cells=[
+            new_code_cell("print('first')", id="first"),
+            new_code_cell("print('second')", id="second"),
+            new_code_cell("import time; time.sleep(120)", id="slow"),
+        ]
+    )
+    nb.nbformat_minor = 5
+    path = write(root, "long.ipynb", nb)
+    original = path.read_bytes()
+    args = [
+        f"--Ledger.db_path={tmp_path / 'ledger.db'}",
+        f"--RunRegistry.runs_db_path={tmp_path / 'runs.db'}",
+    ]
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        run = client.json(
+            "POST", "api/agent/notebooks/long.ipynb/run", {"all": True, "timeout": 600, "detach": True}, 202
+        )
+        deadline = time.monotonic() + 90
+        while client.json("GET", f"api/agent/runs/{run['run_id']}")["cells_done"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(0.5)  # the second cell's outputs are saved (and its write kept) after its end event
+        server.process.kill()  # a crash: nothing runs at shutdown
+        server.process.wait(10)
+    saved = nbformat.read(str(path), as_version=4)
+    assert [c.outputs[0]["text"] for c in saved.cells[:2]] == ["first\n", "second\n"]
+    with jupyter_server(root, extra_args=args) as server, server.client() as client:
+        listing = client.json("GET", "api/agent/notebooks/long.ipynb/changes")
+        [entry] = listing["changes"]
+        assert entry["kind"] == "run" and entry["undoable"] is True, entry
+        assert entry["action"] == "run: outputs of 2 cells (the server stopped during it)"
+        assert {c["id"]: c["what"] for c in entry["cells"]} == {"first": ["outputs"], "second": ["outputs"]}
+        client.json("POST", f"api/agent/notebooks/long.ipynb/changes/{entry['id']}/undo")
+    assert path.read_bytes() == original

@@ -195,3 +195,31 @@ def test_since_credits_only_the_change_that_left_the_cell_as_it_is() -> None:
     again = edited(person, [CellOp("edit", cell_id="c0", content="person too")])
     cells = attribute(compare(snapshot_of(before), snapshot_of(again)), [entry])
     assert {c["id"]: c["user"] for c in cells}["c0"] is None
+
+
+def test_an_overwrite_is_the_agent_touched_cells_a_save_changed_and_nothing_else() -> None:
+    from jupyter_agent_tools.ledger.overwrite import agent_state, overwritten, summary
+
+    before = notebook(5)
+    agent = edited(before, [CellOp("edit", cell_id="c2", content="agent"), CellOp("delete", cell_id="c3")])
+    recorded = diff(before, agent)
+    entry = [{"id": c.id, "digest": list(c.digest) if c.digest else None} for c in recorded.cells]
+    state = agent_state([("7", entry)])
+    assert set(state) == {"c2", "c3"} and state["c3"] == ("7", None)
+
+    stale = copy.deepcopy(before)  # a page that never saw the agent's change
+    stale["cells"][4]["source"] = "person"  # and the person's own edit
+    stale["cells"][0]["outputs"] = []  # and outputs (JupyterLab rewrites them): not compared
+    found = overwritten(state, agent, stale)
+    assert found is not None
+    change, ids = found
+    assert ids == ["7"]
+    assert {c.id: c.what for c in change.cells} == {"c2": ["edited"], "c3": ["inserted"]}
+    assert change.not_undoable is None
+    assert summary(change, ids) == "save over change 7: cells c2 (edited), c3 (inserted)"
+
+    fresh = copy.deepcopy(agent)  # a page that follows the file: its save keeps the agent's cells
+    fresh["cells"][0]["source"] = "person"
+    assert overwritten(state, agent, fresh) is None
+    # a file that no longer has the agent's version (someone changed it before): not this save's doing
+    assert overwritten(state, before, stale) is None

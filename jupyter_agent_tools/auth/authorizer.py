@@ -21,9 +21,10 @@ from tornado import web
 from traitlets import Instance, Type
 
 from ..audit import metrics
-from .identity import AgentUser
+from ..schemas import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
+from .identity import ROOM_WEBSOCKET, AgentUser
 from .paths import normalize
-from .scopes import PATH_RESOURCES, refusal
+from .scopes import PATH_RESOURCES, needed, refusal
 
 # Handlers whose path is their one positional URL argument (jupyter_server's /files/).
 FILE_HANDLERS = frozenset(
@@ -32,6 +33,15 @@ FILE_HANDLERS = frozenset(
 CONTENTS_HANDLER = "jupyter_server.services.contents.handlers.ContentsHandler"
 AGENT_HANDLER = "jupyter_agent_tools.handlers.base.AgentAPIHandler"
 IDENTITY_HANDLER = "jupyter_server.services.api.handlers.IdentityHandler"
+# jupyter-collaboration's routes (jupyter_server_ydoc 3): the room websocket applies the Yjs updates it
+# receives although it asks only "read", so for agents it needs "write" (the edit scope) on the file the
+# room's id names; undo/redo names a room, the session and timeline routes a path; forks are not agents'.
+COLLABORATION = "jupyter_server_ydoc.handlers."
+ROOM_HANDLERS = frozenset({ROOM_WEBSOCKET, COLLABORATION + "UndoRedoHandler"})
+COLLABORATION_PATH_HANDLERS = frozenset(
+    {COLLABORATION + "DocSessionHandler", COLLABORATION + "TimelineHandler"}
+)
+FORK_HANDLER = COLLABORATION + "DocForkHandler"
 # Where the settings of the web application hold the extension's audit facade and its approval gate.
 AUDIT_SETTING = "jupyter_agent_tools_audit"
 APPROVALS_SETTING = "jupyter_agent_tools_approvals"
@@ -53,8 +63,13 @@ def request_paths(handler: Any, names: set[str]) -> list[str] | None:
     paths: list[str] = []
     if isinstance(kwargs.get("path"), str):
         paths.append(kwargs["path"])
-    elif names & FILE_HANDLERS and args and isinstance(args[0], str):
+    elif names & (FILE_HANDLERS | COLLABORATION_PATH_HANDLERS) and args and isinstance(args[0], str):
         paths.append(args[0])
+    elif names & ROOM_HANDLERS:
+        path = room_path(handler, args[0] if args and isinstance(args[0], str) else "")
+        if path is None:
+            return None
+        paths.append(path)
     elif AGENT_HANDLER in names:
         return []
     else:
@@ -67,6 +82,22 @@ def request_paths(handler: Any, names: set[str]) -> list[str] | None:
         if isinstance(body, dict):
             paths += [body[k] for k in ("copy_from", "path") if isinstance(body.get(k), str)]
     return paths
+
+
+def room_path(handler: Any, room_id: str) -> str | None:
+    """The file a collaboration room edits (``format:type:file id``, the file id through the server's
+    ``file_id_manager``), or None when the room is no document's (awareness) or its id is unknown."""
+    parts = room_id.split(":", 2)
+    manager = handler.settings.get("file_id_manager")
+    if len(parts) != 3 or manager is None:
+        return None
+    path = manager.get_path(parts[2])
+    return path if isinstance(path, str) else None
+
+
+def agent_action(names: set[str], action: str) -> str:
+    """The action an agent needs for ``action`` on this route: a collaboration room is written through."""
+    return "write" if ROOM_WEBSOCKET in names else action
 
 
 class AgentAuthorizer(Authorizer):
@@ -97,11 +128,18 @@ class AgentAuthorizer(Authorizer):
         if not isinstance(user, AgentUser):
             return self.inner.is_authorized(handler, user, action, resource)
         names = _class_names(handler)
+        action = agent_action(names, action)
         problem = refusal(user.scopes, resource, action)
         if problem is None and resource in UNGATED_EXECUTION and AGENT_HANDLER not in names:
             problem = self._gated(handler, user, resource, action)
+        if FORK_HANDLER in names:
+            problem = "agent tokens cannot use collaboration forks"
+        # the paths a request names (a contents body is parsed for them) only where they are checked
+        checked = resource in PATH_RESOURCES and (user.path_scope is not None or bool(names & ROOM_HANDLERS))
+        paths = request_paths(handler, names) if checked else []
+        if problem is None and names & ROOM_HANDLERS and not paths:
+            problem = "agent tokens can join only a notebook's or a file's collaboration room"
         if problem is None and user.path_scope is not None and resource in PATH_RESOURCES:
-            paths = request_paths(handler, names)
             if paths is None:
                 problem = "this route names files in a way the agent token's paths cannot be checked against"
             else:
@@ -109,14 +147,16 @@ class AgentAuthorizer(Authorizer):
                 outside = [p for p in paths if not user.path_scope.allows(p, root)]
                 if outside:
                     self._record(handler, user, action, resource, "path outside the token's paths")
-                    raise web.HTTPError(404, _not_found(outside[0], names))
+                    raise web.HTTPError(404, _not_found(handler, outside[0], names))
         if problem is None:
             return self.inner.is_authorized(handler, user, action, resource)
         if IDENTITY_HANDLER in names:  # /api/me asks which permissions the user has: an answer, not a refusal
             return False
         self._record(handler, user, action, resource, problem)
         message = f"Agent {user.agent!r} may not {action} on resource {resource!r}: {problem}."
-        raise web.HTTPError(403, message + " Nothing was done.")
+        missing = needed(resource, action) is not None and "scope" in problem and FORK_HANDLER not in names
+        reason = REFUSED_MISSING_SCOPE if missing else REFUSED_NOT_FOR_AGENTS
+        raise web.HTTPError(403, message + " Nothing was done.", reason=reason)
 
     def _gated(self, handler: Any, user: AgentUser, resource: str, action: str) -> str | None:
         """Why a route that runs code without asking is closed to ``user`` (its execute actions need the
@@ -146,7 +186,9 @@ class AgentAuthorizer(Authorizer):
         )
 
 
-def _not_found(path: str, names: set[str]) -> str:
+def _not_found(handler: Any, path: str, names: set[str]) -> str:
+    if names & ROOM_HANDLERS:  # named by its id: the path it leads to is not the agent's to know
+        return f"No such collaboration room: {(getattr(handler, 'path_args', None) or [''])[0]}"
     shown = normalize(path) or path
     if AGENT_HANDLER in names:
         return f"Notebook not found: {shown}"

@@ -13,6 +13,7 @@ route that never asks the authorizer (the agent's scopes could not be applied th
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from dataclasses import dataclass, fields
@@ -21,9 +22,13 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import PasswordIdentityProvider, User
 from tornado import web
-from traitlets import Unicode
+from traitlets import Float, Unicode
 
 from ..audit import metrics
+from ..compat import guard_contents_listings, guard_page_token
+from ..errors import AgentToolsError
+from ..schemas import REFUSED_NOT_FOR_AGENTS
+from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
@@ -42,6 +47,13 @@ SELF_AUTHORIZING = frozenset(
         "jupyter_agent_tools.handlers.base.AgentAPIHandler",
     }
 )
+# Public routes that are not an agent's: the metrics name every agent, with its requests and refusals.
+AGENT_REFUSED_ROUTES = {
+    "jupyter_server.base.handlers.PrometheusMetricsHandler": "the server's metrics (they name every agent)",
+}
+# jupyter-collaboration's room websocket: it makes the room (loading the file) before it asks the
+# authorizer, so an agent is authorized for it as soon as it is authenticated.
+ROOM_WEBSOCKET = "jupyter_server_ydoc.handlers.YDocWebSocketHandler"
 # The code object of every method ``@authorized`` wraps (the decorator's inner function).
 _AUTHORIZED_CODE = authorized(lambda self: None).__code__
 
@@ -56,6 +68,26 @@ class AgentUser(User):
 
 
 _USER_FIELDS = tuple(f.name for f in fields(User))
+
+
+def _refusal(
+    handler: web.RequestHandler, status: int, message: str, reason: str | None = None
+) -> web.HTTPError:
+    """The error refusing an agent's request, which then has no user: jupyter_server's HTML error page
+    needs one set to render the message (it otherwise fails, and the agent gets an empty 403)."""
+    handler.current_user = None
+    return web.HTTPError(status, message, reason=reason)
+
+
+def _class_names(handler: web.RequestHandler) -> frozenset[str]:
+    cls: Any = type(handler)
+    return _names_of(cls)
+
+
+@functools.lru_cache(maxsize=512)
+def _names_of(cls: Any) -> frozenset[str]:
+    """The dotted names of a handler class and its bases (asked on every agent request)."""
+    return frozenset(f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__)
 
 
 def _asks_authorizer(method: Any) -> bool:
@@ -82,11 +114,31 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         "directory of the server's data directory (jupyter --data-dir).",
     ).tag(config=True)
 
+    token_db_timeout = Float(
+        2.0,
+        min=0.0,
+        max=60.0,
+        help="Seconds a token change (create, revoke) waits while another process holds the token "
+        "database's lock, before it answers 503 saying so. Checking a token never waits for it.",
+    ).tag(config=True)
+
+    connection_check_interval = Float(
+        5.0,
+        min=0.05,
+        max=3600.0,
+        help="Seconds between two checks, while agents hold websockets open, that their tokens are still "
+        "active: a websocket of a token that expired (or was revoked by another server sharing the token "
+        "database) is closed within this time. A revocation through this server closes them at once.",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._tokens: TokenStore | None = None
+        self._connections: AgentConnections | None = None
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
         self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
+        guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
+        guard_contents_listings()  # an agent's /api/contents listings hold only its paths (lists_for)
 
     @property
     def tokens(self) -> TokenStore:
@@ -100,8 +152,15 @@ class AgentIdentityProvider(PasswordIdentityProvider):
 
                     data_dir = jupyter_data_dir()
                 path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
-            self._tokens = TokenStore(path)
+            self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
         return self._tokens
+
+    @property
+    def connections(self) -> AgentConnections:
+        """The agent tokens' open websockets (closed when their token is no longer active)."""
+        if self._connections is None:
+            self._connections = AgentConnections(self.tokens.status_of, self.connection_check_interval)
+        return self._connections
 
     def get_user(self, handler: web.RequestHandler) -> Any:
         """An agent token's user, else whatever jupyter_server's provider finds (token, cookie)."""
@@ -110,37 +169,50 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             return current
         token = self.get_token(handler)
         if token and token.startswith(TOKEN_PREFIX):
-            record = self.tokens.lookup(token)
+            try:
+                record = self.tokens.lookup(token)
+            except AgentToolsError as e:  # the token database is locked, corrupt or unopenable: 503
+                raise _refusal(handler, e.status, e.message) from None
             if record is not None:
                 return self._agent_user(handler, record)
         return super().get_user(handler)
 
     def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
+        self._by_agent_token.add(handler)  # first: even a refusal's page must not carry the server's token
         now = self.tokens.now()
         status = record.status(now)
         if status != "active":
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome=status).inc()
             when = iso(record.revoked if status == "revoked" else record.expires)
-            message = f"The agent token {record.name!r} was {status} at {when}; {HOW_TO_RENEW}."
-            raise web.HTTPError(403, message)
+            verb = "expired" if status == "expired" else f"was {status}"
+            message = f"The agent token {record.name!r} {verb} at {when}; {HOW_TO_RENEW}."
+            raise _refusal(handler, 403, message)
         if not getattr(handler.settings.get("authorizer"), "applies_agent_scopes", False):
-            raise web.HTTPError(
+            raise _refusal(
+                handler,
                 403,
                 "Agent tokens are accepted only when the server's authorizer applies their scopes: set "
                 'c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer" (docs/admin.md).',
             )
+        refused = [what for name, what in AGENT_REFUSED_ROUTES.items() if name in _class_names(handler)]
+        if refused:
+            metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
+            message = f"Agent tokens cannot read {refused[0]}: use the server's own token."
+            raise _refusal(handler, 403, message, reason=REFUSED_NOT_FOR_AGENTS)
         if not self._route_asks_authorizer(handler):
             metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
-            raise web.HTTPError(
+            raise _refusal(
+                handler,
                 403,
                 f"Agent tokens cannot use this route ({handler.request.method} {handler.request.path}): it "
                 "does not check permissions, so the token's scopes could not apply.",
+                reason=REFUSED_NOT_FOR_AGENTS,
             )
         self.tokens.touch(record)
-        self._by_agent_token.add(handler)
+        self.connections.add(record.token_hash, handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
         name = AGENT_PREFIX + record.name
-        return AgentUser(
+        user = AgentUser(
             username=name,
             name=name,
             display_name=f"Agent {record.name}",
@@ -149,6 +221,15 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             scopes=record.effective_scopes,
             path_scope=record.path_scope,
         )
+        # AgentAuthorizer raises its own refusal (403 naming the scope, 404 outside the paths)
+        if ROOM_WEBSOCKET in _class_names(handler):
+            try:
+                allowed = handler.settings["authorizer"].is_authorized(handler, user, "write", "contents")
+            except web.HTTPError as e:
+                raise _refusal(handler, e.status_code, e.log_message or "", e.reason) from None
+            if not allowed:
+                raise _refusal(handler, 403, f"Agent {record.name!r} may not join this collaboration room.")
+        return user
 
     def _route_asks_authorizer(self, handler: web.RequestHandler) -> bool:
         """Whether the route serving this request asks the authorizer (so the agent's scopes apply), or
@@ -158,7 +239,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         known = self._routes.get(key)
         if known is None:
             method = getattr(cls, method_name, None)
-            names = {f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__}
+            names = _class_names(handler)
             known = bool(
                 names & SELF_AUTHORIZING
                 or _asks_authorizer(method)
@@ -170,6 +251,20 @@ class AgentIdentityProvider(PasswordIdentityProvider):
     def is_token_authenticated(self, handler: web.RequestHandler) -> bool:
         """An agent token came in a header, not a cookie: like the server's token, no XSRF check."""
         return handler in self._by_agent_token or super().is_token_authenticated(handler)
+
+    def hides_token_from(self, handler: web.RequestHandler) -> bool:
+        """Whether the server's token must stay out of what ``handler`` renders: it serves an agent (whose
+        pages would otherwise carry ``data-jupyter-api-token``, see ``compat.guard_page_token``)."""
+        return handler in self._by_agent_token
+
+    def lists_for(self, handler: web.RequestHandler, path: str) -> bool:
+        """Whether a directory listing (``/api/contents``) served by ``handler`` may show ``path``: for an
+        agent with path globs, only what they reach (a symlink only when where it leads is inside too)."""
+        user = handler.current_user
+        if not isinstance(user, AgentUser) or user.path_scope is None:
+            return True
+        root = getattr(getattr(handler, "contents_manager", None), "root_dir", None)
+        return user.path_scope.allows(path, root)
 
     def user_from_cookie(self, cookie_value: str) -> User | None:
         """A login cookie's user; never an agent (agents get no cookie, so one naming an agent is forged

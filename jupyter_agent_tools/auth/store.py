@@ -5,35 +5,47 @@ hash is right for a high-entropy random secret (nothing to brute-force), and a l
 one dictionary probe, the same for a right and a wrong token, so a flood of wrong tokens costs the server
 nothing more. Every record is held in memory; another process writing the same file (a second server on
 the same data directory) is noticed through SQLite's ``PRAGMA data_version`` and the records are read
-again. The last use of a token is written at most once a minute.
+again (reads never wait on another process's lock: the file is in WAL mode, and a read that still meets a
+lock keeps the records already held). The last use of a token is written at most once a minute, in the
+store's writer thread, best-effort: nothing waits for it. A file that is locked longer than a change may
+wait, corrupt or cannot be opened raises :class:`TokenStoreUnavailable` (503) naming it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import BadRequest, Conflict, NotFound
+from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
+from ..schemas import TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
 
 TOKEN_PREFIX = "jat_"
 # Longest lifetime a token may be given (a token without expiry lives until it is revoked).
-MAX_EXPIRES_IN = 366 * 86400.0
-MIN_EXPIRES_IN = 60.0
+MAX_EXPIRES_IN = float(TOKEN_MAX_EXPIRES_IN)
+MIN_EXPIRES_IN = float(TOKEN_MIN_EXPIRES_IN)
 # Seconds between two writes of one token's last use.
 LAST_USED_EVERY = 60.0
 SCHEMA_VERSION = 1
+# Seconds a read waits for a lock before it keeps the records already read.
+READ_TIMEOUT = 0.05
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agent_tokens (
     token_hash TEXT PRIMARY KEY,
@@ -98,9 +110,12 @@ class AgentToken:
         }
 
 
-def _record(row: tuple[Any, ...]) -> AgentToken:
+def _record(row: tuple[Any, ...], known: AgentToken | None = None) -> AgentToken:
+    """The record of a row; ``known``'s compiled globs are kept when they are the same."""
     token_hash_, name, scopes, paths, created, expires, last_used, revoked = row
     globs = tuple(json.loads(paths))
+    if known is not None and known.paths == globs:
+        return replace(known, last_used=last_used, revoked=revoked, expires=expires)
     return AgentToken(
         name=name,
         token_hash=token_hash_,
@@ -114,28 +129,69 @@ def _record(row: tuple[Any, ...]) -> AgentToken:
     )
 
 
-class TokenStore:
-    """The agent tokens of one SQLite file (created with its directory, private to the server's user)."""
+class TokenStoreUnavailable(Unavailable):
+    """The token database cannot be used now: locked by another process, corrupt, or not openable."""
 
-    def __init__(self, path: str, *, clock: Callable[[], float] = time.time):
+
+def _unavailable(path: str, error: BaseException, doing: str) -> TokenStoreUnavailable:
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        why = f"is locked by another process ({text})"
+        fix = "try again in a moment; if it stays locked, stop the process holding it"
+        retry = RETRY_AFTER_MOMENT
+    else:
+        why = f"cannot be used ({type(error).__name__}: {text})"
+        fix = "check that the file is a readable and writable SQLite database (move a corrupt one aside)"
+        retry = None
+    return TokenStoreUnavailable(f"The agent token database {path} {why}: {doing}; {fix}.", retry_after=retry)
+
+
+def _locked(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+
+
+class TokenStore:
+    """The agent tokens of one SQLite file (created with its directory, private to the server's user).
+
+    ``write_timeout``: how long a change (create, revoke) waits for a lock another process holds
+    before it raises :class:`TokenStoreUnavailable`. Reads wait at most ``READ_TIMEOUT``, last-use
+    writes not at all.
+    """
+
+    def __init__(self, path: str, *, clock: Callable[[], float] = time.time, write_timeout: float = 2.0):
         self.path = path
         self._clock = clock
-        self._lock = threading.Lock()
-        directory = os.path.dirname(path)
-        if directory:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-        fresh = not os.path.exists(path)
-        if fresh:  # private from the start: the hashes are not secrets, the names and scopes may be
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=5.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self.write_timeout = write_timeout
+        self._lock = threading.Lock()  # the records in memory and the reading connection (short holds)
+        self._write_lock = threading.Lock()  # the writing connection (may wait on another process)
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tokens")
+        self._flush_pending = False
+        try:
+            directory = os.path.dirname(path)
+            if directory:
+                os.makedirs(directory, mode=0o700, exist_ok=True)
+            if not os.path.exists(path):  # private from the start: the names and scopes may be secrets
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            self._reader = self._connect(READ_TIMEOUT)
+            self._writer = self._connect(write_timeout)
+            with self._write_lock:
+                if self._reader.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    self._writer.execute("PRAGMA journal_mode=WAL")
+                self._writer.execute("PRAGMA synchronous=NORMAL")
+                if int(self._reader.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
+                    self._writer.executescript(_SCHEMA)
+                    self._writer.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except (OSError, sqlite3.Error) as e:
+            self._writer_thread.shutdown(wait=False)
+            raise _unavailable(path, e, "agent tokens cannot be checked or changed") from None
         self._by_hash: dict[str, AgentToken] = {}
         self._used: dict[str, float] = {}  # last uses not yet written
         self._version = -1
-        self._refresh()
+        with self._lock:
+            self._refresh()
+
+    def _connect(self, timeout: float) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=timeout)
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch)."""
@@ -143,18 +199,22 @@ class TokenStore:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _data_version(self) -> int:
-        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
-
     def _refresh(self) -> None:
-        """Read every record again when another connection changed the file since the last read."""
-        version = self._data_version()
-        if version == self._version:
-            return
-        rows = self._db.execute(
-            "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked FROM agent_tokens"
-        ).fetchall()
-        self._by_hash = {row[0]: _record(row) for row in rows}
+        """Read every record again when another connection changed the file since the last read (under
+        ``_lock``). A lock held elsewhere keeps the records already read; anything else raises."""
+        try:
+            version = int(self._reader.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._version:
+                return
+            rows = self._reader.execute(
+                "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked "
+                "FROM agent_tokens"
+            ).fetchall()
+        except sqlite3.Error as e:
+            if _locked(e) and self._version >= 0:
+                return
+            raise _unavailable(self.path, e, "agent tokens cannot be checked") from None
+        self._by_hash = {row[0]: _record(row, self._by_hash.get(row[0])) for row in rows}
         self._version = version
 
     def lookup(self, token: str) -> AgentToken | None:
@@ -168,15 +228,38 @@ class TokenStore:
             return None
         return found
 
-    def tokens(self) -> list[AgentToken]:
-        """Every record, oldest first, with its last use as of now."""
+    def status_of(self, digest: str) -> str:
+        """The status of the token whose hash is ``digest`` now (``"unknown"`` when there is none)."""
         with self._lock:
-            self._flush(force=True)
             self._refresh()
-            records = list(self._by_hash.values())
+            found = self._by_hash.get(digest)
+        return found.status(self._clock()) if found is not None else "unknown"
+
+    def tokens(self) -> list[AgentToken]:
+        """Every record, oldest first, with its last use as of now (written or not yet)."""
+        with self._lock:
+            self._refresh()
+            records = [
+                replace(r, last_used=self._used[h]) if h in self._used else r
+                for h, r in self._by_hash.items()
+            ]
         return sorted(records, key=lambda r: (r.created, r.name))
 
     # -- writing --------------------------------------------------------------------------------
+
+    async def call(self, method: Callable[..., T], *args: Any) -> T:
+        """``method(*args)`` in the store's writer thread: a change that waits on another process's lock
+        never holds the event loop."""
+        return await asyncio.wrap_future(self._writer_thread.submit(method, *args))
+
+    def _write(self, doing: str, statement: str, args: tuple[Any, ...]) -> None:
+        """One write, waiting at most ``write_timeout`` for a lock; :class:`TokenStoreUnavailable` else."""
+        with self._write_lock:
+            try:
+                self._writer.execute(f"PRAGMA busy_timeout={int(self.write_timeout * 1000)}")
+                self._writer.execute(statement, args)
+            except sqlite3.Error as e:
+                raise _unavailable(self.path, e, doing) from None
 
     def create(
         self,
@@ -186,7 +269,7 @@ class TokenStore:
         expires_in: float | None = None,
     ) -> tuple[str, AgentToken]:
         """A new token and its record. 400 for a bad name, scope, glob or lifetime; 409 when an active
-        token has this name (revoke it first)."""
+        token has this name (revoke it first); 503 when the file cannot be written."""
         try:
             check_name(name)
             scope_set = parse_scopes(scopes)
@@ -213,70 +296,101 @@ class TokenStore:
         )
         with self._lock:
             self._refresh()
-            if any(r.name == name and r.status(now) == "active" for r in self._by_hash.values()):
-                raise Conflict(
-                    f"an active agent token is already named {name!r}: revoke it first "
-                    f"(jupyter agent token revoke {name}) or choose another name"
-                )
-            self._db.execute(
-                "INSERT INTO agent_tokens VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
-                (
-                    record.token_hash,
-                    name,
-                    ",".join(sorted(scope_set)),
-                    json.dumps(list(globs)),
-                    record.created,
-                    record.expires,
-                ),
+            taken = any(r.name == name and r.status(now) == "active" for r in self._by_hash.values())
+        if taken:
+            raise Conflict(
+                f"an active agent token is already named {name!r}: revoke it first "
+                f"(jupyter agent token revoke {name}) or choose another name"
             )
+        self._write(
+            f"the token {name!r} was not created",
+            "INSERT INTO agent_tokens VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+            (
+                record.token_hash,
+                name,
+                ",".join(sorted(scope_set)),
+                json.dumps(list(globs)),
+                record.created,
+                record.expires,
+            ),
+        )
+        with self._lock:
             self._by_hash[record.token_hash] = record
         return token, record
 
     def revoke(self, name: str) -> AgentToken:
         """Revoke the tokens named ``name`` that are not revoked yet; the newest one's record. 404 when
-        there is none."""
+        there is none; 503 (nothing revoked) when the file cannot be written."""
         now = self._clock()
         with self._lock:
             self._refresh()
             found = [r for r in self._by_hash.values() if r.name == name and r.revoked is None]
-            if not found:
-                raise NotFound(
-                    f"no agent token named {name!r} to revoke (jupyter agent token list shows them)"
-                )
-            self._db.execute(
-                "UPDATE agent_tokens SET revoked = ? WHERE name = ? AND revoked IS NULL", (now, name)
-            )
+        if not found:
+            raise NotFound(f"no agent token named {name!r} to revoke (jupyter agent token list shows them)")
+        self._write(
+            f"the token {name!r} was NOT revoked and still works",
+            "UPDATE agent_tokens SET revoked = ? WHERE name = ? AND revoked IS NULL",
+            (now, name),
+        )
+        with self._lock:
             for record in found:
                 self._by_hash[record.token_hash] = replace(record, revoked=now)
-            newest = max(found, key=lambda r: r.created)
-        return self._by_hash[newest.token_hash]
+            newest = self._by_hash[max(found, key=lambda r: r.created).token_hash]
+        return newest
 
     def touch(self, record: AgentToken) -> None:
-        """Note that ``record`` was used now; written to the file at most once a minute per token."""
+        """Note that ``record`` was used now. Written to the file at most once a minute per token, in the
+        writer thread (never waited for; a file that cannot be written keeps it for the next try)."""
         now = self._clock()
         with self._lock:
             self._used[record.token_hash] = now
             last = self._by_hash.get(record.token_hash)
-            if last is not None and (last.last_used is None or now - last.last_used >= LAST_USED_EVERY):
-                self._flush(force=False)
+            due = last is not None and (last.last_used is None or now - last.last_used >= LAST_USED_EVERY)
+            if not due or self._flush_pending:
+                return
+            self._flush_pending = True
+        self._writer_thread.submit(self._flush)
 
-    def _flush(self, force: bool) -> None:
-        """Write the pending last uses (all of them with ``force``, else those due)."""
-        if not self._used:
+    def settle(self) -> None:
+        """Wait until the writes queued so far (last uses) are done."""
+        self._writer_thread.submit(lambda: None).result()
+
+    def _flush(self, force: bool = False) -> None:
+        """Write the pending last uses that are due (all with ``force``); not waiting for a lock."""
+        with self._lock:
+            self._flush_pending = False
+            due = []
+            for digest, used in self._used.items():
+                record = self._by_hash.get(digest)
+                if record is not None and (
+                    force or record.last_used is None or used - record.last_used >= LAST_USED_EVERY
+                ):
+                    due.append((digest, used))
+        if not due:
             return
-        due = []
-        for digest, used in self._used.items():
-            record = self._by_hash.get(digest)
-            if record is None:
-                continue
-            if force or record.last_used is None or used - record.last_used >= LAST_USED_EVERY:
-                due.append((digest, used, record))
-        for digest, used, record in due:
-            self._db.execute("UPDATE agent_tokens SET last_used = ? WHERE token_hash = ?", (used, digest))
-            self._by_hash[digest] = replace(record, last_used=used)
-            del self._used[digest]
+        with self._write_lock:
+            try:
+                self._writer.execute("PRAGMA busy_timeout=0")
+                self._writer.executemany(
+                    "UPDATE agent_tokens SET last_used = ? WHERE token_hash = ?",
+                    [(used, digest) for digest, used in due],
+                )
+            except sqlite3.Error as e:
+                log.warning("agent tokens' last use not written to %s (kept for later): %s", self.path, e)
+                return
+        with self._lock:
+            for digest, used in due:
+                record = self._by_hash.get(digest)
+                if record is not None:
+                    self._by_hash[digest] = replace(record, last_used=used)
+                if self._used.get(digest) == used:
+                    del self._used[digest]
 
     def close(self) -> None:
-        with self._lock:
+        """Write what is pending (best-effort) and close the file."""
+        self._writer_thread.shutdown(wait=True)
+        with contextlib.suppress(Exception):
             self._flush(force=True)
-            self._db.close()
+        with self._write_lock, self._lock:
+            self._reader.close()
+            self._writer.close()

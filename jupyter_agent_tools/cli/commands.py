@@ -18,6 +18,7 @@ from typing import Any
 
 from ..client import AgentAPIError, AgentClient, EvalEvent
 from ..ledger.text import change_text, changes_text
+from ..schemas import REFUSED_MISSING_SCOPE, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from . import exits
 from .args import parse
 from .cells import CodeCell, UsageError, parse_cell_ref, split_cells
@@ -500,6 +501,11 @@ def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
         renderer.done(tokens_text(tokens), {"tokens": tokens})
     elif args.token_command == "create":
         expires_in = parse_duration(args.expires) if args.expires else None
+        if expires_in is not None and not TOKEN_MIN_EXPIRES_IN <= expires_in <= TOKEN_MAX_EXPIRES_IN:
+            raise UsageError(
+                f"--expires must be at least 1m and at most 366d (a token lives 1 minute to 366 days); "
+                f"got {args.expires}"
+            )
         answer = client.create_token(
             args.name,
             _comma_list([args.scopes]),
@@ -509,7 +515,8 @@ def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
         until = f"until {answer['expires']}" if answer.get("expires") else "until revoked"
         renderer.done(
             f"{answer['token']}\n"
-            f"Agent token {answer['name']!r} (user {answer['user']}, scopes {','.join(answer['scopes'])}), "
+            f"Agent token {answer['name']!r} (user {answer['user']}, scopes {','.join(answer['scopes'])}, "
+            f"paths {', '.join(answer.get('paths') or []) or 'all files'}), "
             f"valid {until}. It is shown this once: give it to the agent as JUPYTER_AGENT_TOKEN.",
             answer,
         )
@@ -614,6 +621,13 @@ def describe_error(error: AgentAPIError) -> str:
         return error.message
     if error.reason == "approval_denied":
         return f"denied: {error.message}"
+    if exits.refused_scope(error):
+        if error.reason == REFUSED_MISSING_SCOPE:
+            return (
+                f"the agent token lacks the scope this needs (HTTP 403): {error.message} Ask the server's "
+                "owner for a token with that scope (jupyter agent token create NAME --scopes ...)"
+            )
+        return f"agent tokens cannot do this (HTTP 403): {error.message}"
     if error.status in (401, 403):
         return (
             f"the server refused the request (HTTP {error.status}): {error.message}; "

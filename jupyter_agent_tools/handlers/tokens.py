@@ -29,7 +29,7 @@ class _TokenRoute(AgentAPIHandler):
     auth_resource = "agent_tokens"
 
     @property
-    def tokens(self) -> TokenStore:
+    def agents(self) -> AgentIdentityProvider:
         if isinstance(self.current_user, AgentUser):
             raise AgentToolsError(
                 "Agent tokens cannot manage agent tokens: use the server's own token or log in.", 403
@@ -37,7 +37,11 @@ class _TokenRoute(AgentAPIHandler):
         provider = self.identity_provider
         if not isinstance(provider, AgentIdentityProvider):
             raise Conflict(NOT_ENABLED)
-        return provider.tokens
+        return provider
+
+    @property
+    def tokens(self) -> TokenStore:
+        return self.agents.tokens
 
 
 class TokenListHandler(_TokenRoute):
@@ -58,8 +62,8 @@ class TokenListHandler(_TokenRoute):
         store = self.tokens
         body = await self.json_body()
         check("AgentTokenRequest", body)
-        token, record = store.create(
-            body["name"], body["scopes"], body.get("paths") or (), body.get("expires_in")
+        token, record = await store.call(
+            store.create, body["name"], body["scopes"], body.get("paths") or (), body.get("expires_in")
         )
         self.log.info("agent token %r created (scopes %s)", record.name, ",".join(sorted(record.scopes)))
         answer = {**record.public(store.now()), "token": token, "user": AGENT_PREFIX + record.name}
@@ -75,6 +79,7 @@ class TokenHandler(_TokenRoute):
     @authorized("write")
     async def delete(self, name: str) -> None:
         store = self.tokens
-        record = store.revoke(name)
-        self.log.info("agent token %r revoked", record.name)
+        record = await store.call(store.revoke, name)
+        closed = self.agents.connections.close_inactive()
+        self.log.info("agent token %r revoked (%d open websocket(s) closed)", record.name, closed)
         self.write_json(record.public(store.now()))

@@ -320,3 +320,44 @@ def summarize(change: NotebookChange, kind: str = "edit") -> str:
             pieces.append(f"{words[w]} {n} cell{'s' if n != 1 else ''}" if not pieces else f"{words[w]} {n}")
     text = ", ".join(pieces) or "no cell changed"
     return text if kind == "edit" else f"{kind}: {text}"
+
+
+def encode_change(change: NotebookChange) -> bytes:
+    """``change`` as JSON bytes, bodies inline (a part of an unfinished group, see the ledger)."""
+    return dumps(
+        {
+            "not_undoable": change.not_undoable,
+            "cells": [
+                {
+                    "id": c.id,
+                    "what": c.what,
+                    "index_before": c.index_before,
+                    "index_after": c.index_after,
+                    "prev": c.prev,
+                    "before": c.before,
+                    "after": c.after,
+                    "digest": list(c.digest) if c.digest is not None else None,
+                }
+                for c in change.cells
+            ],
+        }
+    )
+
+
+def decode_change(data: bytes) -> NotebookChange:
+    """The change :func:`encode_change` encoded."""
+    found = json.loads(data)
+    cells = [
+        CellChange(
+            c["id"],
+            list(c["what"]),
+            c["index_before"],
+            c["index_after"],
+            c["prev"],
+            c["before"],
+            c["after"],
+            tuple(c["digest"]) if c["digest"] is not None else None,
+        )
+        for c in found["cells"]
+    ]
+    return NotebookChange(cells, found["not_undoable"])

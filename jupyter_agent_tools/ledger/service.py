@@ -3,7 +3,8 @@
 The database lives in the server's data directory (``jupyter_data_dir()``, the way jupyter_server_fileid
 keeps its ids) unless ``db_path`` names another file; it is in WAL mode, so readers never wait for the
 writer and entries survive restarts. It is bounded: at most ``max_changes_per_notebook`` entries per
-notebook and ``max_bytes`` in all, the oldest pruned first. Outputs larger than
+notebook and ``max_bytes`` in all, the oldest pruned first (in the background: a write never waits
+for a prune, see :meth:`Ledger._make_room`). Outputs larger than
 :data:`INLINE_OUTPUT_BYTES` are stored once by content hash, however many changes refer to them.
 
 Every hash the extension answers with is remembered as a snapshot (:mod:`.since`): per-cell hashes,
@@ -24,6 +25,7 @@ import difflib
 import hashlib
 import json
 import os
+import secrets
 import sqlite3
 import threading
 import time
@@ -31,7 +33,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
 
@@ -43,7 +45,20 @@ from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
 from ..traits import Service, at_least, in_range
-from .changes import PARTS, CellChange, Digest, NotebookChange, diff, dumps, merge, summarize
+from .changes import (
+    PARTS,
+    CellChange,
+    Digest,
+    NotebookChange,
+    decode_change,
+    diff,
+    dumps,
+    encode_change,
+    merge,
+    summarize,
+)
+from .overwrite import AgentState, agent_state, overwritten
+from .overwrite import summary as overwrite_summary
 from .since import Snapshot, attribute, compare, snapshot_of
 
 T = TypeVar("T")
@@ -64,6 +79,17 @@ SNAPSHOT_MEMORY_CELLS = 100_000
 KNOWN_HASHES = 10_000
 # Snapshots waiting for the worker; past it new ones are dropped (a read does not wait for them).
 MAX_PENDING_SNAPSHOTS = 32
+# A background prune starts past this share of the room a write needs, and prunes to PRUNE_TO of it.
+PRUNE_AT = 0.9
+PRUNE_TO = 0.75
+# Seconds of deleting old changes a write spends itself, at most, when it does not fit yet (a step of
+# deletions takes milliseconds; the rest of a prune, and giving pages back, goes on in the background).
+INLINE_PRUNE_SECONDS = 0.1
+# Most changes one prune step deletes; free pages one vacuum step gives back.
+PRUNE_STEP_CHANGES = 500
+VACUUM_PAGES = 256
+# Notebooks whose cells' recorded state (see Ledger.agent_state) is kept in memory.
+AGENT_STATE_MEMORY = 256
 # Most entries one listing answers.
 MAX_LIST_LIMIT = 1000
 DEFAULT_LIST_LIMIT = 50
@@ -72,6 +98,7 @@ MAX_ENTRY_SHARE = 4
 ID_PATTERN_DIGITS = 15
 HASH_CHARS = 64
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first bytes of every SQLite database file (empty: new)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS changes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -87,7 +114,8 @@ CREATE TABLE IF NOT EXISTS changes (
     not_undoable TEXT,
     cells TEXT NOT NULL,
     body BLOB NOT NULL,
-    bytes INTEGER NOT NULL
+    bytes INTEGER NOT NULL,
+    overwrites TEXT
 );
 CREATE INDEX IF NOT EXISTS changes_by_path ON changes (path, id);
 CREATE INDEX IF NOT EXISTS changes_by_time ON changes (time);
@@ -105,6 +133,21 @@ CREATE TABLE IF NOT EXISTS snapshots (
     cells BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS snapshots_by_path ON snapshots (path, time);
+CREATE TABLE IF NOT EXISTS group_parts (
+    key TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    pid INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    user TEXT,
+    via TEXT,
+    hash_before TEXT NOT NULL,
+    hash_after TEXT NOT NULL,
+    part BLOB NOT NULL,
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE IF NOT EXISTS removals (path TEXT NOT NULL, after_id INTEGER NOT NULL, time REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS removals_by_path ON removals (path, after_id);
 """
 
 
@@ -154,15 +197,44 @@ def list_limit(value: int | None) -> int:
     return value
 
 
+class LedgerLost(Exception):
+    """The database file was removed or overwritten under the running server (a new one is started)."""
+
+
+class LedgerFull(Exception):
+    """The database is at max_bytes and pruning has not made room yet (the change is not recorded)."""
+
+
 @dataclass
 class Recorded:
-    """Whether a change was recorded, and its id."""
+    """Whether a change was recorded, and its id; whether it can be undone, and a note for the caller
+    when it cannot (or when nothing changed, so nothing was recorded)."""
 
     change_id: str | None
     recorded: bool
+    undoable: bool | None = None
+    note: str | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {"change_id": self.change_id, "recorded": self.recorded}
+        found: dict[str, Any] = {"change_id": self.change_id, "recorded": self.recorded}
+        if self.undoable is not None:
+            found["undoable"] = self.undoable
+        if self.note is not None:
+            found["note"] = self.note
+        return found
+
+
+NOTHING_CHANGED = "Nothing changed (the notebook is as it was), so no change was recorded."
+NO_IDS = (
+    'Send one edit with "upgrade": true (the CLI\'s --upgrade) to give the cells ids (nbformat 4.5): '
+    "changes after that can be undone."
+)
+
+
+def undo_note(reason: str) -> str:
+    """What a caller is told about a recorded change that cannot be undone, and how to fix it."""
+    note = f"This change cannot be undone: {reason}."
+    return f"{note} {NO_IDS}" if "no ids" in reason else note
 
 
 @dataclass
@@ -180,6 +252,11 @@ class ChangeGroup:
     # remembered once when the group ends (the versions in between are never answered to anyone).
     last: dict[str, Any] | None = None
     snapshot: Snapshot | None = None
+    # Each write is also kept as a part in the database until the group ends: a server killed
+    # meanwhile (a notebook run lost to a restart) leaves them, and the next start records them.
+    key: str = field(default_factory=lambda: secrets.token_hex(8))
+    parts: int = 0
+    unsaved: tuple[str, NotebookChange] | None = None  # (hash before, merged change) since the last part
 
     def fields(self) -> dict[str, Any]:
         """``change_id`` and ``recorded`` for the answer of the grouped writes (none: nothing written)."""
@@ -198,6 +275,7 @@ class UndoPlan:
     entry: dict[str, Any]
     cells: list[CellChange]
     not_undoable: str | None
+    replaced: str | None = None  # how the file at its path was replaced by another since (409)
 
 
 class Ledger(Service):
@@ -249,15 +327,19 @@ class Ledger(Service):
         super().__init__(**kwargs)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-ledger")
         self._conn: sqlite3.Connection | None = None  # the worker thread's own
+        self._identity: tuple[int, int] | None = None  # (device, inode) of the file it opened
         self._failing: str | None = None  # what failed last (logged once until it works again)
         self._fail_lock = threading.Lock()
         # Worker thread only: the latest snapshots (notebook hash -> (snapshot, time)).
         self._snapshots: OrderedDict[str, tuple[Snapshot, float]] = OrderedDict()
         self._snapshot_cells = 0
+        # Worker thread only: what recorded changes left each cell in, by notebook (see agent_state).
+        self._states: OrderedDict[str, AgentState] = OrderedDict()
         # Event loop only: hashes already remembered; snapshots queued for the worker.
         self._known: OrderedDict[str, None] = OrderedDict()
         self._pending = 0
         self._closed = False
+        self._prune_target: int | None = None  # worker only: the bytes in use a background prune aims at
 
     @property
     def _wal_bytes(self) -> int:
@@ -278,8 +360,78 @@ class Ledger(Service):
     def _open_quietly(self) -> None:
         try:
             self._db()
+            self._finish_lost_groups()
         except Exception as e:
             self._failed("open its database", e)
+
+    # -- groups a stopped server left unfinished ---------------------------------------------------
+
+    def _keep_part(
+        self,
+        group: ChangeGroup,
+        seq: int,
+        change: NotebookChange,
+        hash_before: str,
+        hash_after: str,
+        user: str | None,
+        via: str | None,
+    ) -> None:
+        """Worker: keep one write of an unfinished group (not waited for; a failure is logged)."""
+        try:
+            part = zlib.compress(encode_change(change), 1)
+            conn = self._db()
+            if not self._make_room(conn, len(part)):
+                raise LedgerFull("the ledger is at its max_bytes")
+            conn.execute(
+                "INSERT OR REPLACE INTO group_parts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    group.key,
+                    seq,
+                    os.getpid(),
+                    group.path,
+                    group.kind,
+                    user,
+                    via,
+                    hash_before,
+                    hash_after,
+                    part,
+                ),
+            )
+        except Exception as e:
+            self._failed("record a run's writes as they happen", e)
+
+    def _drop_parts(self, key: str) -> None:
+        """Worker: the group ended (and was recorded, or not): its parts are not needed."""
+        try:
+            self._db().execute("DELETE FROM group_parts WHERE key = ?", (key,))
+        except Exception as e:
+            self._failed("record changes", e)
+
+    def _finish_lost_groups(self) -> None:
+        """Worker, at start: record the writes of each group whose server process is gone (a notebook run
+        it was running when it was killed or stopped) as one change, as its end would have."""
+        conn = self._db()
+        keys = conn.execute("SELECT DISTINCT key, pid FROM group_parts").fetchall()
+        for key, pid in keys:
+            if _process_alive(pid):
+                continue  # another server on this ledger is running it
+            rows = conn.execute(
+                "SELECT path, kind, user, via, hash_before, hash_after, part FROM group_parts WHERE key = ? "
+                "ORDER BY seq",
+                (key,),
+            ).fetchall()
+            change: NotebookChange | None = None
+            for row in rows:
+                part = decode_change(zlib.decompress(row[6]))
+                change = part if change is None else merge(change, part)
+            if change is not None and change.cells:
+                path, kind, user, via = rows[0][:4]
+                action = f"{summarize(change, kind)} (the server stopped during it)"
+                self._insert(path, kind, action, change, rows[0][4], rows[-1][5], None, user, via, False)
+                self.log.info(
+                    "change ledger: recorded the writes of a %s of %s the server stopped", kind, path
+                )
+            conn.execute("DELETE FROM group_parts WHERE key = ?", (key,))
 
     # -- the worker ------------------------------------------------------------------------------
 
@@ -295,19 +447,20 @@ class Ledger(Service):
         return await asyncio.wrap_future(self._submit(func, *args))
 
     def _db(self) -> sqlite3.Connection:
-        """The worker's connection, opened (and the schema made) on first use."""
+        """The worker's connection, opened (and the schema made) on first use; when its file was removed
+        or overwritten since, a new ledger is started (see :meth:`_check_file`)."""
         if self._conn is not None:
+            if self.db_path != ":memory:":
+                self._check_file()
             return self._conn
         path = self.db_path
         directory = os.path.dirname(path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        new = not os.path.exists(path)
+        if path != ":memory:" and not os.path.exists(path):  # sources and outputs: private, from the start
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
         try:
-            if new:
-                with contextlib.suppress(OSError):
-                    os.chmod(path, 0o600)  # sources and outputs: the server's user only
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -315,18 +468,56 @@ class Ledger(Service):
             conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
             conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
             conn.executescript(SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(changes)")}
+            if "overwrites" not in columns:  # a database made before overwrites were recorded
+                conn.execute("ALTER TABLE changes ADD COLUMN overwrites TEXT")
         except BaseException:
             conn.close()
             raise
         self._conn = conn
+        if path != ":memory:":
+            info = os.stat(path)
+            self._identity = (info.st_dev, info.st_ino)
         return conn
+
+    def _check_file(self) -> None:
+        """Worker: raise :class:`LedgerLost` (after starting a new, empty ledger) when the database file
+        was removed, replaced or overwritten with something else since it was opened: SQLite would go on
+        writing to the removed file, or into garbage, and answer every change recorded."""
+        path = self.db_path
+        try:
+            info = os.stat(path)
+            with open(path, "rb") as f:
+                intact = f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+        except FileNotFoundError:
+            info, intact = None, False
+        if intact and info is not None and (info.st_dev, info.st_ino) == self._identity:
+            return
+        self._reset()
+        kept = ""
+        if info is not None:  # overwritten or replaced: kept aside for whoever wants to look at it
+            aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+            os.replace(path, aside)
+            kept = f" (the file found there is kept as {aside})"
+        for suffix in ("-wal", "-shm"):  # the old database's log must not be applied to the new one
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path + suffix)
+        what = "overwritten or replaced" if info is not None else "removed"
+        self.log.warning(
+            "The change ledger's file %s was %s while the server ran%s: the changes recorded in it are "
+            "gone. A new ledger is started there; this change is not recorded, the next ones are.",
+            path,
+            what,
+            kept,
+        )
+        raise LedgerLost(f"its file was {what} while the server ran")
 
     def _failed(self, what: str, error: BaseException) -> None:
         """Log a failure of the database once (until it works again)."""
         with self._fail_lock:
             first = self._failing is None
             self._failing = what
-        if first:
+        if first and not isinstance(error, LedgerLost):  # (that one said what happened itself)
             self.log.warning(
                 "The change ledger (%s) cannot %s: %s. Changes are still made; they are answered "
                 '"recorded": false until the ledger works again.',
@@ -345,6 +536,7 @@ class Ledger(Service):
 
     def _reset(self) -> None:
         """Worker: close the connection (the next use opens the file again)."""
+        self._states.clear()
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.close()
@@ -369,6 +561,8 @@ class Ledger(Service):
                 group.result = await self._commit(
                     path, group.kind, group.change, group.hash_before, group.hash_after, None, group.failed
                 )
+            if group.parts:
+                self._submit(self._drop_parts, group.key)
             if group.hash_after is not None and group.last is not None:  # after: the answer waits for it
                 self._known[group.hash_after] = None
                 self._submit(self._remember, path, group.hash_after, group.last, None, group.snapshot)
@@ -388,16 +582,18 @@ class Ledger(Service):
         *,
         kind: str = "edit",
         undoes: str | None = None,
+        saved: bool = True,
     ) -> Recorded | None:
         """Record one write of ``path`` (from ``before`` to ``after``); None when it is part of a group
-        (see :meth:`group`) or the ledger is off."""
+        (see :meth:`group`) or the ledger is off. ``saved``: False for a push to a live room while a
+        cell runs (it joins its group only)."""
         if not self.enabled:
             return None
         group = _GROUP.get()
         if group is not None and group.path == path:
             # Pure computation on the cells the write touched (no I/O): done here, not in the worker,
             # which would only add a thread hop per write of the run (hashing holds the GIL anyway).
-            self._add_to_group(group, before, after, hash_before, hash_after)
+            self._add_to_group(group, before, after, hash_before, hash_after, saved)
             return None
         user, via = current_user(), current_via()
         action_kind = kind if undoes is None else f"undo {undoes}"
@@ -406,17 +602,23 @@ class Ledger(Service):
         self.remember(path, hash_after, after, base=(hash_before, before))
         return await self._recorded(recording)
 
-    async def _recorded(self, recording: Future[dict[str, Any]]) -> Recorded:
-        """What a submitted insert answers: its change id, or not recorded (logged once). A recorded
-        change is told to the audit (its ``ledger_change`` event: a review panel's live feed)."""
+    async def _recorded(self, recording: Future[Any]) -> Recorded:
+        """What a submitted insert answers: its change id (and why it cannot be undone), not recorded
+        because nothing changed, or not recorded (logged once). A recorded change is told to the audit
+        (its ``ledger_change`` event: a review panel's live feed)."""
         try:
-            entry = await asyncio.wrap_future(recording)
+            inserted: tuple[dict[str, Any], str | None] | None = await asyncio.wrap_future(recording)
         except Exception as e:
             self._failed("record changes", e)
             return Recorded(None, False)
         self._worked()
+        if inserted is None:
+            return Recorded(None, False, note=NOTHING_CHANGED)
+        entry, not_undoable = inserted
         self.audit.ledger_change(entry)
-        return Recorded(entry["id"], True)
+        if not_undoable is None:
+            return Recorded(entry["id"], True, True)
+        return Recorded(entry["id"], True, False, undo_note(not_undoable))
 
     def _record_one(
         self,
@@ -430,9 +632,11 @@ class Ledger(Service):
         undoes: str | None,
         user: str | None,
         via: str | None,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], str | None] | None:
         """Worker: what one write did, entered in the database (one round trip from the event loop)."""
         change = diff(before, after)
+        if not change.cells and kind != "create" and _outside_cells(before) == _outside_cells(after):
+            return None  # nothing changed: nothing to review or undo (creating a file is a change)
         action = summarize(change, action_kind)
         return self._insert(path, kind, action, change, hash_before, hash_after, undoes, user, via, False)
 
@@ -443,8 +647,10 @@ class Ledger(Service):
         after: dict[str, Any],
         hash_before: str,
         hash_after: str,
+        saved: bool,
     ) -> None:
-        """Merge one write into its group's change (a bug here is logged; it never fails the write)."""
+        """Merge one write into its group's change (a bug here is logged; it never fails the write);
+        ``saved``: the write was saved (not only pushed to a live room while a cell runs)."""
         try:
             change = diff(before, after)
             group.change = change if group.change is None else merge(group.change, change)
@@ -458,6 +664,19 @@ class Ledger(Service):
             group.snapshot = snapshot_of(after, (before, base)) if base is not None else None
             group.last = after
             group.hash_after = hash_after
+            if change.cells:
+                # Kept for a restart at each save; the pushes to a live room in between (every
+                # fraction of a second while a cell prints) are merged into the next save's part.
+                unsaved = group.unsaved
+                group.unsaved = (
+                    (hash_before, change) if unsaved is None else (unsaved[0], merge(unsaved[1], change))
+                )
+            if saved and group.unsaved is not None:
+                first, merged = group.unsaved
+                group.unsaved = None
+                group.parts += 1
+                args = (group, group.parts, merged, first, hash_after, current_user(), current_via())
+                self._submit(self._keep_part, *args)
         except Exception:
             self.log.exception("change ledger: cannot compute a change of %s", group.path)
             group.failed = True
@@ -489,8 +708,10 @@ class Ledger(Service):
         user: str | None,
         via: str | None,
         incomplete: bool,
-    ) -> dict[str, Any]:
-        """Worker: enter a change in the database; its entry (as the list routes answer it)."""
+        overwrites: list[str] | None = None,
+    ) -> tuple[dict[str, Any], str | None]:
+        """Worker: enter a change in the database; its entry (as the list routes answer it) and why it
+        cannot be undone (None: it can)."""
         summary, body, blobs = _encode(change.cells)
         size = len(summary) + len(body) + sum(len(b) for b in blobs.values())
         if size > self.max_bytes // MAX_ENTRY_SHARE:
@@ -499,17 +720,22 @@ class Ledger(Service):
         if incomplete:
             not_undoable = "some of its writes could not be recorded"
         if kind == "upgrade":
-            not_undoable = "it rewrote an nbformat 3 file as nbformat 4.5 (its checkpoint has the old file)"
+            not_undoable = "it upgraded the file to nbformat 4.5 (its checkpoint has the old file)"
         if kind == "create":
             not_undoable = "it created the notebook (delete the file to undo it)"
         conn = self._db()
-        self._make_room(conn, size)  # first: the files never grow past max_bytes
+        if not self._make_room(conn, size):  # first: the files never grow past max_bytes
+            raise LedgerFull(
+                f"the ledger is at its max_bytes ({self.max_bytes}) and prunes older changes in the "
+                "background"
+            )
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         try:
             cursor = conn.execute(
                 "INSERT INTO changes (time, path, user, via, kind, action, hash_before, hash_after, undoes, "
-                "not_undoable, cells, body, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "not_undoable, cells, body, bytes, overwrites) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     now,
                     path,
@@ -524,6 +750,7 @@ class Ledger(Service):
                     summary,
                     body,
                     size,
+                    json.dumps(overwrites) if overwrites else None,
                 ),
             )
             change_id = int(cast(int, cursor.lastrowid))
@@ -540,9 +767,70 @@ class Ledger(Service):
                 conn.execute("ROLLBACK")
             raise
         self._settle(conn)
+        self._states.pop(path, None)
         undone = int(undoes) if undoes is not None else None
         row = (change_id, now, path, user, via, kind, action, hash_before, hash_after, undone)
-        return _entry((*row, not_undoable, summary))
+        return _entry(
+            (*row, not_undoable, summary, json.dumps(overwrites) if overwrites else None)
+        ), not_undoable
+
+    # -- saves through the contents API -----------------------------------------------------------
+
+    async def has_changes(self, path: str) -> bool:
+        """Whether recorded changes left cells of ``path`` that a save could overwrite (cheap: kept in
+        memory after the first ask; False when the ledger cannot be read, so a save never waits on it)."""
+        if not self.enabled:
+            return False
+        try:
+            return bool(await self._run(self._agent_state, path))
+        except Exception as e:
+            self._failed("read changes", e)
+            return False
+
+    def _agent_state(self, path: str) -> AgentState:
+        """Worker: the state the newest recorded changes (not overwrites) left each cell of ``path`` in."""
+        found = self._states.get(path)
+        if found is not None:
+            self._states.move_to_end(path)
+            return found
+        rows = self._db().execute(
+            "SELECT id, cells FROM changes WHERE path = ? AND kind != 'overwrite' AND id > coalesce("
+            "(SELECT max(after_id) FROM removals WHERE path = ?), 0) ORDER BY id DESC LIMIT ?",
+            (path, path, max(1, self.max_changes_per_notebook)),
+        )
+        state = agent_state([(str(row[0]), json.loads(row[1])) for row in rows])
+        self._states[path] = state
+        while len(self._states) > AGENT_STATE_MEMORY:
+            self._states.popitem(last=False)
+        return state
+
+    async def record_save(
+        self, path: str, before: dict[str, Any], after: dict[str, Any], hash_before: str, hash_after: str
+    ) -> Recorded | None:
+        """Record a save through the contents API (from ``before`` to ``after``) as an ``overwrite`` by
+        the acting user when it overwrote cells recorded changes left (see :mod:`.overwrite`); None when
+        it overwrote nothing. Never raises: a failure is logged and answered not recorded."""
+        if not self.enabled:
+            return None
+        user = current_user()
+        try:
+            found = await self._run(self._overwritten, path, before, after)
+        except Exception as e:
+            self._failed("record changes", e)
+            return Recorded(None, False)
+        if found is None:
+            return None
+        change, overwrites = found
+        action = overwrite_summary(change, overwrites)
+        args = (path, "overwrite", action, change, hash_before, hash_after, None, user, "contents", False)
+        recording = self._submit(self._insert, *args, overwrites)
+        self.remember(path, hash_after, after, base=(hash_before, before))
+        return await self._recorded(recording)
+
+    def _overwritten(
+        self, path: str, before: dict[str, Any], after: dict[str, Any]
+    ) -> tuple[NotebookChange, list[str]] | None:
+        return overwritten(self._agent_state(path), before, after)
 
     def _prune_notebook(self, conn: sqlite3.Connection, path: str) -> None:
         """Keep the newest ``max_changes_per_notebook`` changes and twice as many snapshots of ``path``."""
@@ -560,15 +848,23 @@ class Ledger(Service):
             (path, keep * SNAPSHOTS_PER_CHANGE),
         )
 
-    @staticmethod
-    def _delete_changes(conn: sqlite3.Connection, ids: list[int]) -> None:
+    def _delete_changes(self, conn: sqlite3.Connection, ids: list[int]) -> None:
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             conn.execute(f"DELETE FROM changes WHERE id IN ({marks})", chunk)
+            hashes = conn.execute(
+                f"SELECT DISTINCT hash FROM change_blobs WHERE change_id IN ({marks})", chunk
+            ).fetchall()
             conn.execute(f"DELETE FROM change_blobs WHERE change_id IN ({marks})", chunk)
+            for (blob_hash,) in hashes:  # (by index: no scan of every blob)
+                conn.execute(
+                    "DELETE FROM blobs WHERE hash = ? AND NOT EXISTS "
+                    "(SELECT 1 FROM change_blobs WHERE hash = ?)",
+                    (blob_hash, blob_hash),
+                )
         if ids:
-            conn.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT hash FROM change_blobs)")
+            self._states.clear()
 
     def used_bytes(self, conn: sqlite3.Connection | None = None) -> int:
         """Bytes of the database's pages in use (worker thread)."""
@@ -578,60 +874,104 @@ class Ledger(Service):
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         return int((pages - free) * page_size)
 
-    def _make_room(self, conn: sqlite3.Connection, incoming: int) -> None:
-        """Prune until a write of ``incoming`` bytes fits: in WAL mode a write lands in the log first (its
+    def _make_room(self, conn: sqlite3.Connection, incoming: int) -> bool:
+        """Whether a write of ``incoming`` bytes fits: in WAL mode a write lands in the log first (its
         pages, about twice its bytes with index pages, on top of a log of up to its checkpoint size), then
-        in the file at the checkpoint; both together stay within ``max_bytes``."""
+        in the file at the checkpoint; both together stay within ``max_bytes``.
+
+        Pruning is not waited for: past :data:`PRUNE_AT` of the room the oldest changes are pruned in the
+        background (:meth:`_prune_later`); a write that does not fit yet frees room for itself by deleting
+        old changes (milliseconds a step: pages are freed for reuse, not given back to the file system) for
+        at most :data:`INLINE_PRUNE_SECONDS`, else it is not written."""
         room = self.max_bytes - self._wal_bytes - 2 * (incoming + SLACK_BYTES)
-        if self.used_bytes(conn) > room:
-            self._prune_bytes(conn, room * 9 // 10)  # to 90% of it, so that every write does not prune
+        used = self.used_bytes(conn)
+        if used > room * PRUNE_AT:
+            self._prune_later(int(room * PRUNE_TO))
+        deadline = time.monotonic() + INLINE_PRUNE_SECONDS
+        while used > room and time.monotonic() < deadline and self._prune_step(conn):
+            used = self.used_bytes(conn)
+        return used <= room
 
     def _settle(self, conn: sqlite3.Connection) -> None:
         """Near the limit, empty the log after a write (it would otherwise keep its checkpoint size)."""
         if self.db_bytes() > self.max_bytes - 2 * self._wal_bytes:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
-    def _prune_bytes(self, conn: sqlite3.Connection, target: int) -> None:
-        """Delete the oldest changes (and then older snapshots) until the database's pages in use are at
-        most ``target`` bytes, and give the space back to the file system. In steps of a quarter of the
-        log's size, each checkpointed: a prune never swells the write-ahead log past the room kept for it."""
-        step = max(4096, self._wal_bytes // 4)
-        while self.used_bytes(conn) > target:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                chosen, total = [], 0
-                for change_id, size in conn.execute("SELECT id, bytes FROM changes ORDER BY id LIMIT 500"):
-                    chosen.append(change_id)
-                    total += size
-                    if total >= step:
-                        break
-                self._delete_changes(conn, chosen)
-                oldest = conn.execute("SELECT min(time) FROM changes").fetchone()[0]
-                removed = conn.execute(
-                    "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
-                    "ORDER BY time LIMIT 20)",
-                    (oldest if oldest is not None else float("inf"),),
-                ).rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    conn.execute("ROLLBACK")
-                raise
-            self._vacuum(conn)
-            if not chosen and not removed:
-                break  # nothing left to prune
+    def _prune_later(self, target: int) -> None:
+        """Worker: prune to ``target`` bytes in use in the background: one step per task of the worker,
+        so the writes queued meanwhile go between steps (one prune at a time)."""
+        if self._prune_target is None:
+            self._prune_target = target
+            self._submit(self._prune_task)
+        else:
+            self._prune_target = min(self._prune_target, target)
 
-    def _vacuum(self, conn: sqlite3.Connection) -> None:
-        """Give free pages back to the file system, a few at a time, checkpointing the log after each."""
-        pages = max(1, self._wal_bytes // 4096 // 4)
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-        while free:
-            conn.execute(f"PRAGMA incremental_vacuum({pages})").fetchall()
+    def _prune_task(self) -> None:
+        """Worker: one step of a background prune (delete old changes, then give free pages back to the
+        file system a slice at a time), and the next step queued behind the writes waiting now."""
+        if self._closed or self._prune_target is None:
+            self._prune_target = None
+            return
+        try:
+            conn = self._db()
+            if os.path.exists(self.db_path + "-wal") and os.path.getsize(self.db_path + "-wal"):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # a step's log starts empty
+            # Free pages are given back first: the file shrinks before the next deletions use the log.
+            free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+            done = not (free * 4096 >= self._wal_bytes // 4 and self._vacuum_slice(conn))
+            if done and self.used_bytes(conn) > self._prune_target:
+                done = not self._prune_step(conn)
+            if done and not self._vacuum_slice(conn):
+                self._prune_target = None
+                return
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-            left = conn.execute("PRAGMA freelist_count").fetchone()[0]
-            if left >= free:
-                break  # a database made without incremental auto-vacuum keeps its free pages for reuse
-            free = left
+        except Exception as e:
+            self._prune_target = None
+            self._failed("prune old changes", e)
+            return
+        self._submit(self._prune_task)
+
+    def _prune_step(self, conn: sqlite3.Connection) -> bool:
+        """Delete the oldest changes (about a quarter of the log's size of them, so the log never swells
+        past the room kept for it) and snapshots older than every change left; False: nothing to delete."""
+        step = max(4096, self._wal_bytes // 4)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            chosen, total = [], 0
+            for change_id, size in conn.execute(
+                "SELECT id, bytes FROM changes ORDER BY id LIMIT ?", (PRUNE_STEP_CHANGES,)
+            ):
+                chosen.append(change_id)
+                total += size
+                if total >= step:
+                    break
+            self._delete_changes(conn, chosen)
+            oldest = conn.execute("SELECT min(time) FROM changes").fetchone()[0]
+            removed = conn.execute(
+                "DELETE FROM snapshots WHERE hash IN (SELECT hash FROM snapshots WHERE time < ? "
+                "ORDER BY time LIMIT 20)",
+                (oldest if oldest is not None else float("inf"),),
+            ).rowcount
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                conn.execute("ROLLBACK")
+            raise
+        return bool(chosen or removed)
+
+    def _vacuum_slice(self, conn: sqlite3.Connection) -> bool:
+        """Give a few free pages back to the file system and checkpoint the log; False: none were."""
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        if not free:
+            return False
+        # executescript steps the pragma to its end: execute() (even with fetchall) frees one page only,
+        # which made a prune of 10% of a 16 MB ledger take ~20 s, one page and one checkpoint at a time
+        # and moved pages go through the log: at most a quarter of the room kept for it at once
+        pages = max(1, min(VACUUM_PAGES, self._wal_bytes // 4096 // 4))
+        conn.executescript(f"PRAGMA incremental_vacuum({pages});")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        # a database made without incremental auto-vacuum keeps its free pages for reuse
+        return bool(conn.execute("PRAGMA freelist_count").fetchone()[0] < free)
 
     # -- snapshots -------------------------------------------------------------------------------
 
@@ -684,7 +1024,8 @@ class Ledger(Service):
             data = snapshot.encode()
             if len(data) > self.max_bytes // MAX_ENTRY_SHARE:
                 return  # remembered in memory only: it would take too much of the database
-            self._make_room(conn, len(data))
+            if not self._make_room(conn, len(data)):
+                return  # remembered in memory only until pruning made room
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(
@@ -857,7 +1198,45 @@ class Ledger(Service):
             return json.loads(zlib.decompress(found[0]))
 
         cells = [_decode_cell(s, b, blob) for s, b in zip(summaries, bodies, strict=True)]
-        return UndoPlan(entry, cells, row[ENTRY_NOT_UNDOABLE])
+        return UndoPlan(entry, cells, row[ENTRY_NOT_UNDOABLE], self._replaced(conn, entry["path"], number))
+
+    @staticmethod
+    def _replaced(conn: sqlite3.Connection, path: str, number: int) -> str | None:
+        """Worker: how the notebook at ``path`` was replaced by another file after change ``number``
+        (None: it was not, as far as the ledger saw). Cell ids derived from a path repeat in a new file
+        made there, so the cells alone cannot tell."""
+        created = conn.execute(
+            "SELECT id FROM changes WHERE path = ? AND kind = 'create' AND id > ? ORDER BY id LIMIT 1",
+            (path, number),
+        ).fetchone()
+        if created is not None:
+            return f"it was created again (change {created[0]})"
+        removed = conn.execute(
+            "SELECT time FROM removals WHERE path = ? AND after_id >= ? ORDER BY after_id LIMIT 1",
+            (path, number),
+        ).fetchone()
+        if removed is not None:
+            return f"it was deleted or renamed at {iso_time(removed[0])} and another file made there"
+        return None
+
+    async def file_removed(self, path: str) -> None:
+        """The file at ``path`` was deleted or renamed away (through the contents API): its recorded
+        changes are of a notebook that is gone, and an undo of them is refused from now on. Best effort
+        (logged): nothing waits for it."""
+        if not self.enabled:
+            return
+        try:
+            await self._run(self._removed, path)
+        except Exception as e:
+            self._failed("record a removed notebook", e)
+
+    def _removed(self, path: str) -> None:
+        conn = self._db()
+        newest = conn.execute("SELECT max(id) FROM changes WHERE path = ?", (path,)).fetchone()[0]
+        if newest is not None:
+            conn.execute("INSERT INTO removals VALUES (?, ?, ?)", (path, newest, time.time()))
+            conn.execute("DELETE FROM removals WHERE path = ? AND after_id < ?", (path, newest))
+            self._states.pop(path, None)
 
     def db_bytes(self) -> int:
         """Bytes of the database file and its write-ahead log on disk (what max_bytes bounds; the log's
@@ -876,10 +1255,28 @@ class Ledger(Service):
 
 
 ENTRY_COLUMNS = (
-    "id, time, path, user, via, kind, action, hash_before, hash_after, undoes, not_undoable, cells"
+    "id, time, path, user, via, kind, action, hash_before, hash_after, undoes, not_undoable, cells, "
+    "overwrites"
 )
 ENTRY_NOT_UNDOABLE = 10
 ENTRY_CELLS = 11
+ENTRY_OVERWRITES = 12
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # a previous process of the same id: this one has no group open yet
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, another user's
+    return True
+
+
+def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in nb.items() if k != "cells"}
 
 
 def _entry(row: Any) -> dict[str, Any]:
@@ -897,6 +1294,7 @@ def _entry(row: Any) -> dict[str, Any]:
         "undoes": str(row[9]) if row[9] is not None else None,
         "undoable": row[ENTRY_NOT_UNDOABLE] is None,
         "cells": [{k: c[k] for k in ("id", "what", "index_before", "index_after")} for c in cells],
+        "overwrites": json.loads(row[ENTRY_OVERWRITES]) if row[ENTRY_OVERWRITES] else None,
     }
 
 

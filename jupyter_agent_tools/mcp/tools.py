@@ -373,6 +373,8 @@ async def _notebook_edit(call: ToolCall) -> ToolResult:
     if "upgraded_from" in answer:
         messages.append(f"Upgraded the file from nbformat {answer['upgraded_from']} to 4.5.")
     messages += [f"repaired: {repair}" for repair in answer.get("repairs", [])]
+    if answer.get("note"):  # cannot be undone (and how to fix that), or nothing changed
+        messages.append(answer["note"])
     return ToolResult("\n".join([*messages, f"hash: {answer['hash']}"]), answer)
 
 

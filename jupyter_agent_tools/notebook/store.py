@@ -21,7 +21,7 @@ import os
 import posixpath
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -443,8 +443,12 @@ class NotebookStore(Service):
         """Apply one operation or a batch atomically and save once; return the answer for the caller."""
         request = parse_edit_request(body, self.max_ops)
         repairs: list[str] = []
+        upgraded: list[str] = []
 
         def transform(nb: dict[str, Any], hash_: str) -> tuple[dict[str, Any], EditOutcome]:
+            if request.upgrade and _minor(nb) < 5:  # nbformat 4.4 or older 4.x: cells get ids
+                upgraded[:] = [f"4.{_minor(nb)}"]
+                nb, _ = repair_notebook({**nb, "nbformat_minor": 5}, hash_)
             if request.repair:
                 nb, repairs[:] = repair_notebook(nb, hash_)
             outcome = apply_ops(nb, request.ops, id_seed=hash_, batch=request.batch)
@@ -457,8 +461,12 @@ class NotebookStore(Service):
             expected_hash=request.expected_hash,
             upgrade=request.upgrade,
             notes=notes,
-            actions=(["repair"] if request.repair else []) + [op.action for op in request.ops],
+            actions=(["upgrade"] if upgraded else [])
+            + (["repair"] if request.repair else [])
+            + [op.action for op in request.ops],
         )
+        if upgraded and "upgraded_from" not in notes:
+            notes["upgraded_from"] = upgraded[0]
         answer: dict[str, Any] = {
             "message": outcome.message,
             "details": outcome.outcomes[-1].details,
@@ -473,6 +481,8 @@ class NotebookStore(Service):
             if repairs:
                 answer["message"] += f" Repaired {len(repairs)} problem(s) found in the notebook first."
         answer.update(_recorded_fields(notes))
+        if answer.get("note") and "upgraded_from" not in answer:  # (an upgrade's message says it all)
+            answer["message"] += " " + answer["note"]  # cannot be undone, or nothing changed
         return answer
 
     async def preview_edit(self, path: str, body: Any) -> dict[str, Any]:
@@ -737,7 +747,14 @@ class NotebookStore(Service):
         if not audited and not self.ledger.grouping(path):
             return
         recorded = await self.ledger.record(
-            path, loaded.notebook, notebook, loaded.hash, new_hash, kind=change_kind(actions), undoes=undoes
+            path,
+            loaded.notebook,
+            notebook,
+            loaded.hash,
+            new_hash,
+            kind=change_kind(actions),
+            undoes=undoes,
+            saved=audited,
         )
         if recorded is not None and notes is not None:
             notes["ledger"] = recorded
@@ -787,6 +804,11 @@ class NotebookStore(Service):
         entry = plan.entry
         if plan.not_undoable is not None:
             raise BadRequest(f"Change {entry['id']} of {path} cannot be undone: {plan.not_undoable}")
+        if plan.replaced is not None:
+            raise Conflict(
+                f"Change {entry['id']} of {path} cannot be undone: the notebook it changed was replaced "
+                f"since ({plan.replaced}); the file at {path} is another notebook now. Nothing was written"
+            )
 
         def transform(nb: dict[str, Any], _hash: str) -> tuple[dict[str, Any], None]:
             found = conflicts(plan.cells, nb)
@@ -811,6 +833,31 @@ class NotebookStore(Service):
         }
         answer.update(_recorded_fields(notes))
         return answer
+
+    async def contents_save(self, path: str, save: Callable[[], Awaitable[T]]) -> T:
+        """Make a save that came through the contents API (``save()``: the contents manager's own, as
+        asked) and, when it overwrote cells that recorded changes left (a stale copy saved by JupyterLab
+        without real-time collaboration), record it in the ledger as an ``overwrite`` (see
+        :meth:`Ledger.record_save`). A notebook no recorded change touched costs one look-up in memory;
+        the save is never refused or changed."""
+        path = path.strip("/")
+        if self.ledger is None or not path.endswith(".ipynb") or not await self.ledger.has_changes(path):
+            return await save()
+        async with self._lock(path):  # no edit of ours between the file before and after the save
+            before = await self._saved_version(path)
+            result = await save()
+            after = await self._saved_version(path) if before is not None else None
+        if before is not None and after is not None and before.hash != after.hash:
+            await self.ledger.record_save(path, before.notebook, after.notebook, before.hash, after.hash)
+        return result
+
+    async def _saved_version(self, path: str) -> LoadedNotebook | None:
+        """The notebook in the file (never a live room's document), or None when it cannot be read."""
+        try:
+            with path_errors(path):
+                return await self._load(path)
+        except (AgentToolsError, OSError, HTTPError):
+            return None
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
         """Save ``text`` over ``loaded`` unless the file changed since it was read.
@@ -900,6 +947,11 @@ def _recorded_fields(notes: dict[str, Any]) -> dict[str, Any]:
 
 def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in nb.items() if k != "cells"}
+
+
+def _minor(nb: dict[str, Any]) -> int:
+    minor = nb.get("nbformat_minor")
+    return minor if isinstance(minor, int) and not isinstance(minor, bool) else 5
 
 
 async def _parse(text: str, path: str, seed: str) -> tuple[dict[str, Any], str | None]:

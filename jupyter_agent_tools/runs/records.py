@@ -34,6 +34,15 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 
 
+def private(path: str) -> None:
+    """Make ``path`` a file only the server's user can read (created so, or an existing one tightened):
+    run records name notebooks, sessions and owners, as the ledger and the tokens do (both 0600)."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for name in (path, path + "-wal", path + "-shm"):  # SQLite gives its log the file's mode
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(name, 0o600)
+
+
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
@@ -61,6 +70,7 @@ class RunRecords:
         try:
             if self.path != ":memory:":
                 os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+                private(self.path)
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=1.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=OFF")
@@ -73,7 +83,7 @@ class RunRecords:
                 "WHERE root = ?",
                 (self.root,),
             ).fetchall()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
             self._fail(e)
             return []
         kept = []
