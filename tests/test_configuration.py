@@ -173,6 +173,7 @@ def test_a_setting_is_declared_on_one_class_only():
         "ready_timeout": ["LiveDocuments", "KernelService"],
         "max_bytes": ["ArtifactStore", "Ledger"],
         "idle_timeout": ["EvalSessionManager", "NotebookKernels"],
+        "db_path": ["Ledger", "ApprovalPolicy"],
     }
 
 
