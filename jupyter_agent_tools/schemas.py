@@ -1101,6 +1101,8 @@ ANSWER_SCHEMAS["NotebookRunEvent"] = {
 # ------------------------------------------------------------------------------------------ agent tokens
 
 TOKEN_SCOPES = ("read", "edit", "execute")
+# The classes of action of the approval gate (approvals/policy.py), which a token may ask the person for.
+APPROVAL_ACTIONS = ("read", "edit", "execute", "kernel")
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 TOKEN_MIN_EXPIRES_IN = 60  # seconds: the shortest lifetime a token may be given
 TOKEN_MAX_EXPIRES_IN = 366 * 86400
@@ -1140,6 +1142,14 @@ TOKEN_SCHEMAS: dict[str, Any] = {
                 "description": "Globs of the files the token reaches (e.g. 'reports/**'); none: every file. "
                 "Outside them files answer 404.",
             },
+            "ask": {
+                "type": "array",
+                "items": {"type": "string", "enum": list(APPROVAL_ACTIONS)},
+                "maxItems": len(APPROVAL_ACTIONS),
+                "uniqueItems": True,
+                "description": "The actions this agent must ask the person for first (the approval gate): "
+                "read, edit, execute, kernel. Absent: only what the server's approval rules say.",
+            },
             "expires_in": {
                 "type": "number",
                 "minimum": TOKEN_MIN_EXPIRES_IN,
@@ -1163,6 +1173,11 @@ ANSWER_SCHEMAS["AgentToken"] = _obj(
         "expires": _TIME_OR_NULL,
         "last_used": {**_TIME_OR_NULL, "description": "ISO 8601 UTC time (kept to the minute), or null"},
         "revoked": _TIME_OR_NULL,
+        "ask": {
+            "type": "array",
+            "items": {"type": "string", "enum": list(APPROVAL_ACTIONS)},
+            "description": "The actions it asks the person for first (the approval gate)",
+        },
     }
 )
 ANSWER_SCHEMAS["AgentTokenCreated"] = {
@@ -1181,7 +1196,6 @@ ANSWER_SCHEMAS["AgentTokenList"] = _obj(
 
 # ------------------------------------------------------------------------------------------ approval gate
 
-APPROVAL_ACTIONS = ("read", "edit", "execute", "kernel")
 APPROVAL_STATES = ("pending", "approved", "denied", "expired")
 APPROVAL_SCHEMAS: dict[str, Any] = {
     "ApprovalDecision": {

@@ -339,3 +339,25 @@ async def test_an_mcp_call_still_pending_goes_on_as_a_run_once_approved(
         ] == 200
         status = await session.call_tool("run_status", {"run_id": run["run_id"], "wait": 60})
         assert "complete" in status.content[0].text and "later" in status.content[0].text
+
+
+@pytest.mark.rules([])
+async def test_a_token_created_with_ask_asks_without_any_rule(http: Any) -> None:
+    status, made, _ = await http(
+        "POST", "api/agent/tokens", {"name": "careful", "scopes": ["execute", "read"], "ask": ["execute"]}
+    )
+    assert status == 201 and made["ask"] == ["execute"], made
+    status, refused, _ = await http(
+        "POST", "api/agent/tokens", {"name": "x", "scopes": ["read"], "ask": ["write"]}
+    )
+    assert status == 400 and "ask" in refused["message"], refused
+    listed = (await http("GET", "api/agent/tokens"))[1]["tokens"]
+    assert [t["ask"] for t in listed if t["name"] == "careful"] == [["execute"]]
+    status, pending, _ = await http(
+        "POST", "api/agent/eval", {**EVAL, "approval_wait": 0}, token=made["token"]
+    )
+    assert status == 202 and pending["approval_id"], pending
+    status, other, _ = await http(  # reading is not asked for
+        "GET", f"api/agent/approvals/{pending['approval_id']}", token=made["token"]
+    )
+    assert status == 200 and other["agent"] == "agent:careful"

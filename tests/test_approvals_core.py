@@ -153,3 +153,27 @@ async def test_a_restart_expires_what_was_pending_and_keeps_the_history(tmp_path
         states = dict(conn.execute("SELECT id, state FROM approvals").fetchall())
     assert states[left.id] == "expired" and states[decided.id] == "approved"
     again.stop()
+
+
+def test_a_token_file_of_schema_1_opens_and_its_tokens_ask_for_nothing(tmp_path: Path) -> None:
+    from jupyter_agent_tools.auth.store import TokenStore
+
+    path = tmp_path / "tokens.db"
+    with sqlite3.connect(path) as conn:  # the file as a server before the approval gate left it
+        conn.executescript(
+            "CREATE TABLE agent_tokens (token_hash TEXT PRIMARY KEY, name TEXT NOT NULL, "
+            "scopes TEXT NOT NULL, paths TEXT NOT NULL, created REAL NOT NULL, expires REAL, "
+            "last_used REAL, revoked REAL);"
+            "INSERT INTO agent_tokens VALUES ('h', 'old', 'read', '[]', 1.0, NULL, NULL, NULL);"
+            "PRAGMA user_version=1;"
+        )
+    store = TokenStore(str(path))
+    try:
+        (old,) = store.tokens()
+        assert old.name == "old" and old.ask == frozenset()
+        _token, made = store.create("new", ["execute"], ask=["execute", "edit"])
+        assert made.ask == {"execute", "edit"} and made.public(store.now())["ask"] == ["edit", "execute"]
+        with pytest.raises(AgentToolsError, match="unknown action in 'ask'"):
+            store.create("bad", ["read"], ask=["write"])
+    finally:
+        store.close()

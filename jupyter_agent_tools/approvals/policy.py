@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..auth.paths import GlobError, PathScope, normalize
+from ..schemas import APPROVAL_ACTIONS as ACTIONS
 
-ACTIONS = ("read", "edit", "execute", "kernel")
 DECISIONS = ("allow", "ask", "deny")
 # The order decisions win in: a deny is never overruled, an ask only by a deny.
 _STRENGTH = {"allow": 0, "ask": 1, "deny": 2}

@@ -65,6 +65,7 @@ class AgentUser(User):
     agent: str = ""
     scopes: frozenset[str] = frozenset()
     path_scope: PathScope | None = None
+    ask: frozenset[str] = frozenset()  # the actions it asks the person for first (the approval gate)
 
 
 _USER_FIELDS = tuple(f.name for f in fields(User))
@@ -220,6 +221,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             agent=record.name,
             scopes=record.effective_scopes,
             path_scope=record.path_scope,
+            ask=record.ask,
         )
         # AgentAuthorizer raises its own refusal (403 naming the scope, 404 outside the paths)
         if ROOM_WEBSOCKET in _class_names(handler):

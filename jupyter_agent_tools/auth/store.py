@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
+from ..schemas import APPROVAL_ACTIONS as ASK_ACTIONS
 from ..schemas import TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
@@ -41,7 +42,7 @@ MAX_EXPIRES_IN = float(TOKEN_MAX_EXPIRES_IN)
 MIN_EXPIRES_IN = float(TOKEN_MIN_EXPIRES_IN)
 # Seconds between two writes of one token's last use.
 LAST_USED_EVERY = 60.0
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the actions a token asks the person for (ask)
 # Seconds a read waits for a lock before it keeps the records already read.
 READ_TIMEOUT = 0.05
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ CREATE TABLE IF NOT EXISTS agent_tokens (
     created REAL NOT NULL,
     expires REAL,
     last_used REAL,
-    revoked REAL
+    revoked REAL,
+    ask TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS agent_tokens_name ON agent_tokens (name);
 """
@@ -84,6 +86,7 @@ class AgentToken:
     last_used: float | None = None
     revoked: float | None = None
     path_scope: PathScope | None = None
+    ask: frozenset[str] = frozenset()  # the actions it asks the person for first (the approval gate)
 
     @property
     def effective_scopes(self) -> frozenset[str]:
@@ -107,12 +110,13 @@ class AgentToken:
             "expires": iso(self.expires),
             "last_used": iso(self.last_used),
             "revoked": iso(self.revoked),
+            "ask": [a for a in ASK_ACTIONS if a in self.ask],
         }
 
 
 def _record(row: tuple[Any, ...], known: AgentToken | None = None) -> AgentToken:
     """The record of a row; ``known``'s compiled globs are kept when they are the same."""
-    token_hash_, name, scopes, paths, created, expires, last_used, revoked = row
+    token_hash_, name, scopes, paths, created, expires, last_used, revoked, ask = row
     globs = tuple(json.loads(paths))
     if known is not None and known.paths == globs:
         return replace(known, last_used=last_used, revoked=revoked, expires=expires)
@@ -126,6 +130,7 @@ def _record(row: tuple[Any, ...], known: AgentToken | None = None) -> AgentToken
         last_used=last_used,
         revoked=revoked,
         path_scope=PathScope(globs) if globs else None,
+        ask=frozenset(a for a in (ask or "").split(",") if a),
     )
 
 
@@ -180,6 +185,11 @@ class TokenStore:
                 self._writer.execute("PRAGMA synchronous=NORMAL")
                 if int(self._reader.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
                     self._writer.executescript(_SCHEMA)
+                    columns = {row[1] for row in self._writer.execute("PRAGMA table_info(agent_tokens)")}
+                    if "ask" not in columns:  # a file of schema 1: its tokens ask for nothing
+                        self._writer.execute(
+                            "ALTER TABLE agent_tokens ADD COLUMN ask TEXT NOT NULL DEFAULT ''"
+                        )
                     self._writer.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as e:
             self._writer_thread.shutdown(wait=False)
@@ -207,7 +217,7 @@ class TokenStore:
             if version == self._version:
                 return
             rows = self._reader.execute(
-                "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked "
+                "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked, ask "
                 "FROM agent_tokens"
             ).fetchall()
         except sqlite3.Error as e:
@@ -267,9 +277,17 @@ class TokenStore:
         scopes: Iterable[str],
         paths: Iterable[str] = (),
         expires_in: float | None = None,
+        ask: Iterable[str] = (),
     ) -> tuple[str, AgentToken]:
-        """A new token and its record. 400 for a bad name, scope, glob or lifetime; 409 when an active
-        token has this name (revoke it first); 503 when the file cannot be written."""
+        """A new token and its record (``ask``: the actions it must ask the person for first). 400 for a
+        bad name, scope, glob, action or lifetime; 409 when an active token has this name (revoke it
+        first); 503 when the file cannot be written."""
+        asked = frozenset(ask)
+        unknown = sorted(asked - set(ASK_ACTIONS))
+        if unknown:
+            raise BadRequest(
+                f"unknown action in 'ask': {', '.join(map(repr, unknown))}; use {', '.join(ASK_ACTIONS)}"
+            )
         try:
             check_name(name)
             scope_set = parse_scopes(scopes)
@@ -293,6 +311,7 @@ class TokenStore:
             created=now,
             expires=now + expires_in if expires_in is not None else None,
             path_scope=scope,
+            ask=asked,
         )
         with self._lock:
             self._refresh()
@@ -304,7 +323,8 @@ class TokenStore:
             )
         self._write(
             f"the token {name!r} was not created",
-            "INSERT INTO agent_tokens VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)",
+            "INSERT INTO agent_tokens (token_hash, name, scopes, paths, created, expires, ask) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 record.token_hash,
                 name,
@@ -312,6 +332,7 @@ class TokenStore:
                 json.dumps(list(globs)),
                 record.created,
                 record.expires,
+                ",".join(sorted(asked)),
             ),
         )
         with self._lock:

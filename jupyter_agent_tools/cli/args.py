@@ -328,6 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only files matching GLOB, e.g. 'reports/**' (repeat, or separate with commas)",
     )
     create.add_argument("--expires", metavar="DURATION", help="lifetime, e.g. 30m, 8h, 7d (default: never)")
+    create.add_argument(
+        "--ask",
+        action="append",
+        default=[],
+        metavar="ACTIONS",
+        help="what the agent must ask the person for first, e.g. execute,edit (of read, edit, execute, "
+        "kernel: docs/approvals.md)",
+    )
     _common(create)
     listing_tokens = tc.add_parser("list", help="list the tokens (never the tokens themselves)")
     _common(listing_tokens)

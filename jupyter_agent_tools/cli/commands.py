@@ -476,7 +476,7 @@ def tokens_text(tokens: list[dict[str, Any]]) -> str:
     """The agent tokens as aligned columns."""
     if not tokens:
         return "No agent tokens.\n"
-    columns = ("NAME", "STATUS", "SCOPES", "PATHS", "EXPIRES", "LAST USED")
+    columns = ("NAME", "STATUS", "SCOPES", "PATHS", "ASKS FOR", "EXPIRES", "LAST USED")
     rows = [list(columns)]
     for t in tokens:
         rows.append(
@@ -485,6 +485,7 @@ def tokens_text(tokens: list[dict[str, Any]]) -> str:
                 str(t.get("status")),
                 ",".join(t.get("scopes") or []),
                 ",".join(t.get("paths") or []) or "*",
+                ",".join(t.get("ask") or []) or "-",
                 str(t.get("expires") or "never"),
                 str(t.get("last_used") or "never"),
             ]
@@ -511,13 +512,15 @@ def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
             _comma_list([args.scopes]),
             paths=_comma_list(args.paths) or None,
             expires_in=expires_in,
+            ask=_comma_list(args.ask) or None,
         )
         until = f"until {answer['expires']}" if answer.get("expires") else "until revoked"
         renderer.done(
             f"{answer['token']}\n"
             f"Agent token {answer['name']!r} (user {answer['user']}, scopes {','.join(answer['scopes'])}, "
-            f"paths {', '.join(answer.get('paths') or []) or 'all files'}), "
-            f"valid {until}. It is shown this once: give it to the agent as JUPYTER_AGENT_TOKEN.",
+            f"paths {', '.join(answer.get('paths') or []) or 'all files'}"
+            + (f", asks the person before: {','.join(answer['ask'])}" if answer.get("ask") else "")
+            + f"), valid {until}. It is shown this once: give it to the agent as JUPYTER_AGENT_TOKEN.",
             answer,
         )
     else:

@@ -360,9 +360,11 @@ class AsyncAgentClient:
         *,
         paths: Sequence[str] | None = None,
         expires_in: float | None = None,
+        ask: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """``POST /api/agent/tokens``: a new agent token; its ``token`` is in this answer only."""
-        return dict(await self._json(calls.token_call(name, scopes, paths, expires_in)))
+        """``POST /api/agent/tokens``: a new agent token (``ask``: the actions it must ask the person for
+        first); its ``token`` is in this answer only."""
+        return dict(await self._json(calls.token_call(name, scopes, paths, expires_in, ask)))
 
     async def revoke_token(self, name: str) -> dict[str, Any]:
         """``DELETE /api/agent/tokens/{name}``: revoke it (its record stays, as revoked)."""

@@ -162,11 +162,17 @@ def edit_call(
 
 
 def token_call(
-    name: str, scopes: Sequence[str], paths: Sequence[str] | None, expires_in: float | None
+    name: str,
+    scopes: Sequence[str],
+    paths: Sequence[str] | None,
+    expires_in: float | None,
+    ask: Sequence[str] | None = None,
 ) -> Call:
     body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
     if paths:
         body["paths"] = list(paths)
+    if ask:
+        body["ask"] = list(ask)
     if expires_in is not None:
         body["expires_in"] = expires_in
     return Call("POST", "api/agent/tokens", body)

@@ -63,7 +63,12 @@ class TokenListHandler(_TokenRoute):
         body = await self.json_body()
         check("AgentTokenRequest", body)
         token, record = await store.call(
-            store.create, body["name"], body["scopes"], body.get("paths") or (), body.get("expires_in")
+            store.create,
+            body["name"],
+            body["scopes"],
+            body.get("paths") or (),
+            body.get("expires_in"),
+            body.get("ask") or (),
         )
         self.log.info("agent token %r created (scopes %s)", record.name, ",".join(sorted(record.scopes)))
         answer = {**record.public(store.now()), "token": token, "user": AGENT_PREFIX + record.name}
