@@ -1351,6 +1351,11 @@ LEDGER_SCHEMAS: dict[str, Any] = {
                 "recorded changes put there): the ids of those changes; its cells are only the cells it "
                 "overwrote, and its undo puts back their version. null otherwise",
             },
+            "approved_by": {
+                **_STR_OR_NULL,
+                "description": "Who approved it before it was made (the approval gate), or null when "
+                "nobody had to",
+            },
         },
         description="One recorded change of a notebook.",
     ),

@@ -219,6 +219,8 @@ async def test_an_edit_shows_its_diff_and_is_applied_once_approved(
         await asyncio.sleep(0.05)
     assert shown["outcome"]["status"] == 200, shown
     assert nbformat.read(str(path), as_version=4).cells[1].source == "print(x * 100)"
+    changes = (await http("GET", "api/agent/notebooks/nb.ipynb/changes"))[1]["changes"]
+    assert changes[0]["user"] == "agent:bot" and changes[0]["approved_by"] == shown["decided_by"]
 
 
 @pytest.mark.rules([{"who": "agent:*", "actions": ["execute"], "paths": ["secret/**"], "decision": "deny"}])

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..audit.context import set_approver
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..notebook.format import source_hash
 from .records import Approval
@@ -103,6 +104,8 @@ async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait
     await policy.wait_for(approval, wait)
     if approval.state in ("denied", "expired"):
         raise refusal(approval)
+    if approval.state == "approved":
+        set_approver(approval.decided_by)
     return approval
 
 
@@ -111,6 +114,7 @@ async def decided(policy: ApprovalPolicy, approval: Approval) -> Approval:
     await policy.wait_for(approval, max(0.0, approval.expires - approval.created) + 1.0)
     if approval.state != "approved":
         raise refusal(approval)
+    set_approver(approval.decided_by)  # the ledger names who approved the change this work makes
     return approval
 
 

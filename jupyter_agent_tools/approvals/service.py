@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from traitlets import Dict, Float, Instance, Int, List, TraitError, Unicode, default, validate
 
 from ..audit import NO_AUDIT, Audit
+from ..audit.context import set_approver
 from ..errors import AgentToolsError, Conflict, NotFound
 from ..traits import Service, at_least, trait_name
 from .policy import AGENT_PREFIX, Rule, RuleError, decide, parse_rules, who_matches
@@ -254,6 +255,7 @@ class ApprovalPolicy(Service):
             await self.wait_for(approval, approval.expires - time.time() + 1.0)
             if approval.state != "approved":
                 return
+            set_approver(approval.decided_by)  # the ledger names who approved the change
             try:
                 answer = await apply()
             except AgentToolsError as e:

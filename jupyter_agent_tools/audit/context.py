@@ -36,3 +36,17 @@ def current_via() -> str | None:
 def set_via(via: str | None) -> Token[str | None]:
     """Make ``via`` the front door of this task (and of the tasks it starts)."""
     return _VIA.set(via)
+
+
+# Who approved the work being done (the approval gate): the ledger names them in the change's entry.
+_APPROVER: ContextVar[str | None] = ContextVar("jupyter_agent_tools_approver", default=None)
+
+
+def current_approver() -> str | None:
+    """Who approved the work of this task (the approval gate), or None when nobody had to."""
+    return _APPROVER.get()
+
+
+def set_approver(name: str | None) -> Token[str | None]:
+    """Say ``name`` approved the work of this task (and of the tasks it starts)."""
+    return _APPROVER.set(name)

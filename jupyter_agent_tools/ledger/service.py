@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import contextvars
 import difflib
+import functools
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ from typing import Any, TypeVar, cast
 from traitlets import Instance, Int, Unicode, default, validate
 
 from ..audit import NO_AUDIT, Audit
-from ..audit.context import current_user, current_via
+from ..audit.context import current_approver, current_user, current_via
 from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
@@ -115,7 +116,8 @@ CREATE TABLE IF NOT EXISTS changes (
     cells TEXT NOT NULL,
     body BLOB NOT NULL,
     bytes INTEGER NOT NULL,
-    overwrites TEXT
+    overwrites TEXT,
+    approved_by TEXT
 );
 CREATE INDEX IF NOT EXISTS changes_by_path ON changes (path, id);
 CREATE INDEX IF NOT EXISTS changes_by_time ON changes (time);
@@ -471,6 +473,8 @@ class Ledger(Service):
             columns = {row[1] for row in conn.execute("PRAGMA table_info(changes)")}
             if "overwrites" not in columns:  # a database made before overwrites were recorded
                 conn.execute("ALTER TABLE changes ADD COLUMN overwrites TEXT")
+            if "approved_by" not in columns:  # a database made before the approval gate
+                conn.execute("ALTER TABLE changes ADD COLUMN approved_by TEXT")
         except BaseException:
             conn.close()
             raise
@@ -598,7 +602,9 @@ class Ledger(Service):
         user, via = current_user(), current_via()
         action_kind = kind if undoes is None else f"undo {undoes}"
         args = (path, kind, action_kind, before, after, hash_before, hash_after, undoes, user, via)
-        recording = self._submit(self._record_one, *args)  # first: the answer waits for it, not a snapshot
+        recording = self._submit(
+            self._record_one, *args, current_approver()
+        )  # first: the answer waits for it, not a snapshot
         self.remember(path, hash_after, after, base=(hash_before, before))
         return await self._recorded(recording)
 
@@ -632,13 +638,26 @@ class Ledger(Service):
         undoes: str | None,
         user: str | None,
         via: str | None,
+        approved_by: str | None = None,
     ) -> tuple[dict[str, Any], str | None] | None:
         """Worker: what one write did, entered in the database (one round trip from the event loop)."""
         change = diff(before, after)
         if not change.cells and kind != "create" and _outside_cells(before) == _outside_cells(after):
             return None  # nothing changed: nothing to review or undo (creating a file is a change)
         action = summarize(change, action_kind)
-        return self._insert(path, kind, action, change, hash_before, hash_after, undoes, user, via, False)
+        return self._insert(
+            path,
+            kind,
+            action,
+            change,
+            hash_before,
+            hash_after,
+            undoes,
+            user,
+            via,
+            False,
+            approved_by=approved_by,
+        )
 
     def _add_to_group(
         self,
@@ -694,7 +713,8 @@ class Ledger(Service):
         user, via = current_user(), current_via()
         action = summarize(change, kind if undoes is None else f"undo {undoes}")
         args = (path, kind, action, change, hash_before, hash_after, undoes, user, via, incomplete)
-        return await self._recorded(self._submit(self._insert, *args))
+        inserting = functools.partial(self._insert, *args, approved_by=current_approver())
+        return await self._recorded(self._submit(inserting))
 
     def _insert(
         self,
@@ -709,9 +729,10 @@ class Ledger(Service):
         via: str | None,
         incomplete: bool,
         overwrites: list[str] | None = None,
+        approved_by: str | None = None,
     ) -> tuple[dict[str, Any], str | None]:
         """Worker: enter a change in the database; its entry (as the list routes answer it) and why it
-        cannot be undone (None: it can)."""
+        cannot be undone (None: it can); ``approved_by``: who approved it (the approval gate)."""
         summary, body, blobs = _encode(change.cells)
         size = len(summary) + len(body) + sum(len(b) for b in blobs.values())
         if size > self.max_bytes // MAX_ENTRY_SHARE:
@@ -734,8 +755,8 @@ class Ledger(Service):
         try:
             cursor = conn.execute(
                 "INSERT INTO changes (time, path, user, via, kind, action, hash_before, hash_after, undoes, "
-                "not_undoable, cells, body, bytes, overwrites) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "not_undoable, cells, body, bytes, overwrites, approved_by) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     now,
                     path,
@@ -751,6 +772,7 @@ class Ledger(Service):
                     body,
                     size,
                     json.dumps(overwrites) if overwrites else None,
+                    approved_by,
                 ),
             )
             change_id = int(cast(int, cursor.lastrowid))
@@ -771,7 +793,7 @@ class Ledger(Service):
         undone = int(undoes) if undoes is not None else None
         row = (change_id, now, path, user, via, kind, action, hash_before, hash_after, undone)
         return _entry(
-            (*row, not_undoable, summary, json.dumps(overwrites) if overwrites else None)
+            (*row, not_undoable, summary, json.dumps(overwrites) if overwrites else None, approved_by)
         ), not_undoable
 
     # -- saves through the contents API -----------------------------------------------------------
@@ -1256,11 +1278,12 @@ class Ledger(Service):
 
 ENTRY_COLUMNS = (
     "id, time, path, user, via, kind, action, hash_before, hash_after, undoes, not_undoable, cells, "
-    "overwrites"
+    "overwrites, approved_by"
 )
 ENTRY_NOT_UNDOABLE = 10
 ENTRY_CELLS = 11
 ENTRY_OVERWRITES = 12
+ENTRY_APPROVED_BY = 13
 
 
 def _process_alive(pid: int) -> bool:
@@ -1295,6 +1318,7 @@ def _entry(row: Any) -> dict[str, Any]:
         "undoable": row[ENTRY_NOT_UNDOABLE] is None,
         "cells": [{k: c[k] for k in ("id", "what", "index_before", "index_after")} for c in cells],
         "overwrites": json.loads(row[ENTRY_OVERWRITES]) if row[ENTRY_OVERWRITES] else None,
+        "approved_by": row[ENTRY_APPROVED_BY],
     }
 
 

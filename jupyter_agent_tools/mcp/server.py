@@ -30,7 +30,7 @@ from typing import Any
 from .. import __version__
 from ..approvals.gate import Asking, clear, decided, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
-from ..audit.context import current_user
+from ..audit.context import current_user, set_approver
 from ..errors import AgentToolsError
 from ..runs.registry import Viewer
 from ..streaming import TaskSource, pump
@@ -685,6 +685,7 @@ class McpServer:
             if approval.state == "pending":
                 return arguments, self._call_result(self._go_on_when_approved(tool, gate, approval), version)
             progress(f"Approved by {approval.decided_by}.\n")
+            set_approver(approval.decided_by)  # the ledger names who approved the change
             return await gate.bind(approval), None
         except AgentToolsError as e:
             return arguments, self._call_result(ToolResult(e.message, is_error=True), version)
