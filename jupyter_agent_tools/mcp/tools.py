@@ -774,12 +774,11 @@ _TOOLS: tuple[Tool, ...] = (
     Tool(
         name="notebook_read",
         title="Read a notebook",
-        description="Read a notebook: every cell's index, id, type and source, and its outputs summarized "
-        "(long text cut, images as placeholders unless include_images; notebook_output_read gives one "
-        "output in full). A big notebook a page at a time (start, limit; the answer says cell_count and "
-        "next_start), or some cells (cell_ids). Returns the notebook's 'hash': pass it to notebook_edit "
-        "as expected_hash. Also says when the file is nbformat 3 (edits need upgrade: true) or invalid "
-        "as found (its 'problems'; edits need repair: true).",
+        description="Read a notebook: each cell's index, id, type, source and outputs summarized (long "
+        "text cut, images as placeholders unless include_images; notebook_output_read gives one output in "
+        "full). A big notebook a page at a time (start, limit; see cell_count, next_start), or some cells "
+        "(cell_ids). Its 'hash' is notebook_edit's expected_hash. Says when the file is nbformat 3 (edits "
+        "need upgrade: true) or invalid (its 'problems'; edits need repair: true).",
         permissions=(("read", "contents"),),
         input_schema=_notebook_read_input(),
         output_schema=component("NotebookRead"),
