@@ -14,6 +14,12 @@ import asyncio
 import contextlib
 from typing import Any
 
+from tornado import web
+
+# What jupyter_server's managers (contents, kernels, sessions, the gateway client) raise for an HTTP status:
+# the services catch it by this name, and never import Tornado themselves.
+ServerHTTPError = web.HTTPError
+
 
 def local_os_path(contents_manager: Any, path: str) -> str | None:
     """The file system path behind API ``path``, or None when the contents manager is not a local disk.

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from jupyter_agent_tools.handlers.eval import ndjson_line
 from jupyter_agent_tools.text import (
     json_string_body,
+    ndjson_line,
     resolve_carriage_returns,
     sanitize,
     split_incomplete_escape,

@@ -16,13 +16,12 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import ensure_async
-from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
 from ..audit import Audit
-from ..compat import pending_ready, settle_abandoned_start
+from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, in_range
 from .connection import KernelConnection
@@ -276,7 +275,7 @@ class EvalService(Service):
                 raise BadRequest(problem)
             if cwd and not cm.allow_hidden and await ensure_async(cm.is_hidden(cwd)):
                 raise BadRequest(problem)
-        except HTTPError:
+        except ServerHTTPError:
             raise BadRequest(problem) from None
         return str(self.kernels.kernel_manager.cwd_for_path(cwd))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -28,7 +27,7 @@ from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
 from ..runs import Run, RunRegistry
 from ..streaming import TaskSource, pump
-from ..text import json_string_body
+from ..text import ndjson_line
 from .base import AgentAPIHandler
 
 NDJSON = "application/x-ndjson"
@@ -36,26 +35,6 @@ NDJSON = "application/x-ndjson"
 # Characters of output text sent per write: JSON encoding and HTTP chunk framing copy each write a few
 # times, so a 16 MB chunk goes out as several lines rather than one huge one.
 WRITE_CHARS = 1 << 20
-
-
-def ndjson_line(event: dict[str, Any]) -> bytes:
-    """One event as a line of NDJSON (UTF-8 text, not \\u escapes).
-
-    A chunk's text, the bulk of a flood, is escaped by ``json_string_body`` and spliced in after the other
-    fields: the same bytes as ``json.dumps``, without its slower escaping of the str and its re-encoding.
-    """
-    text = event.get("text")
-    if (
-        event.get("type") == "chunk"
-        and isinstance(text, str)
-        and len(event) > 1
-        and next(reversed(event)) == "text"
-    ):
-        body = json_string_body(text)
-        if body is not None:
-            head = json.dumps({k: v for k, v in event.items() if k != "text"}, ensure_ascii=False)
-            return b"".join((head[:-1].encode(), b', "text": "', body, b'"}\n'))
-    return (json.dumps(event, ensure_ascii=False) + "\n").encode()
 
 
 class EvalHandler(AgentAPIHandler):

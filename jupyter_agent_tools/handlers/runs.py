@@ -16,8 +16,9 @@ from ..errors import AgentToolsError, BadRequest
 from ..runs import Run, RunRegistry, Viewer
 from ..runs.log import RunLog
 from ..streaming import pump
+from ..text import ndjson_line
 from .base import AgentAPIHandler, acting_username
-from .eval import WRITE_CHARS, NdjsonWriter, ndjson_line
+from .eval import WRITE_CHARS, NdjsonWriter
 
 DEFAULT_EVENTS_TIMEOUT = 300.0  # seconds an events stream stays open at most (the client reconnects)
 MAX_EVENTS_TIMEOUT = 3600.0

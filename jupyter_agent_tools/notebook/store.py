@@ -28,13 +28,12 @@ from typing import Any, TypeVar
 
 from jupyter_core.utils import ensure_async
 from nbformat.validator import get_validator
-from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
 from ..audit import NO_AUDIT, Audit
 from ..auth.context import path_allowed
-from ..compat import local_os_path
+from ..compat import ServerHTTPError, local_os_path
 from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailable
 from ..ledger.changes import diff as change_of
 from ..ledger.changes import summarize
@@ -230,7 +229,7 @@ class NotebookStore(Service):
             raise NotFound(f"Notebook not found: {shown(path)}")
         try:
             hidden = await ensure_async(cm.is_hidden(path))
-        except HTTPError as e:
+        except ServerHTTPError as e:
             raise NotFound(f"Notebook not found: {shown(path)}") from e
         if hidden and not cm.allow_hidden:
             # The contents API answers 404 for hidden files too: do not reveal that they exist.
@@ -240,7 +239,7 @@ class NotebookStore(Service):
     def _os_path(self, path: str) -> str | None:
         try:
             return local_os_path(self.contents_manager, path)
-        except HTTPError as e:
+        except ServerHTTPError as e:
             raise NotFound(f"Notebook not found: {path}") from e
 
     async def _load(self, path: str) -> LoadedNotebook:
@@ -301,7 +300,7 @@ class NotebookStore(Service):
             if not await ensure_async(cm.file_exists(path)):
                 raise NotFound(f"Notebook not found: {path}")
             model = await ensure_async(cm.get(path, content=True, type="file", format="text"))
-        except HTTPError as e:
+        except ServerHTTPError as e:
             if e.status_code == 404:
                 raise NotFound(f"Notebook not found: {path}") from e
             if e.status_code == 400:
@@ -584,7 +583,7 @@ class NotebookStore(Service):
                 raise Conflict(f"Cannot create folder {shown(sub)}: a file has that name")
             try:
                 await ensure_async(cm.save({"type": "directory"}, sub))
-            except HTTPError as e:
+            except ServerHTTPError as e:
                 if e.status_code < 500:
                     raise AgentToolsError(e.log_message or f"Cannot create {sub}", e.status_code) from e
                 raise
@@ -601,7 +600,7 @@ class NotebookStore(Service):
         if os_path is None:
             try:
                 await ensure_async(cm.save(model, path))
-            except HTTPError as e:
+            except ServerHTTPError as e:
                 if e.status_code < 500:
                     raise AgentToolsError(e.log_message or f"Cannot save {path}", e.status_code) from e
                 raise
@@ -856,7 +855,7 @@ class NotebookStore(Service):
         try:
             with path_errors(path):
                 return await self._load(path)
-        except (AgentToolsError, OSError, HTTPError):
+        except (AgentToolsError, OSError, ServerHTTPError):
             return None
 
     async def _save(self, loaded: LoadedNotebook, text: str) -> tuple[str | None, str]:
@@ -881,7 +880,7 @@ class NotebookStore(Service):
                 await ensure_async(cm.save({"type": "file", "format": "text", "content": text}, path))
                 return content_hash(text.encode("utf-8")), ""
             return await self._save_to_disk(loaded, os_path, text)
-        except HTTPError as e:
+        except ServerHTTPError as e:
             if e.status_code < 500:
                 raise AgentToolsError(e.log_message or f"Cannot save {path}", e.status_code) from e
             raise

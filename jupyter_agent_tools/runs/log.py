@@ -28,6 +28,7 @@ from typing import Any
 
 from ..artifacts import ArtifactFull
 from ..execution.backlog import utf8_prefix, utf8_size
+from ..text import ndjson_line  # the same encoding as an attached stream (fast for chunks)
 
 Event = dict[str, Any]
 INDEX_EVERY = 64 * 1024  # bytes of artifact between two entries of the sparse seq -> offset index
@@ -36,8 +37,6 @@ KEEP_IN_MEMORY = 64 * 1024  # bytes of events a finished run may keep in memory 
 
 def encode(seq: int, event: Event) -> bytes:
     """``{"seq": seq, ...event}`` as one NDJSON line (UTF-8, not \\u escapes)."""
-    from ..handlers.eval import ndjson_line  # the same encoding as an attached stream (fast for chunks)
-
     return ndjson_line({"seq": seq, **event})
 
 
