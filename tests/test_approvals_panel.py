@@ -61,7 +61,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "identity_provider_class": "jupyter_agent_tools.auth.AgentIdentityProvider",
             "authorizer_class": "jupyter_agent_tools.auth.AgentAuthorizer",
         },
-        "ApprovalPolicy": {"rules": [{"who": "agent:*", "actions": ["execute"], "decision": "ask"}]},
+        "ApprovalPolicy": {
+            "rules": [
+                {"who": "agent:*", "actions": ["execute"], "decision": "ask"},
+                {"who": "agent:editor", "actions": ["edit"], "decision": "ask"},
+            ]
+        },
     }
     with running_lab(tmp, config=config) as running:
         cells = [
@@ -239,6 +244,31 @@ def test_deny_with_a_reason_tells_the_agent(lab: dict[str, Any], page: Any) -> N
     assert "not on prod data" in answer["message"], answer
     row.wait_for(state="detached", timeout=20_000)
     assert badge(page) is None
+
+
+def test_a_waiting_edit_shows_its_diff_and_a_denial_leaves_the_cell(lab: dict[str, Any], page: Any) -> None:
+    token = agent_token(lab, "editor")
+    body = {
+        "action": "edit",
+        "cell_id": "other",
+        "content": "print('edited by the agent')",
+        "approval_wait": 120,
+    }
+    with ThreadPoolExecutor(1) as pool:
+        call = as_agent(pool, lab, token, f"notebooks/{NOTEBOOK}", body)
+        row, approval_id = waiting_row(page, "agent:editor")
+        assert "edit" in row.inner_text() and "cell other: edited" in row.inner_text(), row.inner_text()
+        diff = row.locator("pre.jp-AgentActivity-diffText")
+        assert diff.locator(".jp-mod-removed", has_text="-print('not asked about')").count() == 1
+        assert diff.locator(".jp-mod-added", has_text="+print('edited by the agent')").count() == 1
+        marked = page.locator(f'.jp-Cell.jp-agent-pending[data-agent-approval-id="{approval_id}"]')
+        marked.wait_for(timeout=20_000)
+        assert marked.count() == 1 and "not asked about" in marked.inner_text()
+        row.locator('button[data-action="deny"]').click()  # no reason given
+        status, answer = call.result(timeout=90)
+    assert status == 403 and answer["reason"] == "approval_denied", answer
+    marked.wait_for(state="detached", timeout=20_000)
+    assert "edited by the agent" not in page.locator(".jp-Notebook").inner_text()
 
 
 def test_approve_for_10_minutes_approves_the_next_same_request_at_once(

@@ -161,7 +161,7 @@ export class AgentPanel extends Widget {
     this._approvals.update(
       approvals,
       a => String(a.id),
-      a => a,
+      a => a.id, // (a pending request does not change: drawn once, a typed reason kept)
       approvalRow
     );
     this._approvals.node.hidden = approvals.length === 0;
