@@ -73,35 +73,37 @@ def launch(playwright: Any) -> Any:
 
 
 @contextmanager
-def running_lab(tmp_path: Path, rtc: bool = True) -> Iterator[dict[str, Any]]:
+def running_lab(
+    tmp_path: Path, rtc: bool = True, config: dict[str, dict[str, Any]] | None = None
+) -> Iterator[dict[str, Any]]:
     """A ``jupyter lab`` subprocess on 127.0.0.1 with a token, all its state under ``tmp_path``:
     ``{"base", "token", "root", "log"}``; with ``rtc=False`` real-time collaboration is off
-    (``YDocExtension.disable_rtc``: the page keeps its own copy of a notebook, as plain JupyterLab)."""
+    (``YDocExtension.disable_rtc``: the page keeps its own copy of a notebook, as plain JupyterLab);
+    ``config``: more server configuration, by class (merged into the classes' settings here)."""
     root = tmp_path / "root"
     root.mkdir()
     config_dir = tmp_path / "config"
     config_dir.mkdir()
-    (config_dir / "jupyter_server_config.json").write_text(
-        json.dumps(
-            {
-                "ServerApp": {
-                    "jpserver_extensions": {
-                        "jupyterlab": True,
-                        "jupyter_server_fileid": True,
-                        "jupyter_server_ydoc": True,
-                        "jupyter_agent_tools": True,
-                    }
-                },
-                "YDocExtension": {
-                    "disable_rtc": not rtc,
-                    "document_save_delay": 0.5,
-                    "session_store_path": str(tmp_path / "sessions.json"),
-                },
-                "SQLiteYStore": {"db_path": str(tmp_path / "ystore.db")},
-                "BaseFileIdManager": {"db_path": str(tmp_path / "fileid.db")},
+    settings: dict[str, dict[str, Any]] = {
+        "ServerApp": {
+            "jpserver_extensions": {
+                "jupyterlab": True,
+                "jupyter_server_fileid": True,
+                "jupyter_server_ydoc": True,
+                "jupyter_agent_tools": True,
             }
-        )
-    )
+        },
+        "YDocExtension": {
+            "disable_rtc": not rtc,
+            "document_save_delay": 0.5,
+            "session_store_path": str(tmp_path / "sessions.json"),
+        },
+        "SQLiteYStore": {"db_path": str(tmp_path / "ystore.db")},
+        "BaseFileIdManager": {"db_path": str(tmp_path / "fileid.db")},
+    }
+    for name, values in (config or {}).items():
+        settings[name] = {**settings.get(name, {}), **values}
+    (config_dir / "jupyter_server_config.json").write_text(json.dumps(settings))
     # No news or update checks (no network; no toast over the page's screenshots).
     notification = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)

@@ -127,6 +127,32 @@ async def test_the_eval_waits_and_runs_once_the_person_approves(http: Any, agent
     assert status == 200 and "approved ran" in answer["cells"][0]["output"]
 
 
+async def test_the_event_bus_tells_requests_and_decisions(http: Any, agent: Any, jp_serverapp: Any) -> None:
+    """The Agents panel learns of requests from the approval/v1 events (before: every one was refused by
+    the schema, which names the agent 'user', and never reached the bus)."""
+    told: list[dict[str, Any]] = []
+
+    async def listen(logger: Any, schema_id: str, data: Any) -> None:
+        told.append(dict(data))
+
+    schema = "https://events.jupyter.org/jupyter_agent_tools/approval/v1"
+    jp_serverapp.event_logger.add_listener(schema_id=schema, listener=listen)
+    bot = await agent()
+    call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))
+    request = await pending_approval(http)
+    assert (await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}))[0] == 200
+    assert (await call)[0] == 200
+    for _ in range(100):
+        if len(told) == 2:
+            break
+        await asyncio.sleep(0.02)
+    assert [(e["event"], e["approval_id"], e["user"]) for e in told] == [
+        ("requested", request["id"], "agent:bot"),
+        ("approved", request["id"], "agent:bot"),
+    ], told
+    assert told[0]["summary"] == "run 1 cell in session 's'" and told[0]["action"] == "execute"
+
+
 async def test_a_denial_is_a_403_with_the_persons_reason(http: Any, agent: Any) -> None:
     bot = await agent()
     call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))

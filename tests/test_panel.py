@@ -317,6 +317,8 @@ def test_the_commands_are_in_the_palette_and_act(lab: dict[str, Any], page: Any)
         "() => window.jupyterapp.commands.listCommands().filter(c => c.startsWith('agents:')).sort()"
     )
     assert commands == [
+        "agents:approve",
+        "agents:deny",
         "agents:diff",
         "agents:interrupt",
         "agents:open-change",

@@ -62,6 +62,36 @@ export interface IChangeDetail extends IChange {
   cells: IChangeDetailCell[];
 }
 
+/** A request waiting for the person's decision (`GET /api/agent/approvals`), see docs/approvals.md. */
+export interface IApproval {
+  id: number;
+  /** The agent that asks (`agent:NAME`). */
+  agent: string;
+  /** Through which door it asked: `http`, `mcp`, `cli`. */
+  door: string;
+  /** `read`, `edit`, `execute` or `kernel`. */
+  action: string;
+  path: string | null;
+  /** What it asks to do, in a line (`run 2 cells in report.ipynb`). */
+  summary: string;
+  state: 'pending' | 'approved' | 'denied' | 'expired';
+  created: string;
+  expires: string;
+  decided_by: string | null;
+  decided: string | null;
+  reason: string | null;
+  for_seconds: number | null;
+  /** What would happen exactly: an eval's `cells` (code), a run's or an edit's cells, an undo's change. */
+  details?: { [key: string]: any };
+}
+
+/** The person's decision (`POST /api/agent/approvals/{id}`). */
+export interface IDecision {
+  decision: 'approve' | 'deny';
+  for_seconds?: number;
+  reason?: string;
+}
+
 /** An event of the server's event bus (`/api/events/subscribe`): its schema and its data. */
 export interface IAgentEvent {
   schema_id: string;
@@ -73,6 +103,8 @@ export const SESSION_EVENT = `${EVENTS}session/v1`;
 export const EXECUTION_EVENT = `${EVENTS}execution/v1`;
 export const LEDGER_CHANGE_EVENT = `${EVENTS}ledger_change/v1`;
 export const NOTEBOOK_CHANGE_EVENT = `${EVENTS}notebook_change/v1`;
+/** A request for the person's decision was made (`requested`) or ended (`approved`, `denied`, `expired`). */
+export const APPROVAL_EVENT = `${EVENTS}approval/v1`;
 
 /** A change-ledger entry from its `ledger_change` event (the event names its id `change_id`). */
 export function changeOfEvent(event: IAgentEvent): IChange {
@@ -162,6 +194,21 @@ export class Api {
     return this.request(`${notebookUrl(path)}/changes/${id}/undo`, {
       method: 'POST',
       body: '{}'
+    });
+  }
+
+  approvals(): Promise<{ pending: IApproval[]; recent: IApproval[] }> {
+    return this.request('api/agent/approvals');
+  }
+
+  approval(id: number): Promise<IApproval> {
+    return this.request(`api/agent/approvals/${id}`);
+  }
+
+  decide(id: number, decision: IDecision): Promise<IApproval> {
+    return this.request(`api/agent/approvals/${id}`, {
+      method: 'POST',
+      body: JSON.stringify(decision)
     });
   }
 

@@ -1,20 +1,26 @@
 /**
- * The extension's commands (in the command palette, under "Agents"): open the panel, interrupt or stop
- * an agent's session, show a change's diff, undo it, open the notebook at the cell it changed. The
- * panel's and the banner's buttons run them. Without arguments, interrupt and stop act on the newest busy
+ * The extension's commands (in the command palette, under "Agents"): open the panel, approve or deny an
+ * agent's request, interrupt or stop an agent's session, show a change's diff, undo it, open the notebook
+ * at the cell it changed. The panel's and the banner's buttons run them. Without arguments, approve and
+ * deny act on the oldest waiting request (after showing it), interrupt and stop on the newest busy
  * session, diff and undo on the newest change (of the current notebook, when one is current).
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
-import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
+import {
+  Dialog,
+  ICommandPalette,
+  InputDialog,
+  showDialog
+} from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { IChange, IChangeDetail, ISession } from './api';
-import { diffLines, when } from './format';
+import { IApproval, IChange, IChangeDetail, ISession } from './api';
+import { cellDiffText, when } from './format';
 import { trans } from './i18n';
 import { AgentModel } from './model';
-import { el } from './panel';
+import { approvalNode, diffText, el } from './panel';
 
 export const CommandIds = {
   openPanel: 'agents:open-panel',
@@ -22,7 +28,9 @@ export const CommandIds = {
   stop: 'agents:stop',
   diff: 'agents:diff',
   undo: 'agents:undo',
-  openChange: 'agents:open-change'
+  openChange: 'agents:open-change',
+  approve: 'agents:approve',
+  deny: 'agents:deny'
 };
 
 export function addCommands(
@@ -53,10 +61,123 @@ export function addCommands(
     );
   };
 
+  const approval = (args: ReadonlyPartialJSONObject): IApproval | undefined =>
+    typeof args.id === 'number' ? model.approval(args.id) : model.approvals[0];
+  /** A request asked about from the palette (no id): shown in full first; true when confirmed. */
+  const confirmed = async (
+    a: IApproval,
+    args: ReadonlyPartialJSONObject,
+    label: string
+  ): Promise<boolean> => {
+    if (typeof args.id === 'number') {
+      return true;
+    }
+    const answer = await showDialog({
+      title: trans.__('%1 (request %2)', a.summary, a.id),
+      body: new Widget({ node: approvalNode(a) }),
+      buttons: [Dialog.cancelButton(), Dialog.okButton({ label })]
+    });
+    return answer.button.accept;
+  };
+
   commands.addCommand(CommandIds.openPanel, {
     describedBy: { args: { type: 'object', properties: {} } },
     label: trans.__('Open the Agents Panel'),
     execute: () => app.shell.activateById(panelId)
+  });
+  commands.addCommand(CommandIds.approve, {
+    describedBy: {
+      args: {
+        type: 'object',
+        properties: {
+          id: {
+            type: 'number',
+            description: trans.__(
+              'The request (default: the oldest waiting one, shown first)'
+            )
+          },
+          for_seconds: {
+            type: 'number',
+            description: trans.__(
+              "Also approve this agent's same action on the same notebook for that long"
+            )
+          }
+        }
+      }
+    },
+    label: args => {
+      const a = approval(args);
+      return a
+        ? trans.__('Approve Agent Request %1: %2', a.id, a.summary)
+        : trans.__('Approve Agent Request');
+    },
+    isEnabled: args => approval(args) !== undefined,
+    execute: async args => {
+      const a = approval(args);
+      if (!a || !(await confirmed(a, args, trans.__('Approve')))) {
+        return;
+      }
+      const forSeconds =
+        typeof args.for_seconds === 'number' ? args.for_seconds : undefined;
+      await model.act(() =>
+        model.decide(a, {
+          decision: 'approve',
+          ...(forSeconds ? { for_seconds: forSeconds } : {})
+        })
+      );
+    }
+  });
+  commands.addCommand(CommandIds.deny, {
+    describedBy: {
+      args: {
+        type: 'object',
+        properties: {
+          id: {
+            type: 'number',
+            description: trans.__(
+              'The request (default: the oldest waiting one, shown first)'
+            )
+          },
+          reason: {
+            type: 'string',
+            description: trans.__(
+              'Why (the agent is told); without it, it is asked for'
+            )
+          }
+        }
+      }
+    },
+    label: args => {
+      const a = approval(args);
+      return a
+        ? trans.__('Deny Agent Request %1: %2', a.id, a.summary)
+        : trans.__('Deny Agent Request');
+    },
+    isEnabled: args => approval(args) !== undefined,
+    execute: async args => {
+      const a = approval(args);
+      if (!a || !(await confirmed(a, args, trans.__('Deny…')))) {
+        return;
+      }
+      let reason = typeof args.reason === 'string' ? args.reason : null;
+      if (reason === null) {
+        const answer = await InputDialog.getText({
+          title: trans.__('Deny request %1', a.id),
+          label: trans.__('Reason (optional, the agent is told)'),
+          okLabel: trans.__('Deny')
+        });
+        if (!answer.button.accept) {
+          return;
+        }
+        reason = answer.value ?? '';
+      }
+      await model.act(() =>
+        model.decide(a, {
+          decision: 'deny',
+          ...(reason ? { reason } : {})
+        })
+      );
+    }
   });
   commands.addCommand(CommandIds.interrupt, {
     describedBy: {
@@ -241,6 +362,8 @@ export function addCommands(
     const category = trans.__('Agents');
     for (const command of [
       CommandIds.openPanel,
+      CommandIds.approve,
+      CommandIds.deny,
       CommandIds.interrupt,
       CommandIds.stop,
       CommandIds.diff,
@@ -274,23 +397,7 @@ function diffNode(detail: IChangeDetail): HTMLElement {
         trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', '))
       )
     );
-    const pre = el('pre', 'jp-AgentActivity-diffText');
-    const diff =
-      cell.diff ??
-      [
-        cell.before
-          ? trans.__('before: %1', JSON.stringify(cell.before, null, 1))
-          : '',
-        cell.after
-          ? trans.__('after: %1', JSON.stringify(cell.after, null, 1))
-          : ''
-      ]
-        .filter(Boolean)
-        .join('\n');
-    for (const [line, kind] of diffLines(diff)) {
-      pre.append(el('span', kind ? `jp-mod-${kind}` : '', `${line}\n`));
-    }
-    root.append(pre);
+    root.append(diffText(cellDiffText(cell)));
   }
   return root;
 }

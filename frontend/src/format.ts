@@ -50,7 +50,7 @@ export function runningCell(s: ISession): string {
     : trans.__('running cell %1', cell.index + 1);
 }
 
-/** An error as the person reads it: the server's message, and each conflicting cell. */
+/** An error as the person reads it: the server's message, and each conflicting cell of a refused undo. */
 export function readable(error: unknown): string {
   if (!(error instanceof ApiError)) {
     return String(error);
@@ -58,12 +58,34 @@ export function readable(error: unknown): string {
   if (error.status === 0) {
     return trans.__('The server cannot be reached: %1', error.message);
   }
-  const conflicts: { id: string; what: string }[] = error.body?.conflicts ?? [];
-  const lines = conflicts
+  const conflicts: { id: string; what: string }[] | undefined =
+    error.body?.conflicts;
+  const lines = (conflicts ?? [])
     .map(c => trans.__('cell %1: %2', c.id, c.what))
     .filter(line => !error.message.includes(line));
-  const head = error.status === 409 ? trans.__('Cannot undo.') + ' ' : '';
+  // (an undo's conflict names its cells; other 409s, e.g. a request decided already, are not undos)
+  const head =
+    error.status === 409 && conflicts ? trans.__('Cannot undo.') + ' ' : '';
   return [head + error.message, ...lines].join('\n');
+}
+
+/** What a changed cell shows: its source's unified diff, or its other parts before and after. */
+export function cellDiffText(cell: {
+  diff?: string;
+  before?: { [key: string]: any } | null;
+  after?: { [key: string]: any } | null;
+}): string {
+  if (typeof cell.diff === 'string') {
+    return cell.diff;
+  }
+  return [
+    cell.before
+      ? trans.__('before: %1', JSON.stringify(cell.before, null, 1))
+      : '',
+    cell.after ? trans.__('after: %1', JSON.stringify(cell.after, null, 1)) : ''
+  ]
+    .filter(Boolean)
+    .join('\n');
 }
 
 /** A unified diff's lines with their kind: `added`, `removed` or `` (context, headers). */

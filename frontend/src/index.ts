@@ -1,14 +1,15 @@
 /**
  * jupyter-agent-tools' frontend: the "Agents" panel in the left sidebar of JupyterLab and Notebook 7,
- * the marks on cells agents changed, an open notebook that follows the file without real-time
- * collaboration, and the commands. It shows what the server's routes and events say.
+ * the requests waiting for the person's decision (in the panel, a count on its tab, a notification each),
+ * the marks on cells agents changed or wait to change, an open notebook that follows the file without
+ * real-time collaboration, and the commands. It shows what the server's routes and events say.
  */
 import {
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator } from '@jupyterlab/translation';
@@ -16,12 +17,14 @@ import { LabIcon } from '@jupyterlab/ui-components';
 
 import { Api } from './api';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { addCommands } from './commands';
+import { asked, pendingCells } from './approvals';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { addCommands, CommandIds } from './commands';
 import { AgentEvents } from './events';
 // The panel is in the sidebar from the start: activation needs these modules at once.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { NotebookFollower } from './follow';
-import { setTranslator } from './i18n';
+import { setTranslator, trans } from './i18n';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { CellMarks } from './marks';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
@@ -85,6 +88,39 @@ const plugin: JupyterFrontEndPlugin<void> = {
     model.running.connect((_, { path, cellId }) =>
       marks?.running(path, cellId)
     );
+    if (marks) {
+      let marked = model.approvals; // (a new list each time it changes)
+      model.stateChanged.connect(() => {
+        if (model.approvals !== marked) {
+          marked = model.approvals;
+          marks.pending(pendingCells(marked));
+        }
+      });
+    }
+    // A notification for each new request (Review opens the panel); it goes when the request is decided.
+    const notices = new Map<number, string>();
+    model.asked.connect((_, approval) => {
+      notices.set(
+        approval.id,
+        Notification.info(asked(approval), {
+          autoClose: false,
+          actions: [
+            {
+              label: trans.__('Review'),
+              caption: trans.__('Show the request in the Agents panel'),
+              callback: () => void app.commands.execute(CommandIds.openPanel)
+            }
+          ]
+        })
+      );
+    });
+    model.settled.connect((_, id) => {
+      const notice = notices.get(id);
+      if (notice !== undefined) {
+        notices.delete(id);
+        Notification.dismiss(notice);
+      }
+    });
     const panel = new AgentPanel(model, app.commands);
     panel.title.icon = ICON;
     panel.disposed.connect(() => {

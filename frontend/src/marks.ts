@@ -1,7 +1,8 @@
 /**
  * Marks on the cells of open notebooks: a cell an agent changed carries the class `jp-agent-changed`,
  * a tooltip (who, via which door, when, which change) and `data-agent-change-id` while the mark is true
- * (see `MarkBook`); the cell a notebook run is running carries `jp-agent-running`.
+ * (see `MarkBook`); the cell a notebook run is running carries `jp-agent-running`; a cell an agent's
+ * request waits to run or edit carries `jp-agent-pending` and `data-agent-approval-id` until it is decided.
  */
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import {
@@ -18,6 +19,7 @@ import { AgentModel } from './model';
 
 export const CHANGED_CLASS = 'jp-agent-changed';
 export const RUNNING_CLASS = 'jp-agent-running';
+export const PENDING_CLASS = 'jp-agent-pending';
 const DISMISS_CLASS = 'jp-agent-changed-dismiss';
 
 export class CellMarks implements IDisposable {
@@ -99,6 +101,15 @@ export class CellMarks implements IDisposable {
     this.refreshPath(path);
   }
 
+  /** The cells waiting for a decision: by notebook path, cell id -> the request's id (`pendingCells`). */
+  pending(cells: Map<string, Map<string, number>>): void {
+    const paths = new Set([...this._pending.keys(), ...cells.keys()]);
+    this._pending = cells;
+    for (const path of paths) {
+      this.refreshPath(path);
+    }
+  }
+
   /** Whether `path` is open in a page of this application. */
   isOpen(path: string): boolean {
     return (
@@ -126,6 +137,7 @@ export class CellMarks implements IDisposable {
     }
     const path = panel.context.path;
     const running = this._running.get(path);
+    const pending = this._pending.get(path);
     // A collaborative view is the live document: it shows every change as it arrives.
     const synced = panel.content.model.collaborative
       ? Infinity
@@ -138,6 +150,13 @@ export class CellMarks implements IDisposable {
           : null;
       const node = cell.node;
       node.classList.toggle(RUNNING_CLASS, id === running);
+      const approvalId = pending?.get(id);
+      node.classList.toggle(PENDING_CLASS, approvalId !== undefined);
+      if (approvalId !== undefined) {
+        node.dataset.agentApprovalId = String(approvalId);
+      } else if (node.dataset.agentApprovalId) {
+        delete node.dataset.agentApprovalId;
+      }
       let dismiss = node.querySelector(`:scope > .${DISMISS_CLASS}`);
       if (mark) {
         node.classList.add(CHANGED_CLASS);
@@ -229,6 +248,7 @@ export class CellMarks implements IDisposable {
   private _enabled = true;
   private _disposed = false;
   private _running = new Map<string, string>();
+  private _pending = new Map<string, Map<string, number>>();
   private _synced = new WeakMap<NotebookPanel, number>();
   private _watched = new Map<NotebookPanel, DisposableSet>();
 }

@@ -8,18 +8,24 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import {
   Api,
+  ApiError,
+  APPROVAL_EVENT,
   changeOfEvent,
   EXECUTION_EVENT,
   IAgentEvent,
+  IApproval,
   IChange,
   IChangeDetail,
+  IDecision,
   ISession,
   LEDGER_CHANGE_EVENT,
   SESSION_EVENT,
   writtenNotebook
 } from './api';
+import { PendingBook } from './approvals';
 import { AgentEvents } from './events';
 import { readable } from './format';
+import { trans } from './i18n';
 
 /** How long a message of success stays (it also goes at the next action). */
 export const NOTICE_MS = 6000;
@@ -51,6 +57,21 @@ export class AgentModel implements IDisposable {
   /** The cell a notebook run runs in a notebook (null: none any more). */
   get running(): ISignal<this, { path: string; cellId: string | null }> {
     return this._running;
+  }
+
+  /** A new request for the person's decision, told by its event (with its details). */
+  get asked(): ISignal<this, IApproval> {
+    return this._asked;
+  }
+
+  /** A request left the pending ones (decided, expired, or no longer listed). */
+  get settled(): ISignal<this, number> {
+    return this._settled;
+  }
+
+  /** The requests waiting for the person's decision, oldest first, with their details. */
+  get approvals(): readonly IApproval[] {
+    return this._pending.items;
   }
 
   get connected(): boolean {
@@ -109,6 +130,10 @@ export class AgentModel implements IDisposable {
     return this._changes.find(c => c.id === id);
   }
 
+  approval(id: number): IApproval | undefined {
+    return this._pending.get(id);
+  }
+
   // -- what the person asks ---------------------------------------------------------------------
 
   /** Run an action of the person's: the previous message goes; its outcome is the new one. */
@@ -146,6 +171,30 @@ export class AgentModel implements IDisposable {
 
   async undo(change: IChange): Promise<string> {
     return (await this.api.undo(change.path, change.id)).message;
+  }
+
+  /** The person's decision on a request; it leaves the pending ones at once (its event follows). */
+  async decide(approval: IApproval, decision: IDecision): Promise<string> {
+    try {
+      await this.api.decide(approval.id, decision);
+    } catch (error) {
+      if (error instanceof ApiError && [404, 409].includes(error.status)) {
+        void this.loadApprovals(); // decided elsewhere, or expired: the list says how things are
+      }
+      throw error;
+    }
+    this._settle(approval.id);
+    if (decision.decision === 'deny') {
+      return trans.__('Denied: %1 (%2)', approval.summary, approval.agent);
+    }
+    return decision.for_seconds
+      ? trans.__(
+          'Approved: %1 (%2), and its like for %3 min',
+          approval.summary,
+          approval.agent,
+          Math.round(decision.for_seconds / 60)
+        )
+      : trans.__('Approved: %1 (%2)', approval.summary, approval.agent);
   }
 
   detail(change: { path: string; id: string }): Promise<IChangeDetail> {
@@ -199,6 +248,24 @@ export class AgentModel implements IDisposable {
     this._stateChanged.emit();
   }
 
+  async loadApprovals(): Promise<void> {
+    const before = new Set(this._pending.items.map(a => a.id));
+    this._pending.reading();
+    try {
+      this._pending.listed((await this.api.approvals()).pending);
+      this._error = '';
+    } catch (error) {
+      this._error = readable(error);
+    }
+    const now = new Set(this._pending.items.map(a => a.id));
+    for (const id of before) {
+      if (!now.has(id)) {
+        this._settled.emit(id);
+      }
+    }
+    this._stateChanged.emit();
+  }
+
   private _onConnection(_: AgentEvents, connected: boolean): void {
     if (connected === this._connected) {
       return;
@@ -208,6 +275,7 @@ export class AgentModel implements IDisposable {
       // (Re)connected: what happened while the page was not listening is read once.
       void this.loadSessions();
       void this.loadChanges();
+      void this.loadApprovals();
     }
     this._stateChanged.emit();
   }
@@ -215,6 +283,8 @@ export class AgentModel implements IDisposable {
   private _onEvent(_: AgentEvents, event: IAgentEvent): void {
     if (event.schema_id === LEDGER_CHANGE_EVENT) {
       this._onChange(changeOfEvent(event));
+    } else if (event.schema_id === APPROVAL_EVENT) {
+      void this._onApproval(event);
     } else if (
       event.schema_id === SESSION_EVENT ||
       event.schema_id === EXECUTION_EVENT
@@ -243,6 +313,38 @@ export class AgentModel implements IDisposable {
     this._stateChanged.emit();
   }
 
+  /** A request was made (its details are read: the event has none) or decided. */
+  private async _onApproval(event: IAgentEvent): Promise<void> {
+    const id = Number(event.approval_id);
+    if (!Number.isInteger(id)) {
+      return;
+    }
+    if (event.event !== 'requested') {
+      this._settle(id);
+      return;
+    }
+    let approval: IApproval;
+    try {
+      approval = await this.api.approval(id);
+    } catch (error) {
+      this._error = readable(error);
+      this._stateChanged.emit();
+      return;
+    }
+    if (!this._disposed && this._pending.add(approval)) {
+      this._asked.emit(approval);
+      this._stateChanged.emit();
+    }
+  }
+
+  private _settle(id: number): void {
+    const listed = this._pending.remove(id);
+    if (listed) {
+      this._settled.emit(id);
+      this._stateChanged.emit();
+    }
+  }
+
   /** Sessions are read again once per burst of events (a call's start, end, queue). */
   private _sessionsSoon(): void {
     clearTimeout(this._sessionsTimer);
@@ -262,6 +364,7 @@ export class AgentModel implements IDisposable {
   private _connected = false;
   private _arrived = new Map<string, IChange>(); // told by events since the list was last read
   private _sessions: ISession[] = [];
+  private _pending = new PendingBook();
   private _changes: IChange[] = [];
   private _runningPaths = new Set<string>(); // notebooks with a cell marked running
   private _problems = new Map<string, string>();
@@ -272,6 +375,8 @@ export class AgentModel implements IDisposable {
   private _noticeTimer: ReturnType<typeof setTimeout> | undefined;
   private _stateChanged = new Signal<this, void>(this);
   private _recorded = new Signal<this, IChange>(this);
+  private _asked = new Signal<this, IApproval>(this);
+  private _settled = new Signal<this, number>(this);
   private _written = new Signal<this, { path: string; change: IChange | null }>(
     this
   );

@@ -1,16 +1,20 @@
 /**
- * The "Agents" sidebar panel: sessions, runs in progress and recent changes, rendered from the model
- * (`AgentModel`): a row is redrawn only when what it shows changed. Its buttons run the extension's
- * commands. Hooks for tests and automation (docs/panel.md): the root's id `jp-agent-activity`, rows'
- * `data-session` / `data-run` / `data-change-id`, buttons' `data-action`.
+ * The "Agents" sidebar panel: the requests waiting for the person's decision, sessions, runs in progress
+ * and recent changes, rendered from the model (`AgentModel`): a row is redrawn only when what it shows
+ * changed. Its buttons run the extension's commands; the sidebar tab shows how many requests wait. Hooks
+ * for tests and automation (docs/panel.md): the root's id `jp-agent-activity`, rows' `data-approval-id`
+ * / `data-session` / `data-run` / `data-change-id`, buttons' `data-action`.
  */
 import { CommandRegistry } from '@lumino/commands';
+import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { IChange, ISession } from './api';
+import { IApproval, IChange, ISession } from './api';
+import { notebookOf, shown } from './approvals';
 import {
   changedCells,
   describeChange,
+  diffLines,
   elapsed,
   runningCell,
   when
@@ -24,8 +28,17 @@ export const COMMANDS: { [action: string]: string } = {
   stop: 'agents:stop',
   open: 'agents:open-change',
   diff: 'agents:diff',
-  undo: 'agents:undo'
+  undo: 'agents:undo',
+  approve: 'agents:approve',
+  'approve-for': 'agents:approve',
+  deny: 'agents:deny'
 };
+
+/** "Approve for 10 minutes": this agent, this action, this notebook. */
+export const APPROVE_FOR_SECONDS = 600;
+
+/** The sidebar tab's attribute (`data-agent-pending`) with the number of requests waiting. */
+export const PENDING_DATASET_KEY = 'agent-pending';
 
 export class AgentPanel extends Widget {
   constructor(
@@ -41,6 +54,11 @@ export class AgentPanel extends Widget {
     header.append(
       el('h2', 'jp-AgentActivity-title', trans.__('Agents')),
       this._status
+    );
+    this._approvals = new Section(
+      'waiting-for-you',
+      trans.__('Waiting for you'),
+      ''
     );
     this._sessions = new Section(
       'sessions',
@@ -61,6 +79,7 @@ export class AgentPanel extends Widget {
       header,
       this._error,
       this._notice,
+      this._approvals.node,
       this._sessions.node,
       this._runs.node,
       this._changes.node
@@ -87,19 +106,13 @@ export class AgentPanel extends Widget {
       return;
     }
     const row = button.closest<HTMLElement>(
-      '[data-session], [data-run], [data-change-id]'
+      '[data-approval-id], [data-session], [data-run], [data-change-id]'
     );
     const command = COMMANDS[button.dataset.action ?? ''];
     if (!row || !command) {
       return;
     }
-    const session = row.dataset.session ?? row.dataset.run;
-    const change = this.model.change(row.dataset.changeId ?? '');
-    const args = session
-      ? { session }
-      : change
-        ? { path: change.path, id: change.id }
-        : null;
+    const args = this._args(row, button.dataset.action!);
     if (!args) {
       return;
     }
@@ -110,6 +123,31 @@ export class AgentPanel extends Widget {
       .then(() => button.removeAttribute('disabled'));
   };
 
+  /** The arguments of a row's button's command. */
+  private _args(
+    row: HTMLElement,
+    action: string
+  ): ReadonlyPartialJSONObject | null {
+    if (row.dataset.approvalId) {
+      const id = Number(row.dataset.approvalId);
+      if (action === 'deny') {
+        const reason = row.querySelector<HTMLInputElement>(
+          'input[data-field="reason"]'
+        );
+        return { id, reason: reason?.value.trim() ?? '' };
+      }
+      return action === 'approve-for'
+        ? { id, for_seconds: APPROVE_FOR_SECONDS }
+        : { id };
+    }
+    const session = row.dataset.session ?? row.dataset.run;
+    if (session) {
+      return { session };
+    }
+    const change = this.model.change(row.dataset.changeId ?? '');
+    return change ? { path: change.path, id: change.id } : null;
+  }
+
   private _render(): void {
     const model = this.model;
     this.node.dataset.connected = String(model.connected);
@@ -119,6 +157,15 @@ export class AgentPanel extends Widget {
     show(this._error, model.error);
     show(this._notice, model.notice?.text ?? '');
     this._notice.classList.toggle('jp-mod-ok', model.notice?.ok ?? false);
+    const approvals = model.approvals;
+    this._approvals.update(
+      approvals,
+      a => String(a.id),
+      a => a.id, // (a pending request does not change: drawn once, a typed reason kept)
+      approvalRow
+    );
+    this._approvals.node.hidden = approvals.length === 0;
+    this._badge(approvals.length);
     const sessions = model.sessions;
     // What a row shows decides whether it is drawn again ("3 min ago" changes each minute).
     const minute = Math.floor(Date.now() / 60000);
@@ -149,6 +196,27 @@ export class AgentPanel extends Widget {
     }
   }
 
+  /** The number of requests waiting, on the sidebar tab (a badge drawn by CSS) and in its caption. */
+  private _badge(count: number): void {
+    const title = this.title;
+    if (String(count || '') === (title.dataset[PENDING_DATASET_KEY] ?? '')) {
+      return;
+    }
+    const dataset = { ...title.dataset };
+    delete dataset[PENDING_DATASET_KEY];
+    if (count) {
+      dataset[PENDING_DATASET_KEY] = String(count);
+    }
+    title.dataset = dataset;
+    title.caption = count
+      ? trans._n(
+          'Agents: %1 request waiting for you',
+          'Agents: %1 requests waiting for you',
+          count
+        )
+      : trans.__('Agents: what AI agents do in this server');
+  }
+
   private _tick(): void {
     const now = Date.now();
     this.node
@@ -158,6 +226,7 @@ export class AgentPanel extends Widget {
 
   private _status = el('span', 'jp-AgentActivity-status');
   private _error = el('div', 'jp-AgentActivity-notice jp-mod-error');
+  private _approvals: Section;
   private _notice = el('div', 'jp-AgentActivity-notice');
   private _sessions: Section;
   private _runs: Section;
@@ -224,6 +293,73 @@ class Section {
   private _list = el('ul', 'jp-AgentActivity-list');
   private _empty = el('div', 'jp-AgentActivity-empty');
   private _rows = new Map<string, IRow>();
+}
+
+function approvalRow(a: IApproval): HTMLElement {
+  const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-approval');
+  row.dataset.approvalId = String(a.id);
+  const reason = el('input', 'jp-AgentActivity-reason') as HTMLInputElement;
+  reason.type = 'text';
+  reason.dataset.field = 'reason';
+  reason.placeholder = trans.__('Reason (optional, the agent is told)');
+  reason.setAttribute('aria-label', trans.__('Reason for denying'));
+  reason.maxLength = 1000;
+  row.append(
+    line(
+      el('strong', 'jp-AgentActivity-name', a.agent),
+      el('span', `jp-AgentActivity-state jp-mod-${a.action}`, a.action),
+      text(`#${a.id}`)
+    ),
+    line(el('span', 'jp-AgentActivity-summary', a.summary)),
+    line(
+      text(notebookOf(a) ?? trans.__('no notebook')),
+      text(trans.__('via %1', a.door))
+    ),
+    line(
+      text(trans.__('asked %1, expires %2', clock(a.created), clock(a.expires)))
+    ),
+    approvalNode(a),
+    reason,
+    buttons(
+      ['approve', trans.__('Approve'), 'jp-mod-styled jp-mod-accept'],
+      ['approve-for', trans.__('Approve for 10 minutes'), 'jp-mod-styled'],
+      ['deny', trans.__('Deny'), 'jp-mod-styled jp-mod-warn']
+    )
+  );
+  return row;
+}
+
+/** What a request would do, in full: each cell's code or diff (monospace, scrollable). */
+export function approvalNode(a: IApproval): HTMLElement {
+  const root = el('div', 'jp-AgentActivity-asked');
+  for (const part of shown(a)) {
+    if (part.title) {
+      root.append(el('div', 'jp-AgentActivity-partTitle', part.title));
+    }
+    root.append(
+      part.diff
+        ? diffText(part.text)
+        : el('pre', 'jp-AgentActivity-code', part.text)
+    );
+  }
+  return root;
+}
+
+/** A unified diff, its added and removed lines marked. */
+export function diffText(diff: string): HTMLElement {
+  const pre = el('pre', 'jp-AgentActivity-code jp-AgentActivity-diffText');
+  for (const [text, kind] of diffLines(diff)) {
+    pre.append(el('span', kind ? `jp-mod-${kind}` : '', `${text}\n`));
+  }
+  return pre;
+}
+
+/** An ISO time as the clock shows it (`14:03`). */
+function clock(iso: string): string {
+  return new Date(iso).toLocaleTimeString([], {
+    hour: '2-digit',
+    minute: '2-digit'
+  });
 }
 
 function sessionRow(s: ISession): HTMLElement {
@@ -338,10 +474,17 @@ function line(...parts: HTMLElement[]): HTMLElement {
   return node;
 }
 
-function buttons(...actions: [string, string][]): HTMLElement {
+/** A row's buttons: `[action, label]`, or `[action, label, classes]` instead of minimal ones. */
+function buttons(
+  ...actions: ([string, string] | [string, string, string])[]
+): HTMLElement {
   const node = el('div', 'jp-AgentActivity-actions');
-  for (const [action, label] of actions) {
-    const button = el('button', 'jp-Button jp-mod-minimal jp-mod-small', label);
+  for (const [action, label, classes] of actions) {
+    const button = el(
+      'button',
+      `jp-Button jp-mod-small ${classes ?? 'jp-mod-minimal'}`,
+      label
+    );
     button.dataset.action = action;
     node.append(button);
   }

@@ -327,9 +327,8 @@ class Audit(Service):
         data = {
             "event": event,
             "approval_id": approval["id"],
-            **{
-                k: approval[k] for k in ("agent", "door", "action", "path", "summary", "decided_by", "reason")
-            },
+            "user": approval["agent"],  # (the schema's name for the acting identity, as in every event)
+            **{k: approval[k] for k in ("door", "action", "path", "summary", "decided_by", "reason")},
             "expires": approval["expires"],
         }
         self.emit(APPROVAL, data)

@@ -83,6 +83,15 @@ describe('format', () => {
     expect(readable(new ApiError(0, 'TypeError: failed', null))).toBe(
       'The server cannot be reached: TypeError: failed'
     );
+    // A 409 that is not a refused undo (a request decided already) is said as it is.
+    const decided = new ApiError(
+      409,
+      'Approval 3 is already approved: it cannot be decided again.',
+      { message: '...' }
+    );
+    expect(readable(decided)).toBe(
+      'Approval 3 is already approved: it cannot be decided again.'
+    );
   });
 
   it('splits a diff into kinds of lines', () => {

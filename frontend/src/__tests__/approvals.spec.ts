@@ -1,0 +1,181 @@
+// (expected values: what the null translator gives)
+/* eslint-disable jupyter/no-untranslated-string */
+import { IApproval } from '../api';
+import {
+  asked,
+  notebookOf,
+  PendingBook,
+  pendingCells,
+  shown
+} from '../approvals';
+
+function request(
+  id: number,
+  details: { [key: string]: any } = {},
+  extra: Partial<IApproval> = {}
+): IApproval {
+  return {
+    id,
+    agent: 'agent:ci-bot',
+    door: 'http',
+    action: 'execute',
+    path: null,
+    summary: "run 1 cell in session 's'",
+    state: 'pending',
+    created: '2026-12-05T10:00:00Z',
+    expires: '2026-12-05T10:10:00Z',
+    decided_by: null,
+    decided: null,
+    reason: null,
+    for_seconds: null,
+    details,
+    ...extra
+  };
+}
+
+const ids = (book: PendingBook) => book.items.map(a => a.id);
+
+describe('PendingBook', () => {
+  it('lists requests oldest first and drops decided ones', () => {
+    const book = new PendingBook();
+    book.reading();
+    book.listed([request(3), request(1)]);
+    expect(ids(book)).toEqual([1, 3]);
+    expect(book.add(request(2))).toBe(true);
+    expect(book.add(request(2))).toBe(false); // told twice
+    expect(ids(book)).toEqual([1, 2, 3]);
+    expect(book.remove(1)).toBe(true);
+    expect(book.remove(1)).toBe(false);
+    expect(ids(book)).toEqual([2, 3]);
+    expect(book.get(3)?.id).toBe(3);
+  });
+
+  it('keeps a request told while the list was read, and not one decided meanwhile', () => {
+    const book = new PendingBook();
+    book.reading();
+    // While the list is read: request 5 arrives, request 4 is decided.
+    book.add(request(5));
+    book.remove(4);
+    book.listed([request(4)]); // the answer predates both
+    expect(ids(book)).toEqual([5]);
+  });
+
+  it('never lists a decided request again (a late event or read)', () => {
+    const book = new PendingBook();
+    book.remove(7); // its decision arrived before its details were read
+    expect(book.add(request(7))).toBe(false);
+    book.reading();
+    book.listed([request(7)]);
+    expect(ids(book)).toEqual([]);
+    expect(book.add(request(8, {}, { state: 'approved' }))).toBe(false);
+  });
+
+  it('a new read replaces what the last one said', () => {
+    const book = new PendingBook();
+    book.reading();
+    book.listed([request(1), request(2)]);
+    book.reading();
+    book.listed([request(2)]); // 1 expired while the page was not listening
+    expect(ids(book)).toEqual([2]);
+  });
+});
+
+describe('what a request shows', () => {
+  it('says who wants what', () => {
+    const a = request(1, {}, { summary: 'run 2 cells in report.ipynb' });
+    expect(asked(a)).toBe('agent:ci-bot wants to run 2 cells in report.ipynb');
+  });
+
+  it("shows an eval's code, cell by cell", () => {
+    const a = request(1, {
+      cells: [
+        { code: 'x = 1', title: null },
+        { code: 'print(x)', title: 'show' }
+      ]
+    });
+    expect(shown(a)).toEqual([
+      { title: 'cell 1', text: 'x = 1', diff: false },
+      { title: 'show', text: 'print(x)', diff: false }
+    ]);
+  });
+
+  it("shows a run's cells as they would run, and an edit's diff", () => {
+    const run = request(1, {
+      path: 'r.ipynb',
+      cells: [
+        { id: 'a', index: 0, source: 'x = 1', source_hash: 'h' },
+        { id: 'b', index: 1, source: 'y = 2', new: true }
+      ]
+    });
+    expect(shown(run)).toEqual([
+      { title: 'cell a', text: 'x = 1', diff: false },
+      { title: 'cell b (new)', text: 'y = 2', diff: false }
+    ]);
+    const edit = request(2, {
+      path: 'r.ipynb',
+      cells: [
+        { id: 'a', what: ['edited'], diff: '-x = 1\n+x = 2' },
+        { id: 'c', what: ['metadata'], before: { m: 1 }, after: { m: 2 } }
+      ]
+    });
+    expect(shown(edit)).toEqual([
+      { title: 'cell a: edited', text: '-x = 1\n+x = 2', diff: true },
+      {
+        title: 'cell c: metadata',
+        text: 'before: {\n "m": 1\n}\nafter: {\n "m": 2\n}',
+        diff: false
+      }
+    ]);
+  });
+
+  it("shows the change an undo undoes, and a kernel action's body", () => {
+    const undo = request(1, {
+      path: 'r.ipynb',
+      change: { id: '4', cells: [{ id: 'a', what: ['edited'], diff: '+z' }] }
+    });
+    expect(shown(undo)).toEqual([
+      { title: 'cell a: edited', text: '+z', diff: true }
+    ]);
+    const kernel = request(2, { path: 'r.ipynb', body: { action: 'restart' } });
+    expect(shown(kernel)).toEqual([
+      { title: '', text: '{\n "action": "restart"\n}', diff: false }
+    ]);
+  });
+
+  it('names the notebook without the leading slash of a route', () => {
+    expect(notebookOf(request(1, {}, { path: '/dir/r.ipynb' }))).toBe(
+      'dir/r.ipynb'
+    );
+    expect(notebookOf(request(1))).toBeNull();
+  });
+});
+
+describe('pendingCells', () => {
+  it('marks the cells a run or an edit waits on, by notebook and cell id', () => {
+    const run = request(
+      1,
+      {
+        path: 'r.ipynb',
+        cells: [
+          { id: 'a', source: 'x' },
+          { id: 'n', source: 'y', new: true } // not in the notebook yet
+        ]
+      },
+      { path: '/r.ipynb' }
+    );
+    const edit = request(2, {
+      path: 'r.ipynb',
+      cells: [
+        { id: 'a', what: ['edited'] },
+        { id: 'b', what: ['deleted'] }
+      ]
+    });
+    const evalCode = request(3, { cells: [{ code: 'x' }] });
+    const marks = pendingCells([run, edit, evalCode]);
+    expect([...marks.keys()]).toEqual(['r.ipynb']);
+    expect([...marks.get('r.ipynb')!]).toEqual([
+      ['a', 1], // the oldest request's
+      ['b', 2]
+    ]);
+  });
+});

@@ -1,0 +1,175 @@
+/**
+ * The requests waiting for the person's decision, as the page knows them, and how they are shown (pure:
+ * unit-tested without a page). See docs/approvals.md.
+ */
+import { IApproval } from './api';
+import { cellDiffText } from './format';
+import { trans } from './i18n';
+
+/** How many decided request ids are remembered, so that a late read does not list them again. */
+const GONE_KEPT = 1000;
+
+/**
+ * The pending requests: the server's list, read on (re)connecting, and the events told since. A request
+ * told by its event while the list is being read stays (the list's answer may predate it); one decided
+ * meanwhile goes, and is never listed again.
+ */
+export class PendingBook {
+  /** Oldest first. */
+  get items(): readonly IApproval[] {
+    return this._items;
+  }
+
+  get(id: number): IApproval | undefined {
+    return this._items.find(a => a.id === id);
+  }
+
+  /** A read of the list starts: the requests told from now on are kept over its answer. */
+  reading(): void {
+    this._told = new Map();
+  }
+
+  /** The list's pending requests (read since `reading()`). */
+  listed(pending: readonly IApproval[]): void {
+    const listed = new Set(pending.map(a => a.id));
+    this._set([
+      ...pending.filter(a => !this._gone.has(a.id)),
+      ...[...this._told.values()].filter(a => !listed.has(a.id))
+    ]);
+  }
+
+  /** A request told by its event (with its details): false when known already or decided. */
+  add(approval: IApproval): boolean {
+    if (
+      approval.state !== 'pending' ||
+      this._gone.has(approval.id) ||
+      this.get(approval.id)
+    ) {
+      return false;
+    }
+    this._told.set(approval.id, approval);
+    this._set([...this._items, approval]);
+    return true;
+  }
+
+  /** A request was decided or expired: false when it was not listed. */
+  remove(id: number): boolean {
+    this._gone.add(id);
+    if (this._gone.size > GONE_KEPT) {
+      this._gone.delete(this._gone.values().next().value as number);
+    }
+    this._told.delete(id);
+    const before = this._items.length;
+    this._set(this._items.filter(a => a.id !== id));
+    return this._items.length !== before;
+  }
+
+  private _set(items: IApproval[]): void {
+    this._items = items.sort((a, b) => a.id - b.id);
+  }
+
+  private _items: IApproval[] = [];
+  private _told = new Map<number, IApproval>();
+  private _gone = new Set<number>();
+}
+
+/** The notebook a request is about, as JupyterLab names it (relative to the root), or null. */
+export function notebookOf(approval: IApproval): string | null {
+  const path = approval.details?.path ?? approval.path;
+  // (the notebook routes record the URL's path, with a leading slash)
+  return typeof path === 'string' ? path.replace(/^\/+/, '') : null;
+}
+
+/** What the notification says: `agent:ci-bot wants to run 2 cells in report.ipynb`. */
+export function asked(approval: IApproval): string {
+  return trans.__('%1 wants to %2', approval.agent, approval.summary);
+}
+
+/** One part of what a request would do: a cell's code, source or diff (`diff`: a unified diff). */
+export interface IShown {
+  title: string;
+  text: string;
+  diff: boolean;
+}
+
+/** What a request would do, in full, part by part (its `details`, as docs/approvals.md lists them). */
+export function shown(approval: IApproval): IShown[] {
+  const details = approval.details ?? {};
+  const cells: any[] | null = Array.isArray(details.cells)
+    ? details.cells
+    : Array.isArray(details.change?.cells)
+      ? details.change.cells // an undo: the change it undoes
+      : null;
+  if (!cells) {
+    const what = details.body ?? details;
+    return [
+      {
+        title: '',
+        text: Object.keys(what).length ? JSON.stringify(what, null, 1) : '',
+        diff: false
+      }
+    ];
+  }
+  return cells.map((cell, index) => {
+    if (typeof cell.code === 'string') {
+      // an eval's cell
+      return {
+        title: cell.title || trans.__('cell %1', index + 1),
+        text: cell.code,
+        diff: false
+      };
+    }
+    if (Array.isArray(cell.what)) {
+      // an edit's cell (or the change an undo undoes): its diff
+      return {
+        title: trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', ')),
+        text: cellDiffText(cell),
+        diff: typeof cell.diff === 'string'
+      };
+    }
+    // a notebook run's cell, as it would run
+    return {
+      title: cell.new
+        ? trans.__('cell %1 (new)', cell.id ?? index + 1)
+        : trans.__('cell %1', cell.id ?? index + 1),
+      text: typeof cell.source === 'string' ? cell.source : '',
+      diff: false
+    };
+  });
+}
+
+/**
+ * The cells that wait for a decision: a notebook run's cells, the cells an edit (or an undo) would touch,
+ * by notebook path and cell id, with the request's id (the oldest request's, for a cell in several).
+ */
+export function pendingCells(
+  approvals: readonly IApproval[]
+): Map<string, Map<string, number>> {
+  const marks = new Map<string, Map<string, number>>();
+  for (const approval of approvals) {
+    const details = approval.details ?? {};
+    const path = notebookOf(approval);
+    const cells: any[] = Array.isArray(details.cells)
+      ? details.cells
+      : (details.change?.cells ?? []);
+    if (typeof path !== 'string') {
+      continue;
+    }
+    for (const cell of cells) {
+      // (an eval's code has no id; a cell a run's ops would insert is not there yet. A cell an edit
+      // would insert, or an undo would bring back, has an id no cell of the notebook has now.)
+      if (typeof cell.id !== 'string' || cell.new) {
+        continue;
+      }
+      let cellsOf = marks.get(path);
+      if (!cellsOf) {
+        cellsOf = new Map();
+        marks.set(path, cellsOf);
+      }
+      if (!cellsOf.has(cell.id)) {
+        cellsOf.set(cell.id, approval.id); // the oldest request first
+      }
+    }
+  }
+  return marks;
+}
