@@ -47,6 +47,10 @@ def jp_server_config() -> dict[str, Any]:
         "AgentAuthorizer": {"authorizer_class": DenyOne},
         "EvalSessionManager": {"max_sessions": 2},
         "EvalService": {"max_output_bytes": 256},
+        # one action the person must approve, so that _setup leaves a request waiting for the routes
+        "ApprovalPolicy": {
+            "rules": [{"who": "*", "actions": ["kernel"], "paths": ["gate.ipynb"], "decision": "ask"}]
+        },
     }
 
 
@@ -100,6 +104,7 @@ EVAL_BODY = {"cells": [{"code": "print('y' * 2000)"}], "session": "keep"}
 READ_CONTENTS, WRITE_CONTENTS = ("read", "contents"), ("write", "contents")
 EXECUTE_KERNELS, READ_KERNELS = ("execute", "kernels"), ("read", "kernels")
 READ_TOKENS, WRITE_TOKENS = ("read", "agent_tokens"), ("write", "agent_tokens")
+READ_APPROVALS, WRITE_APPROVALS = ("read", "agent_approvals"), ("write", "agent_approvals")
 ROUTES = [
     ("GET", "api/agent/notebooks/nb.ipynb", None, {READ_CONTENTS}),
     ("POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "z"}, {WRITE_CONTENTS}),
@@ -116,6 +121,9 @@ ROUTES = [
     ("GET", "api/agent/tokens", None, {READ_TOKENS}),
     ("POST", "api/agent/tokens", {"name": "bot", "scopes": ["read"]}, {WRITE_TOKENS}),
     ("DELETE", "api/agent/tokens/bot", None, {WRITE_TOKENS}),
+    ("GET", "api/agent/approvals", None, {READ_APPROVALS}),
+    ("GET", "api/agent/approvals/{approval}", None, {READ_APPROVALS}),
+    ("POST", "api/agent/approvals/{approval}", {"decision": "approve"}, {WRITE_APPROVALS}),
     ("POST", "api/agent/sessions/keep/interrupt", {}, {EXECUTE_KERNELS}),
     ("DELETE", "api/agent/sessions/keep", None, {EXECUTE_KERNELS}),
     ("GET", "api/agent/notebooks/nb.ipynb/changes", None, {READ_CONTENTS}),
@@ -137,12 +145,14 @@ PAIRS = [
     ("read", "kernels"),
     ("read", "agent_tokens"),
     ("write", "agent_tokens"),
+    ("read", "agent_approvals"),
+    ("write", "agent_approvals"),
 ]
 
 
 def _doc_path(url: str) -> str:
     url = url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace("{artifact}", "{artifact_id}")
-    url = url.replace("tokens/bot", "tokens/{name}")
+    url = url.replace("tokens/bot", "tokens/{name}").replace("{approval}", "{approval_id}")
     url = url.replace("/changes/1", "/changes/{change_id}").replace("{run}", "{run_id}")
     return "/" + url.replace("/cells/@0/outputs/0", "/cells/{cell}/outputs/{n}")
 
@@ -179,7 +189,10 @@ async def _setup(http, auth: dict[str, str]) -> dict[str, str]:
     assert status == 202, run
     status, ended, _ = await http("GET", f"api/agent/runs/{run['run_id']}?wait=60", None, auth)
     assert status == 200 and ended["state"] == "complete", ended
-    return {"{artifact}": artifact, "{run}": run["run_id"]}
+    gated = {"action": "interrupt", "approval_wait": 0}  # the kernel of gate.ipynb: the person must approve
+    status, waiting, _ = await http("POST", "api/agent/notebooks/gate.ipynb/kernel", gated, auth)
+    assert status == 202, waiting
+    return {"{artifact}": artifact, "{run}": run["run_id"], "{approval}": str(waiting["approval_id"])}
 
 
 def _fill(url: str, ids: dict[str, str]) -> str:

@@ -123,6 +123,9 @@ OPERATIONS = [
     ("POST", "/api/agent/runs/{run_id}/cancel"),
     ("GET", "/api/agent/notebooks/{path}/kernel"),
     ("POST", "/api/agent/notebooks/{path}/kernel"),
+    ("GET", "/api/agent/approvals"),
+    ("GET", "/api/agent/approvals/{approval_id}"),
+    ("POST", "/api/agent/approvals/{approval_id}"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

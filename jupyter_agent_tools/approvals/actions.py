@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Conflict
 from .gate import still_as_approved
 from .records import Approval
 
@@ -40,16 +39,12 @@ async def describe_run(runner: NotebookRunner, path: str, body: Any) -> tuple[st
 
 
 async def bind_run(runner: NotebookRunner, approval: Approval, path: str, body: Any) -> Any:
-    """The run's body once approved: only if the notebook is as the person saw it, and under its hash."""
-    found, notebook, hash_, _live = await runner.store.load(path, writable=True)
+    """The run's body once approved: only if each cell it runs is as the person saw it (409 naming those
+    that changed), and under the notebook's hash now, so nothing changes between this check and the run.
+    Notebook metadata written meanwhile (JupyterLab writes the kernel's language_info when a notebook opens)
+    does not void an approval; a change of the cells does."""
+    _found, notebook, hash_, _live = await runner.store.load(path, writable=True)
     still_as_approved(approval, notebook["cells"])
-    approved_hash = approval.details.get("hash")
-    if approved_hash != hash_:
-        raise Conflict(
-            f"{found} changed since approval {approval.id} was given (hash {approved_hash}, now {hash_}). "
-            "Nothing ran; ask again.",
-            extra={"approval_id": approval.id, "cells": []},
-        )
     return {**body, "expected_hash": hash_}
 
 

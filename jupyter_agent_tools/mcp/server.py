@@ -31,6 +31,7 @@ from .. import __version__
 from ..approvals.gate import Asking, clear, decided, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
 from ..audit.context import current_user, set_approver
+from ..auth.paths import normalize
 from ..errors import AgentToolsError
 from ..runs.registry import Viewer
 from ..streaming import TaskSource, pump
@@ -669,7 +670,8 @@ class McpServer:
         if gate is None:
             return arguments, None
         policy = self.services.approval_policy
-        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, gate.path)
+        path = normalize(gate.path) or gate.path if gate.path is not None else None
+        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, path)
         try:
             wait = wait_seconds(arguments, policy)
             arguments = without_gate_fields(arguments)
