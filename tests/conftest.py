@@ -113,6 +113,30 @@ def api(agent_api):
 
 
 @pytest.fixture
+def http(http_server_client: Any, jp_base_url: str, jp_serverapp: Any) -> Any:
+    """``http(method, url, body=None, token=<the server's own>)`` -> (status, the JSON answer or its text):
+    a request to the in-process server as the person, or as an agent with its ``token``. (A test module
+    that needs more of the answer defines its own ``http``.)"""
+
+    async def call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+        response = await http_server_client.fetch(
+            jp_base_url + url,
+            method=method,
+            body=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"token {token or jp_serverapp.identity_provider.token}"},
+            raise_error=False,
+            request_timeout=60,
+            allow_nonstandard_methods=True,
+        )
+        try:
+            return response.code, json.loads(response.body) if response.body else None
+        except ValueError:
+            return response.code, response.body.decode()
+
+    return call
+
+
+@pytest.fixture
 def evaluate(agent_evaluate):
     """POST an eval of code cells, assert the status, return the answer."""
     return agent_evaluate

@@ -55,26 +55,6 @@ def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def http(http_server_client: Any, jp_base_url: str, jp_serverapp: Any) -> Any:
-    async def call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-        response = await http_server_client.fetch(
-            jp_base_url + url,
-            method=method,
-            body=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"token {token or jp_serverapp.identity_provider.token}"},
-            raise_error=False,
-            request_timeout=60,
-            allow_nonstandard_methods=True,
-        )
-        try:
-            return response.code, json.loads(response.body)
-        except ValueError:
-            return response.code, response.body.decode()
-
-    return call
-
-
 def _write(path: Path, *sources: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     cells = [new_code_cell(s, id=f"c{i}") for i, s in enumerate(sources)]

@@ -40,23 +40,6 @@ def jp_server_config() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def http(http_server_client: Any, jp_base_url: str, jp_serverapp: Any) -> Any:
-    async def call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-        response = await http_server_client.fetch(
-            jp_base_url + url,
-            method=method,
-            body=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"token {token or jp_serverapp.identity_provider.token}"},
-            raise_error=False,
-            request_timeout=60,
-            allow_nonstandard_methods=True,
-        )
-        return response.code, json.loads(response.body) if response.body else None
-
-    return call
-
-
 def _execute(code: str) -> tuple[str, str]:
     msg_id = uuid.uuid4().hex
     header = {

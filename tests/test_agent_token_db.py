@@ -8,7 +8,6 @@ last-use write waits for nothing; a revoke succeeds or says it did not; nothing 
 from __future__ import annotations
 
 import asyncio
-import json
 import subprocess
 import sys
 import time
@@ -53,26 +52,6 @@ def jp_server_config(token_db: Path) -> dict[str, Any]:
         "AgentIdentityProvider": {"token_db": str(token_db), "token_db_timeout": 1.0},
         "KernelPool": {"size": 0},
     }
-
-
-@pytest.fixture
-def http(http_server_client: Any, jp_base_url: str, jp_serverapp: Any) -> Any:
-    async def call(method: str, url: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
-        response = await http_server_client.fetch(
-            jp_base_url + url,
-            method=method,
-            body=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"token {token or jp_serverapp.identity_provider.token}"},
-            raise_error=False,
-            request_timeout=60,
-            allow_nonstandard_methods=True,
-        )
-        try:
-            return response.code, json.loads(response.body)
-        except ValueError:
-            return response.code, response.body.decode()
-
-    return call
 
 
 async def _timed(http: Any, *args: Any, **kwargs: Any) -> tuple[float, int, Any]:
