@@ -389,3 +389,27 @@ async def test_a_token_created_with_ask_asks_without_any_rule(http: Any) -> None
         "GET", f"api/agent/approvals/{pending['approval_id']}", token=made["token"]
     )
     assert status == 200 and other["agent"] == "agent:careful"
+
+
+async def test_an_mcp_task_waits_as_input_required_until_the_person_approves(
+    http: Any, agent: Any, mcp_url: str
+) -> None:
+    from mcp import types
+    from test_mcp_runs import call_as_task
+
+    bot = await agent()
+    headers = {"Authorization": f"token {bot.token}"}
+    created = await call_as_task(mcp_url, headers, "eval", {"cells": [{"code": "print('as a task')"}]})
+    task_id = types.CreateTaskResult.model_validate(created["result"]).task.task_id
+    request = await pending_approval(http)
+    async with legacy_mcp(mcp_url, bot.token) as session:
+        got = await session.send_request(
+            types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)), types.GetTaskResult
+        )
+        assert got.status == "input_required", got
+        assert (await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}))[0] == 200
+        result = await session.send_request(
+            types.GetTaskPayloadRequest(params=types.GetTaskPayloadRequestParams(task_id=task_id)),
+            types.CallToolResult,
+        )
+        assert not result.is_error and "as a task" in result.content[0].text

@@ -853,9 +853,10 @@ class McpServer:
                     emit({"type": "chunk", "index": 0, "name": "stdout", "text": text})
 
             def gate_progress(text: str) -> None:
-                progress(text)
                 if text.startswith("Waiting for approval"):  # the task's status: input_required
                     emit({"type": "approval", "state": "pending", "summary": text.strip()})
+                else:  # (any other event of the run's means it runs)
+                    progress(text)
 
             passed, answer = await self._gate(
                 tool, arguments, request, TASK_VERSION, cancel, gate_progress, until_decided=True
