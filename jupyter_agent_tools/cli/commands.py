@@ -499,7 +499,7 @@ def tokens_text(tokens: list[dict[str, Any]]) -> str:
 def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
     if args.token_command == "list":
         tokens = client.tokens()
-        renderer.done(tokens_text(tokens), {"tokens": tokens})
+        renderer.listing(tokens_text(tokens), {"tokens": tokens})
     elif args.token_command == "create":
         expires_in = parse_duration(args.expires) if args.expires else None
         if expires_in is not None and not TOKEN_MIN_EXPIRES_IN <= expires_in <= TOKEN_MAX_EXPIRES_IN:
@@ -581,11 +581,11 @@ def cmd_approvals(client: AgentClient, args: argparse.Namespace, renderer: Rende
     action = args.approvals_command or "list"
     if action == "list":
         listing = client.approvals()
-        renderer.done(approvals_text(listing), listing)
+        renderer.listing(approvals_text(listing), listing)
         return exits.OK
     if action == "show":
         answer = client.approval(args.approval_id)
-        renderer.done(approval_text(answer), answer)
+        renderer.listing(approval_text(answer), answer)
         return exits.OK
     for_seconds = parse_duration(args.for_) if action == "approve" and args.for_ else None
     reason = args.reason if action == "deny" else None
