@@ -413,3 +413,44 @@ async def test_an_mcp_task_waits_as_input_required_until_the_person_approves(
             types.CallToolResult,
         )
         assert not result.is_error and "as a task" in result.content[0].text
+
+
+@pytest.mark.rules([{"who": "agent:*", "actions": ["edit"], "decision": "ask"}])
+async def test_an_approved_edit_checks_the_cells_not_the_metadata(
+    http: Any, agent: Any, jp_root_dir: Path
+) -> None:
+    path = notebook(jp_root_dir)
+    bot = await agent()
+
+    async def approved_outcome(edit: dict[str, Any], meanwhile: Any) -> dict[str, Any]:
+        status, pending, _ = await bot("POST", "api/agent/notebooks/nb.ipynb", {**edit, "approval_wait": 0})
+        assert status == 202, pending
+        meanwhile()
+        url = f"api/agent/approvals/{pending['approval_id']}"
+        assert (await http("POST", url, {"decision": "approve"}))[0] == 200
+        for _ in range(200):
+            shown = (await bot("GET", url))[1]
+            if shown["outcome"]:
+                return dict(shown["outcome"])
+            await asyncio.sleep(0.05)
+        raise AssertionError("no outcome")
+
+    def language_info() -> None:  # what JupyterLab writes when the notebook opens: not the cells
+        nb = nbformat.read(str(path), as_version=4)
+        nb.metadata["language_info"] = {"name": "python"}
+        nbformat.write(nb, str(path))
+
+    outcome = await approved_outcome({"action": "edit", "cell_id": "c1", "content": "x = 7"}, language_info)
+    assert outcome["status"] == 200, outcome
+    assert nbformat.read(str(path), as_version=4).cells[0].source == "x = 7"
+
+    def person_edits_c2() -> None:
+        nb = nbformat.read(str(path), as_version=4)
+        nb.cells[1].source = "print('mine')"
+        nbformat.write(nb, str(path))
+
+    outcome = await approved_outcome(
+        {"action": "edit", "cell_id": "c2", "content": "print(0)"}, person_edits_c2
+    )
+    assert outcome["status"] == 409 and outcome["cells"] == ["c2"], outcome
+    assert nbformat.read(str(path), as_version=4).cells[1].source == "print('mine')"

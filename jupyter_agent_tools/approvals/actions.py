@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Conflict
+from ..notebook.format import cells_hash, join_source
 from .gate import still_as_approved
 from .records import Approval
 
@@ -58,10 +60,29 @@ async def describe_edit(
     return f"{preview['summary']} in {preview['path']}", preview
 
 
-def bind_edit(approval: Approval, body: Any) -> Any:
-    """The edit's body once approved: under the hash of the notebook the person saw it on."""
-    approved_hash = approval.details.get("hash")
-    return {**body, "expected_hash": approved_hash} if approved_hash else body
+async def bind_edit(store: NotebookStore, approval: Approval, path: str, body: Any) -> Any:
+    """The edit's body once approved: only if the notebook's cells are as the person saw them (409 naming
+    the cells the edit touches that changed; notebook metadata written meanwhile does not count), and
+    under the notebook's hash now, so nothing changes between this check and the write."""
+    seen = approval.details.get("cells_hash")
+    if seen is None:  # a notebook to create: nothing was there to see
+        return body
+    _found, notebook, hash_, _live = await store.load(path, writable=True)
+    if cells_hash(notebook) != seen:
+        by_id = {c.get("id"): c for c in notebook["cells"] if isinstance(c.get("id"), str)}
+        changed = [
+            str(c.get("id") or "?")
+            for c in approval.details.get("cells") or []
+            if c.get("id") not in by_id
+            or join_source(by_id[c["id"]].get("source", "")) != ((c.get("before") or {}).get("source") or "")
+        ]
+        raise Conflict(
+            f"The notebook's cells changed since approval {approval.id} was given"
+            + (f" (cell(s) {', '.join(changed)})" if changed else " (cells added, removed or moved)")
+            + ". Nothing was written; ask again.",
+            extra={"approval_id": approval.id, "cells": changed},
+        )
+    return {**body, "expected_hash": hash_}
 
 
 async def describe_undo(store: NotebookStore, path: str, change_id: str) -> tuple[str, dict[str, Any]]:

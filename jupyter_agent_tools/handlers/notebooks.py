@@ -68,14 +68,16 @@ class NotebookHandler(AgentAPIHandler):
             "edit", path, functools.partial(self._describe, path, body, creating), gate_body
         )
         if approval is not None and approval.state == "pending":
-            bound = bind_edit(approval, body)
-            self.approval_policy.when_approved(
-                approval, functools.partial(self._apply, path, bound, creating)
-            )
+            pending = approval
+
+            async def apply() -> tuple[dict[str, Any], int]:  # checked against what was shown, once approved
+                return await self._apply(path, await bind_edit(self.store, pending, path, body), creating)
+
+            self.approval_policy.when_approved(approval, apply)
             self.write_pending(approval)
             return
         if approval is not None:
-            body = bind_edit(approval, body)
+            body = await bind_edit(self.store, approval, path, body)
         self.write_json(*await self._apply(path, body, creating))
 
     async def _apply(self, path: str, body: Any, creating: bool) -> tuple[dict[str, Any], int]:

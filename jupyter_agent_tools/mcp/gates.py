@@ -70,7 +70,8 @@ def gate_of(name: str, services: Services, arguments: dict[str, Any]) -> ToolGat
         creating = is_create_request(body)
 
         async def bind_edit(approval: Approval) -> dict[str, Any]:
-            return {"path": path, **actions.bind_edit(approval, body)}
+            bound = await actions.bind_edit(services.notebook_store, approval, path, body)
+            return {"path": path, **bound}
 
         describe = functools.partial(actions.describe_edit, services.notebook_store, path, body, creating)
         return ToolGate("edit", path, describe, bind_edit)

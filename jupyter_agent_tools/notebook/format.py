@@ -43,6 +43,16 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def cells_hash(notebook: dict[str, Any]) -> str:
+    """A hash of a notebook's cells as an edit sees them (their order, ids, types and sources), not of its
+    metadata or outputs: what an approved edit must still find."""
+    cells = [
+        (c.get("id"), c.get("cell_type"), join_source(c.get("source", "")))
+        for c in notebook.get("cells") or []
+    ]
+    return hashlib.sha256(json.dumps(cells, ensure_ascii=False).encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def parse_notebook(text: str, path: str) -> dict[str, Any]:
     """Parse notebook text, checking only what the cell operations need (JSON object with a cells list)."""
     try:

@@ -44,7 +44,7 @@ from ..validation import check
 from . import disk
 from .create import new_notebook as build_notebook
 from .create import parse_create_request
-from .format import content_hash, parse_any_notebook, serialize_notebook
+from .format import cells_hash, content_hash, parse_any_notebook, serialize_notebook
 from .layout import follow_source_style, render_edit
 from .live import LiveDocuments, LiveNotebook
 from .operations import EditOutcome, apply_ops, check_supported, parse_edit_request
@@ -495,7 +495,13 @@ class NotebookStore(Service):
         outcome = apply_ops(notebook, request.ops, id_seed=hash_, batch=request.batch)
         change = change_of(before, outcome.notebook)
         cells = [{**c.summary(), **cell_bodies(c)} for c in change.cells]
-        return {"path": path, "hash": hash_, "summary": summarize(change), "cells": cells}
+        return {
+            "path": path,
+            "hash": hash_,
+            "cells_hash": cells_hash(before),
+            "summary": summarize(change),
+            "cells": cells,
+        }
 
     async def create(self, path: str, body: Any) -> dict[str, Any]:
         """Create the notebook ``path`` (``{"action": "create", "cells", "kernel_name", "parents"}``):
