@@ -10,6 +10,7 @@ pending, and the caller answers 202 and goes on once it is decided (:func:`decid
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -116,6 +117,38 @@ async def decided(policy: ApprovalPolicy, approval: Approval) -> Approval:
         raise refusal(approval)
     set_approver(approval.decided_by)  # the ledger names who approved the change this work makes
     return approval
+
+
+async def once_approved(
+    policy: ApprovalPolicy,
+    approval: Approval,
+    emit: Callable[[dict[str, Any]], None],
+    cancel: asyncio.Event,
+    start: Callable[[], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """The work of a run that waits for the person (HTTP and MCP alike): an ``approval`` event says it
+    waits; once approved another says who approved it and ``start()`` runs. Denied or expired:
+    :class:`ApprovalDenied`; cancelled meanwhile: 409, nothing ran."""
+    emit({"type": "approval", "approval_id": approval.id, "state": "pending", "summary": approval.summary})
+    waiting = asyncio.ensure_future(decided(policy, approval))
+    cancelled = asyncio.ensure_future(cancel.wait())
+    try:
+        await asyncio.wait((waiting, cancelled), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+    if not waiting.done():
+        waiting.cancel()
+        raise AgentToolsError(f"Cancelled while waiting for approval {approval.id}: nothing ran.", 409)
+    waiting.result()  # 403 when denied or expired
+    emit(
+        {
+            "type": "approval",
+            "approval_id": approval.id,
+            "state": "approved",
+            "decided_by": approval.decided_by,
+        }
+    )
+    return await start()
 
 
 def changed_cells(approved: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[str]:

@@ -17,7 +17,7 @@ from tornado.iostream import StreamClosedError
 
 from ..approvals import Approval
 from ..approvals.actions import describe_eval
-from ..approvals.gate import decided, without_gate_fields
+from ..approvals.gate import once_approved, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
 from ..execution.eval_service import EvalService
@@ -110,28 +110,11 @@ class EvalHandler(AgentAPIHandler):
         self, approval: Approval, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
     ) -> dict[str, Any]:
         """The call, once the person approved it (an ``approval`` event says it is waiting meanwhile)."""
-        emit(
-            {"type": "approval", "approval_id": approval.id, "state": "pending", "summary": approval.summary}
-        )
-        waiting = asyncio.ensure_future(decided(self.approval_policy, approval))
-        cancelled = asyncio.ensure_future(cancel.wait())
-        try:
-            await asyncio.wait((waiting, cancelled), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            cancelled.cancel()
-        if not waiting.done():
-            waiting.cancel()
-            raise AgentToolsError(f"Cancelled while waiting for approval {approval.id}: nothing ran.", 409)
-        waiting.result()  # 403 when denied or expired
-        emit(
-            {
-                "type": "approval",
-                "approval_id": approval.id,
-                "state": "approved",
-                "decided_by": approval.decided_by,
-            }
-        )
-        return await self._call(await self._bind(approval, body), emit, cancel, pace)
+
+        async def start() -> dict[str, Any]:
+            return await self._call(await self._bind(approval, body), emit, cancel, pace)
+
+        return await once_approved(self.approval_policy, approval, emit, cancel, start)
 
     async def _respond(self, body: Any) -> None:
         """One JSON answer, the NDJSON stream of events when the client accepts it, or (``detach``) 202

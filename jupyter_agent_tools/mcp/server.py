@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..approvals.gate import Asking, clear, decided, refusal, wait_seconds, without_gate_fields
+from ..approvals.gate import Asking, clear, once_approved, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
 from ..audit.context import current_user, set_approver
 from ..auth.paths import normalize
@@ -56,7 +56,7 @@ from .jsonrpc import (
     result_message,
 )
 from .resources import TEMPLATES, ResourceNotFound, list_resources, read_resource
-from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, service_call, tool_state
+from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, service_call, tool_state, wait_or_cancelled
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
 MODERN_VERSIONS = ("2026-07-28",)
@@ -680,8 +680,8 @@ class McpServer:
                 return arguments, None
             if approval.state == "pending":
                 progress(f"Waiting for approval {approval.id} in JupyterLab: {approval.summary}\n")
-                waiting = decided(policy, approval) if until_decided else policy.wait_for(approval, wait)
-                await _until_cancelled(waiting, cancel)
+                seconds = approval.expires - time.time() + 1.0 if until_decided else wait
+                await wait_or_cancelled(policy.wait_for(approval, seconds), cancel)
             if approval.state in ("denied", "expired"):
                 raise refusal(approval)
             if approval.state == "pending":
@@ -702,22 +702,11 @@ class McpServer:
         if gate.detachable:
 
             async def run(emit: Callable[[dict[str, Any]], None], cancel: asyncio.Event) -> dict[str, Any]:
-                emit(
-                    {
-                        "type": "approval",
-                        "approval_id": approval.id,
-                        "state": "pending",
-                        "summary": approval.summary,
-                    }
-                )
-                await _until_cancelled(decided(policy, approval), cancel)  # ApprovalDenied when denied
-                if approval.state != "approved":
-                    raise AgentToolsError(
-                        f"Cancelled while waiting for approval {approval.id}: nothing ran.", 409
-                    )
-                emit({"type": "approval", "approval_id": approval.id, "state": "approved"})
-                arguments = await gate.bind(approval)
-                return await service_call(self.services, tool.name, arguments, emit, cancel)
+                async def start() -> dict[str, Any]:
+                    arguments = await gate.bind(approval)
+                    return await service_call(self.services, tool.name, arguments, emit, cancel)
+
+                return await once_approved(policy, approval, emit, cancel, start)
 
             started = self.services.run_registry.start(
                 tool.name if tool.name == "eval" else "notebook_run", gate.path, run
@@ -989,17 +978,3 @@ class McpServer:
 
 def _ignore(_text: str) -> None:
     return None
-
-
-async def _until_cancelled(waiting: Awaitable[Any], cancel: asyncio.Event) -> None:
-    """Wait, unless the call is cancelled first."""
-    task = asyncio.ensure_future(waiting)
-    stop = asyncio.ensure_future(cancel.wait())
-    try:
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stop.cancel()
-        if not task.done():
-            task.cancel()
-        elif not task.cancelled() and task.exception() is not None:
-            raise task.exception()  # type: ignore[misc]

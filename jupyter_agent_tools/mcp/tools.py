@@ -655,7 +655,7 @@ async def _run_status(call: ToolCall) -> ToolResult:
         raise BadRequest(f"'wait' must be seconds from 0 to {MAX_RUN_WAIT:g}")
     run = registry.get(own["run_id"], viewer)
     if wait and not run.finished:
-        await _wait_or_cancelled(registry.wait(run, wait), call.cancel)
+        await wait_or_cancelled(registry.wait(run, wait), call.cancel)
     detail = run.detail()
     if run.result is not None:
         detail["result"] = _without_image_data(run.result)
@@ -698,7 +698,7 @@ async def _run_cancel(call: ToolCall) -> ToolResult:
     return ToolResult(f"Run {run.id}: cancel requested; its kernel is being interrupted.", run.summary())
 
 
-async def _wait_or_cancelled(waiting: Awaitable[Any], cancel: asyncio.Event) -> None:
+async def wait_or_cancelled(waiting: Awaitable[Any], cancel: asyncio.Event) -> None:
     """Wait, unless the MCP call is cancelled first (the run goes on either way)."""
     task = asyncio.ensure_future(waiting)
     stop = asyncio.ensure_future(cancel.wait())
