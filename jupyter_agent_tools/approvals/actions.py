@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Conflict
 from ..notebook.format import cells_hash, join_source
-from .gate import still_as_approved
+from .gate import Describe, described, still_as_approved
 from .records import Approval
 
 if TYPE_CHECKING:
@@ -88,3 +88,14 @@ async def bind_edit(store: NotebookStore, approval: Approval, path: str, body: A
 async def describe_undo(store: NotebookStore, path: str, change_id: str) -> tuple[str, dict[str, Any]]:
     change = await store.change_detail(path, change_id)
     return f"undo change {change_id} of {path}", {"path": path, "change": change}
+
+
+def describe_kernel_action(path: str, body: Any) -> Describe:
+    """A notebook kernel's interrupt, restart or shutdown."""
+    action = body.get("action") if isinstance(body, dict) else None
+    what = action if isinstance(action, str) else "change"
+    return described(f"{what} the kernel of {path}", {"path": path, "body": body})
+
+
+def describe_session_delete(name: Any) -> Describe:
+    return described(f"shut down session {name!r}", {"session": name})

@@ -11,7 +11,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -65,8 +65,6 @@ class Approval:
     for_seconds: float | None = None
     # What came of it once approved, for a request answered 202: {"status", "message", ...}.
     outcome: dict[str, Any] | None = None
-    # What the agent must see when it is not approved (kept in memory only).
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self, *, with_details: bool = True) -> dict[str, Any]:
         answer = {
@@ -91,15 +89,13 @@ class Approval:
 
     def row(self) -> tuple[Any, ...]:
         values = asdict(self)
-        values.pop("extra")
         values["details"] = json.dumps(self.details, ensure_ascii=False)
         values["outcome"] = json.dumps(self.outcome, ensure_ascii=False) if self.outcome is not None else None
         return tuple(values.values())
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Approval:
-        names = [f for f in cls.__dataclass_fields__ if f != "extra"]
-        values = dict(zip(names, row, strict=True))
+        values = dict(zip(cls.__dataclass_fields__, row, strict=True))
         for name, empty in (("details", {}), ("outcome", None)):
             try:
                 values[name] = json.loads(values[name]) if values[name] is not None else empty

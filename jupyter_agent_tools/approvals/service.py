@@ -125,7 +125,6 @@ class ApprovalPolicy(Service):
         # (agent, action, path) -> (until, who granted it): the person's 'approve for N seconds'.
         self._grants: dict[tuple[str, str, str | None], tuple[float, str]] = {}
         self._next_id = 1
-        self._started = False
         self._followups: set[asyncio.Future[None]] = set()  # actions answered 202, done once approved
 
     # -- life ------------------------------------------------------------------------------------
@@ -140,7 +139,6 @@ class ApprovalPolicy(Service):
         self._next_id, expired = await self._run(open_file)
         if expired:
             self.log.info("%d approval request(s) left pending by the last server expired", expired)
-        self._started = True
 
     def stop(self) -> None:
         for task in list(self._followups):

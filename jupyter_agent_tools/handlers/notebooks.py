@@ -12,8 +12,8 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals import Approval
-from ..approvals.actions import bind_edit, bind_run, describe_edit, describe_run
-from ..approvals.gate import described, without_gate_fields
+from ..approvals.actions import bind_edit, bind_run, describe_edit, describe_kernel_action, describe_run
+from ..approvals.gate import without_gate_fields
 from ..errors import BadRequest
 from ..execution.notebook_run import NotebookRunner
 from ..execution.pace import StreamPace
@@ -202,11 +202,8 @@ class NotebookKernelHandler(AgentAPIHandler):
     async def post(self, path: str) -> None:
         gate_body = await self.json_body()
         body = without_gate_fields(gate_body)
-        action = body.get("action") if isinstance(body, dict) else None
 
         async def apply() -> tuple[dict[str, Any], int]:
             return await self.runner.kernel_action(path, body), 200
 
-        what = action if isinstance(action, str) else "change"
-        describe = described(f"{what} the kernel of {path}", {"path": path, "body": body})
-        await self.respond_gated("kernel", path, describe, gate_body, apply)
+        await self.respond_gated("kernel", path, describe_kernel_action(path, body), gate_body, apply)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..approvals.gate import described
+from ..approvals.actions import describe_session_delete
 from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
@@ -41,8 +41,7 @@ class SessionHandler(_EvalRoute):
             await self.service.delete_session(name)
             return None, 204
 
-        describe = described(f"shut down session {name!r}", {"session": name})
-        await self.respond_gated("kernel", None, describe, None, apply)
+        await self.respond_gated("kernel", None, describe_session_delete(name), None, apply)
 
 
 class SessionInterruptHandler(_EvalRoute):

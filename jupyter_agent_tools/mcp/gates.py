@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import actions
-from ..approvals.gate import Describe, described
+from ..approvals.gate import Describe
 from ..approvals.records import Approval
 from ..schemas import is_create_request
 
@@ -80,9 +80,7 @@ def gate_of(name: str, services: Services, arguments: dict[str, Any]) -> ToolGat
         describe = functools.partial(actions.describe_undo, services.notebook_store, path, change_id)
         return ToolGate("edit", path, describe, same)
     if name == "notebook_kernel" and path is not None and arguments.get("action") is not None:
-        summary = f"{arguments['action']} the kernel of {path}"
-        return ToolGate("kernel", path, described(summary, {"path": path, "body": arguments}), same)
+        return ToolGate("kernel", path, actions.describe_kernel_action(path, arguments), same)
     if name == "session_delete":
-        summary = f"shut down session {arguments.get('name')!r}"
-        return ToolGate("kernel", None, described(summary, {"session": arguments.get("name")}), same)
+        return ToolGate("kernel", None, actions.describe_session_delete(arguments.get("name")), same)
     return None
