@@ -45,11 +45,14 @@ def token_db(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     return path
 
 
+LOCK_WAIT = 1.0  # AgentIdentityProvider.token_db_timeout of these servers
+
+
 @pytest.fixture
 def jp_server_config(token_db: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}, **AGENTS},
-        "AgentIdentityProvider": {"token_db": str(token_db), "token_db_timeout": 1.0},
+        "AgentIdentityProvider": {"token_db": str(token_db), "token_db_timeout": LOCK_WAIT},
         "KernelPool": {"size": 0},
     }
 
@@ -60,6 +63,12 @@ async def _timed(http: Any, *args: Any, **kwargs: Any) -> tuple[float, int, Any]
     return time.perf_counter() - started, status, answer
 
 
+async def _baseline(http: Any, token: str | None = None) -> float:
+    """The slowest of a few unhindered requests on this server now: what "answered at once" means on a
+    machine that may be loaded."""
+    return max([(await _timed(http, "GET", "api/contents/a.txt", token=token))[0] for _ in range(5)])
+
+
 async def test_a_locked_token_database_freezes_nothing_and_revoke_says_it_failed(
     http, jp_serverapp, token_db: Path, jp_root_dir: Path
 ) -> None:
@@ -67,12 +76,14 @@ async def test_a_locked_token_database_freezes_nothing_and_revoke_says_it_failed
     status, made = await http("POST", "api/agent/tokens", {"name": "bot", "scopes": ["read"]})
     assert status == 201, made
     token = made["token"]
+    # a request that waited for the lock takes token_db_timeout at least; one that did not, about this
+    at_once = LOCK_WAIT / 2 + 5 * await _baseline(http)
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(token_db)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         # the token's first use is due to be written: the answer does not wait for the lock
         took, status, answer = await _timed(http, "GET", "api/contents/a.txt", token=token)
-        assert status == 200 and took < 0.5, (took, status, answer)
+        assert status == 200 and took < at_once, (took, at_once, status, answer)
         # a revoke waits at most token_db_timeout, then says nothing was revoked, naming the file;
         # meanwhile every other request is answered at once
         revoke = asyncio.ensure_future(_timed(http, "DELETE", "api/agent/tokens/bot"))
@@ -84,15 +95,16 @@ async def test_a_locked_token_database_freezes_nothing_and_revoke_says_it_failed
         assert status == 503, answer
         assert str(token_db) in answer["message"] and "locked" in answer["message"], answer
         assert "NOT revoked" in answer["message"]
-        assert 0.8 < took < 5, took
-        assert len(others) >= 6 and max(others) < 0.5, others
+        assert 0.8 * LOCK_WAIT < took < 2 * LOCK_WAIT + at_once, (took, at_once)
+        assert len(others) >= 6 and max(others) < at_once, (others, at_once)
         assert (await http("GET", "api/contents/a.txt", token=token))[0] == 200  # said so: still works
         status, listing = await http("GET", "api/agent/tokens")
         assert status == 200 and [t["status"] for t in listing["tokens"]] == ["active"], listing
         took, status, answer = await _timed(
             http, "POST", "api/agent/tokens", {"name": "another", "scopes": ["read"]}
         )
-        assert status == 503 and "was not created" in answer["message"] and took < 5, answer
+        assert status == 503 and "was not created" in answer["message"], answer
+        assert took < 2 * LOCK_WAIT + at_once, (took, at_once)
     finally:
         holder.kill()
         holder.wait()
@@ -109,6 +121,7 @@ async def test_a_corrupt_or_unopenable_token_database_answers_503_naming_it(
     http, token_db: Path, jp_root_dir: Path
 ) -> None:
     (jp_root_dir / "a.txt").write_text("a")
+    at_once = LOCK_WAIT / 2 + 5 * await _baseline(http)  # (the server's own token reads no token file)
     for method, url, body, token in [
         ("GET", "api/contents/a.txt", None, "jat_" + "x" * 43),
         ("GET", "api/agent/tokens", None, None),
@@ -118,7 +131,7 @@ async def test_a_corrupt_or_unopenable_token_database_answers_503_naming_it(
         took, status, answer = await _timed(http, method, url, body, token=token)
         assert status == 503, (url, status, answer)
         assert str(token_db) in answer["message"] and "Unhandled" not in answer["message"], answer
-        assert took < 1, (url, took)
+        assert took < at_once, (url, took, at_once)
     # the server's own credentials keep working
     status, answer = await http("GET", "api/contents/a.txt")
     assert status == 200, answer

@@ -54,6 +54,11 @@ def test_subscribers_that_never_read_cost_a_bounded_amount(agent_server) -> None
         client = server.client(timeout=60)
         subscribers = [_silent_subscriber(server.url, server.token) for _ in range(SUBSCRIBERS)]
         before = server.rss_bytes() or 0
+        baseline = 0.0  # the slowest /api/status before the flood, on this machine now
+        for _ in range(5):
+            started = time.monotonic()
+            client.json("GET", "api/status")
+            baseline = max(baseline, time.monotonic() - started)
         event = {
             "schema_id": "https://events.jupyter.org/jupyter_agent_tools/refusal/v1",
             "version": "1",
@@ -81,12 +86,12 @@ def test_subscribers_that_never_read_cost_a_bounded_amount(agent_server) -> None
             f"slowest /api/status {slowest * 1000:.0f} ms",
         )
         assert grown < 64 * 2**20, f"RSS grew by {grown / 2**20:.0f} MB"
-        assert slowest < 1.0
+        assert slowest < 0.5 + 20 * baseline, (slowest, baseline)  # v0.3: requests waited seconds
         started = time.monotonic()
         for sock in subscribers:
             sock.close()
         client.json("GET", "api/status")
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 1 + 20 * baseline, baseline  # v0.3: closing froze it 40-74 s
         client.close()
         time.sleep(6)  # past tornado's 5 s wait for a close handshake the client never answers
         log = server.log_path.read_text(errors="replace")
