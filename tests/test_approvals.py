@@ -454,3 +454,33 @@ async def test_an_approved_edit_checks_the_cells_not_the_metadata(
     )
     assert outcome["status"] == 409 and outcome["cells"] == ["c2"], outcome
     assert nbformat.read(str(path), as_version=4).cells[1].source == "print('mine')"
+
+
+async def test_a_read_only_path_limited_or_revoked_token_sees_no_other_agents_request(
+    http: Any, agent: Any
+) -> None:
+    bot = await agent()
+    call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))
+    request = await pending_approval(http)
+    body = {"name": "reader", "scopes": ["read"], "paths": ["reports/**"]}
+    status, made, _ = await http("POST", "api/agent/tokens", body)
+    assert status == 201, made
+    reader = made["token"]
+    listing = (await http("GET", "api/agent/approvals", token=reader))[1]
+    assert listing == {"pending": [], "recent": []}  # another agent's request appears nowhere
+    status, answer, _ = await http("GET", f"api/agent/approvals/{request['id']}", token=reader)
+    assert status == 404 and "print(" not in json.dumps(answer), answer
+    status, answer, _ = await http(
+        "POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}, reader
+    )
+    assert status == 403, answer
+    assert (await http("DELETE", "api/agent/tokens/reader"))[0] == 200
+    for method, url, sent in [
+        ("GET", "api/agent/approvals", None),
+        ("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}),
+    ]:
+        status, answer, _ = await http(method, url, sent, token=reader)
+        assert status == 403 and "revoked" in answer["message"], answer
+    assert (await http("GET", f"api/agent/approvals/{request['id']}"))[1]["state"] == "pending"
+    assert (await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "deny"}))[0] == 200
+    assert (await call)[0] == 403
