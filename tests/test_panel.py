@@ -223,6 +223,17 @@ def test_undo_in_the_panel_restores_the_cell_live_and_in_the_file(lab: dict[str,
         "() => document.querySelectorAll('.jp-Notebook .jp-Cell')[1]?.innerText.includes('to be undone')",
         timeout=20_000,
     )
+    # Every success notice the panel shows, recorded in the page: it clears by itself after a few
+    # seconds, which a loaded machine can spend waiting for the cell below.
+    page.evaluate(
+        """() => {
+            window.__agentNotices = [];
+            const root = document.getElementById('jp-agent-activity');
+            new MutationObserver(() => root.querySelectorAll('.jp-AgentActivity-notice.jp-mod-ok')
+                .forEach(n => n.innerText && window.__agentNotices.push(n.innerText)))
+                .observe(root, {subtree: true, childList: true, characterData: true, attributes: true});
+        }"""
+    )
     page.locator(f'{PANEL} [data-change-id="{edit_id}"] button[data-action="undo"]').click()
     page.wait_for_function(
         "(t) => { const cell = document.querySelectorAll('.jp-Notebook .jp-Cell')[1]; "
@@ -231,9 +242,10 @@ def test_undo_in_the_panel_restores_the_cell_live_and_in_the_file(lab: dict[str,
         timeout=20_000,
     )
     # The undo's message shows, then clears by itself (it said what happened; it is not a state).
-    notice = page.locator(f"{PANEL} .jp-AgentActivity-notice.jp-mod-ok")
-    notice.filter(has_text=f"Undid change {edit_id}").wait_for(timeout=20_000)
-    notice.wait_for(state="hidden", timeout=15_000)
+    page.wait_for_function(
+        "(t) => window.__agentNotices.some(n => n.includes(t))", arg=f"Undid change {edit_id}", timeout=20_000
+    )
+    page.locator(f"{PANEL} .jp-AgentActivity-notice.jp-mod-ok").wait_for(state="hidden", timeout=15_000)
     # The undo is itself a change, listed live.
     undo = page.locator(f'{PANEL} [data-change-id="{int(edit_id) + 1}"]')
     undo.wait_for(timeout=20_000)
