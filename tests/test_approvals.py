@@ -14,10 +14,11 @@ from typing import Any
 
 import nbformat
 import pytest
-from mcp import ClientSession
+from mcp import ClientSession, types
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError as McpError
 from nbformat.v4 import new_code_cell, new_notebook
 from tornado.httpclient import HTTPClientError
 
@@ -367,6 +368,121 @@ async def test_an_mcp_call_still_pending_goes_on_as_a_run_once_approved(
         ] == 200
         status = await session.call_tool("run_status", {"run_id": run["run_id"], "wait": 60})
         assert "complete" in status.content[0].text and "later" in status.content[0].text
+
+
+@contextlib.asynccontextmanager
+async def modern_mcp_opening_urls(
+    url: str, token: str, answer: Any, rounds: int = 10
+) -> AsyncIterator[Client]:
+    """The SDK's default Client with an elicitation callback (it declares URL-mode elicitation)."""
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"token {token}"}) as http_client,
+        Client(
+            streamable_http_client(url, http_client=http_client),
+            elicitation_callback=answer,
+            input_required_max_rounds=rounds,
+        ) as client,
+    ):
+        yield client
+
+
+@pytest.mark.rules(ASK_EXECUTE, wait=0.2)
+async def test_a_2026_client_still_waiting_opens_jupyterlab_at_the_request_and_goes_on_when_approved(
+    http: Any, agent: Any, mcp_url: str, jp_root_dir: Path
+) -> None:
+    bot = await agent()
+    asked: list[Any] = []
+
+    async def open_in_browser(_context: Any, params: Any) -> Any:
+        asked.append(params)  # (a person would open the URL; here the test decides as that person)
+        assert (await http("POST", f"api/agent/approvals/{approval_id(params)}", {"decision": "approve"}))[
+            0
+        ] == 200
+        return types.ElicitResult(action="accept")
+
+    code = "with open('ran.txt', 'a') as f: f.write('x')"
+    async with modern_mcp_opening_urls(mcp_url, bot.token, open_in_browser) as client:
+        result = await client.call_tool("eval", {"cells": [{"code": code}, {"code": "print('went on')"}]})
+    assert not result.is_error and "went on" in result.content[0].text, result
+    assert (jp_root_dir / "ran.txt").read_text() == "x"  # once
+    [params] = asked
+    assert params.mode == "url" and "run" in params.message
+    request = (await http("GET", f"api/agent/approvals/{approval_id(params)}"))[1]
+    assert params.url.startswith(mcp_url.split("/api/agent/")[0] + "/lab?agent-approval=")
+    assert request["state"] == "approved" and request["agent"] == "agent:bot"
+
+
+def approval_id(params: Any) -> int:
+    return int(params.url.rsplit("agent-approval=", 1)[1])
+
+
+@pytest.mark.rules(ASK_EXECUTE, wait=0.1)
+async def test_what_a_2026_client_answers_never_approves_and_its_state_is_checked(
+    http: Any, agent: Any, mcp_url: str, jp_root_dir: Path
+) -> None:
+    from mcp.client._input_required import InputRequiredRoundsExceededError
+
+    bot, other = await agent("bot"), await agent("other")
+
+    async def accept_as_form(_context: Any, _params: Any) -> Any:  # an agent's client saying yes itself
+        return types.ElicitResult(action="accept", content={"approve": True, "decision": "approve"})
+
+    arguments = {"cells": [{"code": "open('forged.txt', 'w').write('ran')"}]}
+    async with modern_mcp_opening_urls(mcp_url, bot.token, accept_as_form, rounds=3) as client:
+        with pytest.raises(InputRequiredRoundsExceededError):
+            await client.call_tool("eval", arguments)
+        # Driven by hand: a forged or replayed state, another caller's state, a declined page.
+        first = await client.session.call_tool("eval", arguments, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.input_requests, first
+        state = first.request_state
+        assert state
+        forged = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
+        with pytest.raises(McpError, match="requestState"):
+            await client.session.call_tool("eval", arguments, request_state=forged, allow_input_required=True)
+        with pytest.raises(McpError, match="another call"):
+            await client.session.call_tool(
+                "eval", {"cells": [{"code": "print(1)"}]}, request_state=state, allow_input_required=True
+            )
+        again = await client.session.call_tool(
+            "eval", arguments, request_state=state, allow_input_required=True
+        )
+        assert isinstance(again, types.InputRequiredResult) and not again.input_requests  # the state alone
+        declined = await client.session.call_tool(
+            "eval",
+            arguments,
+            input_responses={"approval": types.ElicitResult(action="decline")},
+            request_state=state,
+            allow_input_required=True,
+        )
+        assert isinstance(declined, types.CallToolResult) and declined.is_error
+        assert "did not open approval" in declined.content[0].text
+    async with modern_mcp_opening_urls(mcp_url, other.token, accept_as_form) as client:
+        with pytest.raises(McpError, match="another caller"):
+            await client.session.call_tool("eval", arguments, request_state=state, allow_input_required=True)
+    assert not (jp_root_dir / "forged.txt").exists()
+    pending = (await http("GET", "api/agent/approvals"))[1]["pending"]
+    assert len(pending) == 2 and all(p["agent"] == "agent:bot" for p in pending)
+    # Approved by the person, the state runs the call once; sent again, it is refused.
+    approved = next(p for p in pending if p["id"] == approval_of(state))
+    assert (await http("POST", f"api/agent/approvals/{approved['id']}", {"decision": "approve"}))[0] == 200
+    async with modern_mcp_opening_urls(mcp_url, bot.token, accept_as_form) as client:
+        done = await client.session.call_tool(
+            "eval", arguments, request_state=state, allow_input_required=True
+        )
+        assert isinstance(done, types.CallToolResult) and not done.is_error, done
+        replayed = await client.session.call_tool(
+            "eval", arguments, request_state=state, allow_input_required=True
+        )
+        assert isinstance(replayed, types.CallToolResult) and replayed.is_error
+        assert "used by an earlier call" in replayed.content[0].text
+    assert (jp_root_dir / "forged.txt").read_text() == "ran"
+
+
+def approval_of(state: str) -> int:
+    import base64
+
+    payload = state.split(".")[1]
+    return int(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["approval"])
 
 
 @pytest.mark.rules([])

@@ -333,3 +333,27 @@ def test_approve_from_the_command_palette_shows_the_request_first(lab: dict[str,
         dialog.locator("button.jp-mod-accept").click()
         status, answer = call.result(timeout=90)
     assert status == 200 and "from the palette" in answer["cells"][0]["output"], answer
+
+
+def test_a_url_naming_a_request_opens_the_panel_at_it(lab: dict[str, Any], page: Any) -> None:
+    # What an MCP client opens for its URL elicitation (2026-07-28): JupyterLab at one request.
+    token = agent_token(lab, "url-bot")
+    body = {"session": "u", "cells": [{"code": "print('opened by a URL')"}], "approval_wait": 0}
+    status, answer = http("POST", f"{lab['base']}/api/agent/eval", token, body)
+    assert status == 202, answer
+    approval_id = answer["approval_id"]
+    opened = page.context.new_page()
+    try:
+        # (JupyterLab is open in this browser already: the page moves to a workspace of its own first)
+        opened.goto(f"{lab['base']}/lab?agent-approval={approval_id}", timeout=90_000)
+        row = opened.locator(f'{WAITING} [data-approval-id="{approval_id}"].jp-mod-revealed')
+        row.wait_for(timeout=60_000)
+        assert row.is_visible() and "opened by a URL" in row.inner_text()
+        assert opened.locator(f"{PANEL}").is_visible()  # the panel is the sidebar's shown widget
+        assert opened.locator(f"{WAITING} .jp-mod-revealed").count() == 1
+    finally:
+        opened.close()
+    decided = http(
+        "POST", f"{lab['base']}/api/agent/approvals/{approval_id}", lab["token"], {"decision": "deny"}
+    )
+    assert decided[0] == 200, decided

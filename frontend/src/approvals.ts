@@ -80,6 +80,20 @@ export function notebookOf(approval: IApproval): string | null {
   return typeof path === 'string' ? path.replace(/^\/+/, '') : null;
 }
 
+/** The query parameter of a URL opening JupyterLab at a request (an MCP client's URL elicitation). */
+export const APPROVAL_URL_PARAM = 'agent-approval';
+
+/** The router's pattern for such a URL. */
+export const APPROVAL_URL_PATTERN = new RegExp(
+  `[?&]${APPROVAL_URL_PARAM}=\\d+`
+);
+
+/** The request a URL's query (`?agent-approval=12`) opens JupyterLab at, or null. */
+export function approvalInUrl(search: string): number | null {
+  const value = new URLSearchParams(search).get(APPROVAL_URL_PARAM);
+  return value !== null && /^\d+$/.test(value) ? Number(value) : null;
+}
+
 /** What the notification says: `agent:ci-bot wants to run 2 cells in report.ipynb`. */
 export function asked(approval: IApproval): string {
   return trans.__('%1 wants to %2', approval.agent, approval.summary);

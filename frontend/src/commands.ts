@@ -17,10 +17,11 @@ import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { IApproval, IChange, IChangeDetail, ISession } from './api';
+import { approvalInUrl } from './approvals';
 import { cellDiffText, when } from './format';
 import { trans } from './i18n';
 import { AgentModel } from './model';
-import { approvalNode, diffText, el } from './panel';
+import { AgentPanel, approvalNode, diffText, el } from './panel';
 
 export const CommandIds = {
   openPanel: 'agents:open-panel',
@@ -29,6 +30,7 @@ export const CommandIds = {
   diff: 'agents:diff',
   undo: 'agents:undo',
   openChange: 'agents:open-change',
+  openApproval: 'agents:open-approval',
   approve: 'agents:approve',
   deny: 'agents:deny'
 };
@@ -36,7 +38,7 @@ export const CommandIds = {
 export function addCommands(
   app: JupyterFrontEnd,
   model: AgentModel,
-  panelId: string,
+  panel: AgentPanel,
   tracker: INotebookTracker | null,
   palette: ICommandPalette | null
 ): void {
@@ -83,7 +85,35 @@ export function addCommands(
   commands.addCommand(CommandIds.openPanel, {
     describedBy: { args: { type: 'object', properties: {} } },
     label: trans.__('Open the Agents Panel'),
-    execute: () => app.shell.activateById(panelId)
+    execute: () => app.shell.activateById(panel.id)
+  });
+  commands.addCommand(CommandIds.openApproval, {
+    describedBy: {
+      args: {
+        type: 'object',
+        properties: {
+          id: { type: 'number', description: trans.__('The request') },
+          search: {
+            type: 'string',
+            description: trans.__(
+              "A URL's query naming it (?agent-approval=12), as the router gives it"
+            )
+          }
+        }
+      }
+    },
+    label: trans.__('Show a Request in the Agents Panel'),
+    execute: async args => {
+      const id =
+        typeof args.id === 'number'
+          ? args.id
+          : approvalInUrl(String(args.search ?? ''));
+      await app.restored; // (routed at load: the restored layout would hide the panel again)
+      app.shell.activateById(panel.id);
+      if (id !== null) {
+        panel.reveal(id);
+      }
+    }
   });
   commands.addCommand(CommandIds.approve, {
     describedBy: {

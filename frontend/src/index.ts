@@ -6,6 +6,7 @@
  */
 import {
   ILayoutRestorer,
+  IRouter,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
@@ -17,7 +18,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 
 import { Api } from './api';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { asked, pendingCells } from './approvals';
+import { APPROVAL_URL_PATTERN, asked, pendingCells } from './approvals';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { addCommands, CommandIds } from './commands';
 import { AgentEvents } from './events';
@@ -52,7 +53,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ISettingRegistry,
     ILayoutRestorer,
     ITranslator,
-    ICommandPalette
+    ICommandPalette,
+    IRouter
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -60,7 +62,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     settings: ISettingRegistry | null,
     restorer: ILayoutRestorer | null,
     translator: ITranslator | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    router: IRouter | null
   ) => {
     if (translator) {
       setTranslator(translator);
@@ -108,7 +111,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
             {
               label: trans.__('Review'),
               caption: trans.__('Show the request in the Agents panel'),
-              callback: () => void app.commands.execute(CommandIds.openPanel)
+              callback: () =>
+                void app.commands.execute(CommandIds.openApproval, {
+                  id: approval.id
+                })
             }
           ]
         })
@@ -128,8 +134,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       marks?.dispose();
       follower?.dispose();
     });
-    addCommands(app, model, panel.id, tracker, palette);
+    addCommands(app, model, panel, tracker, palette);
     app.shell.add(panel, 'left', { rank: 600 });
+    // A URL naming a request (?agent-approval=12, what an MCP client opens) shows it in the panel.
+    router?.register({
+      command: CommandIds.openApproval,
+      pattern: APPROVAL_URL_PATTERN
+    });
     restorer?.add(panel, 'jp-agent-activity');
     if (settings) {
       const apply = (loaded: ISettingRegistry.ISettings) => {

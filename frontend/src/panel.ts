@@ -148,6 +148,12 @@ export class AgentPanel extends Widget {
     return change ? { path: change.path, id: change.id } : null;
   }
 
+  /** Show request `id`: its row scrolled into view and marked, now or once the list has it. */
+  reveal(id: number): void {
+    this._revealing = id;
+    this._render();
+  }
+
   private _render(): void {
     const model = this.model;
     this.node.dataset.connected = String(model.connected);
@@ -165,6 +171,14 @@ export class AgentPanel extends Widget {
       approvalRow
     );
     this._approvals.node.hidden = approvals.length === 0;
+    const revealed = this._approvals.node.querySelector(
+      `[data-approval-id="${this._revealing}"]`
+    );
+    if (revealed) {
+      this._revealing = null;
+      revealed.classList.add('jp-mod-revealed');
+      revealed.scrollIntoView({ block: 'nearest' });
+    }
     this._badge(approvals.length);
     const sessions = model.sessions;
     // What a row shows decides whether it is drawn again ("3 min ago" changes each minute).
@@ -227,6 +241,7 @@ export class AgentPanel extends Widget {
   private _status = el('span', 'jp-AgentActivity-status');
   private _error = el('div', 'jp-AgentActivity-notice jp-mod-error');
   private _approvals: Section;
+  private _revealing: number | null = null;
   private _notice = el('div', 'jp-AgentActivity-notice');
   private _sessions: Section;
   private _runs: Section;

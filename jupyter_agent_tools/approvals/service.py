@@ -125,6 +125,7 @@ class ApprovalPolicy(Service):
         # (agent, action, path) -> (until, who granted it): the person's 'approve for N seconds'.
         self._grants: dict[tuple[str, str, str | None], tuple[float, str]] = {}
         self._next_id = 1
+        self._claimed: dict[int, float] = {}  # approved requests a retried call took: id -> expiry
         self._followups: set[asyncio.Future[None]] = set()  # actions answered 202, done once approved
 
     # -- life ------------------------------------------------------------------------------------
@@ -244,6 +245,17 @@ class ApprovalPolicy(Service):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(waiting.decided.wait(), timeout=max(0.0, seconds))
         return approval
+
+    def claim(self, approval: Approval) -> bool:
+        """Take an approved request for the one call it approves; False when a call took it already (a
+        2026-07-28 MCP client's retry carries a state that could be sent twice)."""
+        now = time.time()
+        for taken in [i for i, until in self._claimed.items() if until < now]:
+            del self._claimed[taken]  # (a state past its approval's expiry is refused before this)
+        if approval.id in self._claimed:
+            return False
+        self._claimed[approval.id] = approval.expires
+        return True
 
     def when_approved(self, approval: Approval, apply: Callable[[], Awaitable[Any]]) -> None:
         """Do ``apply()`` once ``approval`` is approved (nothing when it is denied or expires); what came of

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from jupyter_core.utils import ensure_async
+from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
@@ -69,6 +70,7 @@ class McpHandler(AgentAPIHandler):
             authorize,
             identity=acting_username(self) or "",
             token_ask=getattr(user, "ask", frozenset()),
+            lab_url=f"{self.request.protocol}://{self.request.host}{url_path_join(self.base_url, 'lab')}",
         )
 
     def _owner(self) -> str:

@@ -55,6 +55,7 @@ from .jsonrpc import (
     parse_message,
     result_message,
 )
+from .request_state import ApprovalState, InvalidRequestState, RequestStates, arguments_digest
 from .resources import TEMPLATES, ResourceNotFound, list_resources, read_resource
 from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, service_call, tool_state, wait_or_cancelled
 
@@ -137,6 +138,7 @@ class HttpRequest:
     authorize: Callable[[str, str], Awaitable[bool]]  # (action, resource): the server's authorizer
     identity: str = ""  # the acting user, as the approval gate's rules name it (agent:NAME)
     token_ask: frozenset[str] = frozenset()  # what an agent token asks the person for (--ask)
+    lab_url: str = ""  # JupyterLab on this server, as the client reached it (an approval's page)
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name)
@@ -248,6 +250,7 @@ class McpServer:
         self.log = log or logging.getLogger(__name__)
         self.sessions: OrderedDict[str, LegacySession] = OrderedDict()
         self._tool_lists: dict[str, list[dict[str, Any]]] = {}
+        self._states = RequestStates()
 
     # -- HTTP methods --------------------------------------------------------------------------------
 
@@ -630,7 +633,8 @@ class McpServer:
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         call = _Call()
         progress = _Progress(token if is_request_id(token) else None)
-        run = self._run_tool(tool, arguments, version, request, call, progress)
+        resumed = _Resumed.of(msg.params) if session is None else None
+        run = self._run_tool(tool, arguments, version, request, call, progress, resumed)
         stream = self._stream(msg.id, run, progress, call, session, modern=session is None)
         return Answer(200, stream=stream, cancel=call.cancel)
 
@@ -642,11 +646,14 @@ class McpServer:
         request: HttpRequest,
         call: _Call,
         progress: _Progress,
+        resumed: _Resumed | None = None,
     ) -> dict[str, Any]:
         refused = await self._refusal(tool, request, version)
         if refused is not None:
             return refused
-        passed, answer = await self._gate(tool, arguments, request, version, call.cancel, progress.push)
+        passed, answer = await self._gate(
+            tool, arguments, request, version, call.cancel, progress.push, resumed=resumed
+        )
         if answer is not None:
             return answer
         return await self._execute(tool, passed, version, call.cancel, progress.push, request.authorize)
@@ -661,36 +668,103 @@ class McpServer:
         progress: Callable[[str], None],
         *,
         until_decided: bool = False,
+        resumed: _Resumed | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """The approval gate (:mod:`.gates`): the arguments to run with, or the call's answer instead (a
-        denial, or a request still pending after the wait: the call goes on once approved, without this
-        call). While it waits, progress says so. ``until_decided``: wait as long as the request lives (a
-        task, which the client polls)."""
+        denial, or a request still pending after the wait). While it waits, progress says so.
+        ``until_decided``: wait as long as the request lives (a task, which the client polls).
+
+        Still pending, a 2026-07-28 call (``resumed``: its retry fields) is answered input-required: a
+        URL-mode elicitation opens JupyterLab at the request, and the client retries with the state,
+        which only the approval's own state can clear (never what the client answers). An earlier
+        client's call goes on once approved, without this call."""
         gate = gate_of(tool.name, self.services, arguments)
         if gate is None:
             return arguments, None
         policy = self.services.approval_policy
         path = normalize(gate.path) or gate.path if gate.path is not None else None
         asking = Asking(request.identity, request.token_ask, "mcp", gate.action, path)
+        given = arguments
         try:
             wait = wait_seconds(arguments, policy)
             arguments = without_gate_fields(arguments)
-            approval = await clear(policy, asking, gate.describe, 0)
-            if approval is None:
+            if resumed is not None and resumed.state is not None:
+                cleared: Approval | None = await self._resume(resumed, tool, given, request)
+            else:
+                cleared = await clear(policy, asking, gate.describe, 0)
+            if cleared is None:
                 return arguments, None
+            approval = cleared
+            if approval.state == "pending" and resumed is not None and resumed.declined:
+                raise AgentToolsError(
+                    f"The client did not open approval {approval.id} ({resumed.declined}): nothing was "
+                    "done, and approving it later does not run this call (call the tool again).",
+                    409,
+                )
             if approval.state == "pending":
                 progress(f"Waiting for approval {approval.id} in JupyterLab: {approval.summary}\n")
                 seconds = approval.expires - time.time() + 1.0 if until_decided else wait
                 await wait_or_cancelled(policy.wait_for(approval, seconds), cancel)
             if approval.state in ("denied", "expired"):
                 raise refusal(approval)
+            if approval.state == "pending" and resumed is not None:
+                return arguments, self._input_required(approval, tool, given, request, resumed)
             if approval.state == "pending":
                 return arguments, self._call_result(self._go_on_when_approved(tool, gate, approval), version)
+            if resumed is not None and resumed.state is not None and not policy.claim(approval):
+                raise AgentToolsError(
+                    f"Approval {approval.id} was used by an earlier call already: nothing was done again.",
+                    409,
+                )
             progress(f"Approved by {approval.decided_by}.\n")
             set_approver(approval.decided_by)  # the ledger names who approved the change
             return await gate.bind(approval), None
         except AgentToolsError as e:
             return arguments, self._call_result(ToolResult(e.message, is_error=True), version)
+
+    async def _resume(
+        self, resumed: _Resumed, tool: Tool, arguments: dict[str, Any], request: HttpRequest
+    ) -> Approval:
+        """The approval a retried 2026-07-28 call continues, from its echoed (checked) state."""
+        try:
+            state = self._states.unseal(
+                resumed.state, owner=request.user, tool=tool.name, arguments=arguments
+            )
+        except InvalidRequestState as e:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: 'requestState' is {e}; call the tool again without it",
+            ) from None
+        return await self.services.approval_policy.get(state.approval_id)
+
+    def _input_required(
+        self,
+        approval: Approval,
+        tool: Tool,
+        arguments: dict[str, Any],
+        request: HttpRequest,
+        resumed: _Resumed,
+    ) -> dict[str, Any]:
+        """The InputRequiredResult of a call still waiting for the person: the first time, a URL-mode
+        elicitation opening JupyterLab at the request (when the client can open URLs); then the state
+        alone, which the client echoes to go on waiting."""
+        state = ApprovalState(
+            approval.id, request.user, tool.name, arguments_digest(arguments), approval.expires
+        )
+        result: dict[str, Any] = {
+            "resultType": "input_required",
+            "requestState": self._states.seal(state),
+            "_meta": {SERVER_INFO_KEY: self._server_info(MODERN_VERSIONS[-1])},
+        }
+        if resumed.state is None and resumed.opens_urls and request.lab_url:
+            message = (
+                f"Approval {approval.id} waits for you in JupyterLab: {approval.summary}. "
+                "Approve or deny it there; the call goes on once it is decided."
+            )
+            url = f"{request.lab_url}?agent-approval={approval.id}"
+            params = {"mode": "url", "message": message, "url": url}
+            result["inputRequests"] = {APPROVAL_INPUT: {"method": "elicitation/create", "params": params}}
+        return result
 
     def _go_on_when_approved(self, tool: Tool, gate: ToolGate, approval: Approval) -> ToolResult:
         """A call still waiting for the person: eval and runs go on as a run awaiting approval (the agent
@@ -974,6 +1048,31 @@ class McpServer:
             if oldest.last_used >= cutoff or oldest.calls:
                 break
             self.sessions.popitem(last=False)
+
+
+APPROVAL_INPUT = "approval"  # the key of the elicitation opening JupyterLab at an approval request
+
+
+@dataclass(frozen=True)
+class _Resumed:
+    """A 2026-07-28 call's retry fields, as the gate reads them (an echoed state and what the client
+    answered to the elicitation, which is never an approval: the agent's own client could say anything)."""
+
+    state: Any = None
+    opens_urls: bool = False  # the client declared URL-mode elicitation
+    declined: str | None = None  # 'decline' or 'cancel' when the client refused to open the page
+
+    @classmethod
+    def of(cls, params: dict[str, Any]) -> _Resumed:
+        meta = params.get("_meta")
+        capabilities = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
+        elicitation = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+        opens_urls = isinstance(elicitation, dict) and isinstance(elicitation.get("url"), dict)
+        responses = params.get("inputResponses")
+        answer = responses.get(APPROVAL_INPUT) if isinstance(responses, dict) else None
+        action = answer.get("action") if isinstance(answer, dict) else None
+        declined = action if action in ("decline", "cancel") else None
+        return cls(params.get("requestState"), opens_urls, declined)
 
 
 def _ignore(_text: str) -> None:

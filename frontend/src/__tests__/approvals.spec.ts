@@ -2,6 +2,8 @@
 /* eslint-disable jupyter/no-untranslated-string */
 import { IApproval } from '../api';
 import {
+  APPROVAL_URL_PATTERN,
+  approvalInUrl,
   asked,
   notebookOf,
   PendingBook,
@@ -177,5 +179,24 @@ describe('pendingCells', () => {
       ['a', 1], // the oldest request's
       ['b', 2]
     ]);
+  });
+});
+
+describe('approvalInUrl', () => {
+  it('reads the request a URL opens JupyterLab at', () => {
+    expect(approvalInUrl('?agent-approval=12')).toBe(12);
+    expect(approvalInUrl('?reset&agent-approval=3')).toBe(3);
+    expect(approvalInUrl('?agent-approval=x')).toBeNull();
+    expect(approvalInUrl('?agent-approval=')).toBeNull();
+    expect(approvalInUrl('')).toBeNull();
+  });
+
+  it('is what the router routes', () => {
+    expect(APPROVAL_URL_PATTERN.test('/lab?agent-approval=12')).toBe(true);
+    expect(
+      APPROVAL_URL_PATTERN.test('/lab/tree/a.ipynb?x=1&agent-approval=7')
+    ).toBe(true);
+    expect(APPROVAL_URL_PATTERN.test('/lab?my-agent-approval=7')).toBe(false);
+    expect(APPROVAL_URL_PATTERN.test('/lab/tree/agent-approval=7')).toBe(false);
   });
 });
