@@ -13,7 +13,10 @@ import {
   showDialog
 } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
-import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import {
+  ReadonlyJSONObject,
+  ReadonlyPartialJSONObject
+} from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { IApproval, IChange, IChangeDetail, ISession } from './api';
@@ -34,6 +37,13 @@ export const CommandIds = {
   approve: 'agents:approve',
   deny: 'agents:deny'
 };
+
+/** A command's `describedBy`: its arguments, each a JSON schema. */
+function described(properties: { [name: string]: ReadonlyJSONObject }): {
+  args: ReadonlyJSONObject;
+} {
+  return { args: { type: 'object', properties } };
+}
 
 export function addCommands(
   app: JupyterFrontEnd,
@@ -83,25 +93,20 @@ export function addCommands(
   };
 
   commands.addCommand(CommandIds.openPanel, {
-    describedBy: { args: { type: 'object', properties: {} } },
+    describedBy: described({}),
     label: trans.__('Open the Agents Panel'),
     execute: () => app.shell.activateById(panel.id)
   });
   commands.addCommand(CommandIds.openApproval, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          id: { type: 'number', description: trans.__('The request') },
-          search: {
-            type: 'string',
-            description: trans.__(
-              "A URL's query naming it (?agent-approval=12), as the router gives it"
-            )
-          }
-        }
+    describedBy: described({
+      id: { type: 'number', description: trans.__('The request') },
+      search: {
+        type: 'string',
+        description: trans.__(
+          "A URL's query naming it (?agent-approval=12), as the router gives it"
+        )
       }
-    },
+    }),
     label: trans.__('Show a Request in the Agents Panel'),
     execute: async args => {
       const id =
@@ -116,25 +121,20 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.approve, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          id: {
-            type: 'number',
-            description: trans.__(
-              'The request (default: the oldest waiting one, shown first)'
-            )
-          },
-          for_seconds: {
-            type: 'number',
-            description: trans.__(
-              "Also approve this agent's same action on the same notebook for that long"
-            )
-          }
-        }
+    describedBy: described({
+      id: {
+        type: 'number',
+        description: trans.__(
+          'The request (default: the oldest waiting one, shown first)'
+        )
+      },
+      for_seconds: {
+        type: 'number',
+        description: trans.__(
+          "Also approve this agent's same action on the same notebook for that long"
+        )
       }
-    },
+    }),
     label: args => {
       const a = approval(args);
       return a
@@ -158,25 +158,20 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.deny, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          id: {
-            type: 'number',
-            description: trans.__(
-              'The request (default: the oldest waiting one, shown first)'
-            )
-          },
-          reason: {
-            type: 'string',
-            description: trans.__(
-              'Why (the agent is told); without it, it is asked for'
-            )
-          }
-        }
+    describedBy: described({
+      id: {
+        type: 'number',
+        description: trans.__(
+          'The request (default: the oldest waiting one, shown first)'
+        )
+      },
+      reason: {
+        type: 'string',
+        description: trans.__(
+          'Why (the agent is told); without it, it is asked for'
+        )
       }
-    },
+    }),
     label: args => {
       const a = approval(args);
       return a
@@ -210,17 +205,12 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.interrupt, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          session: {
-            type: 'string',
-            description: trans.__('The session (default: the newest busy one)')
-          }
-        }
+    describedBy: described({
+      session: {
+        type: 'string',
+        description: trans.__('The session (default: the newest busy one)')
       }
-    },
+    }),
     label: args => {
       const s = session(args);
       return s
@@ -236,17 +226,12 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.stop, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          session: {
-            type: 'string',
-            description: trans.__('The session (default: the newest busy one)')
-          }
-        }
+    describedBy: described({
+      session: {
+        type: 'string',
+        description: trans.__('The session (default: the newest busy one)')
       }
-    },
+    }),
     label: args => {
       const s = session(args);
       return s
@@ -275,20 +260,15 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.diff, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', description: trans.__('The notebook') },
-          id: {
-            type: 'string',
-            description: trans.__(
-              'The change (default: the newest of the current notebook)'
-            )
-          }
-        }
+    describedBy: described({
+      path: { type: 'string', description: trans.__('The notebook') },
+      id: {
+        type: 'string',
+        description: trans.__(
+          'The change (default: the newest of the current notebook)'
+        )
       }
-    },
+    }),
     label: args => {
       const c = change(args);
       return c
@@ -321,20 +301,15 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.undo, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', description: trans.__('The notebook') },
-          id: {
-            type: 'string',
-            description: trans.__(
-              'The change (default: the newest of the current notebook)'
-            )
-          }
-        }
+    describedBy: described({
+      path: { type: 'string', description: trans.__('The notebook') },
+      id: {
+        type: 'string',
+        description: trans.__(
+          'The change (default: the newest of the current notebook)'
+        )
       }
-    },
+    }),
     label: args => {
       const c = change({ undoable: true, ...args });
       return c
@@ -350,20 +325,15 @@ export function addCommands(
     }
   });
   commands.addCommand(CommandIds.openChange, {
-    describedBy: {
-      args: {
-        type: 'object',
-        properties: {
-          path: { type: 'string', description: trans.__('The notebook') },
-          id: {
-            type: 'string',
-            description: trans.__(
-              'The change (default: the newest of the current notebook)'
-            )
-          }
-        }
+    describedBy: described({
+      path: { type: 'string', description: trans.__('The notebook') },
+      id: {
+        type: 'string',
+        description: trans.__(
+          'The change (default: the newest of the current notebook)'
+        )
       }
-    },
+    }),
     label: trans.__('Open the Notebook at the Changed Cell'),
     execute: async args => {
       const c = change(args);
