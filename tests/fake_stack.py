@@ -124,3 +124,13 @@ def stacks(tmp_path: Path, jp_asyncio_loop: Any) -> Iterator[Callable[..., Stack
     yield make
     for stack in made:
         jp_asyncio_loop.run_until_complete(stack.service.shutdown())
+
+
+async def until(done: Callable[[], bool], what: str) -> None:
+    """Let the background work (a pool's refill, a per-call kernel's shutdown) go on until ``done()``;
+    fail saying ``what`` did not happen if it takes more than a few thousand loop turns."""
+    for _ in range(5000):
+        if done():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"{what} did not happen")
