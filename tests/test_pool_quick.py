@@ -36,7 +36,7 @@ async def test_per_call_takes_a_pooled_kernel_which_is_replaced_and_never_reused
     assert refill != pooled and stack.pool.describe()["taken"] == 1
     second = await stack.eval("x", mode="per-call")
     assert second["kernel_id"] == refill  # a fresh kernel, never the one used before
-    assert [s["name"] for s in stack.service.list_sessions()] == ["starter"]  # pooled kernels are not sessions
+    assert [s["name"] for s in stack.service.list_sessions()] == ["starter"]  # pooled ones are not sessions
 
 
 async def test_init_step_runs_on_the_pooled_kernel_when_taken(stacks, tmp_path):
