@@ -210,6 +210,7 @@ class FakeKernelManager:
         self.started: list[str] = []  # ids of the kernels started, in order
         self.shut_down: list[str] = []
         self.interrupted: list[str] = []
+        self.connections: list[FakeKernelConnection] = []  # every connection made, in order
         self.peak = 0
         self.kernel_spec_manager = FakeKernelSpecManager([self.default_kernel_name])
 
@@ -241,6 +242,8 @@ class FakeKernelManager:
     async def shutdown_kernel(self, kernel_id: str, now: bool = False, **_: Any) -> None:
         kernel = self.kernels.pop(kernel_id)
         kernel.dead = True
+        for connection in kernel.connections:  # gone from the manager: a real connection's is_alive says so
+            connection.alive = False
         self.shut_down.append(kernel_id)
 
     async def interrupt_kernel(self, kernel_id: str) -> None:
@@ -273,6 +276,7 @@ class FakeKernelManager:
         connection = FakeKernelConnection(self.script, kernel_id=kernel_id, on_death=kernel.exited)
         await connection.start(0)
         kernel.connections.append(connection)
+        self.connections.append(connection)
         return connection
 
     def kill(self, kernel_id: str) -> None:
