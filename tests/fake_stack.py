@@ -9,6 +9,7 @@ the test.
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,14 +117,20 @@ def fake_stack(
 def stacks(tmp_path: Path, jp_asyncio_loop: Any) -> Iterator[Callable[..., Stack]]:
     """``stacks(script, **options)``: a :func:`fake_stack` in the test's directory, shut down after it."""
     made: list[Stack] = []
+    # The EMFILE recovery collects garbage (gc.collect) to free descriptors: in a process that ran many
+    # tests first that takes most of a second. What exists before the test is frozen, not collected.
+    gc.freeze()
 
     def make(script: Script | None = None, **options: Any) -> Stack:
         made.append(fake_stack(tmp_path, script, **options))
         return made[-1]
 
-    yield make
-    for stack in made:
-        jp_asyncio_loop.run_until_complete(stack.service.shutdown())
+    try:
+        yield make
+        for stack in made:
+            jp_asyncio_loop.run_until_complete(stack.service.shutdown())
+    finally:
+        gc.unfreeze()
 
 
 async def until(done: Callable[[], bool], what: str) -> None:

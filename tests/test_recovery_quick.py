@@ -63,6 +63,7 @@ async def test_kernel_death_during_run_restarts_and_reruns(stacks):
     assert entry["restarts"] == 1 and entry["recoveries"] == {"restarts": 1}
     assert first["kernel_id"] in stack.manager.shut_down  # the dead kernel's remains were shut down
     new = stack.manager.get_kernel(result["kernel_id"])
+    assert new.restarter_stopped  # replaced by the session's recovery only, never also by its manager
     init, *cells = new.connections[0].executed
     assert init.startswith("def __agent_tools_init") and cells == ["before", "boom"]
 

@@ -1,9 +1,10 @@
-"""A test double of a kernel connection (:class:`jupyter_agent_tools.execution.connection.KernelConnection`).
+"""Fakes, for tests: a kernel connection (:class:`~jupyter_agent_tools.execution.connection.KernelConnection`)
+and the server's kernel manager.
 
 No kernel process, no ZMQ: :meth:`FakeKernelConnection.execute` puts the Jupyter messages a *script*
 returns for the code on the connection's queue at once, shaped as :class:`LocalKernelConnection` delivers
 them (decoded, tagged with their channel, ``parent_header`` naming the request). It lets the executor,
-recovery and pool logic be unit-tested in milliseconds; what needs a real kernel (its protocol, its
+recovery, pool and turn logic be unit-tested in milliseconds; what needs a real kernel (its protocol, its
 signals, ZMQ's limits) stays in the real-kernel tests.
 
 A script maps the code to a list of ``(channel, msg_type, content)``; :func:`replies` builds the usual
@@ -167,8 +168,7 @@ class FakeKernel:
     def __init__(self, kernel_id: str, kernel_name: str, path: str):
         self.kernel_id, self.kernel_name, self.path = kernel_id, kernel_name, path
         self.dead = False
-        self.restarts = 0
-        self.restarter_stopped = False
+        self.restarter_stopped = False  # our kernel service stops it once the kernel answered
         self.connections: list[FakeKernelConnection] = []
 
     async def is_alive(self) -> bool:
@@ -255,7 +255,6 @@ class FakeKernelManager:
         """A new process under the same id: open connections lose their state, as the manager's
         restart callbacks tell a :class:`LocalKernelConnection`."""
         kernel = self.get_kernel(kernel_id)
-        kernel.restarts += 1
         kernel.dead = False
         for connection in kernel.open_connections():
             connection.lost_state = True
@@ -264,7 +263,7 @@ class FakeKernelManager:
     def cwd_for_path(self, path: str) -> str:
         return str(Path(self.root_dir, path))
 
-    # -- what a test does to it ------------------------------------------------------------------
+    # -- what FakeKernelService and a test call -----------------------------------------------------
 
     async def connect(self, kernel_id: str) -> FakeKernelConnection:
         """A new fake connection to a running kernel (a queued connect fault first)."""
