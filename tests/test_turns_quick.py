@@ -189,7 +189,8 @@ async def test_all_sessions_busy_answers_503(stacks):
     script = Holding()
     stack = stacks(script, max_sessions=2)
     slow = [asyncio.ensure_future(stack.eval("hold", session=name)) for name in ("p", "q")]
-    await until(lambda: sum(s["busy"] for s in stack.service.list_sessions()) == 2, "two busy sessions")
+    holding = stack.manager.connections
+    await until(lambda: sum("hold" in c.executed for c in holding) == 2, "two cells held")
     with pytest.raises(Unavailable, match="busy") as refused:
         await stack.eval("1", session="r")
     assert refused.value.status == 503 and refused.value.retry_after
