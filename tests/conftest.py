@@ -15,6 +15,7 @@ pytest_plugins = [
     "jupyter_server.pytest_plugin",
     "jupyter_agent_tools.pytest_plugin",
     "ci_strict",
+    "fake_stack",
 ]
 
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
