@@ -137,8 +137,3 @@ RunEvent = StreamEvent | Lost
 
 Emit = Callable[[StreamEvent], None]
 """Where a call sends its events as they happen."""
-
-
-def ends_call(event: RunEvent) -> bool:
-    """Whether ``event`` is a call's last (its ``result`` or ``error``)."""
-    return event["type"] in ("result", "error")

@@ -344,8 +344,8 @@ class TerminalRenderer:
                 cell.parts.append(("display", (display, saver(index, display))))
         elif event["type"] == "cell_end":
             cell = state.cell(event["index"])
-            cell.status = event["status"] or "complete"
-            cell.duration = (event["duration_ms"] or 0) / 1000
+            cell.status = event["status"]
+            cell.duration = event["duration_ms"] / 1000
             if cell.started is None:
                 cell.started = time.monotonic() - cell.duration
             live.console.print(self._block(cell, state.total))
