@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # ESC-introduced sequences, in 7-bit and 8-bit (C1) forms: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC
@@ -140,7 +141,7 @@ def human_size(size: int | None) -> str:
     return f"{size / 1024 / 1024:.1f} MB"
 
 
-def ndjson_line(event: dict[str, Any]) -> bytes:
+def ndjson_line(event: Mapping[str, Any]) -> bytes:
     """One event as a line of NDJSON (UTF-8 text, not \\u escapes).
 
     A chunk's text, the bulk of a flood, is escaped by ``json_string_body`` and spliced in after the other
@@ -151,7 +152,7 @@ def ndjson_line(event: dict[str, Any]) -> bytes:
         event.get("type") == "chunk"
         and isinstance(text, str)
         and len(event) > 1
-        and next(reversed(event)) == "text"
+        and list(event)[-1] == "text"
     ):
         body = json_string_body(text)
         if body is not None:

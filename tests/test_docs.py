@@ -92,3 +92,25 @@ def test_every_mcp_tool_is_in_the_api_and_mcp_docs():
     for tool in TOOLS:
         assert f"`{tool.name}`" in section, f"docs/api.md's MCP section does not name {tool.name}"
         assert f"| `{tool.name}` |" in guide, f"docs/mcp.md's tool table has no row for {tool.name}"
+
+
+def test_the_event_stream_table_names_each_event_type_with_exactly_its_fields():
+    """docs/api.md's table of stream events has one row per type of ``stream_events`` and, outside its
+    parentheses, the fields of that type's typed dict: a field added to an event without docs fails here."""
+    from typing import get_args, get_type_hints
+
+    from jupyter_agent_tools.stream_events import RunEvent
+
+    typed = {}
+    for cls in get_args(RunEvent):
+        hints = get_type_hints(cls)
+        (name,) = get_args(hints.pop("type"))
+        typed[name] = set(hints)
+    api = (ROOT / "docs" / "api.md").read_text()
+    section = api[api.index("\n### The event stream") :]
+    rows = section[section.index("|---|") : section.index("\n\n", section.index("|---|"))].splitlines()[1:]
+    documented = {}
+    for row in rows:
+        name, fields = row.split(" | ")[:2]
+        documented[name.strip("| `")] = set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", fields)))
+    assert documented == typed

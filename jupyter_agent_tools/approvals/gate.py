@@ -18,6 +18,7 @@ from typing import Any
 from ..audit.context import set_approver
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..notebook.format import source_hash
+from ..stream_events import Emit
 from .records import Approval
 from .service import ApprovalPolicy
 
@@ -122,7 +123,7 @@ async def decided(policy: ApprovalPolicy, approval: Approval) -> Approval:
 async def once_approved(
     policy: ApprovalPolicy,
     approval: Approval,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Emit,
     cancel: asyncio.Event,
     start: Callable[[], Awaitable[dict[str, Any]]],
 ) -> dict[str, Any]:

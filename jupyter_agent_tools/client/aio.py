@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 
@@ -84,7 +84,7 @@ class AsyncAgentClient:
                     event = calls.decode_event(line)
                     if event is None:
                         continue
-                    if raise_on_error and event.get("type") == "error":
+                    if raise_on_error and event["type"] == "error":
                         raise calls.stream_failure(event, self.url)
                     yield event
         except httpx.TransportError as e:
@@ -318,8 +318,9 @@ class AsyncAgentClient:
             try:
                 async for event in self._events(calls.events_call(run_id, after), raise_on_error):
                     failures = 0
-                    if isinstance(event.get("seq"), int):
-                        after = event["seq"]
+                    seq = cast(Mapping[str, object], event).get("seq")  # (the route's, on every event)
+                    if isinstance(seq, int):
+                        after = seq
                     yield event
                     if calls.ends_run(event):
                         return

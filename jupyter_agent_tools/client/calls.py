@@ -7,10 +7,11 @@ import json
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import httpx
 
+from ..stream_events import Error
 from .models import AgentAPIError, ApprovalDenied, CellsArg, EvalEvent, Op
 
 NDJSON = "application/x-ndjson"
@@ -301,7 +302,7 @@ def run_state_call(run_id: str, wait: float | None) -> Call:
 
 
 def ends_run(event: EvalEvent) -> bool:
-    return event.get("type") in ("result", "error")
+    return event["type"] in ("result", "error")
 
 
 def headers(token: str, client: str | None) -> dict[str, str]:
@@ -337,10 +338,15 @@ def transport_error(e: httpx.TransportError, url: str) -> AgentAPIError:
 
 def decode_event(line: str) -> EvalEvent | None:
     line = line.strip()
-    return json.loads(line) if line else None
+    if not line:
+        return None
+    event = json.loads(line)
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise AgentAPIError(None, f"not an event of the stream: {line[:200]}", "bad_event")
+    return cast(EvalEvent, event)  # (the server's: typed by its "type")
 
 
-def stream_failure(event: EvalEvent, url: str) -> AgentAPIError:
+def stream_failure(event: Error, url: str) -> AgentAPIError:
     status, message = int(event.get("status") or 500), str(event.get("message") or "error")
     if event.get("reason") == "approval_denied":
         return ApprovalDenied(status, message, url, event.get("approval_id"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from ..stream_events import RunEvent
+
 
 class AgentAPIError(Exception):
     """A call failed: ``status`` is the HTTP status (``None`` when the server could not be reached or
@@ -110,8 +112,7 @@ class EditAnswer(_EditAnswer, total=False):
     upgraded_from: str  # with upgrade=True on an nbformat 3 file
 
 
-# One NDJSON event: {"type": "cell_start" | "chunk" | "display" | "cell_end" | "heartbeat" | "restart" |
-# "result" | "error", ...} (docs/api.md, "The event stream").
-EvalEvent = dict[str, Any]
+# One NDJSON event, typed by its "type" (docs/api.md, "The event stream"); a run's events also carry "seq".
+EvalEvent = RunEvent
 CellsArg = str | Sequence[str | Cell | Mapping[str, Any]]
 Op = Mapping[str, Any]

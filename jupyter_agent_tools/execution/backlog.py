@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from typing import Any
 
-Event = dict[str, Any]
+from ..stream_events import Chunk, Gap, StreamEvent
+
 _BLOCK = 1 << 20  # characters measured at a time: a long chunk is never encoded whole just to count it
 
 
@@ -45,7 +45,7 @@ class _Run:
         self.offset = 0  # characters of parts[0] already taken
         self.size = 0  # bytes: the text not yet taken, or the bytes skipped
 
-    def take(self, max_chars: int) -> tuple[Event, int]:
+    def take(self, max_chars: int) -> tuple[Chunk | Gap, int]:
         """An event with (up to ``max_chars`` characters of) what the run holds, and its text's bytes."""
         if self.kind == "gap":
             return {"type": "gap", "index": self.index, "name": self.name, "bytes": self.size}, 0
@@ -72,7 +72,7 @@ class StreamBacklog:
         if max_bytes < 1:
             raise ValueError("max_bytes must be at least 1")
         self.max_bytes = max_bytes
-        self._items: deque[Event | _Run] = deque()
+        self._items: deque[StreamEvent | _Run] = deque()
         self._queued = 0  # text bytes waiting
         self._in_flight = 0  # text bytes taken, not yet sent
         self._closed = False
@@ -81,11 +81,11 @@ class StreamBacklog:
     def __bool__(self) -> bool:
         return bool(self._items)
 
-    def put(self, event: Event) -> None:
+    def put(self, event: StreamEvent) -> None:
         """Queue an event; a chunk's text only as far as the bound allows, the rest counted as a gap."""
         if self._closed:
             return
-        if event.get("type") != "chunk":
+        if event["type"] != "chunk":
             self._items.append(event)
             return
         text, index, name = event["text"], event["index"], event["name"]
@@ -111,14 +111,14 @@ class StreamBacklog:
             self._queued += size
         last.size += size
 
-    def take(self, max_chars: int | None = None) -> list[Event]:
+    def take(self, max_chars: int | None = None) -> list[StreamEvent]:
         """The queued events, oldest first, consecutive chunks of a cell's stream merged into one; with
         ``max_chars``, only about that much text (a chunk may be split; the rest stays queued).
 
         Their text counts against the bound until :meth:`sent`.
         """
         budget = max_chars if max_chars is not None else sys.maxsize
-        events: list[Event] = []
+        events: list[StreamEvent] = []
         while self._items:
             item = self._items[0]
             if not isinstance(item, _Run):
@@ -131,7 +131,8 @@ class StreamBacklog:
             events.append(event)
             self._queued -= size
             self._in_flight += size
-            budget -= len(event.get("text", ""))
+            if event["type"] == "chunk":
+                budget -= len(event["text"])
             if item.kind == "gap" or not item.parts:
                 self._items.popleft()
         return events

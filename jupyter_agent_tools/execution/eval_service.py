@@ -23,6 +23,7 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
+from ..stream_events import StreamEvent
 from ..traits import Service, at_least, in_range
 from .connection import KernelConnection
 from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
@@ -99,7 +100,7 @@ async def _unless_cancelled(start: asyncio.Future[Any], cancel: asyncio.Event) -
 def _noting_output(session: KernelSession, emit: Emit) -> Emit:
     """``emit`` that also notes on the session when it last produced output (the sessions listing)."""
 
-    def noting(event: dict[str, Any]) -> None:
+    def noting(event: StreamEvent) -> None:
         if event.get("type") in ("chunk", "display"):
             session.last_output_at = time.time()
         emit(event)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..stream_events import Emit, StreamEvent
 from ..text import strip_ansi
 from .connection import KernelConnection, drain
 from .messages import (
@@ -44,10 +45,9 @@ INTERRUPTED_NOTICE = (
     "Interrupted from outside this call: someone sent the kernel its interrupt (JupyterLab's stop "
     "button, the Agents panel's Interrupt, or POST /api/kernels/{id}/interrupt). Nothing needs fixing.\n"
 )
-Emit = Callable[[dict[str, Any]], None]
 
 
-def noop(_: dict[str, Any]) -> None:
+def noop(_: StreamEvent) -> None:
     """An ``emit`` that drops the events (a caller that streams nothing)."""
     return None
 

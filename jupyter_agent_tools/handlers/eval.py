@@ -21,11 +21,11 @@ from ..approvals.gate import once_approved, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
 from ..execution.eval_service import EvalService
-from ..execution.executor import Emit
 from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
 from ..execution.request import parse_eval_request
 from ..runs import Run, RunRegistry
+from ..stream_events import Emit, StreamEvent
 from ..streaming import TaskSource, pump
 from ..text import ndjson_line
 from .base import AgentAPIHandler
@@ -163,7 +163,7 @@ class EvalHandler(AgentAPIHandler):
         pace = StreamPace(backlog.lagging, float(app.stream_lag_grace))
         ready = asyncio.Event()
 
-        def emit(event: dict[str, Any]) -> None:
+        def emit(event: StreamEvent) -> None:
             backlog.put(event)
             ready.set()
 

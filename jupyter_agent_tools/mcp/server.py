@@ -34,6 +34,7 @@ from ..audit.context import current_user, set_approver
 from ..auth.paths import normalize
 from ..errors import AgentToolsError
 from ..runs.registry import Viewer
+from ..stream_events import Emit
 from ..streaming import TaskSource, pump
 from ..validation import short_repr
 from .gates import ToolGate, gate_of
@@ -775,7 +776,7 @@ class McpServer:
         )
         if gate.detachable:
 
-            async def run(emit: Callable[[dict[str, Any]], None], cancel: asyncio.Event) -> dict[str, Any]:
+            async def run(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
                 async def start() -> dict[str, Any]:
                     arguments = await gate.bind(approval)
                     return await service_call(self.services, tool.name, arguments, emit, cancel)
@@ -910,7 +911,7 @@ class McpServer:
             yield Outgoing(result_message(rid, refused), final=True)
             return
 
-        async def call(emit: Callable[[dict[str, Any]], None], cancel: asyncio.Event) -> dict[str, Any]:
+        async def call(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
             def progress(text: str) -> None:
                 if text:
                     emit({"type": "chunk", "index": 0, "name": "stdout", "text": text})

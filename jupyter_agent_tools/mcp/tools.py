@@ -28,6 +28,7 @@ from ..notebook.reading import INCLUDES, MAX_CELL_REFS, MAX_READ_LIMIT, output_b
 from ..notebook.summary import base64_size, data_size, is_textual, joined_text
 from ..runs.registry import Viewer
 from ..schemas import ACTIONS, CELL_TYPES, is_create_request
+from ..stream_events import Emit, StreamEvent
 from ..text import human_size
 from ..validation import json_type, short_repr
 from .tool_schemas import component, portable, without_image_data, without_null
@@ -197,6 +198,18 @@ def _started(run: Any) -> ToolResult:
     return ToolResult(text, run.summary())
 
 
+def _progress(call: ToolCall) -> Emit:
+    """A call's events as the tool call's progress: its output text, and a kernel restart's notice."""
+
+    def on_event(event: StreamEvent) -> None:
+        if event["type"] == "chunk":
+            call.progress(event["text"])
+        elif event["type"] == "restart":
+            call.progress(f"{event['message']}\n")
+
+    return on_event
+
+
 async def _eval(call: ToolCall) -> ToolResult:
     own, body = options(call.arguments, {"include_images": ("boolean", False)}, rest=True)
     if body.get("detach") is True:
@@ -207,16 +220,10 @@ async def _eval(call: ToolCall) -> ToolResult:
             call.services.run_registry.start("eval", target, functools.partial(_run_eval, service, body))
         )
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event.get("type") == "chunk":
-            call.progress(str(event.get("text", "")))
-        elif event.get("type") == "restart":
-            call.progress(f"{event.get('message', '')}\n")
-
     if "notebook" in body and call.authorize is not None and not await call.authorize("read", "contents"):
         message = "Permission denied: eval with 'notebook' also needs 'read' on 'contents'; nothing was run."
         return ToolResult(message, is_error=True)
-    result = await call.services.eval_service.run(body, emit=on_event, cancel=call.cancel)
+    result = await call.services.eval_service.run(body, emit=_progress(call), cancel=call.cancel)
     images: list[Image] = []
     notes: list[str] = []
     structured = dict(result)
@@ -558,18 +565,20 @@ def _eval_input() -> dict[str, Any]:
     return result
 
 
-def _run_eval(service: EvalService, body: Any, emit: Any, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+def _run_eval(
+    service: EvalService, body: Any, emit: Emit, cancel: asyncio.Event
+) -> Awaitable[dict[str, Any]]:
     return service.run(body, emit=emit, cancel=cancel)
 
 
 def _run_notebook(
-    runner: NotebookRunner, path: str, body: Any, emit: Any, cancel: asyncio.Event
+    runner: NotebookRunner, path: str, body: Any, emit: Emit, cancel: asyncio.Event
 ) -> Awaitable[dict[str, Any]]:
     return runner.run(path, body, emit=emit, cancel=cancel)
 
 
 def service_call(
-    services: Services, tool: str, arguments: dict[str, Any], emit: Any, cancel: asyncio.Event
+    services: Services, tool: str, arguments: dict[str, Any], emit: Emit, cancel: asyncio.Event
 ) -> Awaitable[dict[str, Any]]:
     """The service call behind an eval or notebook_run tool call, as its detached run makes it."""
     _own, body = options(arguments, {"include_images": ("boolean", False)}, rest=True)
@@ -590,13 +599,9 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
         )
         return _started(run)
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event.get("type") == "chunk":
-            call.progress(str(event.get("text", "")))
-        elif event.get("type") == "restart":
-            call.progress(f"{event.get('message', '')}\n")
-
-    result = await call.services.notebook_runner.run(own["path"], body, emit=on_event, cancel=call.cancel)
+    result = await call.services.notebook_runner.run(
+        own["path"], body, emit=_progress(call), cancel=call.cancel
+    )
     images: list[Image] = []
     notes: list[str] = []
     structured = dict(result)

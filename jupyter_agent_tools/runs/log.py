@@ -28,14 +28,14 @@ from typing import Any
 
 from ..artifacts import ArtifactFull
 from ..execution.backlog import utf8_prefix, utf8_size
+from ..stream_events import Gap, Lost, StreamEvent
 from ..text import ndjson_line  # the same encoding as an attached stream (fast for chunks)
 
-Event = dict[str, Any]
 INDEX_EVERY = 64 * 1024  # bytes of artifact between two entries of the sparse seq -> offset index
 KEEP_IN_MEMORY = 64 * 1024  # bytes of events a finished run may keep in memory rather than in an artifact
 
 
-def encode(seq: int, event: Event) -> bytes:
+def encode(seq: int, event: StreamEvent) -> bytes:
     """``{"seq": seq, ...event}`` as one NDJSON line (UTF-8, not \\u escapes)."""
     return ndjson_line({"seq": seq, **event})
 
@@ -73,26 +73,26 @@ class RunLog:
         self._index: list[tuple[int, int]] = []  # (seq, offset) every INDEX_EVERY bytes
         self._spilled_upto = 0  # the last seq in the artifact
         self._broken = False  # the artifact failed: lines leaving memory are lost from then on
-        self._gap: Event | None = None  # text left out, not yet said
+        self._gap: Gap | None = None  # text left out, not yet said
         self.skipped = 0  # bytes of output text left out
         self.finished = False
         self._changed = asyncio.Event()
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def append(self, event: Event) -> None:
+    def append(self, event: StreamEvent) -> None:
         """Number and keep one event (a chunk's text only as far as ``max_bytes`` allows)."""
         if self.finished:
             return
-        if event.get("type") == "chunk":
-            text = str(event.get("text", ""))
+        if event["type"] == "chunk":
+            text = event["text"]
             size = utf8_size(text)
             room = self.max_bytes - self.total - 200  # the line's other fields
             if size > room or self._gap is not None:
                 head = utf8_prefix(text, room) if room > 0 and self._gap is None else ""
                 if head:
                     self._add({**event, "text": head})
-                self._skip(event.get("index", 0), str(event.get("name", "")), size - utf8_size(head))
+                self._skip(event["index"], event["name"], size - utf8_size(head))
                 return
         else:
             self._say_gap()
@@ -121,7 +121,7 @@ class RunLog:
                 self._writer.discard()
             self._writer = None
 
-    def _skip(self, index: Any, name: str, size: int) -> None:
+    def _skip(self, index: int, name: str, size: int) -> None:
         if self._gap is not None and (self._gap["index"], self._gap["name"]) != (index, name):
             self._say_gap()
         if self._gap is None:
@@ -134,7 +134,7 @@ class RunLog:
         if gap is not None and gap["bytes"]:
             self._add(gap)
 
-    def _add(self, event: Event) -> None:
+    def _add(self, event: StreamEvent) -> None:
         self.last_seq += 1
         line = encode(self.last_seq, event)
         self._lines.append(line)
@@ -209,7 +209,7 @@ class RunLog:
             if lines:
                 return lines, line_seq(lines[-1])
             upto = self._first_memory_seq - 1  # neither in the artifact nor in memory: say so
-            note = {
+            note: Lost = {
                 "type": "lost",
                 "from_seq": nxt,
                 "to_seq": upto,

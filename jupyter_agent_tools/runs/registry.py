@@ -33,11 +33,11 @@ from traitlets import Float, Instance, Int, Unicode, default, validate
 from ..artifacts import ArtifactStore
 from ..audit.context import current_user
 from ..errors import AgentToolsError, NotFound, Unavailable
+from ..stream_events import Emit, StreamEvent
 from ..traits import Service, at_least
 from .log import RunLog
 from .records import FINAL_STATES, RunRecords
 
-Emit = Callable[[dict[str, Any]], None]
 Call = Callable[[Emit, asyncio.Event], Awaitable[dict[str, Any]]]
 STATES = ("queued", "awaiting_approval", "running", *FINAL_STATES)
 ARTIFACT_SESSION = "_runs"  # the artifact store's directory for run event logs
@@ -251,7 +251,7 @@ class RunRegistry(Service):
         return run
 
     async def _drive(self, run: Run, call: Call, state_of: Callable[[dict[str, Any], bool], str]) -> None:
-        def emit(event: dict[str, Any]) -> None:
+        def emit(event: StreamEvent) -> None:
             self._event(run, event)
 
         state, message = "error", None
@@ -277,28 +277,30 @@ class RunRegistry(Service):
             message = result.get("error") if isinstance(result.get("error"), str) else None
         self._end(run, state, message)
 
-    def _event(self, run: Run, event: dict[str, Any]) -> None:
+    def _event(self, run: Run, event: StreamEvent) -> None:
         if run.finished:
             return
-        kind = event.get("type")
-        if kind == "approval":  # the person is asked first: the run waits, then runs once approved
-            if event.get("state") == "pending" and run.state == "queued":
+        if event["type"] == "approval":  # the person is asked first: the run waits, then runs once approved
+            if event["state"] == "pending" and run.state == "queued":
                 self._transition(run, "awaiting_approval")
             run.approval_id = event.get("approval_id")
         elif run.state in ("queued", "awaiting_approval"):
             self._transition(run, "running")
-        if kind == "cell_start":
-            index = int(event.get("index", 0))
-            cell: dict[str, Any] = {"index": index, "status": "running", "started": _iso(time.time())}
+        if event["type"] == "cell_start":
+            cell: dict[str, Any] = {
+                "index": event["index"],
+                "status": "running",
+                "started": _iso(time.time()),
+            }
             if "cell_id" in event:
                 cell["cell_id"] = event["cell_id"]
-            cell["title"] = event.get("title")
-            run.cells[index] = cell
-        elif kind == "cell_end":
-            cell = run.cells.setdefault(int(event.get("index", 0)), {"index": event.get("index", 0)})
-            for key in ("status", "exit_code", "duration_ms"):
-                if key in event:
-                    cell[key] = event[key]
+            cell["title"] = event["title"]
+            run.cells[event["index"]] = cell
+        elif event["type"] == "cell_end":
+            cell = run.cells.setdefault(event["index"], {"index": event["index"]})
+            cell.update(
+                status=event["status"], exit_code=event["exit_code"], duration_ms=event["duration_ms"]
+            )
         if run.log is not None:
             run.log.append(event)
 

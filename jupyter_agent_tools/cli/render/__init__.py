@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ...client import AgentAPIError, EvalEvent, calls
+from ...stream_events import Approval, Error
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,14 @@ class Renderer(Protocol):
         """Say something on stderr that is not the answer (which server was picked, ...)."""
 
 
-def stream_failure(event: EvalEvent) -> AgentAPIError:
+def stream_failure(event: Error) -> AgentAPIError:
     """The error an ``error`` event of a stream stands for (a denial by the person: ApprovalDenied)."""
     return calls.stream_failure(event, "")
 
 
-def approval_line(event: EvalEvent) -> str:
+def approval_line(event: Approval) -> str:
     """What an ``approval`` event of a stream says: waiting for the person, or approved."""
-    if event.get("state") == "pending":
+    if event["state"] == "pending":
         return f"Waiting for approval {event.get('approval_id')} in JupyterLab ({event.get('summary')})…"
     return f"Approved by {event.get('decided_by') or 'the person'}: running."
 

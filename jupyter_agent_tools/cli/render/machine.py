@@ -7,10 +7,13 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ...client import AgentAPIError, EvalEvent
-from . import NotebookCall, RunPlan, stream_failure
-from .images import Saver, describe
-from .plain import PlainRenderer
+from ...client import EvalEvent
+from . import NotebookCall, RunPlan
+from .plain import PlainRenderer, stream_result
+
+
+def _nothing(_: Any) -> None:
+    return None
 
 
 def _line(value: Any) -> None:
@@ -26,23 +29,7 @@ class MachineRenderer:
         self._plain = PlainRenderer()
 
     def run(self, events: Iterator[EvalEvent], plan: RunPlan) -> dict[str, Any]:
-        saver = Saver(plan.save_images)
-        result: dict[str, Any] | None = None
-        for event in events:
-            if self.ndjson:
-                _line(event)
-            kind = event.get("type")
-            if kind == "display":
-                display = event.get("display") or {}
-                saved = saver(int(event.get("index") or 0), display)
-                if saved is not None:
-                    self.note(describe(display, saved))
-            elif kind == "error":
-                raise stream_failure(event)
-            elif kind == "result":
-                result = dict(event["result"])
-        if result is None:
-            raise AgentAPIError(None, "the event stream ended before its result", "truncated")
+        result = stream_result(events, plan, self.note, _line if self.ndjson else _nothing)
         if not self.ndjson:
             _line(result)
         return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ...client import AgentAPIError, EvalEvent
@@ -152,29 +152,39 @@ def sessions_text(answer: dict[str, Any]) -> str:
     return "".join(line + "\n" for line in lines) + notebook_kernel_lines(answer) + pool_line(answer)
 
 
+def stream_result(
+    events: Iterator[EvalEvent], plan: RunPlan, note: Callable[[str], None], show: Callable[[EvalEvent], None]
+) -> dict[str, Any]:
+    """The run loop of the plain and machine renderers: each event to ``show``, each image display saved
+    (``--save-images``, noted), an ``error`` event raised; the answer of the ``result`` event returned."""
+    saver = Saver(plan.save_images)
+    result: dict[str, Any] | None = None
+    for event in events:
+        show(event)
+        if event["type"] == "display":
+            saved = saver(event["index"], event["display"])
+            if saved is not None:
+                note(describe(event["display"], saved))
+        elif event["type"] == "error":
+            raise stream_failure(event)
+        elif event["type"] == "result":
+            result = dict(event["result"])
+    if result is None:
+        raise AgentAPIError(None, "the event stream ended before its result", "truncated")
+    return result
+
+
 class PlainRenderer:
     """Plain text on stdout; errors and notes on stderr."""
 
     def run(self, events: Iterator[EvalEvent], plan: RunPlan) -> dict[str, Any]:
-        saver = Saver(plan.save_images)
-        result: dict[str, Any] | None = None
-        for event in events:
-            kind = event.get("type")
-            if kind == "display":
-                display = event.get("display") or {}
-                saved = saver(int(event.get("index") or 0), display)
-                if saved is not None:
-                    self.note(describe(display, saved))
-            elif kind == "error":
-                raise stream_failure(event)
-            elif kind == "approval":
-                self.note(approval_line(event))
-            elif kind == "result":
-                result = dict(event["result"])
-        if result is None:
-            raise AgentAPIError(None, "the event stream ended before its result", "truncated")
+        result = stream_result(events, plan, self.note, self._approval)
         _write(with_newline(artifact_commands(str(result.get("output") or ""))))
         return result
+
+    def _approval(self, event: EvalEvent) -> None:
+        if event["type"] == "approval":
+            self.note(approval_line(event))
 
     def notebook(
         self, answer: dict[str, Any], cells: list[dict[str, Any]], outputs: bool, expand: bool

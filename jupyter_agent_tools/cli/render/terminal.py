@@ -321,40 +321,39 @@ class TerminalRenderer:
 
     def _event(self, event: EvalEvent, state: _Run, saver: Saver, live: Live) -> dict[str, Any] | None:
         """Apply one event to the state; print what is final (a cell that ended, a restart)."""
-        kind = event.get("type")
-        index = int(event.get("index") or 0)
-        if kind == "result":
+        if event["type"] == "result":
             return dict(event["result"])
-        if kind == "error":
+        if event["type"] == "error":
             raise stream_failure(event)
-        if kind == "cell_start":
-            cell = state.cell(index, event.get("title"))
+        if event["type"] == "cell_start":
+            index = event["index"]
+            cell = state.cell(index, event["title"])
             cell.status, cell.started = "running", state.monotonic(state.plan.cells_started.get(index))
-        elif kind == "chunk":
-            cell = state.cell(index)
-            if event.get("name") == "error":
-                cell.traceback += str(event.get("text") or "")
+        elif event["type"] == "chunk":
+            cell = state.cell(event["index"])
+            if event["name"] == "error":
+                cell.traceback += event["text"]
             else:
-                cell.add_text(str(event.get("text") or ""))
-        elif kind == "display":
+                cell.add_text(event["text"])
+        elif event["type"] == "display":
+            index, display = event["index"], event["display"]
             cell = state.cell(index)
-            display = event.get("display") or {}
             if display.get("type") == "status":
                 state.statuses.append((cell, display.get("event")))
             else:
                 cell.parts.append(("display", (display, saver(index, display))))
-        elif kind == "cell_end":
-            cell = state.cell(index)
-            cell.status = str(event.get("status") or "complete")
-            cell.duration = float(event.get("duration_ms") or 0) / 1000
+        elif event["type"] == "cell_end":
+            cell = state.cell(event["index"])
+            cell.status = event["status"]
+            cell.duration = event["duration_ms"] / 1000
             if cell.started is None:
                 cell.started = time.monotonic() - cell.duration
             live.console.print(self._block(cell, state.total))
-        elif kind == "restart":
-            live.console.print(Text(f"↻ {event.get('message') or 'the kernel was restarted'}", "yellow"))
-        elif kind == "approval":
+        elif event["type"] == "restart":
+            live.console.print(Text(f"↻ {event['message'] or 'the kernel was restarted'}", "yellow"))
+        elif event["type"] == "approval":
             live.console.print(
-                Text(approval_line(event), "yellow" if event.get("state") == "pending" else "green")
+                Text(approval_line(event), "yellow" if event["state"] == "pending" else "green")
             )
         return None
 
