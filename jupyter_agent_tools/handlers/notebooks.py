@@ -21,8 +21,9 @@ from ..execution.request import parse_run_request
 from ..notebook.reading import output_body, query_int, read_view, render_text
 from ..notebook.store import NotebookStore
 from ..schemas import is_create_request
+from ..stream_events import Emit
 from .base import AgentAPIHandler
-from .eval import Emit, EvalHandler
+from .eval import EvalHandler
 
 TRUE_VALUES = ("1", "true", "yes", "on")
 # The path of a notebook in a route that goes on after it (".../cells/..."): it must end in .ipynb.
