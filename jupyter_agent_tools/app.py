@@ -285,6 +285,9 @@ class AgentToolsApp(ExtensionApp):
         sessions = cast("type[EvalSessionManager]", self.session_manager_class)(
             parent=self, kernels=kernels, artifacts=artifacts, audit=audit
         )
+        notebook_kernels = NotebookKernels(
+            parent=self, session_manager=serverapp.session_manager, sessions=sessions
+        )
         self.eval_service = cast("type[EvalService]", self.eval_service_class)(
             parent=self,
             sessions=sessions,
@@ -292,8 +295,11 @@ class AgentToolsApp(ExtensionApp):
             artifacts=artifacts,
             contents_manager=serverapp.contents_manager,
             pool=KernelPool(parent=self, kernels=kernels),
+            notebook_kernels=notebook_kernels,
         )
         evals = self.eval_service
+        # Eval and notebook runs share the cell executor (the one cell loop and execution path, bounded by
+        # the EvalService settings it was built from), the recovery policy and the warm pool.
         self.notebook_runner = cast("type[NotebookRunner]", self.notebook_runner_class)(
             parent=self,
             sessions=sessions,
@@ -302,17 +308,15 @@ class AgentToolsApp(ExtensionApp):
             artifacts=artifacts,
             audit=audit,
             pool=evals.pool,
-            execute=evals.execute,  # the one execution path of eval's cells and a run's
+            cells=evals.cells,
+            max_cells=evals.max_cells,
             store=self.notebook_store,
             session_manager=serverapp.session_manager,
-            notebook_kernels=NotebookKernels(
-                parent=self, session_manager=serverapp.session_manager, sessions=sessions
-            ),
+            notebook_kernels=notebook_kernels,
         )
         self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )
-        self.eval_service.notebooks = self.notebook_runner  # eval with "notebook" runs in its kernel
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,

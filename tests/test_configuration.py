@@ -13,6 +13,7 @@ from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
+from jupyter_agent_tools.execution.cells import CellLimits
 from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.executor import ExecutionLimits, run_cell
 from jupyter_agent_tools.execution.kernels import KernelService
@@ -182,6 +183,10 @@ def test_a_setting_is_declared_on_one_class_only():
 TAKEN_FROM_TRAITS = [
     (OutputSink, "max_bytes"),
     (StreamPace, "grace"),
+    (CellLimits, "max_output_bytes"),
+    (CellLimits, "interrupt_grace"),
+    (CellLimits, "liveness_interval"),
+    (CellLimits, "output_limits"),
     (ExecutionLimits, "interrupt_grace"),
     (ExecutionLimits, "liveness_interval"),
     (OutputLimits, "display_bytes"),
@@ -380,3 +385,17 @@ def test_the_notebook_runner_is_given_its_collaborators():
     assert "eval_service" not in NotebookRunner.class_traits()
     source = inspect.getsource(inspect.getmodule(NotebookRunner))  # type: ignore[arg-type]
     assert "eval_service" not in source and "EvalService" not in source
+
+
+async def test_eval_and_runs_are_given_one_cell_executor_and_hold_not_each_other(jp_serverapp):
+    """Issue 36.1/36.3: one cell loop below eval and notebook runs, given to both; the eval service holds
+    no NotebookRunner (a body with 'notebook' is routed to the runner by the front doors)."""
+    app = agent_app(jp_serverapp)
+    evals, runner = app.eval_service, app.notebook_runner
+    assert runner.cells is evals.cells
+    assert evals.cells.limits.max_output_bytes == 4096 and evals.cells.limits.interrupt_grace == 2.5
+    assert runner.max_cells == evals.max_cells == 5
+    assert evals.notebook_kernels is runner.notebook_kernels
+    assert "notebooks" not in EvalService.class_traits()
+    source = inspect.getsource(inspect.getmodule(EvalService))  # type: ignore[arg-type]
+    assert ".notebook_run import" not in source and "self.notebooks" not in source

@@ -47,6 +47,7 @@ PURE_CORE = (
 )
 SERVICES = (
     "execution.eval_service",
+    "execution.cells",
     "execution.sessions",
     "execution.kernels",
     "execution.notebook_run",
@@ -112,3 +113,17 @@ def test_the_pure_core_imports_no_service_and_no_server() -> None:
             or m.startswith(services)
         )
         assert bad == [], (core, bad)
+
+
+def test_eval_and_notebook_runs_do_not_reach_each_other() -> None:
+    """Issue 36.3: the cell executor is below both; neither service imports the other (a body with
+    'notebook' is routed by the front doors), and the cell loop imports neither."""
+    execution = PACKAGE / "execution"
+    pairs = {
+        "eval_service.py": "jupyter_agent_tools.execution.notebook_run",
+        "notebook_run.py": "jupyter_agent_tools.execution.eval_service",
+    }
+    for module, other in pairs.items():
+        assert not any(m.startswith(other) for m in imported(execution / module)), module
+    cells = imported(execution / "cells.py")
+    assert not any(m.startswith(tuple(pairs.values())) for m in cells)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.execution.eval_service import OUTPUT_MAY_BE_INCOMPLETE
+from jupyter_agent_tools.execution.cells import OUTPUT_MAY_BE_INCOMPLETE
 
 pytestmark = pytest.mark.timeout(180)
 

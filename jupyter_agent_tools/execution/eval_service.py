@@ -3,17 +3,18 @@
 Handlers call :meth:`EvalService.run` with an ``emit`` callback for streamed events and a ``cancel``
 event (set when the client goes away). The request walk is one-directional: parse the request, take the
 session's turn (:class:`~.session.KernelSession`), let the recovery policy (:mod:`.recovery`) revive or
-start its kernel, run the cells (:func:`~.executor.run_cell`), answer.
+start its kernel, run the cells (the one cell loop, :meth:`~.cells.CellExecutor.run_cells`, with this
+module's policy for a session's kernel that died or would not stop), answer. Eval with ``notebook`` is
+not run here: the front doors give it to :meth:`~.notebook_run.NotebookRunner.eval`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
-import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
@@ -23,29 +24,19 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
-from ..stream_events import StreamEvent
 from ..traits import Service, at_least, in_range
+from .cells import CellExecutor, CellLimits, CellsRun, Ran, Told, eval_answer, eval_cells, parse_recorded
 from .connection import KernelConnection
-from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
+from .executor import Emit, noop
 from .kernels import KernelService
-from .messages import OutputLimits, answer_text
+from .messages import OutputLimits
+from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
-from .request import EvalRequest, parse_eval_request
+from .request import EvalRequest
 from .session import InitSpec, KernelSession, SessionState
 from .sessions import EvalSessionManager
-from .sink import OutputSink
-
-if TYPE_CHECKING:
-    from .notebook_run import NotebookRunner
-
-# The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
-# server that fell behind): what the answer and the artifact hold may lack the end of the output.
-OUTPUT_MAY_BE_INCOMPLETE = (
-    "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
-    "fell behind): the end of the output may be missing from this answer and its artifact.]"
-)
 
 
 def build_init_code(spec: InitSpec) -> str:
@@ -97,15 +88,35 @@ async def _unless_cancelled(start: asyncio.Future[Any], cancel: asyncio.Event) -
     return False
 
 
-def _noting_output(session: KernelSession, emit: Emit) -> Emit:
-    """``emit`` that also notes on the session when it last produced output (the sessions listing)."""
+@dataclass
+class _ReplaceKernel:
+    """The policy for a session's kernel after a cell: one that would not stop after the interrupt is
+    replaced (nothing re-runs); one that died is replaced and the call re-run from its first cell, once
+    (dying again, the call stops and the session is left without a kernel)."""
 
-    def noting(event: StreamEvent) -> None:
-        if event.get("type") in ("chunk", "display"):
-            session.last_output_at = time.time()
-        emit(event)
+    service: EvalService
+    request: EvalRequest
+    cwd: str
 
-    return noting
+    async def after(
+        self, session: KernelSession, ran: Ran, reruns: int, cancel: asyncio.Event
+    ) -> Told | None:
+        last = ran.execution
+        if session.closed:
+            return None
+        start = functools.partial(self.service._start_kernel, session, self.request, self.cwd)
+        if last.cancelled and not last.settled and not last.kernel_died:
+            self.service.recovery.after_wedge(session)
+            if cancel.is_set():  # the caller may have gone (closed its stream): tell the next one
+                session.undelivered_notice = WEDGED_NOTICE
+            return Told(notice=WEDGED_NOTICE, then=start)
+        if not last.kernel_died or cancel.is_set():
+            return None
+        died_in = ran.cell.index + 1
+        if not self.service.recovery.after_death(session, reruns):
+            await session.drop_kernel()
+            return Told(error=gave_up_message(died_in))
+        return Told(notice=died_notice(died_in), rerun=True, then=start)
 
 
 class EvalService(Service):
@@ -164,7 +175,26 @@ class EvalService(Service):
         return self.sessions.audit
 
     pool = Instance(KernelPool, help="Warm kernels new per-call and session kernels are taken from.")
-    notebooks = AnyTrait(None, allow_none=True, help="The NotebookRunner: eval with 'notebook' runs there.")
+    cells = Instance(
+        CellExecutor,
+        help="Runs the cells: one cell's execution and the one cell loop (default: one bounded by the "
+        "output and interrupt settings above; the application gives it to the NotebookRunner too).",
+    )
+    notebook_kernels = Instance(
+        NotebookKernels, allow_none=True, help="The notebooks' kernels, listed with the sessions."
+    )
+
+    @default("cells")
+    def _default_cells(self) -> CellExecutor:
+        limits = CellLimits(
+            max_output_bytes=self.max_output_bytes,
+            interrupt_grace=self.interrupt_grace,
+            liveness_interval=self.liveness_interval,
+            output_limits=self.output_limits,
+        )
+        return CellExecutor(
+            kernels=self.kernels, artifacts=self.artifacts, sessions=self.sessions, limits=limits, parent=self
+        )
 
     @validate("max_output_bytes", "max_cells")
     def _valid_counts(self, proposal: Any) -> int:
@@ -219,7 +249,7 @@ class EvalService(Service):
         """:meth:`listing` plus ``notebook_kernels``: every notebook that has a kernel, with its path."""
         answer = self.listing()
         answer["notebook_kernels"] = (
-            await self.notebooks.notebook_kernel_list() if self.notebooks is not None else []
+            await self.notebook_kernels.listing() if self.notebook_kernels is not None else []
         )
         return answer
 
@@ -301,18 +331,10 @@ class EvalService(Service):
         The call is recorded when it ends (:meth:`Audit.execution`), failed or not.
         """
         with self.audit.executing("session") as record:
-            if isinstance(body, dict) and body.get("mode") in ("session", "per-call"):
-                record.mode = body["mode"]
-            request = parse_eval_request(body, self.max_cells)
-            record.code = [cell.code for cell in request.cells]
-            record.session = request.session if request.mode == "session" else None
-            if request.notebook is not None:
-                record.mode, record.session, record.path = "notebook", None, request.notebook
-                record.result = await self._run_in_notebook(
-                    request, emit or noop, cancel or asyncio.Event(), pace
-                )
-            else:
-                record.result = await self._run(request, emit, cancel, pace)
+            request = parse_recorded(body, self.max_cells, record)
+            if request.notebook is not None:  # the front doors give these to NotebookRunner.eval
+                raise AgentToolsError("Eval with 'notebook' runs through NotebookRunner.eval", 501)
+            record.result = await self._run(request, emit, cancel, pace)
         return record.result
 
     async def _run(
@@ -331,36 +353,6 @@ class EvalService(Service):
         emit({"type": "result", "result": result})
         return result
 
-    # -- notebook mode ------------------------------------------------------------------------------
-
-    async def _run_in_notebook(
-        self, request: EvalRequest, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
-    ) -> dict[str, Any]:
-        """Run the cells in the notebook's own kernel (started as a notebook run would start it), in
-        the turn runs of that notebook take; the file is not written. A kernel that dies or a cell that
-        will not stop is handled as in a run: nothing is re-run, the answer says the state was lost."""
-        runner: NotebookRunner | None = self.notebooks
-        if runner is None:
-            raise AgentToolsError("Eval in a notebook's kernel is not available on this server", 501)
-        path, notebook = await runner.readable(request.notebook or "")
-        async with runner.attached(path, notebook, request.timeout, cancel) as turn:
-            session = turn.session
-            if turn.cancelled:
-                result = self._answer(session, request, [], [], restarted=False, cancelled=True)
-            else:
-                cells = await self._run_cells(session, request, emit, cancel, turn.deadline, pace)
-                notices = list(turn.notices)
-                notice = None
-                if cells:
-                    index, last = cells[-1]
-                    notice = await runner.after_cell(session, last, f"Cell {index + 1}", emit)
-                if notice is not None:
-                    notices.append(notice)
-                result = self._answer(session, request, cells, notices, restarted=notice is not None)
-        result["notebook"] = path
-        emit({"type": "result", "result": result})
-        return result
-
     # -- session mode -------------------------------------------------------------------------------
 
     async def _run_session(
@@ -369,7 +361,7 @@ class EvalService(Service):
         while True:
             session = await self.sessions.acquire(request.session)
             if not await session.take_turn(cancel):
-                return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
+                return eval_answer(session, request, [], notices=[], restarted=False, cancelled=True)
             if not session.closed:
                 break
             await session.end_turn()  # shut down while we waited: take the session's successor
@@ -410,7 +402,7 @@ class EvalService(Service):
         the call answers cancelled at once (:class:`_StillStarting`) and the start goes on."""
         task = asyncio.ensure_future(start)
         if not await _unless_cancelled(task, cancel):
-            answer = self._answer(session, request, [], [], restarted=False, cancelled=True)
+            answer = eval_answer(session, request, [], [], restarted=False, cancelled=True)
             raise _StillStarting(answer, task)
         return task.result()
 
@@ -431,7 +423,7 @@ class EvalService(Service):
         if session.init == spec or session.closed:
             return
         self.artifacts.session_dir(session.name)  # the kernel is told ARTIFACTS exists
-        result = await self.execute(
+        result = await self.cells.execute(
             session,
             build_init_code(spec),
             index=-1,
@@ -491,7 +483,7 @@ class EvalService(Service):
         lost, session.predecessor_gone = session.predecessor_gone, None
         if lost is not None:
             notices.append(lost_notice(session.name, lost))
-        answer = functools.partial(self._answer, session_lost=lost)
+        answer = functools.partial(eval_answer, session_lost=lost)
         session.cwd = request.cwd
         try:
             restarted = await self._start_unless_cancelled(
@@ -502,37 +494,11 @@ class EvalService(Service):
             raise
         if session.closed or cancel.is_set():  # deleted or interrupted as its kernel became ready
             return answer(session, request, [], notices, restarted=restarted, cancelled=True)
-        # The timeout budget covers running the cells, not waiting for a kernel to start.
-        deadline = asyncio.get_running_loop().time() + request.timeout
-        reruns = 0
-        while True:
-            cells = await self._run_cells(session, request, emit, cancel, deadline, pace)
-            last = cells[-1][1] if cells else None
-            if last is None or session.closed:
-                break
-            if last.cancelled and not last.settled and not last.kernel_died:
-                self.recovery.after_wedge(session)
-                restarted = True
-                notices.append(WEDGED_NOTICE)
-                if cancel.is_set():  # the caller may have gone (closed its stream): tell the next one
-                    session.undelivered_notice = WEDGED_NOTICE
-                emit({"type": "restart", "session": session.name, "message": WEDGED_NOTICE})
-                await self._start_kernel(session, request, cwd)
-                break
-            if not last.kernel_died or cancel.is_set():
-                break
-            died_in = cells[-1][0] + 1
-            if not self.recovery.after_death(session, reruns):
-                await session.drop_kernel()
-                error = gave_up_message(died_in)
-                return answer(session, request, cells, notices, restarted=True, error=error)
-            reruns += 1
-            restarted = True
-            notice = died_notice(died_in)
-            notices.append(notice)
-            emit({"type": "restart", "session": session.name, "message": notice})
-            await self._start_kernel(session, request, cwd)
-        return answer(session, request, cells, notices, restarted=restarted)
+        run = await self._run_cells(session, request, emit, cancel, pace, _ReplaceKernel(self, request, cwd))
+        notices += run.notices
+        return answer(
+            session, request, run.ran, notices, restarted=restarted or run.restarted, error=run.error
+        )
 
     async def _run_cells(
         self,
@@ -540,100 +506,21 @@ class EvalService(Service):
         request: EvalRequest,
         emit: Emit,
         cancel: asyncio.Event,
-        deadline: float,
         pace: StreamPace | None,
-    ) -> list[tuple[int, CellExecution]]:
-        results: list[tuple[int, CellExecution]] = []
-        emit = _noting_output(session, emit)
-        for index, cell in enumerate(request.cells):
-            if cancel.is_set():
-                break
-            emit({"type": "cell_start", "index": index, "title": cell.title})
-            session.cell_started(index, None, len(request.cells))
-            execution = await self.execute(
-                session,
-                cell.code,
-                index=index,
-                deadline=deadline,
-                timeout=request.timeout,
-                cancel=cancel,
-                emit=emit,
-                pace=pace,
-            )
-            if execution.idle_missing:
-                self.sessions.record(
-                    session,
-                    "lost_idle",
-                    "the kernel's idle status for a finished execution never arrived (iopub messages "
-                    "were dropped by a slow subscriber); the cell's output may be incomplete",
-                )
-            results.append((index, execution))
-            emit(
-                {
-                    "type": "cell_end",
-                    "index": index,
-                    "status": execution.status,
-                    "exit_code": execution.exit_code,
-                    "duration_ms": execution.duration_ms,
-                }
-            )
-            if execution.status != "complete":
-                break
-        return results
-
-    async def execute(
-        self,
-        session: KernelSession,
-        code: str,
-        *,
-        index: int,
-        deadline: float,
-        timeout: float,
-        cancel: asyncio.Event,
-        emit: Emit = noop,
-        silent: bool = False,
-        images: bool = True,
-        observer: Observer | None = None,
-        pace: StreamPace | None = None,
-    ) -> CellExecution:
-        """Run one cell on the session's kernel: the one execution path of eval's cells, its silent init
-        step (no artifact, not counted) and a notebook run's cells (``observer``: the stored outputs;
-        ``images=False``: its images are answered from what the cell stored). Bounded by this service's
-        output limits; a deadline or cancel interrupts the kernel, which gets ``interrupt_grace``."""
-        conn, kernel_id = session.connection, session.kernel_id
-        assert conn is not None and kernel_id is not None
-        sink = OutputSink(
-            max_bytes=self.max_output_bytes,
-            open_artifact=None if silent else lambda: self.artifacts.create(session.name),
+        policy: _ReplaceKernel | None,
+    ) -> CellsRun:
+        # The timeout budget covers running the cells, not waiting for a kernel to start.
+        return await self.cells.run_cells(
+            session,
+            eval_cells(request),
+            emit=emit,
+            cancel=cancel,
+            deadline=asyncio.get_running_loop().time() + request.timeout,
+            timeout=request.timeout,
+            pace=pace,
+            policy=policy,
+            total=len(request.cells),
         )
-        limits = self.output_limits if images else dataclasses.replace(self.output_limits, images=False)
-        try:
-            execution = await run_cell(
-                conn,
-                code,
-                index=index,
-                sink=sink,
-                limits=ExecutionLimits(
-                    deadline=deadline,
-                    timeout_seconds=timeout,
-                    interrupt_grace=self.interrupt_grace,
-                    liveness_interval=self.liveness_interval,
-                ),
-                cancel=cancel,
-                interrupt=lambda: self.kernels.interrupt(kernel_id),
-                emit=emit,
-                silent=silent,
-                output_limits=limits,
-                observer=observer,
-                pace=pace,
-            )
-        finally:
-            sink.close()
-            if not silent:
-                session.executions += 1
-        if execution.execution_count is not None and not silent:
-            session.execution_count = execution.execution_count
-        return execution
 
     # -- per-call mode ------------------------------------------------------------------------------
 
@@ -643,17 +530,16 @@ class EvalService(Service):
         session = self.sessions.open_per_call()
         if not await session.take_turn(cancel):
             await self.sessions.close_per_call(session)
-            return self._answer(session, request, [], notices=[], restarted=False, cancelled=True)
+            return eval_answer(session, request, [], notices=[], restarted=False, cancelled=True)
         session.cwd = request.cwd
         still_starting: asyncio.Future[Any] | None = None
         try:
             start = self._start_kernel(session, request, cwd)
             await self._start_unless_cancelled(session, request, start, cancel)
             if session.closed or cancel.is_set():  # deleted or interrupted as its kernel became ready
-                return self._answer(session, request, [], [], restarted=False, cancelled=True)
-            deadline = asyncio.get_running_loop().time() + request.timeout
-            cells = await self._run_cells(session, request, emit, cancel, deadline, pace)
-            return self._answer(session, request, cells, [], restarted=False)
+                return eval_answer(session, request, [], [], restarted=False, cancelled=True)
+            run = await self._run_cells(session, request, emit, cancel, pace, None)
+            return eval_answer(session, request, run.ran, [], restarted=False)
         except _StillStarting as still:
             still_starting = still.start
             return still.answer
@@ -666,41 +552,3 @@ class EvalService(Service):
                 self._end_turn_after(session, still_starting)
             else:
                 await session.end_turn()
-
-    # -- the answer ---------------------------------------------------------------------------------
-
-    def _answer(
-        self,
-        session: KernelSession,
-        request: EvalRequest,
-        cells: list[tuple[int, CellExecution]],
-        notices: list[str],
-        *,
-        restarted: bool,
-        cancelled: bool = False,
-        error: str | None = None,
-        session_lost: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        cell_results = []
-        outcomes = []
-        for index, execution in cells:
-            title = request.cells[index].title
-            cell_results.append({"index": index, "title": title, **execution.result_fields()})
-            outcomes.append(execution.outcome(index, title))
-        if any(e.idle_missing for _, e in cells):
-            notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
-        output = answer_text(outcomes, len(request.cells), notices, error)
-        if cancelled and not cells:
-            output = "(cancelled before it started)"
-        return {
-            "session": session.name if session.mode == "session" else None,
-            "mode": session.mode,
-            "kernel_id": session.kernel_id,
-            "cancelled": cancelled or any(e.cancelled for _, e in cells),
-            "timed_out": any(e.timed_out for _, e in cells),
-            "restarted": restarted,
-            "session_lost": session_lost,
-            "error": error,
-            "output": output,
-            "cells": cell_results,
-        }

@@ -8,7 +8,8 @@ first. Never one that is busy (its kernel runs code, or a run holds or waits for
 client is connected to (a browser's websocket: the kernel model's ``connections``, what jupyter_server's
 own culler looks at unless ``cull_connected``); kernels a run did not start (JupyterLab opened the
 notebook) are never touched. Shutting down deletes the jupyter_server session (which shuts its kernel
-down), so ``/api/sessions`` and ``/api/kernels`` stay consistent.
+down), so ``/api/sessions`` and ``/api/kernels`` stay consistent. :meth:`NotebookKernels.listing` lists
+every notebook that has a kernel (the sessions listing's ``notebook_kernels``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, validate
 
+from ..auth.context import path_allowed
 from ..traits import Service, at_least
 from .session import KernelSession
 from .sessions import EvalSessionManager
@@ -71,6 +73,33 @@ class NotebookKernels(Service):
     def note(self, path: str, session_id: str, kernel_id: str) -> None:
         """A run of ``path`` created this jupyter_server session and kernel."""
         self.started[path] = Started(session_id, kernel_id, time.time())
+
+    async def listing(self) -> list[dict[str, Any]]:
+        """Every notebook that has a kernel (jupyter_server's notebook sessions, JupyterLab's included):
+        path, kernel, state, people connected, whether a run started it, whether runs attached to it."""
+        listed = []
+        for model in await ensure_async(self.session_manager.list_sessions()):
+            kernel = model.get("kernel") or {}
+            path = model.get("path")
+            if model.get("type") != "notebook" or not kernel.get("id") or not isinstance(path, str):
+                continue
+            if not path_allowed(path):  # an agent's list names no notebook outside its paths
+                continue
+            session = self.sessions.notebooks.get(path)
+            connections = int(kernel.get("connections") or 0)
+            listed.append(
+                {
+                    "path": path,
+                    "kernel_id": str(kernel["id"]),
+                    "kernel_name": kernel.get("name"),
+                    "state": str(kernel.get("execution_state") or "unknown"),
+                    "connections": connections,
+                    "person_connected": connections > 0,
+                    "started_by_run": path in self.started,
+                    "attached": session is not None and session.kernel_id == kernel["id"],
+                }
+            )
+        return sorted(listed, key=lambda k: k["path"])
 
     async def make_room(self, path: str) -> None:
         """Before a run of ``path`` starts a kernel: shut down the least recently used unused kernels

@@ -19,8 +19,11 @@ them), with their base64 only when asked (``include_images``).
 A run may carry ``ops`` (the edit route's batch): they are applied first, in one save under the run's
 ``expected_hash`` and in the run's ledger group, and the cells run are chosen in the edited notebook.
 :meth:`NotebookRunner.attached` is the one way onto a notebook's kernel (a turn, the kernel found or
-created, connected): runs use it, and so does eval with ``notebook``. A notebook with no kernel whose
-kernelspec is the warm pool's gets a pooled kernel, adopted by jupyter_server as its session kernel.
+created, connected): runs use it, and so does eval with ``notebook`` (:meth:`NotebookRunner.eval`, which
+the front doors call for such a body). Both run their cells through the one cell loop
+(:meth:`~.cells.CellExecutor.run_cells`) with the same policy for the notebook's kernel. A notebook with
+no kernel whose kernelspec is the warm pool's gets a pooled kernel, adopted by jupyter_server as its
+session kernel.
 :meth:`NotebookRunner.kernel` and :meth:`NotebookRunner.kernel_action` describe, interrupt, restart and
 shut down a notebook's kernel (``/api/agent/notebooks/{path}/kernel``).
 """
@@ -39,13 +42,11 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
-from traitlets import Callable as CallableTrait
 from traitlets import Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
-from ..auth.context import path_allowed
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import join_source, source_hash
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
@@ -55,6 +56,7 @@ from ..notebook.store import NotebookStore
 from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least
 from ..validation import check
+from .cells import Cell, CellExecutor, Ran, Told, eval_answer, eval_cells, parse_recorded
 from .connection import KernelConnection
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
@@ -64,7 +66,7 @@ from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import KernelRecovery
-from .request import RunRequest, parse_run_request
+from .request import EvalRequest, RunRequest, parse_run_request
 from .session import KernelSession, SessionState
 from .sessions import EvalSessionManager
 
@@ -139,7 +141,10 @@ class NotebookRunner(Service):
     recovery = Instance(KernelRecovery, help="What is done when the kernel died or is wedged.")
     artifacts = Instance(ArtifactStore, help="Where outputs that do not fit go.")
     audit = Instance(Audit, help="Records every run.")
-    execute = CallableTrait(help="Runs one cell: the eval service's execute, the one execution path.")
+    cells = Instance(CellExecutor, help="Runs the cells: the one cell loop and execution path (eval's too).")
+    max_cells = Int(
+        1, help="Most cells in one eval with 'notebook' (given: the eval service's max_cells setting)."
+    )
     pool = Instance(
         KernelPool,
         allow_none=True,
@@ -161,7 +166,7 @@ class NotebookRunner(Service):
         "What clear_output removes no longer counts.",
     ).tag(config=True)
 
-    @validate("max_output_bytes_stored", "max_cell_bytes_stored")
+    @validate("max_output_bytes_stored", "max_cell_bytes_stored", "max_cells")
     def _valid_stored(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
@@ -232,6 +237,49 @@ class NotebookRunner(Service):
                     result["hash"] = edited["hash"]
         if group is not None and (not turn.cancelled or edited is not None):
             result.update(group.fields())  # known once the group ended
+        emit({"type": "result", "result": result})
+        return result
+
+    async def eval(
+        self,
+        body: Any,
+        *,
+        emit: Emit | None = None,
+        cancel: asyncio.Event | None = None,
+        pace: StreamPace | None = None,
+    ) -> dict[str, Any]:
+        """Run an eval body with ``notebook`` in that notebook's kernel (found or started as a run does),
+        in the turn runs of that notebook take; the file is not written. The answer is eval's, with
+        ``notebook``; recorded as an eval call in mode ``notebook``."""
+        with self.audit.executing("session") as record:
+            request = parse_recorded(body, self.max_cells, record)
+            record.mode, record.session, record.path = "notebook", None, request.notebook
+            record.result = await self._eval(request, emit or noop, cancel or asyncio.Event(), pace)
+        return record.result
+
+    async def _eval(
+        self, request: EvalRequest, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
+    ) -> dict[str, Any]:
+        path, notebook = await self.readable(request.notebook or "")
+        async with self.attached(path, notebook, request.timeout, cancel) as turn:
+            session = turn.session
+            if turn.cancelled:
+                result = eval_answer(session, request, [], [], restarted=False, cancelled=True)
+            else:
+                run = await self.cells.run_cells(
+                    session,
+                    eval_cells(request),
+                    emit=emit,
+                    cancel=cancel,
+                    deadline=turn.deadline,
+                    timeout=request.timeout,
+                    pace=pace,
+                    policy=_NotebookKernel(self, lambda cell: f"Cell {cell.index + 1}"),
+                    total=len(request.cells),
+                )
+                notices = [*turn.notices, *run.notices]
+                result = eval_answer(session, request, run.ran, notices, restarted=run.restarted)
+        result["notebook"] = path
         emit({"type": "result", "result": result})
         return result
 
@@ -402,7 +450,7 @@ class NotebookRunner(Service):
         )
         loop = asyncio.get_running_loop()
         timeout = self.kernels.ready_timeout
-        await self.execute(
+        await self.cells.execute(
             session,
             code,
             index=-1,
@@ -493,33 +541,6 @@ class NotebookRunner(Service):
         )
         return answer
 
-    async def notebook_kernel_list(self) -> list[dict[str, Any]]:
-        """Every notebook that has a kernel (jupyter_server's notebook sessions, JupyterLab's included):
-        path, kernel, state, people connected, whether this server's runs attached to it."""
-        listed = []
-        for model in await ensure_async(self.session_manager.list_sessions()):
-            kernel = model.get("kernel") or {}
-            path = model.get("path")
-            if model.get("type") != "notebook" or not kernel.get("id") or not isinstance(path, str):
-                continue
-            if not path_allowed(path):  # an agent's list names no notebook outside its paths
-                continue
-            session = self.sessions.notebooks.get(path)
-            connections = int(kernel.get("connections") or 0)
-            listed.append(
-                {
-                    "path": path,
-                    "kernel_id": str(kernel["id"]),
-                    "kernel_name": kernel.get("name"),
-                    "state": str(kernel.get("execution_state") or "unknown"),
-                    "connections": connections,
-                    "person_connected": connections > 0,
-                    "started_by_run": path in self.notebook_kernels.started,
-                    "attached": session is not None and session.kernel_id == kernel["id"],
-                }
-            )
-        return sorted(listed, key=lambda k: k["path"])
-
     async def kernel_action(self, path: str, body: Any) -> dict[str, Any]:
         """``POST .../kernel``: ``interrupt`` (a running call answers cancelled), ``restart`` (in place,
         as JupyterLab's Restart Kernel: state is lost) or ``shutdown`` (the notebook's jupyter_server
@@ -579,23 +600,6 @@ class NotebookRunner(Service):
         )
         return answer
 
-    async def after_cell(
-        self, session: KernelSession, execution: CellExecution, cell: str, emit: Emit
-    ) -> str | None:
-        """The one policy after a cell in a notebook's kernel (a notebook run's and eval's ``notebook``):
-        a kernel that died or was restarted is let go (the next call attaches again), a cell that would
-        not stop gets the kernel restarted in place; nothing is ever run again. The notice for the answer
-        (also emitted as a ``restart`` event), or None when the kernel is fine."""
-        if execution.kernel_died:
-            emit({"type": "restart", "session": session.name, "message": KERNEL_LOST_NOTICE})
-            await session.mark_dead()  # disconnects
-            return KERNEL_LOST_NOTICE
-        if execution.cancelled and not execution.settled:
-            notice = await self._restart_in_place(session, cell)
-            emit({"type": "restart", "session": session.name, "message": notice})
-            return notice
-        return None
-
     async def _connect(self, kernel_id: str, ready_within: float) -> tuple[str, Any]:
         warm = self._warm.pop(kernel_id, None)  # a pooled kernel comes connected
         return kernel_id, warm or await self.kernels.connect(kernel_id, ready_within)
@@ -639,58 +643,52 @@ class NotebookRunner(Service):
     ) -> dict[str, Any]:
         kernel_id = session.kernel_id  # the notebook's kernel keeps its id when it is restarted
         code_cells = [t for t in targets if t.cell_type == "code"]
-        cells: list[dict[str, Any]] = []
+        by_index = {t.index: t for t in code_cells}
+        answered: dict[int, dict[str, Any]] = {}  # each code cell's part of the answer, by index
         outcomes = []
-        stopped = False
-        restarted = False
         hash_: str | None = None
         not_written: list[str] = []  # why outputs could not be written (the notebook went away...)
-        position = 0
-        for target in targets:
-            if target.cell_type != "code":
-                cells.append(_not_run(target, "skipped"))
-                continue
-            position += 1
-            if stopped or cancel.is_set() or asyncio.get_running_loop().time() >= deadline:
-                cells.append(_not_run(target, "not_run"))
-                continue
-            title = target.cell_id
-            emit({"type": "cell_start", "index": target.index, "cell_id": target.cell_id, "title": title})
+
+        async def run_one(cell: Cell, position: int, emit: Emit) -> tuple[CellExecution, int | None]:
+            nonlocal hash_
+            target = by_index[cell.index]
             ran = await self._run_one(
                 path, session, target, request, emit, cancel, pace, deadline, not_written
             )
-            execution, hash_ = ran.execution, ran.hash
-            cells.append(_cell_result(path, target, request, ran))
-            for display in cells[-1]["displays"]:  # images: known once the cell's outputs are stored
+            hash_ = ran.hash
+            answered[target.index] = entry = _cell_result(path, target, request, ran)
+            for display in entry["displays"]:  # images: known once the cell's outputs are stored
                 if display["type"] == "image":
                     emit({"type": "display", "index": target.index, "display": display})
-            name = f"cell {target.index} (id {target.cell_id})" if target.cell_id else f"cell {target.index}"
-            outcomes.append(execution.outcome(position - 1, name, name, bool(cells[-1]["displays"])))
-            emit(
-                {
-                    "type": "cell_end",
-                    "index": target.index,
-                    "cell_id": target.cell_id,
-                    "status": execution.status,
-                    "exit_code": execution.exit_code,
-                    "duration_ms": execution.duration_ms,
-                    "execution_count": ran.execution_count,
-                }
-            )
-            label = f"Cell {target.index}" + (f" (id {target.cell_id})" if target.cell_id else "")
-            notice = await self.after_cell(session, execution, label, emit)
-            if notice is not None:
-                restarted = stopped = True
-                notices.append(notice)
-            elif execution.status != "complete" and (request.stop_on_error or execution.cancelled):
-                stopped = True
+            name = _label(cell, "cell")
+            outcomes.append(ran.execution.outcome(position, name, name, bool(entry["displays"])))
+            return ran.execution, ran.execution_count
+
+        def not_run(cell: Cell) -> None:
+            answered[cell.index] = _not_run(by_index[cell.index], "not_run")
+
+        run = await self.cells.run_cells(
+            session,
+            [Cell(t.index, t.source, t.cell_id, t.cell_id, notebook=True) for t in code_cells],
+            emit=emit,
+            cancel=cancel,
+            deadline=deadline,
+            timeout=request.timeout,
+            pace=pace,
+            policy=_NotebookKernel(self, lambda cell: _label(cell, "Cell")),
+            stop_on_error=request.stop_on_error,
+            run_cell=run_one,
+            not_run=not_run,
+        )
+        notices = [*notices, *run.notices]
+        cells = [answered[t.index] if t.cell_type == "code" else _not_run(t, "skipped") for t in targets]
         if not_written:
             notices.append(
                 f"[The outputs could not be written into the notebook: {not_written[0]} The cells ran; "
                 "their output is below and in this answer.]"
             )
         output = answer_text(outcomes, len(code_cells), notices)
-        result = self._answer(path, hash_, session, cells, [], restarted=restarted)
+        result = self._answer(path, hash_, session, cells, [], restarted=run.restarted)
         result["kernel_id"] = kernel_id
         result["output"] = output
         result["outputs_error"] = not_written[0] if not_written else None
@@ -721,7 +719,6 @@ class NotebookRunner(Service):
             max_bytes=self.max_cell_bytes_stored,
             open_artifact=lambda: self.artifacts.create(session.name),
         )
-        session.cell_started(target.index, target.cell_id)
         live = (await self._write(path, target, [], None, clear=True))[2]
         changed, finished = asyncio.Event(), asyncio.Event()
 
@@ -751,7 +748,7 @@ class NotebookRunner(Service):
         stored = _Stored(outputs, added)
         pushing = asyncio.ensure_future(push_live()) if live else None
         try:
-            execution = await self.execute(
+            execution = await self.cells.execute(
                 session,
                 target.source,
                 index=target.index,
@@ -843,6 +840,31 @@ class NotebookRunner(Service):
             "outputs_error": None,
             "cells": cells,
         }
+
+
+@dataclass
+class _NotebookKernel:
+    """The policy for a notebook's kernel after a cell (a run's and eval's ``notebook``): one that died
+    or was restarted is let go (the next call attaches again), one whose cell would not stop is
+    restarted in place; the call stops, and nothing is ever run again."""
+
+    runner: NotebookRunner
+    label: Callable[[Cell], str]  # how the notice names the cell
+
+    async def after(
+        self, session: KernelSession, ran: Ran, reruns: int, cancel: asyncio.Event
+    ) -> Told | None:
+        execution = ran.execution
+        if execution.kernel_died:
+            return Told(notice=KERNEL_LOST_NOTICE, then=session.mark_dead)  # disconnects
+        if execution.cancelled and not execution.settled:
+            return Told(notice=await self.runner._restart_in_place(session, self.label(ran.cell)))
+        return None
+
+
+def _label(cell: Cell, word: str) -> str:
+    """``word index (id ...)``: how a run's answer names one of its cells."""
+    return f"{word} {cell.index}" + (f" (id {cell.cell_id})" if cell.cell_id else "")
 
 
 def _plan(

@@ -64,7 +64,10 @@ class EvalHandler(AgentAPIHandler):
     def _call(
         self, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
     ) -> Awaitable[dict[str, Any]]:
-        """The service call this route streams (an eval; a notebook run in the subclass)."""
+        """The service call this route streams: an eval (in a notebook's kernel, with ``notebook``: its
+        runner's); a notebook run in the subclass."""
+        if isinstance(body, dict) and "notebook" in body:
+            return self.app.notebook_runner.eval(body, emit=emit, cancel=cancel, pace=pace)
         return self.service.run(body, emit=emit, cancel=cancel, pace=pace)
 
     @web.authenticated

@@ -213,17 +213,18 @@ def _progress(call: ToolCall) -> Emit:
 async def _eval(call: ToolCall) -> ToolResult:
     own, body = options(call.arguments, {"include_images": ("boolean", False)}, rest=True)
     if body.get("detach") is True:
-        service = call.services.eval_service
-        request = parse_eval_request(body, service.max_cells)
+        request = parse_eval_request(body, call.services.eval_service.max_cells)
         target = request.session if request.mode == "session" else None
         return _started(
-            call.services.run_registry.start("eval", target, functools.partial(_run_eval, service, body))
+            call.services.run_registry.start(
+                "eval", target, functools.partial(_run_eval, call.services, body)
+            )
         )
 
     if "notebook" in body and call.authorize is not None and not await call.authorize("read", "contents"):
         message = "Permission denied: eval with 'notebook' also needs 'read' on 'contents'; nothing was run."
         return ToolResult(message, is_error=True)
-    result = await call.services.eval_service.run(body, emit=_progress(call), cancel=call.cancel)
+    result = await _run_eval(call.services, body, _progress(call), call.cancel)
     images: list[Image] = []
     notes: list[str] = []
     structured = dict(result)
@@ -565,10 +566,11 @@ def _eval_input() -> dict[str, Any]:
     return result
 
 
-def _run_eval(
-    service: EvalService, body: Any, emit: Emit, cancel: asyncio.Event
-) -> Awaitable[dict[str, Any]]:
-    return service.run(body, emit=emit, cancel=cancel)
+def _run_eval(services: Services, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+    """An eval's service call: in a notebook's kernel (its runner) for a body with ``notebook``."""
+    if isinstance(body, dict) and "notebook" in body:
+        return services.notebook_runner.eval(body, emit=emit, cancel=cancel)
+    return services.eval_service.run(body, emit=emit, cancel=cancel)
 
 
 def _run_notebook(
@@ -583,7 +585,7 @@ def service_call(
     """The service call behind an eval or notebook_run tool call, as its detached run makes it."""
     _own, body = options(arguments, {"include_images": ("boolean", False)}, rest=True)
     if tool == "eval":
-        return _run_eval(services.eval_service, body, emit, cancel)
+        return _run_eval(services, body, emit, cancel)
     path = str(body.pop("path"))
     return _run_notebook(services.notebook_runner, path, body, emit, cancel)
 
