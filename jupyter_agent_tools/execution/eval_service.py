@@ -254,7 +254,9 @@ class EvalService(Service):
         return answer
 
     async def shutdown(self) -> None:
-        """Shut down every kernel this service started: sessions', per-call ones still running, pooled."""
+        """Shut down every kernel this service started: sessions', per-call ones still running, pooled;
+        those still starting first (killed, and no more start)."""
+        await self.kernels.stop()
         await asyncio.gather(self.sessions.shutdown(), self.pool.shutdown())
         if self._finishing:
             await asyncio.wait(set(self._finishing), timeout=10.0)

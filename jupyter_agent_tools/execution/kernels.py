@@ -24,7 +24,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool, Float, Int, validate
 
 from ..compat import forget_kernel, pending_ready, settle_abandoned_start
-from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest
+from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Unavailable
 from ..traits import Service, at_least, in_range
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
@@ -98,6 +98,8 @@ class KernelService(Service):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
+        self.connecting: set[str] = set()  # ids of kernels waited for to answer (killed at server stop)
+        self.stopping = False  # the server stops: no kernel is started any more
 
     @property
     def gateway(self) -> bool:
@@ -133,6 +135,7 @@ class KernelService(Service):
         A local start that fails while descriptors are nearly exhausted is raised as EMFILE; other
         failures are raised as they came (see :meth:`translate`). Retries are the recovery policy's.
         """
+        self.refuse_if_stopping()
         try:
             return await self._launch_once(kernel_name, cwd)
         except Exception as e:
@@ -191,9 +194,10 @@ class KernelService(Service):
     async def _launch_once(self, kernel_name: str | None, cwd: str) -> tuple[str, KernelConnection]:
         kernel_id = await self.start(kernel_name, cwd)
         try:
+            self.refuse_if_stopping()  # the server began to stop while the process was spawned
             conn = await self.connect(kernel_id)
         except BaseException:
-            await self.shutdown(kernel_id)
+            await self.shutdown(kernel_id, now=True)  # it never answered: nothing to shut down gently
             raise
         # Only once it answered: until then the restarter is what saves a start that lost its ports to
         # another process (it restarts a kernel that dies at start-up on new random ports).
@@ -254,7 +258,11 @@ class KernelService(Service):
                 iopub_buffer_bytes=self.iopub_buffer_bytes,
                 hold_activity=self.hold_activity,
             )
-        await conn.start(self.ready_timeout if ready_timeout is None else ready_timeout)
+        self.connecting.add(kernel_id)
+        try:
+            await conn.start(self.ready_timeout if ready_timeout is None else ready_timeout)
+        finally:
+            self.connecting.discard(kernel_id)
         return conn
 
     async def wait_until_restarted(self, kernel_id: str) -> bool:
@@ -292,14 +300,29 @@ class KernelService(Service):
             answered.add_done_callback(lambda f: f.cancelled() or f.exception())
             await asyncio.wait_for(asyncio.shield(answered), self.ready_timeout)
 
-    async def shutdown(self, kernel_id: str) -> None:
-        """Shut a kernel down; a kernel already gone is not an error."""
+    def refuse_if_stopping(self) -> None:
+        """503 once the server stops: a kernel started now could outlive it."""
+        if self.stopping:
+            raise Unavailable("The server is shutting down: no kernel is started")
+
+    async def stop(self) -> None:
+        """Server stop: no kernel is started from now on, and kernels still starting (waited for to
+        answer) are killed, not waited for. A start can outlast the time the server is given to stop
+        (under load; one that never answers takes ``ready_timeout``): the server is then killed, and a
+        kernel orphaned before it runs ipykernel's parent poller does not notice (it never does where a
+        subreaper adopts it)."""
+        self.stopping = True
+        starting = list(self.connecting)
+        await asyncio.gather(*(self.shutdown(k, now=True) for k in starting), return_exceptions=True)
+
+    async def shutdown(self, kernel_id: str, *, now: bool = False) -> None:
+        """Shut a kernel down (``now``: kill it); a kernel already gone is not an error."""
         self.started.discard(kernel_id)
         if kernel_id not in self.kernel_manager:
             return
         await self._let_restart_finish(kernel_id)
         try:
-            await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=False))
+            await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=now))
         except Exception:
             log.debug("graceful shutdown of kernel %s failed; killing it", kernel_id, exc_info=True)
             with contextlib.suppress(Exception):

@@ -407,6 +407,7 @@ class NotebookRunner(Service):
         await self.notebook_kernels.make_room(path)
         pooled = await self.pool.take(kernel_name) if self.pool is not None else None
         try:
+            self.kernels.refuse_if_stopping()  # jupyter_server's own shutdown may have run already
             model = await ensure_async(
                 self.session_manager.create_session(
                     path=path,

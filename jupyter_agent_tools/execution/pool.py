@@ -182,7 +182,10 @@ class KernelPool(Service):
             # half-started kernel in the manager.
             kernel_id, connection = await asyncio.shield(self.kernels.launch(kernel_name, ""))
         except Exception as e:
-            self.log.warning("starting a pooled kernel failed (retried later): %s: %s", type(e).__name__, e)
+            if not self._closed:  # else killed by the server's stop
+                self.log.warning(
+                    "starting a pooled kernel failed (retried later): %s: %s", type(e).__name__, e
+                )
             return False
         finally:
             self._starting -= 1
