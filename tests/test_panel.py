@@ -333,6 +333,7 @@ def test_the_commands_are_in_the_palette_and_act(lab: dict[str, Any], page: Any)
         "agents:deny",
         "agents:diff",
         "agents:interrupt",
+        "agents:open-approval",
         "agents:open-change",
         "agents:open-panel",
         "agents:stop",
