@@ -16,6 +16,7 @@ pytest_plugins = [
     "jupyter_agent_tools.pytest_plugin",
     "ci_strict",
     "fake_stack",
+    "rtc_client",  # the ``connect`` fixture of the collaboration tests
 ]
 
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,

@@ -11,11 +11,54 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import tornado.httpclient
 import tornado.websocket
+
+
+def collaboration_config(jp_root_dir: Path, save_delay: float | None = 0.2) -> dict[str, Any]:
+    """A test server's config with real-time collaboration: this extension, jupyter_server_ydoc and
+    jupyter_server_fileid, their stores in a directory of the test's own, saves and file polls fast."""
+    state = jp_root_dir.parent / "rtc-state"
+    state.mkdir(exist_ok=True)
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {
+                "jupyter_agent_tools": True,
+                "jupyter_server_ydoc": True,
+                "jupyter_server_fileid": True,
+            }
+        },
+        "YDocExtension": {
+            "document_save_delay": save_delay,
+            "file_poll_interval": 0.2,
+            "session_store_path": str(state / "sessions.json"),
+        },
+        "SQLiteYStore": {"db_path": str(state / "ystore.db")},
+        "BaseFileIdManager": {"db_path": str(state / "fileid.db")},
+    }
+
+
+@pytest.fixture
+def connect(
+    jp_fetch: Any, jp_http_port: int, jp_base_url: str, jp_auth_header: Any, jp_asyncio_loop: Any
+) -> Iterator[Callable[[str], Awaitable[RoomClient]]]:
+    """Open the notebook in a simulated JupyterLab client; clients close before the server stops.
+    (conftest.py registers this module as a plugin for it.)"""
+    clients: list[RoomClient] = []
+
+    async def _connect(path: str) -> RoomClient:
+        client = await RoomClient.connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, path)
+        clients.append(client)
+        return client
+
+    yield _connect
+    for client in clients:
+        jp_asyncio_loop.run_until_complete(client.close())
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:

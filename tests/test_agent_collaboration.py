@@ -25,34 +25,18 @@ from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
 
 pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
 
-from rtc_client import RoomClient, until
+from rtc_client import RoomClient, collaboration_config, until
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
 def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
-    state = jp_root_dir.parent / "rtc-state"
-    state.mkdir(exist_ok=True)
-    return {
-        "ServerApp": {
-            "jpserver_extensions": {
-                "jupyter_agent_tools": True,
-                "jupyter_server_ydoc": True,
-                "jupyter_server_fileid": True,
-            },
-            "identity_provider_class": AgentIdentityProvider,
-            "authorizer_class": AgentAuthorizer,
-        },
-        "KernelPool": {"size": 0},
-        "YDocExtension": {
-            "document_save_delay": 0.2,
-            "file_poll_interval": 0.2,
-            "session_store_path": str(state / "sessions.json"),
-        },
-        "SQLiteYStore": {"db_path": str(state / "ystore.db")},
-        "BaseFileIdManager": {"db_path": str(state / "fileid.db")},
-    }
+    config = collaboration_config(jp_root_dir)
+    config["ServerApp"].update(
+        identity_provider_class=AgentIdentityProvider, authorizer_class=AgentAuthorizer
+    )
+    return {**config, "KernelPool": {"size": 0}}
 
 
 def _write(path: Path, *sources: str) -> None:

@@ -21,46 +21,16 @@ from test_notebook_run import EVERY_KIND
 
 pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
 
-from rtc_client import RoomClient, until
+from rtc_client import RoomClient, collaboration_config, until
 
 
 @pytest.fixture
 def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
-    state = jp_root_dir.parent / "rtc-state"
-    state.mkdir(exist_ok=True)
     return {
-        "ServerApp": {
-            "jpserver_extensions": {
-                "jupyter_agent_tools": True,
-                "jupyter_server_ydoc": True,
-                "jupyter_server_fileid": True,
-            }
-        },
+        **collaboration_config(jp_root_dir),
         "LiveDocuments": {"mode": "auto"},
         "EvalService": {"interrupt_grace": 2.0},
-        "YDocExtension": {
-            "document_save_delay": 0.2,
-            "file_poll_interval": 0.2,
-            "session_store_path": str(state / "sessions.json"),
-        },
-        "SQLiteYStore": {"db_path": str(state / "ystore.db")},
-        "BaseFileIdManager": {"db_path": str(state / "fileid.db")},
     }
-
-
-@pytest.fixture
-def connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, jp_asyncio_loop):
-    """Open the notebook in a simulated JupyterLab client; clients close before the server stops."""
-    clients: list[RoomClient] = []
-
-    async def _connect(path: str) -> RoomClient:
-        client = await RoomClient.connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, path)
-        clients.append(client)
-        return client
-
-    yield _connect
-    for client in clients:
-        jp_asyncio_loop.run_until_complete(client.close())
 
 
 def blocking_cell(flag: Path) -> str:

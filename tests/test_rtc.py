@@ -21,7 +21,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
 
-from rtc_client import RoomClient, until
+from rtc_client import collaboration_config, until
 
 SAVE_DELAY = 0.2
 
@@ -38,40 +38,7 @@ def rtc_mode() -> str:
 
 @pytest.fixture
 def jp_server_config(jp_root_dir: Path, save_delay: float | None, rtc_mode: str) -> dict[str, Any]:
-    state = jp_root_dir.parent / "rtc-state"
-    state.mkdir(exist_ok=True)
-    return {
-        "ServerApp": {
-            "jpserver_extensions": {
-                "jupyter_agent_tools": True,
-                "jupyter_server_ydoc": True,
-                "jupyter_server_fileid": True,
-            }
-        },
-        "LiveDocuments": {"mode": rtc_mode},
-        "YDocExtension": {
-            "document_save_delay": save_delay,
-            "file_poll_interval": 0.2,
-            "session_store_path": str(state / "sessions.json"),
-        },
-        "SQLiteYStore": {"db_path": str(state / "ystore.db")},
-        "BaseFileIdManager": {"db_path": str(state / "fileid.db")},
-    }
-
-
-@pytest.fixture
-def connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, jp_asyncio_loop):
-    """Open the notebook in a simulated JupyterLab client; clients close before the server stops."""
-    clients: list[RoomClient] = []
-
-    async def _connect(path: str) -> RoomClient:
-        client = await RoomClient.connect(jp_fetch, jp_http_port, jp_base_url, jp_auth_header, path)
-        clients.append(client)
-        return client
-
-    yield _connect
-    for client in clients:
-        jp_asyncio_loop.run_until_complete(client.close())
+    return {**collaboration_config(jp_root_dir, save_delay), "LiveDocuments": {"mode": rtc_mode}}
 
 
 def sample(minor: int = 5) -> nbformat.NotebookNode:
