@@ -756,7 +756,7 @@ def _paths() -> dict[str, Any]:
                     "400": _error("The body is invalid (decision, for_seconds or reason)."),
                     "403": _error("An agent cannot decide an approval."),
                     "404": _error("No such request."),
-                    "409": _error("The request is already decided or expired."),
+                    "409": _error("The request is already decided, expired or withdrawn."),
                     "413": TOO_LARGE,
                 },
             },

@@ -1196,7 +1196,7 @@ ANSWER_SCHEMAS["AgentTokenList"] = _obj(
 
 # ------------------------------------------------------------------------------------------ approval gate
 
-APPROVAL_STATES = ("pending", "approved", "denied", "expired")
+APPROVAL_STATES = ("pending", "approved", "denied", "expired", "withdrawn")
 APPROVAL_SCHEMAS: dict[str, Any] = {
     "ApprovalDecision": {
         "type": "object",

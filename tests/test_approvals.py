@@ -106,6 +106,26 @@ async def pending_approval(http: Any, wait: float = 30) -> dict[str, Any]:
 EVAL = {"cells": [{"code": "print('approved ran')"}], "session": "s"}
 
 
+def approval_events(serverapp: Any) -> list[dict[str, Any]]:
+    """The approval/v1 events the server tells from now on, as the Agents panel hears them."""
+    told: list[dict[str, Any]] = []
+
+    async def listen(logger: Any, schema_id: str, data: Any) -> None:
+        told.append(dict(data))
+
+    schema = "https://events.jupyter.org/jupyter_agent_tools/approval/v1"
+    serverapp.event_logger.add_listener(schema_id=schema, listener=listen)
+    return told
+
+
+async def heard(told: list[dict[str, Any]], count: int) -> None:
+    """Until ``count`` events were told (listeners run as tasks), at most 2 s."""
+    for _ in range(100):
+        if len(told) >= count:
+            return
+        await asyncio.sleep(0.02)
+
+
 @pytest.mark.rules([])
 async def test_without_rules_nothing_is_asked(http: Any, agent: Any) -> None:
     bot = await agent()
@@ -131,22 +151,13 @@ async def test_the_eval_waits_and_runs_once_the_person_approves(http: Any, agent
 async def test_the_event_bus_tells_requests_and_decisions(http: Any, agent: Any, jp_serverapp: Any) -> None:
     """The Agents panel learns of requests from the approval/v1 events (before: every one was refused by
     the schema, which names the agent 'user', and never reached the bus)."""
-    told: list[dict[str, Any]] = []
-
-    async def listen(logger: Any, schema_id: str, data: Any) -> None:
-        told.append(dict(data))
-
-    schema = "https://events.jupyter.org/jupyter_agent_tools/approval/v1"
-    jp_serverapp.event_logger.add_listener(schema_id=schema, listener=listen)
+    told = approval_events(jp_serverapp)
     bot = await agent()
     call = asyncio.ensure_future(bot("POST", "api/agent/eval", EVAL))
     request = await pending_approval(http)
     assert (await http("POST", f"api/agent/approvals/{request['id']}", {"decision": "approve"}))[0] == 200
     assert (await call)[0] == 200
-    for _ in range(100):
-        if len(told) == 2:
-            break
-        await asyncio.sleep(0.02)
+    await heard(told, 2)
     assert [(e["event"], e["approval_id"], e["user"]) for e in told] == [
         ("requested", request["id"], "agent:bot"),
         ("approved", request["id"], "agent:bot"),
@@ -200,6 +211,33 @@ async def test_still_undecided_it_answers_202_and_runs_detached_once_approved(ht
     status, done, _ = await bot("GET", run_url + "?wait=60")
     assert status == 200 and done["state"] == "complete", done
     assert "approved ran" in done["result"]["cells"][0]["output"]
+
+
+async def test_cancelling_a_run_awaiting_approval_withdraws_its_request(
+    http: Any, agent: Any, jp_serverapp: Any
+) -> None:
+    told = approval_events(jp_serverapp)
+    bot = await agent()
+    status, started, _ = await bot("POST", "api/agent/eval", {**EVAL, "approval_wait": 0})
+    assert status == 202, started
+    approval_id, run_url = started["approval_id"], f"api/agent/runs/{started['run_id']}"
+    assert (await http("GET", f"api/agent/approvals/{approval_id}"))[1]["state"] == "pending"
+    assert (await bot("POST", run_url + "/cancel"))[0] == 200
+    status, run, _ = await bot("GET", run_url + "?wait=60")
+    assert status == 200 and run["state"] == "error" and run["cells_started"] == 0, run
+    assert run["message"].endswith("nothing ran (the request is withdrawn)."), run
+    status, request, _ = await http("GET", f"api/agent/approvals/{approval_id}")
+    assert status == 200 and request["state"] == "withdrawn", request
+    assert request["reason"] == "the run was cancelled while it waited for the person"
+    listing = (await http("GET", "api/agent/approvals"))[1]
+    assert listing["pending"] == [] and [r["state"] for r in listing["recent"]] == ["withdrawn"]
+    status, refused, _ = await http("POST", f"api/agent/approvals/{approval_id}", {"decision": "approve"})
+    assert status == 409 and f"Approval {approval_id} is already withdrawn" in refused["message"], refused
+    await heard(told, 2)
+    assert [(e["event"], e["approval_id"]) for e in told] == [
+        ("requested", approval_id),
+        ("withdrawn", approval_id),
+    ], told
 
 
 async def test_an_approved_run_refuses_cells_the_person_changed_since(
@@ -456,22 +494,37 @@ async def test_what_a_2026_client_answers_never_approves_and_its_state_is_checke
         )
         assert isinstance(declined, types.CallToolResult) and declined.is_error
         assert "did not open approval" in declined.content[0].text
+        # The declined request is withdrawn: gone from the person's list, never decided, its state refused.
+        withdrawn = (await http("GET", f"api/agent/approvals/{approval_of(state)}"))[1]
+        assert withdrawn["state"] == "withdrawn" and "(decline)" in withdrawn["reason"], withdrawn
+        refused = await http("POST", f"api/agent/approvals/{approval_of(state)}", {"decision": "approve"})
+        assert refused[0] == 409 and "already withdrawn" in refused[1]["message"], refused
+        retried = await client.session.call_tool(
+            "eval", arguments, request_state=state, allow_input_required=True
+        )
+        assert isinstance(retried, types.CallToolResult) and retried.is_error
+        assert "was withdrawn" in retried.content[0].text
+        asked_anew = await client.session.call_tool("eval", arguments, allow_input_required=True)
+        assert isinstance(asked_anew, types.InputRequiredResult), asked_anew
+        anew = asked_anew.request_state
+        assert anew and approval_of(anew) != approval_of(state)
     async with modern_mcp_opening_urls(mcp_url, other.token, accept_as_form) as client:
         with pytest.raises(McpError, match="another caller"):
-            await client.session.call_tool("eval", arguments, request_state=state, allow_input_required=True)
+            await client.session.call_tool("eval", arguments, request_state=anew, allow_input_required=True)
     assert not (jp_root_dir / "forged.txt").exists()
     pending = (await http("GET", "api/agent/approvals"))[1]["pending"]
     assert len(pending) == 2 and all(p["agent"] == "agent:bot" for p in pending)
+    assert approval_of(state) not in [p["id"] for p in pending]
     # Approved by the person, the state runs the call once; sent again, it is refused.
-    approved = next(p for p in pending if p["id"] == approval_of(state))
+    approved = next(p for p in pending if p["id"] == approval_of(anew))
     assert (await http("POST", f"api/agent/approvals/{approved['id']}", {"decision": "approve"}))[0] == 200
     async with modern_mcp_opening_urls(mcp_url, bot.token, accept_as_form) as client:
         done = await client.session.call_tool(
-            "eval", arguments, request_state=state, allow_input_required=True
+            "eval", arguments, request_state=anew, allow_input_required=True
         )
         assert isinstance(done, types.CallToolResult) and not done.is_error, done
         replayed = await client.session.call_tool(
-            "eval", arguments, request_state=state, allow_input_required=True
+            "eval", arguments, request_state=anew, allow_input_required=True
         )
         assert isinstance(replayed, types.CallToolResult) and replayed.is_error
         assert "used by an earlier call" in replayed.content[0].text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import stat
@@ -10,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_events import EventLogger
 from traitlets import TraitError
 
 from jupyter_agent_tools.approvals.policy import RuleError, decide, parse_rules
 from jupyter_agent_tools.approvals.service import ApprovalPolicy, Forbidden, TooManyPending
+from jupyter_agent_tools.audit import Audit
 from jupyter_agent_tools.errors import AgentToolsError, Conflict, NotFound
+from jupyter_agent_tools.pytest_plugin import EventLines
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
@@ -107,6 +111,42 @@ async def test_an_undecided_request_expires_as_denied(tmp_path: Path) -> None:
     with pytest.raises(Conflict, match="already expired"):
         await gate.decide(approval.id, "approve", by="alice")
     gate.stop()
+
+
+async def test_a_withdrawn_request_wakes_its_waiter_leaves_the_list_and_cannot_be_decided(
+    tmp_path: Path,
+) -> None:
+    logger = EventLogger()
+    told = EventLines()
+    logger.register_handler(told)
+    audit = Audit(event_logger=logger)
+    audit.register_schemas()  # the event is checked against the shipped schema
+    gate = policy(tmp_path, audit=audit)
+    await gate.start()
+    approval, other = ask(gate), ask(gate)
+    waiter = asyncio.ensure_future(gate.wait_for(approval, 30))
+    assert gate.withdraw(approval, "the run was cancelled")
+    for _ in range(5):  # woken by the withdrawal, no clock
+        await asyncio.sleep(0)
+    assert waiter.done() and approval.state == "withdrawn" and approval.reason == "the run was cancelled"
+    assert [a.id for a in gate.pending()] == [other.id]
+    with pytest.raises(Conflict, match=f"Approval {approval.id} is already withdrawn"):
+        await gate.decide(approval.id, "approve", by="alice")
+    assert not gate.withdraw(approval, "again")  # ended once
+    await gate.decide(other.id, "deny", by="alice")
+    assert not gate.withdraw(other, "too late") and other.state == "denied"
+    events = [json.loads(line) for line in told.lines]
+    assert [(e["event"], e["approval_id"]) for e in events][2:] == [
+        ("withdrawn", approval.id),
+        ("denied", other.id),
+    ], events
+    assert events[2]["reason"] == "the run was cancelled"
+    await asyncio.sleep(0.1)  # the worker writes
+    gate.stop()
+    again = policy(tmp_path)
+    await again.start()
+    assert (await again.get(approval.id)).state == "withdrawn"  # not expired by the restart
+    again.stop()
 
 
 async def test_approve_for_a_while_covers_the_same_agent_action_and_notebook_only(tmp_path: Path) -> None:

@@ -74,7 +74,8 @@ export interface IApproval {
   path: string | null;
   /** What it asks to do, in a line (`run 2 cells in report.ipynb`). */
   summary: string;
-  state: 'pending' | 'approved' | 'denied' | 'expired';
+  /** `withdrawn`: the agent's call that asked went away before the person decided. */
+  state: 'pending' | 'approved' | 'denied' | 'expired' | 'withdrawn';
   created: string;
   expires: string;
   decided_by: string | null;
@@ -103,7 +104,10 @@ export const SESSION_EVENT = `${EVENTS}session/v1`;
 export const EXECUTION_EVENT = `${EVENTS}execution/v1`;
 export const LEDGER_CHANGE_EVENT = `${EVENTS}ledger_change/v1`;
 export const NOTEBOOK_CHANGE_EVENT = `${EVENTS}notebook_change/v1`;
-/** A request for the person's decision was made (`requested`) or ended (`approved`, `denied`, `expired`). */
+/**
+ * A request for the person's decision was made (`requested`) or ended (`approved`, `denied`, `expired`,
+ * `withdrawn`): any end removes it from the pending ones.
+ */
 export const APPROVAL_EVENT = `${EVENTS}approval/v1`;
 
 /** A change-ledger entry from its `ledger_change` event (the event names its id `change_id`). */

@@ -52,7 +52,7 @@ export class PendingBook {
     return true;
   }
 
-  /** A request was decided or expired: false when it was not listed. */
+  /** A request was decided, expired or withdrawn: false when it was not listed. */
   remove(id: number): boolean {
     this._gone.add(id);
     if (this._gone.size > GONE_KEPT) {

@@ -64,7 +64,7 @@ export class AgentModel implements IDisposable {
     return this._asked;
   }
 
-  /** A request left the pending ones (decided, expired, or no longer listed). */
+  /** A request left the pending ones (decided, expired, withdrawn, or no longer listed). */
   get settled(): ISignal<this, number> {
     return this._settled;
   }

@@ -4,8 +4,8 @@
 ``deny`` raises :class:`ApprovalDenied`, ``ask`` describes what would happen exactly (the caller's
 ``describe``), records a request and waits for the person up to ``wait`` seconds. Approved: the caller
 goes on, holding the approval (what it covers is in its details: the caller checks the notebook is still
-as the person saw it). Denied or expired: :class:`ApprovalDenied`. Still pending: the approval is returned
-pending, and the caller answers 202 and goes on once it is decided (:func:`decided`).
+as the person saw it). Denied, expired or withdrawn: :class:`ApprovalDenied`. Still pending: the approval
+is returned pending, and the caller answers 202 and goes on once it is decided (:func:`decided`).
 """
 
 from __future__ import annotations
@@ -71,10 +71,14 @@ def without_gate_fields(body: Any) -> Any:
 
 
 def refusal(approval: Approval) -> ApprovalDenied:
-    """The 403 an agent gets for a request that was denied or expired."""
+    """The 403 an agent gets for a request that was denied, expired or withdrawn."""
     extra = {"reason": "approval_denied", "approval_id": approval.id}
     if approval.state == "expired":
         message = f"Nobody decided approval {approval.id} ({approval.summary}) in time. Nothing was done."
+    elif approval.state == "withdrawn":
+        message = (
+            f"Approval {approval.id} ({approval.summary}) was withdrawn: {approval.reason}. Nothing was done."
+        )
     else:
         why = f": {approval.reason}" if approval.reason else ""
         message = f"{approval.decided_by or 'The person'} denied {approval.summary}{why}. Nothing was done."
@@ -83,7 +87,7 @@ def refusal(approval: Approval) -> ApprovalDenied:
 
 async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait: float) -> Approval | None:
     """None when the action needs nobody's approval; else the approval (approved, or still pending after
-    ``wait``). Raises :class:`ApprovalDenied` when denied, expired or denied by a rule."""
+    ``wait``). Raises :class:`ApprovalDenied` when denied, expired, withdrawn or denied by a rule."""
     decision = policy.decision(asking.agent, asking.action, asking.path, asking.token_ask)
     if decision == "allow":
         return None
@@ -104,7 +108,7 @@ async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait
         details=details,
     )
     await policy.wait_for(approval, wait)
-    if approval.state in ("denied", "expired"):
+    if approval.state not in ("pending", "approved"):
         raise refusal(approval)
     if approval.state == "approved":
         set_approver(approval.decided_by)
@@ -129,7 +133,7 @@ async def once_approved(
 ) -> dict[str, Any]:
     """The work of a run that waits for the person (HTTP and MCP alike): an ``approval`` event says it
     waits; once approved another says who approved it and ``start()`` runs. Denied or expired:
-    :class:`ApprovalDenied`; cancelled meanwhile: 409, nothing ran."""
+    :class:`ApprovalDenied`; cancelled meanwhile: 409, nothing ran, and the request is withdrawn."""
     emit({"type": "approval", "approval_id": approval.id, "state": "pending", "summary": approval.summary})
     waiting = asyncio.ensure_future(decided(policy, approval))
     cancelled = asyncio.ensure_future(cancel.wait())
@@ -139,8 +143,12 @@ async def once_approved(
         cancelled.cancel()
     if not waiting.done():
         waiting.cancel()
-        raise AgentToolsError(f"Cancelled while waiting for approval {approval.id}: nothing ran.", 409)
-    waiting.result()  # 403 when denied or expired
+        policy.withdraw(approval, "the run was cancelled while it waited for the person")
+        raise AgentToolsError(
+            f"Cancelled while waiting for approval {approval.id}: nothing ran (the request is withdrawn).",
+            409,
+        )
+    waiting.result()  # 403 when denied, expired or withdrawn
     emit(
         {
             "type": "approval",

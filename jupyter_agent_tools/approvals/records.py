@@ -1,8 +1,9 @@
 """Approval requests: the record, and their SQLite file (one worker thread; the event loop never waits on it).
 
-Every request is kept (pending, approved, denied, expired) with who decided and why: the history survives
-a restart, and a request still pending when the server stopped is marked ``expired`` when it starts again
-(nothing runs unapproved after a restart). The file is created 0600: it holds the code agents asked to run.
+Every request is kept (pending, approved, denied, expired, withdrawn) with who decided and why: the history
+survives a restart, and a request still pending when the server stopped is marked ``expired`` when it starts
+again (nothing runs unapproved after a restart). The file is created 0600: it holds the code agents asked
+to run.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-STATES = ("pending", "approved", "denied", "expired")
+STATES = ("pending", "approved", "denied", "expired", "withdrawn")
 LOCK_TIMEOUT = 2.0  # seconds a write waits for another process's lock before it is given up (logged)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (

@@ -1,7 +1,8 @@
 """The approval gate: who must ask, the requests waiting for the person, and their decisions.
 
 One owner for an approval's life: :class:`ApprovalPolicy` creates a request (``pending``), and only it moves
-it to ``approved``, ``denied`` or ``expired`` (after ``timeout``). A waiting request wakes on the decision
+it to ``approved``, ``denied``, ``expired`` (after ``timeout``) or ``withdrawn`` (the agent's call that asked
+went away before the person decided). A waiting request wakes on the decision
 (an ``asyncio.Event``, no polling). "Approve for N seconds" grants that agent the same action on the same
 notebook until then: later requests it covers are approved at once, each still recorded. Only a person
 decides: an agent identity (``agent:NAME``) is refused whatever its scopes.
@@ -286,16 +287,31 @@ class ApprovalPolicy(Service):
         task.add_done_callback(self._followups.discard)
 
     def _expire(self, approval_id: int) -> None:
+        self._end(approval_id, "expired", f"nobody decided within {self.timeout:g} s")
+
+    def withdraw(self, approval: Approval, reason: str) -> bool:
+        """End a pending request whose call went away before the person decided (``withdrawn``): it leaves
+        the person's list and can no longer be decided. False when it was decided already."""
+        return self._end(approval.id, "withdrawn", reason) is not None
+
+    def _end(
+        self, approval_id: int, state: str, reason: str | None, by: str | None = None
+    ) -> Approval | None:
+        """Move a pending request to ``state``: waiters wake, the record is written, the event told."""
         waiting = self._waiting.pop(approval_id, None)
         if waiting is None:
-            return
+            return None
+        if waiting.expiry is not None:
+            waiting.expiry.cancel()
         approval = waiting.approval
-        approval.state = "expired"
+        approval.state = state
         approval.decided = time.time()
-        approval.reason = f"nobody decided within {self.timeout:g} s"
+        approval.decided_by = by
+        approval.reason = reason
         waiting.decided.set()
         self._persist(approval)
-        self.audit.approval(approval.to_json(with_details=False), "expired")
+        self.audit.approval(approval.to_json(with_details=False), state)
+        return approval
 
     # -- the person's side -----------------------------------------------------------------------
 
@@ -351,14 +367,5 @@ class ApprovalPolicy(Service):
                 f"{by} (for {for_seconds:g} s, at approval {approval.id})",
             )
             approval.for_seconds = for_seconds
-        self._waiting.pop(approval_id, None)
-        if waiting.expiry is not None:
-            waiting.expiry.cancel()
-        approval.state = "approved" if decision == "approve" else "denied"
-        approval.decided = time.time()
-        approval.decided_by = by
-        approval.reason = reason
-        waiting.decided.set()
-        self._persist(approval)
-        self.audit.approval(approval.to_json(with_details=False), approval.state)
+        self._end(approval_id, "approved" if decision == "approve" else "denied", reason, by)
         return approval

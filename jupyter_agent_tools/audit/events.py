@@ -320,7 +320,8 @@ class Audit(Service):
     # -- the approval gate ------------------------------------------------------------------------
 
     def approval(self, approval: dict[str, Any], event: str) -> None:
-        """An approval request was made (``requested``) or ended (``approved``, ``denied``, ``expired``)."""
+        """An approval request was made (``requested``) or ended (``approved``, ``denied``, ``expired``,
+        ``withdrawn``)."""
         metrics.APPROVALS.labels(decision=event).inc()
         if not self.listening(APPROVAL):
             return

@@ -109,7 +109,8 @@ REFUSALS = _metric(
 APPROVALS = _metric(
     Counter,
     "approvals",
-    "Approval requests of the approval gate by what happened: requested, approved, denied, expired.",
+    "Approval requests of the approval gate by what happened: requested, approved, denied, expired, "
+    "withdrawn.",
     ("decision",),
 )
 AGENT_REQUESTS = _metric(

@@ -548,11 +548,11 @@ def approvals_text(listing: dict[str, Any]) -> str:
     lines = []
     for a in listing.get("pending") or []:
         lines.append(
-            f"{a['id']:>5}  pending   {a['agent']}  {a['action']}  {a['summary']}  (expires {a['expires']})"
+            f"{a['id']:>5}  pending    {a['agent']}  {a['action']}  {a['summary']}  (expires {a['expires']})"
         )
     for a in listing.get("recent") or []:
         by = f" by {a['decided_by']}" if a.get("decided_by") else ""
-        lines.append(f"{a['id']:>5}  {a['state']:<8}  {a['agent']}  {a['action']}  {a['summary']}{by}")
+        lines.append(f"{a['id']:>5}  {a['state']:<9}  {a['agent']}  {a['action']}  {a['summary']}{by}")
     return "\n".join(lines) + "\n" if lines else "No approval requests.\n"
 
 

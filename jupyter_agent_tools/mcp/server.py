@@ -697,16 +697,17 @@ class McpServer:
                 return arguments, None
             approval = cleared
             if approval.state == "pending" and resumed is not None and resumed.declined:
+                policy.withdraw(approval, f"the agent's client did not open it ({resumed.declined})")
                 raise AgentToolsError(
                     f"The client did not open approval {approval.id} ({resumed.declined}): nothing was "
-                    "done, and approving it later does not run this call (call the tool again).",
+                    "done, and the request is withdrawn (call the tool again to ask anew).",
                     409,
                 )
             if approval.state == "pending":
                 progress(f"Waiting for approval {approval.id} in JupyterLab: {approval.summary}\n")
                 seconds = approval.expires - time.time() + 1.0 if until_decided else wait
                 await wait_or_cancelled(policy.wait_for(approval, seconds), cancel)
-            if approval.state in ("denied", "expired"):
+            if approval.state not in ("pending", "approved"):
                 raise refusal(approval)
             if approval.state == "pending" and resumed is not None:
                 return arguments, self._input_required(approval, tool, given, request, resumed)
