@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-STATES = ("pending", "approved", "denied", "expired", "withdrawn")
 LOCK_TIMEOUT = 2.0  # seconds a write waits for another process's lock before it is given up (logged)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
