@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -239,3 +242,52 @@ async def test_a_kernel_that_dies_before_answering_is_started_again_once(evaluat
     assert result["output"] == "up\n"
     _, listing = await api("GET", "sessions")
     assert listing["totals"]["create_retries"] == 1
+
+
+class TestKernelDeadAtStartUp:
+    """A kernel that dies at start-up because another process took one of its ports ("Address already in
+    use", seen in CI under two workers) was restarted by its manager's restarter on the same cached ports,
+    where it could never answer, yet it was alive to ``is_alive``: the start waited ``ready_timeout`` and
+    failed with 503. Here its restarts are made to find the port still taken (they never answer) and the
+    restarter polls faster than the start checks for a dead kernel (once a second), so before the fix it
+    always resurrected the kernel first."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {
+            **server_config(),
+            "KernelService": {"ready_timeout": 20},
+            "KernelPool": {"size": 0},
+            "IOLoopKernelRestarter": {"time_to_dead": 0.2},
+        }
+
+    @pytest.fixture
+    def port_lost_kernelspec(self, jp_kernel_dir: Path, tmp_path: Path) -> str:
+        seen = tmp_path / "connection-files"
+        script = tmp_path / "port_lost.py"
+        script.write_text(
+            "import os, runpy, sys, time\n"
+            f"seen = {str(seen)!r}\n"
+            "files = open(seen).read().split() if os.path.exists(seen) else []\n"
+            "this = sys.argv[sys.argv.index('-f') + 1]\n"
+            "open(seen, 'a').write(this + '\\n')\n"
+            "if this in files:  # restarted by its manager, on the port still taken: never answers\n"
+            "    time.sleep(600)\n"
+            "if not files:  # the first kernel loses a port\n"
+            "    time.sleep(0.3)\n"
+            "    sys.exit(1)\n"
+            "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
+        )
+        spec_dir = Path(jp_kernel_dir) / "port_lost"
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        spec = {"argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": "Port lost"}
+        (spec_dir / "kernel.json").write_text(json.dumps({**spec, "language": "python"}))
+        return "port_lost"
+
+    async def test_another_kernel_is_started_instead(self, evaluate, api, port_lost_kernelspec, tmp_path):
+        result = await evaluate("print('up')", session="ports", kernel_name=port_lost_kernelspec)
+        assert result["output"] == "up\n"
+        _, listing = await api("GET", "sessions")
+        assert listing["totals"]["create_retries"] == 1
+        started = (tmp_path / "connection-files").read_text().split()
+        assert len(started) == len(set(started)) == 2, started  # never restarted on its old ports

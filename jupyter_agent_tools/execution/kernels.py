@@ -193,15 +193,17 @@ class KernelService(Service):
 
     async def _launch_once(self, kernel_name: str | None, cwd: str) -> tuple[str, KernelConnection]:
         kernel_id = await self.start(kernel_name, cwd)
+        # Before it answers, too: a kernel that dies at start-up (its port taken by another process
+        # meanwhile, "Address already in use") would be restarted by its manager on the same cached
+        # ports, alive to ``is_alive`` and never answering, so the start waited ``ready_timeout`` and
+        # failed. Left dead, it is seen dead at once and the recovery starts another kernel (new ports).
+        self._stop_auto_restart(kernel_id)
         try:
             self.refuse_if_stopping()  # the server began to stop while the process was spawned
             conn = await self.connect(kernel_id)
         except BaseException:
             await self.shutdown(kernel_id, now=True)  # it never answered: nothing to shut down gently
             raise
-        # Only once it answered: until then the restarter is what saves a start that lost its ports to
-        # another process (it restarts a kernel that dies at start-up on new random ports).
-        self._stop_auto_restart(kernel_id)
         return kernel_id, conn
 
     async def start(self, kernel_name: str | None, cwd: str) -> str:
