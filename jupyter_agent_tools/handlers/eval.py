@@ -20,6 +20,7 @@ from ..approvals.actions import describe_eval
 from ..approvals.gate import once_approved, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
+from ..execution.dispatch import run_eval
 from ..execution.eval_service import EvalService
 from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
@@ -66,9 +67,7 @@ class EvalHandler(AgentAPIHandler):
     ) -> Awaitable[dict[str, Any]]:
         """The service call this route streams: an eval (in a notebook's kernel, with ``notebook``: its
         runner's); a notebook run in the subclass."""
-        if isinstance(body, dict) and "notebook" in body:
-            return self.app.notebook_runner.eval(body, emit=emit, cancel=cancel, pace=pace)
-        return self.service.run(body, emit=emit, cancel=cancel, pace=pace)
+        return run_eval(self.service, self.app.notebook_runner, body, emit=emit, cancel=cancel, pace=pace)
 
     @web.authenticated
     @authorized("execute")

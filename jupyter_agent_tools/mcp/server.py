@@ -503,10 +503,10 @@ class McpServer:
             info["title"] = "Jupyter agent tools"
         return info
 
-    def _modern_result(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _modern_result(self, result: dict[str, Any], result_type: str = "complete") -> dict[str, Any]:
         return {
             **result,
-            "resultType": "complete",
+            "resultType": result_type,
             "_meta": {SERVER_INFO_KEY: self._server_info(MODERN_VERSIONS[-1])},
         }
 
@@ -753,11 +753,7 @@ class McpServer:
         state = ApprovalState(
             approval.id, request.user, tool.name, arguments_digest(arguments), approval.expires
         )
-        result: dict[str, Any] = {
-            "resultType": "input_required",
-            "requestState": self._states.seal(state),
-            "_meta": {SERVER_INFO_KEY: self._server_info(MODERN_VERSIONS[-1])},
-        }
+        result: dict[str, Any] = {"requestState": self._states.seal(state)}
         if resumed.state is None and resumed.opens_urls and request.lab_url:
             message = (
                 f"Approval {approval.id} waits for you in JupyterLab: {approval.summary}. "
@@ -766,7 +762,7 @@ class McpServer:
             url = f"{request.lab_url}?agent-approval={approval.id}"
             params = {"mode": "url", "message": message, "url": url}
             result["inputRequests"] = {APPROVAL_INPUT: {"method": "elicitation/create", "params": params}}
-        return result
+        return self._modern_result(result, "input_required")
 
     def _go_on_when_approved(self, tool: Tool, gate: ToolGate, approval: Approval) -> ToolResult:
         """A call still waiting for the person: eval and runs go on as a run awaiting approval (the agent

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..audit.context import current_user
 from ..errors import BadRequest
+from ..execution.dispatch import run_eval
 from ..execution.request import parse_eval_request, parse_run_request
 from ..files import MAX_DEPTH as MAX_FILE_DEPTH
 from ..files import MAX_LIMIT as MAX_FILE_LIMIT
@@ -567,10 +568,8 @@ def _eval_input() -> dict[str, Any]:
 
 
 def _run_eval(services: Services, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
-    """An eval's service call: in a notebook's kernel (its runner) for a body with ``notebook``."""
-    if isinstance(body, dict) and "notebook" in body:
-        return services.notebook_runner.eval(body, emit=emit, cancel=cancel)
-    return services.eval_service.run(body, emit=emit, cancel=cancel)
+    """An eval's service call (as a detached run calls it: ``emit``, ``cancel``)."""
+    return run_eval(services.eval_service, services.notebook_runner, body, emit=emit, cancel=cancel)
 
 
 def _run_notebook(
