@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec
 
 pytest_plugins = [
     "jupyter_server.pytest_plugin",
@@ -196,14 +197,8 @@ def dies_once_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
     """A kernelspec (in the test's private dirs) whose first start exits before it answers, as a kernel
     that lost its ports to another process does (``Address already in use``); later starts are ipykernel."""
     marker = tmp_path / "started-once"
-    script = tmp_path / "dies_once.py"
-    script.write_text(
+    code = (
         f"import os, runpy, sys\nif not os.path.exists({str(marker)!r}):\n"
-        f"    open({str(marker)!r}, 'w').close()\n    sys.exit(1)\n"
-        "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
+        f"    open({str(marker)!r}, 'w').close()\n    sys.exit(1)\n" + RUN_IPYKERNEL
     )
-    spec_dir = Path(jp_kernel_dir) / "dies_once"
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": "Dies once"}
-    (spec_dir / "kernel.json").write_text(json.dumps({**spec, "language": "python"}))
-    return "dies_once"
+    return script_kernelspec(jp_kernel_dir, "dies_once", code, "Dies once")

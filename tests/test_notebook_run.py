@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from samples import KERNELSPEC, PNG_1PX
+
+from jupyter_agent_tools.testing.kernelspecs import script_kernelspec
 
 
 @pytest.fixture
@@ -263,14 +264,7 @@ async def test_a_notebook_kernel_that_dies_before_answering_is_replaced_once(
 async def test_a_notebook_kernel_that_never_answers_is_a_503_that_says_it_exited(
     api, jp_fetch, jp_root_dir, jp_kernel_dir, jp_serverapp, agent_audit_events
 ):
-    spec_dir = Path(jp_kernel_dir) / "exits"
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-c", "import sys; sys.exit(3)"],
-        "display_name": "Exits",
-        "language": "python",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    script_kernelspec(jp_kernel_dir, "exits", "import sys; sys.exit(3)", "Exits")
     path = make(jp_root_dir, "exits.ipynb", "print('never')")
     with_kernelspec(path, "exits")
     before = path.read_bytes()

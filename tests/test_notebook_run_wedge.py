@@ -9,7 +9,6 @@ never speaks ZMQ, written by the test) answers 503 with Retry-After within the c
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,8 @@ import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from test_notebook_run import make, run
+
+from jupyter_agent_tools.testing.kernelspecs import script_kernelspec
 
 TIMEOUT = 2  # the wedged run's timeout (s)
 INTERRUPT_TIMEOUT = 1.0
@@ -35,15 +36,8 @@ SILENT = {"name": "silent", "display_name": "Silent", "language": "python"}
 @pytest.fixture
 def silent_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
     """A kernelspec whose process starts and never answers (no ZMQ at all), in the test's private dirs."""
-    script = tmp_path / "silent_kernel.py"
-    script.write_text("import time\nwhile True:\n    time.sleep(60)\n")
-    spec_dir = Path(jp_kernel_dir) / SILENT["name"]
-    spec_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, str(script), "-f", "{connection_file}"]
-    (spec_dir / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": SILENT["display_name"], "language": "python"})
-    )
-    return SILENT["name"]
+    code = "import time\nwhile True:\n    time.sleep(60)\n"
+    return script_kernelspec(jp_kernel_dir, SILENT["name"], code, SILENT["display_name"])
 
 
 @pytest.fixture

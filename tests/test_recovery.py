@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 import pytest
 
 from jupyter_agent_tools.execution.cells import OUTPUT_MAY_BE_INCOMPLETE
+from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -264,8 +263,7 @@ class TestKernelDeadAtStartUp:
     @pytest.fixture
     def port_lost_kernelspec(self, jp_kernel_dir: Path, tmp_path: Path) -> str:
         seen = tmp_path / "connection-files"
-        script = tmp_path / "port_lost.py"
-        script.write_text(
+        code = (
             "import os, runpy, sys, time\n"
             f"seen = {str(seen)!r}\n"
             "files = open(seen).read().split() if os.path.exists(seen) else []\n"
@@ -275,14 +273,9 @@ class TestKernelDeadAtStartUp:
             "    time.sleep(600)\n"
             "if not files:  # the first kernel loses a port\n"
             "    time.sleep(0.3)\n"
-            "    sys.exit(1)\n"
-            "runpy.run_module('ipykernel_launcher', run_name='__main__')\n"
+            "    sys.exit(1)\n" + RUN_IPYKERNEL
         )
-        spec_dir = Path(jp_kernel_dir) / "port_lost"
-        spec_dir.mkdir(parents=True, exist_ok=True)
-        spec = {"argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": "Port lost"}
-        (spec_dir / "kernel.json").write_text(json.dumps({**spec, "language": "python"}))
-        return "port_lost"
+        return script_kernelspec(jp_kernel_dir, "port_lost", code, "Port lost")
 
     async def test_another_kernel_is_started_instead(self, evaluate, api, port_lost_kernelspec, tmp_path):
         result = await evaluate("print('up')", session="ports", kernel_name=port_lost_kernelspec)

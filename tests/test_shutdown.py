@@ -18,6 +18,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec
 from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -77,14 +78,10 @@ def test_server_stop_kills_kernels_still_starting(tmp_path):
     """Kernels whose start is under way when the server stops (a per-call eval's, the pool's refill, a
     notebook run's) are killed, not waited for: the server's stop would outlast its grace and, killed,
     orphan a kernel that does not run ipykernel's parent poller yet."""
-    script = tmp_path / "slow_start.py"  # a kernel that takes ten minutes to start
-    script.write_text(
-        "import runpy, time\ntime.sleep(600)\nrunpy.run_module('ipykernel_launcher', run_name='__main__')\n"
+    # a kernel that takes ten minutes to start
+    script_kernelspec(
+        tmp_path / "share" / "kernels", "slow", "import runpy, time\ntime.sleep(600)\n" + RUN_IPYKERNEL
     )
-    spec_dir = tmp_path / "share" / "kernels" / "slow"
-    spec_dir.mkdir(parents=True)
-    spec = {"argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": "Slow"}
-    (spec_dir / "kernel.json").write_text(json.dumps({**spec, "language": "python"}))
     args = ["--MappingKernelManager.default_kernel_name=slow"]  # the pool fills with slow kernels
     with contextlib.ExitStack() as stack:
         with jupyter_server(extra_args=args, env={"JUPYTER_PATH": str(tmp_path / "share")}) as server:
@@ -98,7 +95,7 @@ def test_server_stop_kills_kernels_still_starting(tmp_path):
             run = ("api/agent/notebooks/nb.ipynb/run", {"all": True})
             threading.Thread(target=lambda: _swallow(post, server, *run), daemon=True).start()
             deadline = time.monotonic() + 60
-            while len(starting := _kernel_children(server.process.pid, b"slow_start")) < 3:
+            while len(starting := _kernel_children(server.process.pid, b"/slow/kernel_script.py")) < 3:
                 assert time.monotonic() < deadline, f"3 kernels starting expected, found {starting}"
                 time.sleep(0.2)
         assert_gone(starting, log)
