@@ -15,7 +15,8 @@ from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .audit.feed import EventFeed
-from .compat import guard_control_sockets
+from .auth.identity import APPROVALS_SETTING
+from .compat import guard_control_sockets, local_root
 from .execution.eval_service import EvalService
 from .execution.kernels import KernelService
 from .execution.notebook_kernels import NotebookKernels
@@ -250,6 +251,25 @@ class AgentToolsApp(ExtensionApp):
     run_registry: RunRegistry
     approval_policy: ApprovalPolicy
 
+    @classmethod
+    def _load_jupyter_server_extension(cls, serverapp: Any) -> None:
+        """Load as every extension does; when that fails (a typo in ``c.ApprovalPolicy.rules``...), say so
+        loudly and leave nothing that would let agent tokens in: without the extension's settings the
+        identity provider refuses them everywhere (fail closed). jupyter_server itself only logs a warning
+        and serves on without the extension."""
+        try:
+            super()._load_jupyter_server_extension(serverapp)
+        except Exception as e:
+            serverapp.web_app.settings.pop(APPROVALS_SETTING, None)
+            serverapp.log.critical(
+                "\n%s\n jupyter_agent_tools did NOT load: %s\n Agent tokens are refused on every route until "
+                "the configuration is fixed and the server restarted.\n%s",
+                "!" * 78,
+                e,
+                "!" * 78,
+            )
+            raise
+
     def initialize_settings(self) -> None:
         """Build the services, each with ``parent=self``: their settings (``c.EvalService.*``, ...) reach
         them through the configuration, so only collaborators are passed here."""
@@ -263,10 +283,10 @@ class AgentToolsApp(ExtensionApp):
         self.event_feed = EventFeed(parent=self)
         self.ledger = cast("type[Ledger]", self.ledger_class)(parent=self, audit=audit)
         self.approval_policy = cast("type[ApprovalPolicy]", self.approval_policy_class)(
-            parent=self, audit=audit
+            parent=self, audit=audit, root_dir=local_root(serverapp.contents_manager)
         )
         # AgentAuthorizer closes the routes that cannot ask (kernels, terminals) to agents that must ask
-        self.settings["jupyter_agent_tools_approvals"] = self.approval_policy
+        self.settings[APPROVALS_SETTING] = self.approval_policy
         self.notebook_store = cast("type[NotebookStore]", self.notebook_store_class)(
             parent=self,
             contents_manager=serverapp.contents_manager,

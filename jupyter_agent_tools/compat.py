@@ -37,6 +37,14 @@ def local_os_path(contents_manager: Any, path: str) -> str | None:
     return os_path if isinstance(os_path, str) else None
 
 
+def local_root(contents_manager: Any) -> str | None:
+    """The root directory of a local-disk contents manager (see :func:`local_os_path`), or None."""
+    if not callable(getattr(contents_manager, "_get_os_path", None)):
+        return None
+    root = getattr(contents_manager, "root_dir", None)
+    return root if isinstance(root, str) and root else None
+
+
 # MultiKernelManager keeps a kernel whose start failed in its pending table (jupyter_client 8.10), and
 # MappingKernelManager keeps its connection count and ports (jupyter_server 2.21); no public call
 # forgets them. remove_kernel() is public but only clears the running table.

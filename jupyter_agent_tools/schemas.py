@@ -1103,6 +1103,8 @@ ANSWER_SCHEMAS["NotebookRunEvent"] = {
 TOKEN_SCOPES = ("read", "edit", "execute")
 # The classes of action of the approval gate (approvals/policy.py), which a token may ask the person for.
 APPROVAL_ACTIONS = ("read", "edit", "execute", "kernel")
+# The actions that can wait for the person: a read is answered at once (a rule allows or denies it).
+ASKABLE_ACTIONS = ("edit", "execute", "kernel")
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 TOKEN_MIN_EXPIRES_IN = 60  # seconds: the shortest lifetime a token may be given
 TOKEN_MAX_EXPIRES_IN = 366 * 86400
@@ -1144,11 +1146,16 @@ TOKEN_SCHEMAS: dict[str, Any] = {
             },
             "ask": {
                 "type": "array",
-                "items": {"type": "string", "enum": list(APPROVAL_ACTIONS)},
-                "maxItems": len(APPROVAL_ACTIONS),
+                "items": {"type": "string", "enum": list(ASKABLE_ACTIONS)},
+                "maxItems": len(ASKABLE_ACTIONS),
                 "uniqueItems": True,
                 "description": "The actions this agent must ask the person for first (the approval gate): "
-                "read, edit, execute, kernel. Absent: only what the server's approval rules say.",
+                "edit, execute, kernel (a read cannot wait for a person: limit reads with 'paths' or a "
+                "deny rule). Absent: only what the server's approval rules say.",
+                "x-errors": {
+                    "enum": "'ask' takes edit, execute or kernel (a read cannot wait for a person: limit "
+                    "reads with 'paths' or a deny rule); got {value}"
+                },
             },
             "expires_in": {
                 "type": "number",

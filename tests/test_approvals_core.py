@@ -213,7 +213,7 @@ def test_a_token_file_of_schema_1_opens_and_its_tokens_ask_for_nothing(tmp_path:
         assert old.name == "old" and old.ask == frozenset()
         _token, made = store.create("new", ["execute"], ask=["execute", "edit"])
         assert made.ask == {"execute", "edit"} and made.public(store.now())["ask"] == ["edit", "execute"]
-        with pytest.raises(AgentToolsError, match="unknown action in 'ask'"):
+        with pytest.raises(AgentToolsError, match="'ask' takes edit, execute, kernel"):
             store.create("bad", ["read"], ask=["write"])
     finally:
         store.close()

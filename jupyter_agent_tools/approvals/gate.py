@@ -39,7 +39,7 @@ class Asking:
     token_ask: frozenset[str]
     door: str
     action: str
-    path: str | None
+    path: str | None  # as the request names it; the gate places it (``ApprovalPolicy.places``)
 
 
 def described(summary: str, details: dict[str, Any]) -> Describe:
@@ -88,14 +88,15 @@ def refusal(approval: Approval) -> ApprovalDenied:
 async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait: float) -> Approval | None:
     """None when the action needs nobody's approval; else the approval (approved, or still pending after
     ``wait``). Raises :class:`ApprovalDenied` when denied, expired, withdrawn or denied by a rule."""
-    decision = policy.decision(asking.agent, asking.action, asking.path, asking.token_ask)
-    if decision == "allow":
+    found = policy.verdict(asking.agent, asking.action, asking.path, asking.token_ask)
+    if found.decision == "allow":
         return None
-    if decision == "deny":
-        where = f" on {asking.path}" if asking.path else ""
+    path = policy.placed(asking.path)  # as rules and grants name it: where the file is
+    if found.decision == "deny":
+        where = f" on {path}" if path is not None else ""
         raise ApprovalDenied(
-            f"The server's approval policy denies {asking.agent} the {asking.action!r} action{where}. "
-            "Nothing was done.",
+            f"The server's approval policy denies {asking.agent} the {asking.action!r} action{where} "
+            f"({found.because}). Nothing was done.",
             extra={"reason": "approval_denied"},
         )
     summary, details = await describe()
@@ -103,7 +104,7 @@ async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait
         agent=asking.agent,
         door=asking.door,
         action=asking.action,
-        path=asking.path,
+        path=path,
         summary=summary,
         details=details,
     )

@@ -11,6 +11,11 @@ A rule is ``{"who": "agent:*" | "agent:NAME" | "*", "actions": [...], "paths": [
 "decision": "allow" | "ask" | "deny"}``. Of the rules that match a request, ``deny`` wins over ``ask``,
 ``ask`` over ``allow``; a request no rule matches is allowed. An agent token's own ``ask`` list (set when
 it was created) acts as one more ``ask`` rule for that agent.
+
+A request's path is matched where it is (:func:`jupyter_agent_tools.auth.paths.place`: as written and
+where the file system leads it); a path that cannot be placed is matched by every rule that has paths,
+so it gets the strictest decision those rules give (fail closed). ``read`` is never asked (a read is
+answered at once, it cannot wait for a person): a ``read`` rule allows or denies.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth.paths import GlobError, PathScope, normalize
+from ..auth.paths import GlobError, PathScope
 from ..schemas import APPROVAL_ACTIONS as ACTIONS
 
 DECISIONS = ("allow", "ask", "deny")
@@ -27,6 +32,10 @@ DECISIONS = ("allow", "ask", "deny")
 _STRENGTH = {"allow": 0, "ask": 1, "deny": 2}
 AGENT_PREFIX = "agent:"
 MAX_RULES = 200
+# What a request names: None, no file (an eval in a session); else the root-relative paths it is at
+# (``auth.paths.place``); an empty tuple, a file that cannot be placed (matched by every rule with paths).
+Places = tuple[str, ...] | None
+UNPLACED: tuple[str, ...] = ()
 
 
 class RuleError(ValueError):
@@ -41,14 +50,29 @@ class Rule:
     actions: frozenset[str]
     decision: str
     paths: PathScope | None = None
+    index: int = 0
 
-    def matches(self, identity: str, action: str, path: str | None) -> bool:
+    def matches(self, identity: str, action: str, places: Places) -> bool:
         if action not in self.actions or not who_matches(self.who, identity):
             return False
         if self.paths is None:
             return True
-        normalized = normalize(path) if path is not None else None
-        return normalized is not None and self.paths.matches(normalized)
+        if places is None:
+            return False
+        return places == UNPLACED or any(self.paths.matches(p) for p in places)
+
+    def describe(self) -> str:
+        """The rule as an admin wrote it, e.g. ``rule 2 (deny edit on prod/**)``."""
+        where = f" on {', '.join(self.paths.globs)}" if self.paths is not None else ""
+        return f"rule {self.index} ({self.decision} {','.join(sorted(self.actions))} for {self.who}{where})"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A decision and what made it: the rule (or the token's own ``ask``), for messages that name it."""
+
+    decision: str
+    because: str = ""
 
 
 def who_matches(who: str, identity: str) -> bool:
@@ -94,7 +118,13 @@ def parse_rule(raw: Any, index: int) -> Rule:
             scope = PathScope(paths)
         except GlobError as e:
             raise RuleError(f"{where}: {e}") from None
-    return Rule(who=who, actions=parse_actions(raw.get("actions"), where), decision=decision, paths=scope)
+    actions = parse_actions(raw.get("actions"), where)
+    if decision == "ask" and "read" in actions:
+        raise RuleError(
+            f"{where}: 'read' cannot be asked (a read is answered at once and cannot wait for a person): "
+            "allow or deny it"
+        )
+    return Rule(who=who, actions=actions, decision=decision, paths=scope, index=index)
 
 
 def parse_rules(raw: Iterable[Any]) -> tuple[Rule, ...]:
@@ -104,18 +134,50 @@ def parse_rules(raw: Iterable[Any]) -> tuple[Rule, ...]:
     return tuple(parse_rule(rule, i) for i, rule in enumerate(rules))
 
 
+def verdict(
+    rules: Iterable[Rule],
+    identity: str,
+    action: str,
+    places: Places | str,
+    token_ask: frozenset[str] = frozenset(),
+) -> Verdict:
+    """``allow``, ``ask`` or ``deny`` for ``identity`` doing ``action`` at ``places`` (None: no file;
+    :data:`UNPLACED`: a file that cannot be placed), and the rule that decided it."""
+    if isinstance(places, str):
+        places = (places,)  # one path, placed already
+    found = Verdict("ask", "the agent token asks for it") if action in token_ask else Verdict("allow")
+    for rule in rules:
+        if _STRENGTH[rule.decision] > _STRENGTH[found.decision] and rule.matches(identity, action, places):
+            found = Verdict(rule.decision, rule.describe())
+            if rule.decision == "deny":
+                break
+    if action == "read" and found.decision == "ask":  # a token made before reads could not be asked
+        return Verdict("deny", f"{found.because}, and a read cannot wait for a person")
+    return found
+
+
+EVERYWHERE = PathScope(["**"])
+
+
+def read_denials(rules: Iterable[Rule], identity: str, token_ask: frozenset[str]) -> tuple[PathScope, ...]:
+    """The paths ``deny read`` rules hide from ``identity`` (a rule without paths: everything; a token
+    made asking for reads, which cannot wait for a person: everything too)."""
+    hidden = [
+        rule.paths or EVERYWHERE
+        for rule in rules
+        if rule.decision == "deny" and "read" in rule.actions and who_matches(rule.who, identity)
+    ]
+    if "read" in token_ask:
+        hidden.append(EVERYWHERE)
+    return tuple(hidden)
+
+
 def decide(
     rules: Iterable[Rule],
     identity: str,
     action: str,
-    path: str | None,
+    places: Places | str,
     token_ask: frozenset[str] = frozenset(),
 ) -> str:
-    """``allow``, ``ask`` or ``deny`` for ``identity`` doing ``action`` on ``path`` (None: no notebook)."""
-    decision = "ask" if action in token_ask else "allow"
-    for rule in rules:
-        if _STRENGTH[rule.decision] > _STRENGTH[decision] and rule.matches(identity, action, path):
-            decision = rule.decision
-            if decision == "deny":
-                break
-    return decision
+    """``allow``, ``ask`` or ``deny`` (see :func:`verdict`)."""
+    return verdict(rules, identity, action, places, token_ask).decision

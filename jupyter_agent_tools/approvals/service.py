@@ -23,12 +23,26 @@ from traitlets import Dict, Float, Instance, Int, List, TraitError, Unicode, def
 
 from ..audit import NO_AUDIT, Audit
 from ..audit.context import set_approver
+from ..auth.paths import PathScope, place
 from ..errors import AgentToolsError, Conflict, NotFound
 from ..traits import Service, at_least, trait_name
-from .policy import AGENT_PREFIX, Rule, RuleError, decide, parse_rules, who_matches
+from .policy import (
+    AGENT_PREFIX,
+    EVERYWHERE,
+    UNPLACED,
+    Places,
+    Rule,
+    RuleError,
+    Verdict,
+    parse_rules,
+    read_denials,
+    verdict,
+    who_matches,
+)
 from .records import Approval, ApprovalFile
 
 T = TypeVar("T")
+ALLOW = Verdict("allow")
 RECENT = 100  # decided requests the list answers with (newest first)
 
 
@@ -86,6 +100,12 @@ class ApprovalPolicy(Service):
         "Jupyter data directory.",
     ).tag(config=True)
     audit = Instance(Audit, help="Told each request and decision (the approval event, the metric).")
+    root_dir = Unicode(
+        None,
+        allow_none=True,
+        help="The contents root on a local disk, where paths are placed (symlinks followed) before rules "
+        "match them; None: paths are matched as written (a path above the root cannot be placed).",
+    )
 
     @default("audit")
     def _default_audit(self) -> Audit:
@@ -171,11 +191,43 @@ class ApprovalPolicy(Service):
 
     # -- the policy ------------------------------------------------------------------------------
 
+    def places(self, path: str | None) -> Places:
+        """Where ``path`` is as the rules match it (``auth.paths.place``); None: no file; a path that
+        cannot be placed: :data:`UNPLACED` (every rule with paths matches it: fail closed)."""
+        if path is None:
+            return None
+        return place(path, self.root_dir) or UNPLACED
+
+    def placed(self, path: str | None) -> str | None:
+        """The one name of ``path`` for records and grants: where the file system leads it."""
+        where = self.places(path)
+        return where[-1] if where else path
+
+    def verdict(
+        self, identity: str, action: str, path: str | None, token_ask: frozenset[str] = frozenset()
+    ) -> Verdict:
+        """What ``identity`` must do before ``action`` on ``path`` (None: no file), and which rule says so.
+        The one decision of the agent limits: every door (the agent routes, MCP, jupyter_server's own
+        routes through ``AgentAuthorizer``) asks it."""
+        if not self._parsed and not token_ask:
+            return ALLOW  # the default: no rule, no token asking (no cost on the hot path)
+        return verdict(self._parsed, identity, action, self.places(path), token_ask)
+
+    def reach(
+        self, identity: str, scope: PathScope | None, token_ask: frozenset[str] = frozenset()
+    ) -> PathScope | None:
+        """What an agent may read: its token's path globs (None: everything) less what ``deny read``
+        rules hide from it. Every door applies it as it applies the token's paths (hidden: 404)."""
+        if not self._parsed and "read" not in token_ask:
+            return scope
+        hidden = read_denials(self._parsed, identity, token_ask)
+        if not hidden:
+            return scope
+        return (scope or EVERYWHERE).hiding(hidden)
+
     def decision(self, identity: str, action: str, path: str | None, token_ask: frozenset[str]) -> str:
         """``allow``, ``ask`` or ``deny``: what ``identity`` must do before ``action`` on ``path``."""
-        if not self._parsed and not token_ask:
-            return "allow"  # the default: no rule, no token asking (no cost on the hot path)
-        return decide(self._parsed, identity, action, path, token_ask)
+        return self.verdict(identity, action, path, token_ask).decision
 
     def gated(self, identity: str, action: str, token_ask: frozenset[str]) -> bool:
         """Whether ``identity`` may have to ask for ``action`` somewhere (on any path): the routes that

@@ -22,7 +22,7 @@ from traitlets import Instance, Type
 
 from ..audit import metrics
 from ..schemas import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
-from .identity import ROOM_WEBSOCKET, AgentUser
+from .identity import APPROVALS_SETTING, ROOM_WEBSOCKET, AgentUser
 from .paths import normalize
 from .scopes import PATH_RESOURCES, needed, refusal
 
@@ -44,10 +44,32 @@ COLLABORATION_PATH_HANDLERS = frozenset(
 FORK_HANDLER = COLLABORATION + "DocForkHandler"
 # Where the settings of the web application hold the extension's audit facade and its approval gate.
 AUDIT_SETTING = "jupyter_agent_tools_audit"
-APPROVALS_SETTING = "jupyter_agent_tools_approvals"
-# Resources whose own jupyter_server routes run code without asking anyone (kernels and their websocket,
-# terminals, sessions that start kernels): closed to an agent that must ask before it executes.
-UNGATED_EXECUTION = frozenset({"kernels", "terminals", "sessions"})
+# The approval gate's classes of action (approvals/policy.py) that each (resource, action) of
+# jupyter_server's own routes performs: a contents write is an edit (save, rename, copy, upload, chunked
+# upload, checkpoints, a collaboration room and its undo/redo); a kernels or sessions write starts, restarts,
+# interrupts or shuts down kernels, and the kernel websocket runs code and sends control messages (execute
+# and kernel); a terminal runs code. Reads are limited by the token's paths less what ``deny read`` hides.
+GATED: dict[tuple[str, str], tuple[str, ...]] = {
+    ("contents", "write"): ("edit",),
+    ("kernels", "write"): ("execute", "kernel"),
+    ("kernels", "execute"): ("execute", "kernel"),
+    ("sessions", "write"): ("execute", "kernel"),
+    ("terminals", "read"): ("execute",),
+    ("terminals", "write"): ("execute",),
+    ("terminals", "execute"): ("execute",),
+}
+# What an agent whose action must be asked uses instead: the agent routes wait for the person.
+INSTEAD = {
+    "edit": "use /api/agent/notebooks/{path} (or MCP notebook_edit), which waits for the approval",
+    "execute": "use the agent routes (/api/agent/eval, /api/agent/notebooks/{path}/run, MCP), which wait "
+    "for the approval",
+    "kernel": "use /api/agent/notebooks/{path}/kernel (or MCP notebook_kernel), which waits for the approval",
+}
+
+
+def gate_actions(resource: str, action: str) -> tuple[str, ...]:
+    """The gate's actions ``action`` on ``resource`` performs on one of jupyter_server's routes."""
+    return GATED.get((resource, action), ())
 
 
 def _class_names(handler: Any) -> set[str]:
@@ -130,12 +152,15 @@ class AgentAuthorizer(Authorizer):
         names = _class_names(handler)
         action = agent_action(names, action)
         problem = refusal(user.scopes, resource, action)
-        if problem is None and resource in UNGATED_EXECUTION and AGENT_HANDLER not in names:
-            problem = self._gated(handler, user, resource, action)
         if FORK_HANDLER in names:
             problem = "agent tokens cannot use collaboration forks"
+        own_route = AGENT_HANDLER in names  # this extension's routes and MCP ask the gate themselves
+        policy = handler.settings.get(APPROVALS_SETTING)
+        gates = () if own_route or policy is None else gate_actions(resource, action)
         # the paths a request names (a contents body is parsed for them) only where they are checked
-        checked = resource in PATH_RESOURCES and (user.path_scope is not None or bool(names & ROOM_HANDLERS))
+        checked = resource in PATH_RESOURCES and (
+            user.path_scope is not None or bool(names & ROOM_HANDLERS) or bool(gates)
+        )
         paths = request_paths(handler, names) if checked else []
         if problem is None and names & ROOM_HANDLERS and not paths:
             problem = "agent tokens can join only a notebook's or a file's collaboration room"
@@ -148,6 +173,8 @@ class AgentAuthorizer(Authorizer):
                 if outside:
                     self._record(handler, user, action, resource, "path outside the token's paths")
                     raise web.HTTPError(404, _not_found(handler, outside[0], names))
+        if problem is None and gates:
+            problem = self._gate(policy, user, gates, paths if resource in PATH_RESOURCES else None)
         if problem is None:
             return self.inner.is_authorized(handler, user, action, resource)
         if IDENTITY_HANDLER in names:  # /api/me asks which permissions the user has: an answer, not a refusal
@@ -158,18 +185,34 @@ class AgentAuthorizer(Authorizer):
         reason = REFUSED_MISSING_SCOPE if missing else REFUSED_NOT_FOR_AGENTS
         raise web.HTTPError(403, message + " Nothing was done.", reason=reason)
 
-    def _gated(self, handler: Any, user: AgentUser, resource: str, action: str) -> str | None:
-        """Why a route that runs code without asking is closed to ``user`` (its execute actions need the
-        person's approval), or None. Reading (a kernel list) stays open."""
-        if action == "read" and resource != "terminals":
-            return None
-        policy = handler.settings.get(APPROVALS_SETTING)
-        if policy is None or not policy.gated(user.username, "execute", getattr(user, "ask", frozenset())):
-            return None
-        return (
-            "this agent must ask the person before it runs code, and this route cannot ask: use the agent "
-            "routes (/api/agent/eval, /api/agent/notebooks/{path}/run, MCP), which wait for the approval"
-        )
+    def _gate(
+        self, policy: Any, user: AgentUser, gates: tuple[str, ...], paths: list[str] | None
+    ) -> str | None:
+        """Why the approval policy closes this route of jupyter_server's to ``user``, or None.
+
+        These routes cannot wait for the person, so ``ask`` refuses like ``deny`` (naming the rule and
+        the agent route that asks instead). ``paths`` are the files the route names (each placed, as the
+        policy places every path); None when it names none (a kernel, a session, a terminal): then any
+        rule that may ask or deny the action somewhere closes the route (fail closed)."""
+        ask: frozenset[str] = user.ask
+        for gate in gates:
+            if paths is None:
+                if policy.gated(user.username, gate, ask):
+                    return (
+                        f"the approval policy makes this agent ask the person before the {gate!r} action "
+                        f"(or denies it), and this route cannot ask: {INSTEAD[gate]}"
+                    )
+                continue
+            for path in paths:
+                found = policy.verdict(user.username, gate, path, ask)
+                if found.decision == "deny":
+                    return f"the approval policy denies the {gate!r} action on {path} ({found.because})"
+                if found.decision == "ask":
+                    return (
+                        f"the approval policy makes this agent ask the person before the {gate!r} action on "
+                        f"{path} ({found.because}), and this route cannot ask: {INSTEAD[gate]}"
+                    )
+        return None
 
     def _record(self, handler: Any, user: AgentUser, action: str, resource: str, reason: str) -> None:
         metrics.AGENT_REQUESTS.labels(agent=user.agent, outcome="refused").inc()

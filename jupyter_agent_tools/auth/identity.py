@@ -54,6 +54,14 @@ AGENT_REFUSED_ROUTES = {
 # jupyter-collaboration's room websocket: it makes the room (loading the file) before it asks the
 # authorizer, so an agent is authorized for it as soon as it is authenticated.
 ROOM_WEBSOCKET = "jupyter_server_ydoc.handlers.YDocWebSocketHandler"
+# Where the settings of the web application hold the extension's approval policy: set when the extension
+# loaded. Without it agent tokens are refused everywhere (the agent limits could not be applied).
+APPROVALS_SETTING = "jupyter_agent_tools_approvals"
+NOT_LOADED = (
+    "The jupyter_agent_tools server extension did not load (its configuration has an error: see the "
+    "server's log at start), so the limits on agents cannot be applied: agent tokens are refused until "
+    "the server starts with the extension loaded."
+)
 # The code object of every method ``@authorized`` wraps (the decorator's inner function).
 _AUTHORIZED_CODE = authorized(lambda self: None).__code__
 
@@ -188,6 +196,10 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             verb = "expired" if status == "expired" else f"was {status}"
             message = f"The agent token {record.name!r} {verb} at {when}; {HOW_TO_RENEW}."
             raise _refusal(handler, 403, message)
+        policy = handler.settings.get(APPROVALS_SETTING)
+        if policy is None:  # fail closed: nothing would apply the rules, the ask lists, the read denials
+            metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="refused").inc()
+            raise _refusal(handler, 503, NOT_LOADED)
         if not getattr(handler.settings.get("authorizer"), "applies_agent_scopes", False):
             raise _refusal(
                 handler,
@@ -220,7 +232,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             initials="AI",
             agent=record.name,
             scopes=record.effective_scopes,
-            path_scope=record.path_scope,
+            path_scope=policy.reach(name, record.path_scope, record.ask),
             ask=record.ask,
         )
         # AgentAuthorizer raises its own refusal (403 naming the scope, 404 outside the paths)

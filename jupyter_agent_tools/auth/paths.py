@@ -6,7 +6,11 @@ none included (``reports/**`` reaches the directory ``reports`` and everything u
 every notebook), by :mod:`jupyter_agent_tools.globs` (file search's matcher too, in linear time). A
 request path is normalized first (empty and ``.`` segments dropped, ``..`` applied; a path that climbs
 above the root reaches nothing), and with a local root the path a symlink leads to must match as well.
-Pure except :func:`resolved`, which asks the file system where symlinks lead.
+
+:func:`place` is the one path resolution of the agent limits (token paths and the approval rules alike):
+where a request path is, the way the contents manager opens it (joined to the root, links followed), or
+None when it cannot be placed, which every caller treats as "denied" (fail closed).
+Pure except :func:`resolved` and :func:`place`, which ask the file system where symlinks lead.
 """
 
 from __future__ import annotations
@@ -16,7 +20,16 @@ from collections.abc import Iterable
 
 from ..globs import MAX_GLOB_CHARS, Glob, GlobError
 
-__all__ = ["MAX_GLOBS", "MAX_GLOB_CHARS", "GlobError", "PathScope", "clean_glob", "normalize", "resolved"]
+__all__ = [
+    "MAX_GLOBS",
+    "MAX_GLOB_CHARS",
+    "GlobError",
+    "PathScope",
+    "clean_glob",
+    "normalize",
+    "place",
+    "resolved",
+]
 
 MAX_GLOBS = 32
 
@@ -57,9 +70,10 @@ def clean_glob(glob: str) -> str:
 
 
 class PathScope:
-    """The globs of one token, compiled once."""
+    """The globs of one token, compiled once, less the paths hidden from its agent (``hidden``: the
+    globs of the ``deny read`` rules that apply to it, see :meth:`hiding`)."""
 
-    __slots__ = ("_patterns", "globs")
+    __slots__ = ("_patterns", "globs", "hidden")
 
     def __init__(self, globs: Iterable[str]):
         self.globs: tuple[str, ...] = tuple(clean_glob(g) for g in globs)
@@ -68,14 +82,26 @@ class PathScope:
         if len(self.globs) > MAX_GLOBS:
             raise GlobError(f"at most {MAX_GLOBS} path globs, got {len(self.globs)}")
         self._patterns = [Glob(g) for g in self.globs]
+        self.hidden: tuple[PathScope, ...] = ()
+
+    def hiding(self, hidden: Iterable[PathScope]) -> PathScope:
+        """This scope less everything ``hidden`` matches (a copy: the compiled globs are shared)."""
+        copy = PathScope.__new__(PathScope)
+        copy.globs, copy._patterns = self.globs, self._patterns
+        copy.hidden = self.hidden + tuple(hidden)
+        return copy
 
     def matches(self, normalized: str) -> bool:
-        """Whether a normalized path (from :func:`normalize`) is inside one of the globs."""
-        return any(p.match(normalized) for p in self._patterns)
+        """Whether a normalized path (from :func:`normalize`) is inside one of the globs (and not
+        hidden)."""
+        return any(p.match(normalized) for p in self._patterns) and not any(
+            h.matches(normalized) for h in self.hidden
+        )
 
     def allows(self, path: str, root_dir: str | None = None) -> bool:
         """Whether the request path ``path`` is inside the globs: normalized, and, with a local
-        ``root_dir``, also where its symlinks lead (which must stay under the root)."""
+        ``root_dir``, also where its symlinks lead (which must stay under the root); a hidden path is
+        refused wherever it is named from (:func:`place`)."""
         normal = normalize(path)
         if normal is None or not self.matches(normal):
             return False
@@ -95,3 +121,28 @@ def resolved(root_dir: str, normalized: str) -> str | None:
     if not real.startswith(root.rstrip(os.sep) + os.sep):
         return None
     return os.path.relpath(real, root).replace(os.sep, "/")
+
+
+def place(path: str, root_dir: str | None = None) -> tuple[str, ...] | None:
+    """The root-relative paths a request path names, as limits match it: as written (normalized) and, with
+    a local ``root_dir``, where the file system leads it (joined to the root as the contents manager joins
+    it, symlinks followed). None when it cannot be placed: a NUL, a path that leaves the root (the file
+    system's answer wins: ``../<root name>/x`` is ``x``), or one that climbs above a root that is not local.
+    """
+    if not isinstance(path, str) or "\x00" in path:
+        return None
+    normal = normalize(path)
+    if root_dir is None:
+        return None if normal is None else (normal,)
+    root = os.path.realpath(root_dir)
+    parts = [p for p in path.replace(os.sep, "/").split("/") if p not in ("", ".")]
+    real = os.path.realpath(os.path.join(root, *parts))
+    if real == root:
+        where = ""
+    elif real.startswith(root.rstrip(os.sep) + os.sep):
+        where = os.path.relpath(real, root).replace(os.sep, "/")
+    else:
+        return None
+    if normal is None or normal == where:
+        return (where,)
+    return (normal, where)

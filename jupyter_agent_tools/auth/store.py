@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
 from ..schemas import APPROVAL_ACTIONS as ASK_ACTIONS
-from ..schemas import TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
+from ..schemas import ASKABLE_ACTIONS, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
 
@@ -283,10 +283,11 @@ class TokenStore:
         bad name, scope, glob, action or lifetime; 409 when an active token has this name (revoke it
         first); 503 when the file cannot be written."""
         asked = frozenset(ask)
-        unknown = sorted(asked - set(ASK_ACTIONS))
+        unknown = sorted(asked - set(ASKABLE_ACTIONS))
         if unknown:
             raise BadRequest(
-                f"unknown action in 'ask': {', '.join(map(repr, unknown))}; use {', '.join(ASK_ACTIONS)}"
+                f"'ask' takes {', '.join(ASKABLE_ACTIONS)}, got {', '.join(map(repr, unknown))} (a read "
+                "cannot wait for a person: limit reads with 'paths' or a deny rule)"
             )
         try:
             check_name(name)

@@ -24,7 +24,6 @@ from ..audit import NO_AUDIT, Audit, set_user
 from ..audit.context import current_via, set_via
 from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
-from ..auth.paths import normalize
 from ..body import decode_json_body
 from ..errors import AgentToolsError
 
@@ -183,7 +182,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
             token_ask=getattr(self.current_user, "ask", frozenset()),
             door=current_via() or self.via,
             action=action,
-            path=normalize(path) or path if path is not None else None,  # as rules and grants name it
+            path=path,
         )
         return await clear(self.approval_policy, asking, describe, wait_seconds(body, self.approval_policy))
 

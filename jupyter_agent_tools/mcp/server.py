@@ -31,7 +31,6 @@ from .. import __version__
 from ..approvals.gate import Asking, clear, once_approved, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
 from ..audit.context import current_user, set_approver
-from ..auth.paths import normalize
 from ..errors import AgentToolsError
 from ..runs.registry import Viewer
 from ..stream_events import Emit
@@ -683,8 +682,7 @@ class McpServer:
         if gate is None:
             return arguments, None
         policy = self.services.approval_policy
-        path = normalize(gate.path) or gate.path if gate.path is not None else None
-        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, path)
+        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, gate.path)
         given = arguments
         try:
             wait = wait_seconds(arguments, policy)
