@@ -1146,16 +1146,19 @@ TOKEN_SCHEMAS: dict[str, Any] = {
             },
             "ask": {
                 "type": "array",
-                "items": {"type": "string", "enum": list(ASKABLE_ACTIONS)},
+                "items": {
+                    "type": "string",
+                    "enum": list(ASKABLE_ACTIONS),
+                    "x-errors": {
+                        "enum": "'ask' takes edit, execute or kernel, got {value} (a read cannot wait for a "
+                        "person: limit reads with 'paths' or a deny rule)"
+                    },
+                },
                 "maxItems": len(ASKABLE_ACTIONS),
                 "uniqueItems": True,
                 "description": "The actions this agent must ask the person for first (the approval gate): "
                 "edit, execute, kernel (a read cannot wait for a person: limit reads with 'paths' or a "
                 "deny rule). Absent: only what the server's approval rules say.",
-                "x-errors": {
-                    "enum": "'ask' takes edit, execute or kernel (a read cannot wait for a person: limit "
-                    "reads with 'paths' or a deny rule); got {value}"
-                },
             },
             "expires_in": {
                 "type": "number",
