@@ -47,7 +47,9 @@ def jp_server_config(jp_root_dir: Path, request: pytest.FixtureRequest) -> dict[
     rules = marker.args[0] if marker else [DENY_EDIT_PROD, DENY_READ_SECRET]
     config = collaboration_config(jp_root_dir)
     config["ServerApp"]["jpserver_extensions"]["jupyter_server_terminals"] = True
-    config["ServerApp"].update(identity_provider_class=AgentIdentityProvider, authorizer_class=AgentAuthorizer)
+    config["ServerApp"].update(
+        identity_provider_class=AgentIdentityProvider, authorizer_class=AgentAuthorizer
+    )
     token_db = jp_root_dir.parent / "agent_tokens.db"
     return {
         **config,
@@ -275,7 +277,9 @@ async def test_deny_read_hides_files_on_every_read_door(http: Any, make_token: A
     status, answer = await http("GET", "api/contents/free/f.ipynb", token=bot)
     assert status == 200, answer
     # a read cannot be asked: a token asking for reads is refused at creation, saying why
-    status, answer = await http("POST", "api/agent/tokens", {"name": "r", "scopes": ["read"], "ask": ["read"]})
+    status, answer = await http(
+        "POST", "api/agent/tokens", {"name": "r", "scopes": ["read"], "ask": ["read"]}
+    )
     assert status == 400 and "read cannot wait" in answer["message"], answer
 
 
@@ -303,7 +307,9 @@ async def test_kernel_actions_on_jupyter_servers_routes_ask_the_policy(
             status, answer = await http(method, url, {} if method != "DELETE" else None, token=bot)
             _refused_by(status, answer, "'kernel' action", "cannot ask")
         try:
-            ws = await jp_ws_fetch("api", "kernels", kernel, "channels", headers={"Authorization": f"token {bot}"})
+            ws = await jp_ws_fetch(
+                "api", "kernels", kernel, "channels", headers={"Authorization": f"token {bot}"}
+            )
         except HTTPClientError as e:
             assert e.code == 403
         else:
