@@ -335,6 +335,13 @@ async def test_without_rules_jupyter_servers_routes_answer_agents_as_before(
     assert status == 204
     status, _ = await http("DELETE", f"api/kernels/{kernel['id']}", token=bot)
     assert status == 204
+    # above the root and back: the same 404 whether or not the guess is the root's name (no oracle)
+    answers = []
+    for guess in (tree.name, "not-the-root"):
+        status, answer = await http("GET", f"api/contents/../{guess}/free/f.ipynb", token=bot)
+        assert status == 404, answer
+        answers.append(answer["message"].replace(guess, "NAME"))
+    assert answers[0] == answers[1]
 
 
 async def test_the_collaboration_room_asks_the_policy(

@@ -158,10 +158,13 @@ class AgentAuthorizer(Authorizer):
         policy = handler.settings.get(APPROVALS_SETTING)
         gates = () if own_route or policy is None else gate_actions(resource, action)
         # the paths a request names (a contents body is parsed for them) only where they are checked
-        checked = resource in PATH_RESOURCES and (
-            user.path_scope is not None or bool(names & ROOM_HANDLERS) or bool(gates)
-        )
+        checked = resource in PATH_RESOURCES
         paths = request_paths(handler, names) if checked else []
+        climbing = [p for p in paths or () if normalize(p) is None]
+        if problem is None and climbing and not own_route:
+            # ``../<root name>/x`` is x, but whether it answers would tell the agent the root's name
+            self._record(handler, user, action, resource, "path above the root")
+            raise web.HTTPError(404, f"No such file or directory: {climbing[0]}")
         if problem is None and names & ROOM_HANDLERS and not paths:
             problem = "agent tokens can join only a notebook's or a file's collaboration room"
         if problem is None and user.path_scope is not None and resource in PATH_RESOURCES:
