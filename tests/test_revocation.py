@@ -13,6 +13,8 @@ import base64
 import contextlib
 import json
 import os
+import sqlite3
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
 pytestmark = pytest.mark.timeout(300)
 
 REVOKED = "the agent's token was revoked"
+CHECK_INTERVAL = 0.2
 
 
 @pytest.fixture
@@ -37,6 +40,7 @@ def jp_server_config() -> dict[str, Any]:
             "identity_provider_class": AgentIdentityProvider,
             "authorizer_class": AgentAuthorizer,
         },
+        "AgentIdentityProvider": {"connection_check_interval": CHECK_INTERVAL},
         "KernelPool": {"size": 0},
     }
 
@@ -74,6 +78,28 @@ async def test_a_revoked_tokens_pending_request_is_withdrawn_and_cannot_be_appro
     assert status == 409 and "already withdrawn" in refused["message"], refused
     await asyncio.sleep(0.5)  # an approved edit is applied at once: give it the chance it must not take
     assert path.read_bytes() == before
+
+
+async def test_an_expired_tokens_pending_request_is_withdrawn(
+    http: Any, jp_root_dir: Path, jp_serverapp: Any
+) -> None:
+    nbformat.write(new_notebook(cells=[new_code_cell("print(1)", id="c1")]), str(jp_root_dir / "nb.ipynb"))
+    bot = await token(http, "bot", ["read", "edit"], ask=["edit"])
+    edit = {"action": "edit", "cell_id": "c1", "content": "print('agent')", "approval_wait": 0}
+    status, pending = await http("POST", "api/agent/notebooks/nb.ipynb", edit, token=bot["token"])
+    assert status == 202, pending
+    # its expiry passes (written by another connection, as a second server on the token file would)
+    path = jp_serverapp.identity_provider.tokens.path
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE agent_tokens SET expires = ? WHERE name = 'bot'", (time.time() - 1,))
+    url = f"api/agent/approvals/{pending['approval_id']}"
+    for _ in range(int(20 * CHECK_INTERVAL / 0.05) + 40):
+        request = (await http("GET", url))[1]
+        if request["state"] != "pending":
+            break
+        await asyncio.sleep(0.05)
+    assert request["state"] == "withdrawn" and request["reason"] == "the agent's token expired", request
+    assert (await http("POST", url, {"decision": "approve"}))[0] == 409
 
 
 async def test_a_revoked_tokens_detached_run_is_cancelled(http: Any, jp_root_dir: Path) -> None:

@@ -91,6 +91,8 @@ class TokenEnded:
 
     @property
     def reason(self) -> str:
+        if self.status == "expired":
+            return "the agent's token expired"
         return f"the agent's token was {self.status}"
 
 
