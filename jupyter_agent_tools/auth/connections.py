@@ -17,31 +17,15 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any
 
 from tornado.websocket import WebSocketHandler
+
+from ..compat import mute_websocket
 
 log = logging.getLogger(__name__)
 
 # The close code sent to the client (RFC 6455 1008: policy violation) and why.
 CLOSE_CODE = 1008
-
-
-def _dropped(message: Any) -> None:
-    """What a muted websocket does with a message: nothing."""
-    return None
-
-
-def mute(handler: WebSocketHandler) -> None:
-    """Drop every message ``handler`` receives from now on. Tornado hands each message to the handler's
-    ``on_message`` (looked up per message), the one per-message hook every websocket handler has: an
-    attribute of this instance shadows its class's method, so the kernel websocket, terminals, the event
-    feed and collaboration rooms all stop at once, without a subclass of each."""
-    handler.__dict__["on_message"] = _dropped
-
-
-def muted(handler: WebSocketHandler) -> bool:
-    return handler.__dict__.get("on_message") is _dropped
 
 
 class AgentConnections:
@@ -73,7 +57,7 @@ class AgentConnections:
         reason = f"the agent token was {status}"
         closed = 0
         for handler in list(self._open.pop(token_hash, ())):
-            mute(handler)
+            mute_websocket(handler)
             if handler.ws_connection is not None:
                 closed += 1
                 handler.close(CLOSE_CODE, reason)
