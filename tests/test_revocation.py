@@ -24,7 +24,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from jupyter_agent_tools.approvals.service import ApprovalPolicy, Forbidden
+from jupyter_agent_tools.audit.context import set_token
 from jupyter_agent_tools.auth import AgentAuthorizer, AgentIdentityProvider
+from jupyter_agent_tools.errors import AgentToolsError
+from jupyter_agent_tools.runs import RunRegistry
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -243,3 +247,30 @@ async def test_a_token_that_asks_but_executes_unasked_is_warned_about(http: Any)
     assert no_code["warnings"] == []
     plain = await token(http, "plain", ["read", "execute"])
     assert plain["warnings"] == []
+
+
+async def test_a_call_past_the_door_when_its_token_ended_neither_asks_nor_runs(tmp_path: Path) -> None:
+    """A request authenticated just before its token was revoked reaches the services after the signal:
+    the gate and the run registry remember the ended token and refuse it."""
+    policy = ApprovalPolicy(db_path=str(tmp_path / "approvals.db"))
+    registry = RunRegistry(runs_db_path=":memory:")
+    try:
+        set_token("t1")
+        policy.withdraw_token("t1", REVOKED)
+        registry.cancel_token("t1", REVOKED)
+        ask = {"agent": "agent:bot", "door": "http", "action": "edit", "path": None, "summary": "s"}
+        with pytest.raises(Forbidden, match="token was revoked"):
+            policy.request(**ask, details={})
+
+        async def call(emit: Any, cancel: Any) -> dict[str, Any]:
+            return {}
+
+        with pytest.raises(AgentToolsError, match="token was revoked") as refused:
+            registry.start("eval", "s", call)
+        assert refused.value.status == 403
+        set_token("t2")  # another token (a new one of the same name) asks as before
+        assert policy.request(**ask, details={}).state == "pending"
+    finally:
+        set_token(None)
+        policy.stop()
+        await registry.shutdown()

@@ -127,6 +127,7 @@ class ApprovalPolicy(Service):
         # (token id, agent, action, path) -> (until, who granted it): the person's 'approve for N seconds',
         # for the agent token that asked (a new token of the same name has none).
         self._grants: dict[tuple[str | None, str, str, str | None], tuple[float, str]] = {}
+        self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
         self._next_id = 1
         self._claimed: dict[int, float] = {}  # approved requests a retried call took: id -> expiry
         self._followups: set[asyncio.Future[None]] = set()  # actions answered 202, done once approved
@@ -215,6 +216,8 @@ class ApprovalPolicy(Service):
             expires=now + self.timeout,
         )
         token = current_token()
+        if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
+            raise Forbidden(f"{agent} cannot ask any more: {self._ended_tokens[token]}.")
         until, granted_by = self._grants.get((token, agent, action, path), (0.0, ""))
         if until > now:
             approval.state = "approved"
@@ -300,6 +303,7 @@ class ApprovalPolicy(Service):
     def withdraw_token(self, token: str, reason: str) -> int:
         """The agent token ``token`` (its id) ended (revoked, expired): its pending requests are withdrawn
         (approving them answers 409, nothing runs) and its grants dropped; how many were withdrawn."""
+        self._ended_tokens[token] = reason
         self._grants = {key: grant for key, grant in self._grants.items() if key[0] != token}
         asked = [i for i, w in self._waiting.items() if w.token == token]
         return sum(1 for i in asked if self._end(i, "withdrawn", reason) is not None)

@@ -189,6 +189,7 @@ class RunRegistry(Service):
         self.records = RunRecords(self.runs_db_path, self.root_dir, self.log)
         self._stopping = False
         self._opened = False
+        self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
 
     def open(self) -> None:
         """Read the records a previous server process left (its unfinished runs become ``lost``)."""
@@ -223,6 +224,9 @@ class RunRegistry(Service):
         ``state_of(answer, cancel_requested)`` is the state it ends in (an eval's or a run's answer by
         default; an MCP tool call's result for a task)."""
         self.open()
+        token = current_token()
+        if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
+            raise AgentToolsError(f"No run starts: {self._ended_tokens[token]}.", 403)
         self._prune(room=1)
         if len(self.runs) >= self.max_kept_runs:
             raise Unavailable(
@@ -236,7 +240,7 @@ class RunRegistry(Service):
             target=target,
             owner=current_user(),
             created=time.time(),
-            token=current_token(),
+            token=token,
         )
         artifacts = self.artifacts
         run.log = RunLog(
@@ -366,6 +370,7 @@ class RunRegistry(Service):
     def cancel_token(self, token: str, reason: str) -> int:
         """The agent token ``token`` (its id) ended (revoked, expired): cancel every unfinished run it
         started (a run awaiting approval withdraws its request; nothing starts); how many."""
+        self._ended_tokens[token] = reason
         cancelled = 0
         for run in self.runs.values():
             if run.token == token and not run.finished:
