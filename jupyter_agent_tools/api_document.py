@@ -660,7 +660,11 @@ def _paths() -> dict[str, Any]:
                 "x-authorization": {"resource": "agent_tokens", "action": "write"},
                 "requestBody": _body(ref("AgentTokenRequest"), "The name, scopes, paths and lifetime."),
                 "responses": {
-                    "201": _json("The new token and its record.", ref("AgentTokenCreated")),
+                    "201": _json(
+                        "The new token and its record, with warnings for the person (a token that asks "
+                        "before some actions but runs code unasked).",
+                        ref("AgentTokenCreated"),
+                    ),
                     "400": _error("The body is invalid: a bad name, scope, path glob or lifetime."),
                     "403": FORBIDDEN,
                     "409": _error(
@@ -689,8 +693,9 @@ def _paths() -> dict[str, Any]:
                 "operationId": "revokeAgentToken",
                 "summary": "Revoke an agent token",
                 "description": "Every token of that name not yet revoked answers 403 'revoked' from now on "
-                "and its open websockets are closed (the record stays, listed as revoked). Needs the "
-                "server's own credentials.",
+                "and what it started ends at once: its open websockets forward nothing more and are closed, "
+                "its pending approval requests are withdrawn and its grants dropped, its detached runs are "
+                "cancelled (the record stays, listed as revoked). Needs the server's own credentials.",
                 "tags": ["tokens"],
                 "x-authorization": {"resource": "agent_tokens", "action": "write"},
                 "responses": {

@@ -15,7 +15,7 @@ from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .audit.feed import EventFeed
-from .auth.identity import APPROVALS_SETTING
+from .auth.identity import APPROVALS_SETTING, AgentIdentityProvider, TokenEnded
 from .compat import guard_control_sockets, local_root
 from .execution.eval_service import EvalService
 from .execution.kernels import KernelService
@@ -337,6 +337,7 @@ class AgentToolsApp(ExtensionApp):
         self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )
+        self._end_what_tokens_start(getattr(serverapp, "identity_provider", None))
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,
@@ -345,6 +346,19 @@ class AgentToolsApp(ExtensionApp):
             max_sessions_per_identity=self.mcp_max_sessions_per_identity,
             log=self.log,
         )
+
+    def _end_what_tokens_start(self, provider: Any) -> None:
+        """An agent token that ends (revoked, expired) ends what it started: its approval requests are
+        withdrawn and its grants dropped, then its detached runs cancelled (its websockets: the provider)."""
+        if not isinstance(provider, AgentIdentityProvider):
+            return
+        approvals, runs = self.approval_policy, self.run_registry
+
+        def ended(token: TokenEnded) -> None:
+            approvals.withdraw_token(token.token_id, token.reason)
+            runs.cancel_token(token.token_id, token.reason)
+
+        provider.on_token_ended(ended)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(

@@ -238,3 +238,25 @@ def guard_contents_listings() -> None:
 
     _finish_model.guarded_by_agent_tools = True  # type: ignore[attr-defined]
     ContentsHandler._finish_model = _finish_model  # type: ignore[method-assign]
+
+
+def _dropped(message: Any) -> None:
+    """What a muted websocket does with a message it receives: nothing."""
+    return None
+
+
+def mute_websocket(handler: Any) -> None:
+    """Drop every message the Tornado websocket ``handler`` receives from now on, at once.
+
+    ``WebSocketHandler.close`` sends a close frame and keeps delivering the client's messages until the
+    client answers it (or 5 s pass); a kernel's websocket forwards each to the kernel. Tornado's protocol
+    (``WebSocketProtocol13._handle_message``, tornado 6.x) looks the handler's ``on_message`` up for every
+    message, and every websocket handler (kernels, terminals, events, collaboration rooms) receives through
+    it, with no public per-connection hook: an attribute of this instance shadows the class's method.
+    ``tests/test_compat.py`` checks it on a real websocket.
+    """
+    handler.__dict__["on_message"] = _dropped
+
+
+def websocket_muted(handler: Any) -> bool:
+    return handler.__dict__.get("on_message") is _dropped

@@ -1196,8 +1196,14 @@ ANSWER_SCHEMAS["AgentTokenCreated"] = {
         **ANSWER_SCHEMAS["AgentToken"]["properties"],
         "token": {"type": "string", "description": "The token: shown this once, never stored."},
         "user": {"type": "string", "description": "The user it acts as: agent:NAME."},
+        "warnings": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "What the person creating it must know, e.g. that it asks before some actions "
+            "but runs code unasked, so its asks do not bind it (docs/approvals.md).",
+        },
     },
-    "required": [*ANSWER_SCHEMAS["AgentToken"]["required"], "token", "user"],
+    "required": [*ANSWER_SCHEMAS["AgentToken"]["required"], "token", "user", "warnings"],
 }
 ANSWER_SCHEMAS["AgentTokenList"] = _obj(
     {"tokens": {"type": "array", "items": ref("AgentToken"), "description": "Oldest first."}}

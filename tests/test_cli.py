@@ -1243,6 +1243,10 @@ def test_token_commands_and_an_agent_using_its_token(runtime_dir: Path, tmp_path
         own: dict[str, Any] = {"server": s, "runtime": runtime_dir}
         as_json = run_cli("token", "create", "other", "--scopes", "edit", "--json", **own)
         assert json.loads(as_json.stdout)["token"].startswith("jat_"), as_json.stderr
+        # a token that asks before editing but runs code unasked: its asks do not bind it, and it is said
+        asks = run_cli("token", "create", "asker", "--scopes", "read,edit,execute", "--ask", "edit", **own)
+        assert asks.returncode == 0 and asks.stdout.startswith("jat_"), asks.stderr
+        assert "Warning:" in asks.stderr and "jpserver-" in asks.stderr, asks.stderr
         listing = run_cli("token", "list", **own)
         assert listing.returncode == 0, listing.stderr
         row = next(line for line in listing.stdout.splitlines() if line.startswith("bot "))

@@ -3,6 +3,7 @@ the file layout of jupyter_server's saves): these fail loudly when an upgrade ch
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -248,3 +249,36 @@ def test_contents_directory_models_are_finished_through_finish_model() -> None:
     guarded = ContentsHandler._finish_model
     guard_contents_listings()
     assert ContentsHandler._finish_model is guarded and guarded.guarded_by_agent_tools
+
+
+async def test_a_muted_websocket_drops_what_it_receives_before_the_close_handshake() -> None:
+    """Tornado hands each message to the handler's ``on_message`` looked up per message, and keeps doing
+    so after ``close()`` until the client answers: ``mute_websocket`` stops it at once."""
+    from tornado.httpserver import HTTPServer
+    from tornado.testing import bind_unused_port
+    from tornado.web import Application
+    from tornado.websocket import WebSocketHandler, websocket_connect
+
+    from jupyter_agent_tools.compat import mute_websocket, websocket_muted
+
+    received: list[str] = []
+
+    class Echo(WebSocketHandler):
+        def on_message(self, message: str | bytes) -> None:
+            received.append(str(message))
+            if message == "mute":
+                mute_websocket(self)
+                assert websocket_muted(self)
+
+    sock, port = bind_unused_port()
+    server = HTTPServer(Application([("/ws", Echo)]))
+    server.add_sockets([sock])
+    try:
+        ws = await websocket_connect(f"ws://127.0.0.1:{port}/ws")
+        for message in ("one", "mute", "two", "three"):
+            await ws.write_message(message)
+        await asyncio.sleep(0.3)
+        assert received == ["one", "mute"]
+        ws.close()
+    finally:
+        server.stop()

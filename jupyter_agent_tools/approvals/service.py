@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from traitlets import Dict, Float, Instance, Int, List, TraitError, Unicode, default, validate
 
 from ..audit import NO_AUDIT, Audit
-from ..audit.context import set_approver
+from ..audit.context import current_token, set_approver
 from ..auth.paths import PathScope, place
 from ..errors import AgentToolsError, Conflict, NotFound
 from ..traits import Service, at_least, trait_name
@@ -63,6 +63,7 @@ class _Waiting:
     approval: Approval
     decided: asyncio.Event
     expiry: asyncio.TimerHandle | None = None
+    token: str | None = None  # the id of the agent token that asked (what its revocation withdraws)
 
 
 class ApprovalPolicy(Service):
@@ -143,8 +144,10 @@ class ApprovalPolicy(Service):
         self._file = ApprovalFile(self.db_path)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-approvals")
         self._waiting: dict[int, _Waiting] = {}
-        # (agent, action, path) -> (until, who granted it): the person's 'approve for N seconds'.
-        self._grants: dict[tuple[str, str, str | None], tuple[float, str]] = {}
+        # (token id, agent, action, path) -> (until, who granted it): the person's 'approve for N seconds',
+        # for the agent token that asked (a new token of the same name has none).
+        self._grants: dict[tuple[str | None, str, str, str | None], tuple[float, str]] = {}
+        self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
         self._next_id = 1
         self._claimed: dict[int, float] = {}  # approved requests a retried call took: id -> expiry
         self._followups: set[asyncio.Future[None]] = set()  # actions answered 202, done once approved
@@ -264,7 +267,10 @@ class ApprovalPolicy(Service):
             created=now,
             expires=now + self.timeout,
         )
-        until, granted_by = self._grants.get((agent, action, path), (0.0, ""))
+        token = current_token()
+        if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
+            raise Forbidden(f"{agent} cannot ask any more: {self._ended_tokens[token]}.")
+        until, granted_by = self._grants.get((token, agent, action, path), (0.0, ""))
         if until > now:
             approval.state = "approved"
             approval.decided = now
@@ -279,7 +285,7 @@ class ApprovalPolicy(Service):
                 f"{agent} already has {pending} requests waiting for the person's decision (at most "
                 f"{self.max_pending_per_agent}): wait for them to be decided (GET /api/agent/approvals)."
             )
-        waiting = _Waiting(approval, asyncio.Event())
+        waiting = _Waiting(approval, asyncio.Event(), token=token)
         waiting.expiry = asyncio.get_running_loop().call_later(self.timeout, self._expire, approval.id)
         self._waiting[approval.id] = waiting
         self._persist(approval)
@@ -345,6 +351,14 @@ class ApprovalPolicy(Service):
         """End a pending request whose call went away before the person decided (``withdrawn``): it leaves
         the person's list and can no longer be decided. False when it was decided already."""
         return self._end(approval.id, "withdrawn", reason) is not None
+
+    def withdraw_token(self, token: str, reason: str) -> int:
+        """The agent token ``token`` (its id) ended (revoked, expired): its pending requests are withdrawn
+        (approving them answers 409, nothing runs) and its grants dropped; how many were withdrawn."""
+        self._ended_tokens[token] = reason
+        self._grants = {key: grant for key, grant in self._grants.items() if key[0] != token}
+        asked = [i for i, w in self._waiting.items() if w.token == token]
+        return sum(1 for i in asked if self._end(i, "withdrawn", reason) is not None)
 
     def _end(
         self, approval_id: int, state: str, reason: str | None, by: str | None = None
@@ -413,7 +427,7 @@ class ApprovalPolicy(Service):
                 raise AgentToolsError(
                     f"'for_seconds' must be between 1 and {self.max_for_seconds:g}, got {for_seconds:g}"
                 )
-            key = (approval.agent, approval.action, approval.path)
+            key = (waiting.token, approval.agent, approval.action, approval.path)
             self._grants[key] = (
                 time.time() + for_seconds,
                 f"{by} (for {for_seconds:g} s, at approval {approval.id})",

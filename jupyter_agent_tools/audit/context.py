@@ -24,6 +24,22 @@ def set_user(username: str | None) -> Token[str | None]:
     return _USER.set(username)
 
 
+# Which agent token the request came with (its id, ``AgentToken.id``), or None: the approval gate keys its
+# grants by it and the run registry records it, so that a token that ends ends what it started, and a new
+# token of the same name inherits nothing.
+_TOKEN: ContextVar[str | None] = ContextVar("jupyter_agent_tools_token", default=None)
+
+
+def current_token() -> str | None:
+    """The id of the agent token of the request being served, or None (not an agent token)."""
+    return _TOKEN.get()
+
+
+def set_token(token_id: str | None) -> Token[str | None]:
+    """Make ``token_id`` the agent token of this task (and of the tasks it starts)."""
+    return _TOKEN.set(token_id)
+
+
 # Which front door the request came through: "http", "mcp", or "cli" when the client says so.
 _VIA: ContextVar[str | None] = ContextVar("jupyter_agent_tools_via", default=None)
 

@@ -9,19 +9,28 @@ name an agent, so an agent is who its token says on every request and nothing el
 Refused with 403 and a message that says why: an expired or revoked agent token; an agent token on a
 server whose authorizer is not ``AgentAuthorizer`` (it would not apply the scopes); an agent token on a
 route that never asks the authorizer (the agent's scopes could not be applied there).
+
+A token that ends (revoked here, expired, or revoked by another server sharing the token file) ends what
+it started: the provider fires one signal, :meth:`AgentIdentityProvider.on_token_ended`, to which its own
+websocket table (:mod:`.connections`) and the extension's services (the approval gate withdraws the
+token's requests and drops its grants, the run registry cancels its runs) subscribe.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import os
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import PasswordIdentityProvider, User
 from tornado import web
+from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Unicode
 
 from ..audit import metrics
@@ -32,6 +41,7 @@ from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
+log = logging.getLogger(__name__)
 AGENT_PREFIX = "agent:"
 HOW_TO_RENEW = "ask the server's owner for a new one (jupyter agent token create NAME --scopes ...)"
 
@@ -74,6 +84,27 @@ class AgentUser(User):
     scopes: frozenset[str] = frozenset()
     path_scope: PathScope | None = None
     ask: frozenset[str] = frozenset()  # the actions it asks the person for first (the approval gate)
+    token_id: str = ""  # the token's id (AgentToken.id): what its approvals, grants and runs are keyed by
+
+
+@dataclass(frozen=True)
+class TokenEnded:
+    """An agent token that can no longer be used, told to :meth:`AgentIdentityProvider.on_token_ended`'s
+    listeners: its ``token_id`` (``AgentToken.id``), hash, name and ``status`` (revoked, expired)."""
+
+    token_id: str
+    token_hash: str
+    name: str
+    status: str
+
+    @property
+    def reason(self) -> str:
+        if self.status == "expired":
+            return "the agent's token expired"
+        return f"the agent's token was {self.status}"
+
+
+TokenListener = Callable[[TokenEnded], object]
 
 
 _USER_FIELDS = tuple(f.name for f in fields(User))
@@ -135,15 +166,21 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         5.0,
         min=0.05,
         max=3600.0,
-        help="Seconds between two checks, while agents hold websockets open, that their tokens are still "
-        "active: a websocket of a token that expired (or was revoked by another server sharing the token "
-        "database) is closed within this time. A revocation through this server closes them at once.",
+        help="Seconds between two checks that the agent tokens used on this server are still active: a "
+        "token revoked by another server sharing the token database has its websockets closed, its "
+        "approval requests withdrawn and its detached runs cancelled within this time. A revocation "
+        "through this server, and an expiry, end them at once.",
     ).tag(config=True)
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._tokens: TokenStore | None = None
-        self._connections: AgentConnections | None = None
+        self._connections = AgentConnections()
+        self._listeners: list[TokenListener] = []
+        self._watched: dict[str, AgentToken] = {}  # tokens used here, by hash, until they end
+        self._expiries: dict[str, asyncio.TimerHandle] = {}  # a timer at each watched token's expiry
+        self._sweep: PeriodicCallback | None = None
+        self.on_token_ended(lambda ended: self._connections.end(ended.token_hash, ended.status))
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
         self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
         guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
@@ -166,10 +203,68 @@ class AgentIdentityProvider(PasswordIdentityProvider):
 
     @property
     def connections(self) -> AgentConnections:
-        """The agent tokens' open websockets (closed when their token is no longer active)."""
-        if self._connections is None:
-            self._connections = AgentConnections(self.tokens.status_of, self.connection_check_interval)
+        """The agent tokens' open websockets (muted and closed when their token ends)."""
         return self._connections
+
+    # -- tokens that end -------------------------------------------------------------------------
+
+    def on_token_ended(self, listener: TokenListener) -> None:
+        """Call ``listener(ended)`` on the event loop for each agent token used on this server that ends
+        (revoked, expired), once, as soon as this server knows."""
+        self._listeners.append(listener)
+
+    async def revoke(self, name: str) -> AgentToken:
+        """Revoke the tokens named ``name`` (:meth:`TokenStore.revoke`), then end what they started."""
+        store = self.tokens
+        record = await store.call(store.revoke, name)
+        self.check_tokens()
+        return record
+
+    def check_tokens(self) -> list[TokenEnded]:
+        """Tell the listeners of every watched token that is no longer active; those tokens."""
+        ended = []
+        for digest, record in list(self._watched.items()):
+            try:
+                status = self.tokens.status_of(digest)
+            except AgentToolsError as e:  # the token file cannot be read now: the next check tries again
+                log.warning("agent tokens not checked: %s", e)
+                break
+            if status == "active":
+                continue
+            del self._watched[digest]
+            timer = self._expiries.pop(digest, None)
+            if timer is not None:
+                timer.cancel()
+            ended.append(TokenEnded(record.id, digest, record.name, status))
+        for token in ended:
+            log.info("agent token %r was %s: ending what it started", token.name, token.status)
+            for listener in list(self._listeners):
+                try:
+                    listener(token)
+                except Exception:  # one listener failing must not keep the others from ending theirs
+                    log.exception("ending what agent token %r started failed", token.name)
+        return ended
+
+    def _watch(self, record: AgentToken) -> None:
+        """Watch a token used on this server until it ends: a check at its expiry, and a periodic one
+        (another server may revoke it) while any token or late websocket is watched."""
+        if record.token_hash in self._watched:
+            return
+        self._watched[record.token_hash] = record
+        if record.expires is not None:
+            delay = max(0.0, record.expires - self.tokens.now()) + 0.01
+            loop = asyncio.get_running_loop()
+            self._expiries[record.token_hash] = loop.call_later(delay, self.check_tokens)
+        if self._sweep is None:
+            self._sweep = PeriodicCallback(self._check, self.connection_check_interval * 1000)
+            self._sweep.start()
+
+    def _check(self) -> None:
+        self.check_tokens()
+        self._connections.close_late()
+        if not self._watched and not self._connections.has_late and self._sweep is not None:
+            self._sweep.stop()
+            self._sweep = None
 
     def get_user(self, handler: web.RequestHandler) -> Any:
         """An agent token's user, else whatever jupyter_server's provider finds (token, cookie)."""
@@ -222,7 +317,8 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 reason=REFUSED_NOT_FOR_AGENTS,
             )
         self.tokens.touch(record)
-        self.connections.add(record.token_hash, handler)
+        self._watch(record)
+        self._connections.add(record.token_hash, handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()
         name = AGENT_PREFIX + record.name
         user = AgentUser(
@@ -234,6 +330,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             scopes=record.effective_scopes,
             path_scope=policy.reach(name, record.path_scope, record.ask),
             ask=record.ask,
+            token_id=record.id,
         )
         # AgentAuthorizer raises its own refusal (403 naming the scope, 404 outside the paths)
         if ROOM_WEBSOCKET in _class_names(handler):

@@ -45,6 +45,7 @@ LAST_USED_EVERY = 60.0
 SCHEMA_VERSION = 2  # 2: the actions a token asks the person for (ask)
 # Seconds a read waits for a lock before it keeps the records already read.
 READ_TIMEOUT = 0.05
+TOKEN_ID_CHARS = 16  # hex digits of the hash that name a token inside the server (AgentToken.id)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _SCHEMA = """
@@ -92,6 +93,13 @@ class AgentToken:
     def effective_scopes(self) -> frozenset[str]:
         return effective(self.scopes)
 
+    @property
+    def id(self) -> str:
+        """The token's id: what the server keys the token's own things by (its approval grants, runs,
+        websockets), so a new token of the same name starts with none. A prefix of the token's SHA-256,
+        kept in the server (never the token, never shown)."""
+        return self.token_hash[:TOKEN_ID_CHARS]
+
     def status(self, now: float) -> str:
         if self.revoked is not None:
             return "revoked"
@@ -132,6 +140,22 @@ def _record(row: tuple[Any, ...], known: AgentToken | None = None) -> AgentToken
         path_scope=PathScope(globs) if globs else None,
         ask=frozenset(a for a in (ask or "").split(",") if a),
     )
+
+
+def creation_warnings(record: AgentToken, executes_unasked: bool) -> list[str]:
+    """What the person creating ``record`` must know: a token that asks before some actions but runs code
+    unasked (``executes_unasked``: the approval policy allows its plain eval) is not bound by its asks."""
+    if not record.ask or "execute" in record.ask or "execute" not in record.effective_scopes:
+        return []
+    if not executes_unasked:
+        return []
+    asked = ", ".join(a for a in ASK_ACTIONS if a in record.ask)
+    return [
+        f"The token {record.name!r} asks the person before {asked} but runs code without asking: code it "
+        "runs can read the server's own token (jpserver-*.json in the Jupyter runtime directory) and approve "
+        "its own requests as the person. Ask before execute too (--ask execute,...), or give it no "
+        "'execute' scope, for the asks to bind it (docs/approvals.md, 'What the gate does not stop')."
+    ]
 
 
 class TokenStoreUnavailable(Unavailable):

@@ -523,6 +523,8 @@ def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
             + f"), valid {until}. It is shown this once: give it to the agent as JUPYTER_AGENT_TOKEN.",
             answer,
         )
+        for warning in answer.get("warnings") or ():
+            renderer.note(f"Warning: {warning}")
     else:
         answer = client.revoke_token(args.name)
         renderer.done(f"Revoked agent token {args.name!r}: it is refused from now on.", answer)

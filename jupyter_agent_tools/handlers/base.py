@@ -21,7 +21,7 @@ from tornado import web
 from ..approvals import Approval, ApprovalPolicy
 from ..approvals.gate import Asking, Describe, clear, wait_seconds
 from ..audit import NO_AUDIT, Audit, set_user
-from ..audit.context import current_via, set_via
+from ..audit.context import current_via, set_token, set_via
 from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
 from ..body import decode_json_body
@@ -143,6 +143,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         if self.current_user is None:  # the server allows unauthenticated access; these routes do not
             raise web.HTTPError(403, self._credentials_problem())
         set_user(acting_username(self))
+        set_token(getattr(self.current_user, "token_id", None) or None)  # what a revocation ends
         # an agent token's path globs (None for everyone else): the services check each path they get
         set_paths(getattr(self.current_user, "path_scope", None))
         set_agent(isinstance(self.current_user, AgentUser))  # an agent sees only its own and its paths'

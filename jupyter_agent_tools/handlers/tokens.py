@@ -12,7 +12,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..auth.identity import AGENT_PREFIX, AgentIdentityProvider, AgentUser
-from ..auth.store import TokenStore
+from ..auth.store import TokenStore, creation_warnings
 from ..errors import AgentToolsError, Conflict
 from ..validation import check
 from .base import AgentAPIHandler
@@ -71,20 +71,26 @@ class TokenListHandler(_TokenRoute):
             body.get("ask") or (),
         )
         self.log.info("agent token %r created (scopes %s)", record.name, ",".join(sorted(record.scopes)))
-        answer = {**record.public(store.now()), "token": token, "user": AGENT_PREFIX + record.name}
+        user = AGENT_PREFIX + record.name
+        executes_unasked = self.approval_policy.decision(user, "execute", None, record.ask) == "allow"
+        answer = {
+            **record.public(store.now()),
+            "token": token,
+            "user": user,
+            "warnings": creation_warnings(record, executes_unasked),
+        }
         self.write_json(answer, status=201)
 
 
 class TokenHandler(_TokenRoute):
-    """DELETE revokes the token of that name (it answers 403 'revoked' from then on)."""
+    """DELETE revokes the token of that name (it answers 403 'revoked' from then on) and ends what it
+    started (its websockets, approval requests and grants, detached runs)."""
 
     route_name = "token"
 
     @web.authenticated
     @authorized("write")
     async def delete(self, name: str) -> None:
-        store = self.tokens
-        record = await store.call(store.revoke, name)
-        closed = self.agents.connections.close_inactive()
-        self.log.info("agent token %r revoked (%d open websocket(s) closed)", record.name, closed)
-        self.write_json(record.public(store.now()))
+        record = await self.agents.revoke(name)
+        self.log.info("agent token %r revoked", record.name)
+        self.write_json(record.public(self.tokens.now()))

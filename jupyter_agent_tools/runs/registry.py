@@ -31,7 +31,7 @@ from typing import Any
 from traitlets import Float, Instance, Int, Unicode, default, validate
 
 from ..artifacts import ArtifactStore
-from ..audit.context import current_user
+from ..audit.context import current_token, current_user
 from ..errors import AgentToolsError, NotFound, Unavailable
 from ..stream_events import Emit, StreamEvent
 from ..traits import Service, at_least
@@ -64,6 +64,7 @@ class Run:
     target: str | None  # the session name (eval), the notebook's path (notebook_run)
     owner: str | None
     created: float
+    token: str | None = None  # the id of the agent token that started it (its revocation cancels it)
     state: str = "queued"
     approval_id: int | None = None  # the approval it waited for (the approval gate), if any
     started: float | None = None
@@ -74,6 +75,7 @@ class Run:
     log: RunLog | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_requested: bool = False
+    cancel_reason: str | None = None  # why the server cancelled it (its message when it ends cancelled)
     task: asyncio.Future[Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -187,6 +189,7 @@ class RunRegistry(Service):
         self.records = RunRecords(self.runs_db_path, self.root_dir, self.log)
         self._stopping = False
         self._opened = False
+        self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
 
     def open(self) -> None:
         """Read the records a previous server process left (its unfinished runs become ``lost``)."""
@@ -221,6 +224,9 @@ class RunRegistry(Service):
         ``state_of(answer, cancel_requested)`` is the state it ends in (an eval's or a run's answer by
         default; an MCP tool call's result for a task)."""
         self.open()
+        token = current_token()
+        if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
+            raise AgentToolsError(f"No run starts: {self._ended_tokens[token]}.", 403)
         self._prune(room=1)
         if len(self.runs) >= self.max_kept_runs:
             raise Unavailable(
@@ -234,6 +240,7 @@ class RunRegistry(Service):
             target=target,
             owner=current_user(),
             created=time.time(),
+            token=token,
         )
         artifacts = self.artifacts
         run.log = RunLog(
@@ -321,6 +328,8 @@ class RunRegistry(Service):
     def _end(self, run: Run, state: str, message: str | None) -> None:
         if self._stopping and state != "lost":
             state, message = "lost", "the server stopped while this run ran"
+        if state == "cancelled" and message is None:
+            message = run.cancel_reason
         run.message = message
         self._transition(run, state)
         if run.log is not None:
@@ -357,6 +366,19 @@ class RunRegistry(Service):
             run.cancel_requested = True
             run.cancel.set()
         return run
+
+    def cancel_token(self, token: str, reason: str) -> int:
+        """The agent token ``token`` (its id) ended (revoked, expired): cancel every unfinished run it
+        started (a run awaiting approval withdraws its request; nothing starts); how many."""
+        self._ended_tokens[token] = reason
+        cancelled = 0
+        for run in self.runs.values():
+            if run.token == token and not run.finished:
+                run.cancel_requested = True
+                run.cancel_reason = reason
+                run.cancel.set()
+                cancelled += 1
+        return cancelled
 
     async def wait(self, run: Run, timeout: float) -> Run:
         """Wait until the run finishes, at most ``timeout`` seconds (at most :data:`MAX_WAIT`)."""
