@@ -212,7 +212,8 @@ class ApprovalPolicy(Service):
             created=now,
             expires=now + self.timeout,
         )
-        until, granted_by = self._grants.get((agent, action, path), (0.0, ""))
+        grants = [self._grants.get((agent, a, path), (0.0, "")) for a in approval.actions]
+        until, granted_by = min(grants)  # a grant covers a request only if it covers all it is
         if until > now:
             approval.state = "approved"
             approval.decided = now
@@ -361,11 +362,11 @@ class ApprovalPolicy(Service):
                 raise AgentToolsError(
                     f"'for_seconds' must be between 1 and {self.max_for_seconds:g}, got {for_seconds:g}"
                 )
-            key = (approval.agent, approval.action, approval.path)
-            self._grants[key] = (
-                time.time() + for_seconds,
-                f"{by} (for {for_seconds:g} s, at approval {approval.id})",
-            )
+            for action in approval.actions:
+                self._grants[(approval.agent, action, approval.path)] = (
+                    time.time() + for_seconds,
+                    f"{by} (for {for_seconds:g} s, at approval {approval.id})",
+                )
             approval.for_seconds = for_seconds
         self._end(approval_id, "approved" if decision == "approve" else "denied", reason, by)
         return approval

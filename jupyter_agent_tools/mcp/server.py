@@ -684,7 +684,7 @@ class McpServer:
             return arguments, None
         policy = self.services.approval_policy
         path = normalize(gate.path) or gate.path if gate.path is not None else None
-        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, path)
+        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, path, gate.also)
         given = arguments
         try:
             wait = wait_seconds(arguments, policy)
