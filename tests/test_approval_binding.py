@@ -317,3 +317,32 @@ def test_plans_compare_by_id_type_and_source_and_in_order() -> None:
     # a cell the ops insert has an id made from the notebook's hash: its place and source count
     assert changed_cells([planned("x", 2, "h1", True)], [planned("y", 2, "h1", True)]) == []
     assert changed_cells([planned("x", 2, "h1", True)], [planned("x", 1, "h1", True)]) == ["x"]
+
+
+@pytest.mark.quick
+def test_the_cli_shows_a_runs_ops_as_a_diff_then_the_cells_it_runs() -> None:
+    from jupyter_agent_tools.cli.commands import approval_text
+
+    shown = approval_text(
+        {
+            "id": 3,
+            "agent": "agent:bot",
+            "summary": "run 1 cell in r.ipynb after 2 edits",
+            "action": "execute",
+            "door": "http",
+            "state": "pending",
+            "details": {
+                "actions": ["execute", "edit"],
+                "edit": {
+                    "summary": "deleted 1 cell, edited 1 cell",
+                    "cells": [
+                        {"id": "a", "what": ["deleted"], "diff": "-x = 6"},
+                        {"id": "b", "what": ["edited"], "diff": "-y\n+print('rewritten')"},
+                    ],
+                },
+                "cells": [{"id": "b", "index": 0, "source": "print('rewritten')"}],
+            },
+        }
+    )
+    assert "(execute and edit, via http)" in shown, shown
+    assert shown.index("-x = 6") < shown.index("then runs:") < shown.index("--- cell b:\nprint('rewritten')")

@@ -1,9 +1,9 @@
 """Which MCP tool calls pass the approval gate, as what action on which notebook (no Tornado).
 
 The same classes of action as the HTTP routes (:mod:`jupyter_agent_tools.approvals.policy`): ``eval`` and
-``notebook_run`` execute (with ``ops``, it edits too: both are decided, in one request), ``notebook_edit`` and
-``notebook_undo`` edit, ``notebook_kernel`` with an action
-and ``session_delete`` act on a kernel. What the person is shown and how an approval binds the call are
+``notebook_run`` execute (a run with ``ops`` edits too: both are decided, in one request),
+``notebook_edit`` and ``notebook_undo`` edit, ``notebook_kernel`` with an action and ``session_delete``
+act on a kernel. What the person is shown and how an approval binds the call are
 :mod:`jupyter_agent_tools.approvals.actions`'s, as for the routes.
 """
 
