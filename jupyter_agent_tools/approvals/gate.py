@@ -89,22 +89,24 @@ def refusal(approval: Approval) -> ApprovalDenied:
 async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait: float) -> Approval | None:
     """None when the action needs nobody's approval; else the approval (approved, or still pending after
     ``wait``). Raises :class:`ApprovalDenied` when denied, expired, withdrawn or denied by a rule."""
-    actions = (asking.action, *asking.also)
-    decisions = [policy.decision(asking.agent, a, asking.path, asking.token_ask) for a in actions]
-    decision = max(decisions, key=_STRENGTH.__getitem__)  # of an action of several classes, the strongest
+    decision = policy.decision(asking.agent, asking.action, asking.path, asking.token_ask)
+    deciding = asking.action
+    for action in asking.also:  # an action of several classes: the strongest decision of them
+        also = policy.decision(asking.agent, action, asking.path, asking.token_ask)
+        if _STRENGTH[also] > _STRENGTH[decision]:
+            deciding, decision = action, also
     if decision == "allow":
         return None
     if decision == "deny":
         where = f" on {asking.path}" if asking.path else ""
-        denied = actions[decisions.index("deny")]
         raise ApprovalDenied(
-            f"The server's approval policy denies {asking.agent} the {denied!r} action{where}. "
+            f"The server's approval policy denies {asking.agent} the {deciding!r} action{where}. "
             "Nothing was done.",
             extra={"reason": "approval_denied"},
         )
     summary, details = await describe()
     if asking.also:  # one request covers them all (and an "approve for" grant only all of them)
-        details = {**details, "actions": list(actions)}
+        details = {**details, "actions": [asking.action, *asking.also]}
     approval = policy.request(
         agent=asking.agent,
         door=asking.door,
