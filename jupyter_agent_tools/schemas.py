@@ -1258,7 +1258,8 @@ ANSWER_SCHEMAS["Approval"] = _obj(
         "details": {
             "type": "object",
             "description": "What exactly would happen: the code of each cell (eval), the cells with their "
-            "source and source hash (notebook runs), the diff (edits).",
+            "source and source hash (notebook runs), the diff (edits; a run's ops: 'edit'). 'actions': every "
+            "action the request covers when it is more than one (a run with ops: execute and edit).",
         },
     },
     required=["id", "agent", "door", "action", "path", "summary", "state", "created", "expires"],

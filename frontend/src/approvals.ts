@@ -124,32 +124,39 @@ export function shown(approval: IApproval): IShown[] {
       }
     ];
   }
-  return cells.map((cell, index) => {
-    if (typeof cell.code === 'string') {
-      // an eval's cell
-      return {
-        title: cell.title || trans.__('cell %1', index + 1),
-        text: cell.code,
-        diff: false
-      };
-    }
-    if (Array.isArray(cell.what)) {
-      // an edit's cell (or the change an undo undoes): its diff
-      return {
-        title: trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', ')),
-        text: cellDiffText(cell),
-        diff: typeof cell.diff === 'string'
-      };
-    }
-    // a notebook run's cell, as it would run
+  // a notebook run's ops: their diff first (an edit's), then the cells it runs
+  const edits: any[] = Array.isArray(details.edit?.cells)
+    ? details.edit.cells
+    : [];
+  return [...edits.map(cell => shownCell(cell, 0)), ...cells.map(shownCell)];
+}
+
+/** One cell of a request, as {@link shown} gives it. */
+function shownCell(cell: any, index: number): IShown {
+  if (typeof cell.code === 'string') {
+    // an eval's cell
     return {
-      title: cell.new
-        ? trans.__('cell %1 (new)', cell.id ?? index + 1)
-        : trans.__('cell %1', cell.id ?? index + 1),
-      text: typeof cell.source === 'string' ? cell.source : '',
+      title: cell.title || trans.__('cell %1', index + 1),
+      text: cell.code,
       diff: false
     };
-  });
+  }
+  if (Array.isArray(cell.what)) {
+    // an edit's cell (or the change an undo undoes): its diff
+    return {
+      title: trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', ')),
+      text: cellDiffText(cell),
+      diff: typeof cell.diff === 'string'
+    };
+  }
+  // a notebook run's cell, as it would run
+  return {
+    title: cell.new
+      ? trans.__('cell %1 (new)', cell.id ?? index + 1)
+      : trans.__('cell %1', cell.id ?? index + 1),
+    text: typeof cell.source === 'string' ? cell.source : '',
+    diff: false
+  };
 }
 
 /**
@@ -163,9 +170,12 @@ export function pendingCells(
   for (const approval of approvals) {
     const details = approval.details ?? {};
     const path = notebookOf(approval);
-    const cells: any[] = Array.isArray(details.cells)
-      ? details.cells
-      : (details.change?.cells ?? []);
+    const cells: any[] = [
+      ...(Array.isArray(details.cells)
+        ? details.cells
+        : (details.change?.cells ?? [])),
+      ...(Array.isArray(details.edit?.cells) ? details.edit.cells : []) // a run's ops
+    ];
     if (typeof path !== 'string') {
       continue;
     }

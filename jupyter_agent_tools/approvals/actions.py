@@ -1,9 +1,10 @@
 """What each gated action shows the person, and how an approval binds the action to what was shown.
 
 Shared by the HTTP routes and the MCP tools (no Tornado): an eval shows its code; a notebook run the cells
-it would run (source and source hash, after its ops) and the notebook's hash; an edit its diff on the
-notebook now. Once approved, a run checks the cells are still as shown (409 naming those that changed) and
-runs under the hash the person saw; an edit is applied under that hash (409 if the notebook changed).
+it would run (source and source hash, after its ops), the notebook's hash, and its ops' diff; an edit its
+diff on the notebook now. Once approved, a run plans again on the notebook now and goes on only with the
+plan the person saw (409 naming the cells that differ), pinned to those cells under the notebook's hash;
+an edit is applied under the hash it was checked at (409 if the notebook's cells changed).
 """
 
 from __future__ import annotations
@@ -40,14 +41,50 @@ async def describe_run(runner: NotebookRunner, path: str, body: Any) -> tuple[st
     return f"run {_count(len(preview['cells']))} in {preview['path']}{edit}", preview
 
 
+def run_also(body: Any) -> tuple[str, ...]:
+    """A run's classes of action besides ``execute``: with ``ops`` it edits the notebook too."""
+    return ("edit",) if isinstance(body, dict) and body.get("ops") else ()
+
+
 async def bind_run(runner: NotebookRunner, approval: Approval, path: str, body: Any) -> Any:
-    """The run's body once approved: only if each cell it runs is as the person saw it (409 naming those
-    that changed), and under the notebook's hash now, so nothing changes between this check and the run.
-    Notebook metadata written meanwhile (JupyterLab writes the kernel's language_info when a notebook opens)
-    does not void an approval; a change of the cells does."""
-    _found, notebook, hash_, _live = await runner.store.load(path, writable=True)
-    still_as_approved(approval, notebook["cells"])
-    return {**body, "expected_hash": hash_}
+    """The run's body once approved, pinned to what the person approved, or 409 naming what changed.
+
+    The plan the person saw is compared with the plan the same body makes on the notebook now (the
+    cells to run by id, type and source hash; a run with ``ops`` also needs the notebook's cells as
+    they were, since its ops are applied to them). The body then names those cells by index under the
+    notebook's hash now: the run checks that hash before it applies or runs anything, so its own plan
+    cannot pick other cells. Notebook metadata written meanwhile (JupyterLab writes the kernel's
+    language_info when a notebook opens) does not void an approval; a change of the cells does."""
+    seen = approval.details
+    now = await runner.preview(path, body)
+    if seen.get("ops") and now.get("cells_hash") != seen.get("cells_hash"):
+        _found, notebook, _hash, _live = await runner.store.load(path, writable=True)
+        raise _cells_changed(approval, notebook, seen.get("edit") or {})
+    still_as_approved(approval, now["cells"])
+    pinned = {k: v for k, v in body.items() if k not in ("all", "cell_ids", "cell_indices")}
+    if now["cells"]:
+        pinned["cell_indices"] = [c["index"] for c in now["cells"]]
+    elif not seen.get("ops"):  # nothing to run ("all" of a notebook without cells): as it was asked
+        pinned = dict(body)
+    return {**pinned, "expected_hash": now["hash"]}
+
+
+def _cells_changed(approval: Approval, notebook: dict[str, Any], diff: dict[str, Any]) -> Conflict:
+    """The 409 of an approved edit whose notebook's cells changed since, naming the cells the edit
+    (``diff``) touches that changed (nothing is written or run)."""
+    by_id = {c.get("id"): c for c in notebook["cells"] if isinstance(c.get("id"), str)}
+    changed = [
+        str(c.get("id") or "?")
+        for c in diff.get("cells") or []
+        if c.get("id") not in by_id
+        or join_source(by_id[c["id"]].get("source", "")) != ((c.get("before") or {}).get("source") or "")
+    ]
+    return Conflict(
+        f"The notebook's cells changed since approval {approval.id} was given"
+        + (f" (cell(s) {', '.join(changed)})" if changed else " (cells added, removed or moved)")
+        + ". Nothing was written; ask again.",
+        extra={"approval_id": approval.id, "cells": changed},
+    )
 
 
 async def describe_edit(
@@ -64,24 +101,11 @@ async def bind_edit(store: NotebookStore, approval: Approval, path: str, body: A
     """The edit's body once approved: only if the notebook's cells are as the person saw them (409 naming
     the cells the edit touches that changed; notebook metadata written meanwhile does not count), and
     under the notebook's hash now, so nothing changes between this check and the write."""
-    seen = approval.details.get("cells_hash")
-    if seen is None:  # a notebook to create: nothing was there to see
+    if approval.details.get("cells_hash") is None:  # a notebook to create: nothing was there to see
         return body
     _found, notebook, hash_, _live = await store.load(path, writable=True)
-    if cells_hash(notebook) != seen:
-        by_id = {c.get("id"): c for c in notebook["cells"] if isinstance(c.get("id"), str)}
-        changed = [
-            str(c.get("id") or "?")
-            for c in approval.details.get("cells") or []
-            if c.get("id") not in by_id
-            or join_source(by_id[c["id"]].get("source", "")) != ((c.get("before") or {}).get("source") or "")
-        ]
-        raise Conflict(
-            f"The notebook's cells changed since approval {approval.id} was given"
-            + (f" (cell(s) {', '.join(changed)})" if changed else " (cells added, removed or moved)")
-            + ". Nothing was written; ask again.",
-            extra={"approval_id": approval.id, "cells": changed},
-        )
+    if cells_hash(notebook) != approval.details["cells_hash"]:
+        raise _cells_changed(approval, notebook, approval.details)
     return {**body, "expected_hash": hash_}
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..audit.context import set_approver
 from ..errors import AgentToolsError, BadRequest, Conflict
-from ..notebook.format import source_hash
 from ..stream_events import Emit
+from .policy import _STRENGTH
 from .records import Approval
 from .service import ApprovalPolicy
 
@@ -40,6 +40,7 @@ class Asking:
     door: str
     action: str
     path: str | None  # as the request names it; the gate places it (``ApprovalPolicy.places``)
+    also: tuple[str, ...] = ()  # more classes the one action is (a run with ``ops`` edits too)
 
 
 def described(summary: str, details: dict[str, Any]) -> Describe:
@@ -89,17 +90,24 @@ async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait
     """None when the action needs nobody's approval; else the approval (approved, or still pending after
     ``wait``). Raises :class:`ApprovalDenied` when denied, expired, withdrawn or denied by a rule."""
     found = policy.verdict(asking.agent, asking.action, asking.path, asking.token_ask)
+    deciding = asking.action
+    for action in asking.also:  # an action of several classes: the strongest decision of them
+        also = policy.verdict(asking.agent, action, asking.path, asking.token_ask)
+        if _STRENGTH[also.decision] > _STRENGTH[found.decision]:
+            deciding, found = action, also
     if found.decision == "allow":
         return None
     path = policy.placed(asking.path)  # as rules and grants name it: where the file is
     if found.decision == "deny":
         where = f" on {path}" if path is not None else ""
         raise ApprovalDenied(
-            f"The server's approval policy denies {asking.agent} the {asking.action!r} action{where} "
+            f"The server's approval policy denies {asking.agent} the {deciding!r} action{where} "
             f"({found.because}). Nothing was done.",
             extra={"reason": "approval_denied"},
         )
     summary, details = await describe()
+    if asking.also:  # one request covers them all (and an "approve for" grant only all of them)
+        details = {**details, "actions": [asking.action, *asking.also]}
     approval = policy.request(
         agent=asking.agent,
         door=asking.door,
@@ -161,28 +169,32 @@ async def once_approved(
     return await start()
 
 
-def changed_cells(approved: list[dict[str, Any]], cells: list[dict[str, Any]]) -> list[str]:
-    """The approved cells (``{"id", "index", "source_hash"}``) whose source is no longer what the person
-    saw in ``cells`` (the notebook now), named by id (or index)."""
-    by_id = {c.get("id"): c for c in cells if isinstance(c.get("id"), str)}
-    changed = []
-    for cell in approved:
-        now = by_id.get(cell.get("id")) if cell.get("id") else None
-        if now is None and cell.get("id") is None and 0 <= int(cell.get("index", -1)) < len(cells):
-            now = cells[int(cell["index"])]
-        source = now.get("source") if now is not None else None
-        text = "".join(source) if isinstance(source, list) else source
-        if not isinstance(text, str) or source_hash(text) != cell.get("source_hash"):
-            changed.append(str(cell.get("id") or f"@{cell.get('index')}"))
-    return changed
+def _plan_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    """What a planned cell is: its id (a cell the run's ops insert, or one without an id: its position,
+    a new cell's id being made from the notebook's hash), its type and its source's hash."""
+    where = ("@", cell.get("index")) if cell.get("new") or not isinstance(cell.get("id"), str) else cell["id"]
+    return (where, cell.get("cell_type"), cell.get("source_hash"))
 
 
-def still_as_approved(approval: Approval, cells: list[dict[str, Any]]) -> None:
-    """409 naming the cells that changed since the person approved (nothing runs or is written)."""
-    changed = changed_cells(approval.details.get("cells") or [], cells)
+def changed_cells(approved: list[dict[str, Any]], planned: list[dict[str, Any]]) -> list[str]:
+    """How the cells a run would run now (``planned``, as :meth:`NotebookRunner.preview` gives them)
+    differ from those the person approved: each approved cell not planned as it was, each planned cell
+    not approved, each one whose turn moved; by id (or ``@index``), each once. Empty: the same plan."""
+    was, now = [_plan_key(c) for c in approved], [_plan_key(c) for c in planned]
+    names = [c for c, key in zip(approved, was, strict=True) if key not in now]
+    names += [c for c, key in zip(planned, now, strict=True) if key not in was]
+    if not names and was != now:  # the same cells in another order
+        names = [c for i, (c, key) in enumerate(zip(planned, now, strict=True)) if was[i : i + 1] != [key]]
+        names = names or approved  # (one cell planned twice)
+    return list(dict.fromkeys(str(c.get("id") or f"@{c.get('index')}") for c in names))
+
+
+def still_as_approved(approval: Approval, planned: list[dict[str, Any]]) -> None:
+    """409 naming the cells that differ from those the person approved (nothing runs or is written)."""
+    changed = changed_cells(approval.details.get("cells") or [], planned)
     if changed:
         raise Conflict(
             f"The notebook changed since approval {approval.id} was given: cell(s) {', '.join(changed)} are "
-            "no longer what the person approved. Nothing ran; ask again.",
+            "not what the person approved to run (changed, added, removed or moved). Nothing ran; ask again.",
             extra={"approval_id": approval.id, "cells": changed},
         )

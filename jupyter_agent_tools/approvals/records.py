@@ -66,6 +66,14 @@ class Approval:
     # What came of it once approved, for a request answered 202: {"status", "message", ...}.
     outcome: dict[str, Any] | None = None
 
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """Every class of action the request covers: ``action``, and those its details add (a notebook
+        run with ops: ``["execute", "edit"]``)."""
+        more = self.details.get("actions") if isinstance(self.details, dict) else None
+        extra = [a for a in more if isinstance(a, str) and a != self.action] if isinstance(more, list) else []
+        return (self.action, *extra)
+
     def to_json(self, *, with_details: bool = True) -> dict[str, Any]:
         answer = {
             "id": self.id,

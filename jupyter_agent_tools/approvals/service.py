@@ -270,7 +270,8 @@ class ApprovalPolicy(Service):
         token = current_token()
         if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
             raise Forbidden(f"{agent} cannot ask any more: {self._ended_tokens[token]}.")
-        until, granted_by = self._grants.get((token, agent, action, path), (0.0, ""))
+        grants = [self._grants.get((token, agent, a, path), (0.0, "")) for a in approval.actions]
+        until, granted_by = min(grants)  # a grant covers a request only if it covers all it is
         if until > now:
             approval.state = "approved"
             approval.decided = now
@@ -427,11 +428,11 @@ class ApprovalPolicy(Service):
                 raise AgentToolsError(
                     f"'for_seconds' must be between 1 and {self.max_for_seconds:g}, got {for_seconds:g}"
                 )
-            key = (waiting.token, approval.agent, approval.action, approval.path)
-            self._grants[key] = (
-                time.time() + for_seconds,
-                f"{by} (for {for_seconds:g} s, at approval {approval.id})",
-            )
+            for action in approval.actions:
+                self._grants[(waiting.token, approval.agent, action, approval.path)] = (
+                    time.time() + for_seconds,
+                    f"{by} (for {for_seconds:g} s, at approval {approval.id})",
+                )
             approval.for_seconds = for_seconds
         self._end(approval_id, "approved" if decision == "approve" else "denied", reason, by)
         return approval

@@ -558,22 +558,31 @@ def approvals_text(listing: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n" if lines else "No approval requests.\n"
 
 
+def _shown_cell(cell: dict[str, Any]) -> str | None:
+    """A cell of a request: an edit's diff, or the code or source it runs."""
+    name = cell.get("id") or f"@{cell.get('index')}"
+    if cell.get("diff"):
+        return f"--- cell {name}: {', '.join(cell.get('what') or [])}\n{cell['diff'].rstrip()}"
+    code = cell.get("code") if cell.get("code") is not None else cell.get("source")
+    return f"--- cell {name}:\n{str(code).rstrip()}" if code is not None else None
+
+
 def approval_text(a: dict[str, Any]) -> str:
     """One request in full: who asks to do what, and exactly what would happen."""
+    details = a.get("details") or {}
+    actions = " and ".join(map(str, details.get("actions") or [a["action"]]))
     head = [
-        f"Approval {a['id']}: {a['agent']} asks to {a['summary']} ({a['action']}, via {a['door']})",
+        f"Approval {a['id']}: {a['agent']} asks to {a['summary']} ({actions}, via {a['door']})",
         f"state: {a['state']}"
         + (f" by {a['decided_by']}" if a.get("decided_by") else "")
         + (f": {a['reason']}" if a.get("reason") else ""),
     ]
-    details = a.get("details") or {}
-    for cell in details.get("cells") or []:
-        name = cell.get("id") or f"@{cell.get('index')}"
-        if cell.get("diff"):
-            head.append(f"--- cell {name}: {', '.join(cell.get('what') or [])}\n{cell['diff'].rstrip()}")
-        elif cell.get("code") is not None or cell.get("source") is not None:
-            code = cell.get("code") if cell.get("code") is not None else cell.get("source")
-            head.append(f"--- cell {name}:\n{str(code).rstrip()}")
+    edit = details.get("edit") or {}
+    if edit.get("cells"):  # a run's ops: their diff, then the cells the run runs
+        head.append(f"edits: {edit.get('summary')}")
+        head.extend(filter(None, map(_shown_cell, edit["cells"])))
+        head.append("then runs:")
+    head.extend(filter(None, map(_shown_cell, details.get("cells") or [])))
     if a.get("outcome"):
         head.append(f"outcome: {a['outcome'].get('message')} (HTTP {a['outcome'].get('status')})")
     return "\n".join(head) + "\n"

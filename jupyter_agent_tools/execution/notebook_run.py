@@ -48,11 +48,11 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
-from ..notebook.format import join_source, source_hash
+from ..notebook.format import cells_hash, join_source, source_hash
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
 from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
-from ..notebook.store import NotebookStore
+from ..notebook.store import NotebookStore, edit_diff
 from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least
 from ..validation import check
@@ -289,7 +289,7 @@ class NotebookRunner(Service):
         request = parse_run_request(body)
         edit = parse_edit_request({"ops": list(request.ops)}, self.store.max_ops) if request.ops else None
         path, notebook, hash_, _live = await self.store.load(path, writable=True)
-        _outcome, _edited, targets = _plan(notebook, hash_, edit, request, path)
+        _outcome, edited, targets = _plan(notebook, hash_, edit, request, path)
         existing = {c.get("id") for c in notebook["cells"]}
         cells = [
             {
@@ -302,7 +302,10 @@ class NotebookRunner(Service):
             }
             for t in targets
         ]
-        return {"path": path, "hash": hash_, "ops": list(request.ops), "cells": cells}
+        preview: dict[str, Any] = {"path": path, "hash": hash_, "ops": list(request.ops), "cells": cells}
+        if edit is not None:  # the ops are an edit: shown as one (its diff), bound as one (the cells seen)
+            preview.update(cells_hash=cells_hash(notebook), edit=edit_diff(notebook, edited))
+        return preview
 
     async def _edit(
         self, path: str, edit: EditRequest, request: RunRequest

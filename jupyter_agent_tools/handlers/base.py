@@ -175,15 +175,19 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
     def approval_policy(self) -> ApprovalPolicy:
         return self.app.approval_policy
 
-    async def approval(self, action: str, path: str | None, describe: Describe, body: Any) -> Approval | None:
-        """Pass the approval gate for ``action`` (the route's class of action) on ``path``: None when no
-        approval is needed, else the approval (approved, or still pending: answer 202). 403 when denied."""
+    async def approval(
+        self, action: str, path: str | None, describe: Describe, body: Any, also: tuple[str, ...] = ()
+    ) -> Approval | None:
+        """Pass the approval gate for ``action`` (the route's class of action; ``also``: more classes the
+        call is) on ``path``: None when no approval is needed, else the approval (approved, or still
+        pending: answer 202). 403 when denied."""
         asking = Asking(
             agent=acting_username(self) or "",
             token_ask=getattr(self.current_user, "ask", frozenset()),
             door=current_via() or self.via,
             action=action,
             path=path,
+            also=also,
         )
         return await clear(self.approval_policy, asking, describe, wait_seconds(body, self.approval_policy))
 

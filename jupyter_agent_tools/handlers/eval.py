@@ -100,6 +100,10 @@ class EvalHandler(AgentAPIHandler):
         notebook = body.get("notebook") if isinstance(body, dict) else None
         return notebook if isinstance(notebook, str) else None
 
+    def _gate_also(self, body: Any) -> tuple[str, ...]:
+        """The classes of action the call is besides ``execute`` (a notebook run's ``ops``: ``edit``)."""
+        return ()
+
     async def _describe(self, body: Any) -> tuple[str, dict[str, Any]]:
         """What the person is shown: each cell's code."""
         return await describe_eval(body)
@@ -133,7 +137,9 @@ class EvalHandler(AgentAPIHandler):
             return await self._describe(body)
 
         wait_body = {"approval_wait": 0} if streamed or detach else gate_body
-        approval = await self.approval("execute", self._gate_path(body), describe, wait_body)
+        approval = await self.approval(
+            "execute", self._gate_path(body), describe, wait_body, also=self._gate_also(body)
+        )
         if approval is not None and approval.state == "pending":
             if streamed:
                 await self._stream(body, approval)

@@ -12,7 +12,14 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals import Approval
-from ..approvals.actions import bind_edit, bind_run, describe_edit, describe_kernel_action, describe_run
+from ..approvals.actions import (
+    bind_edit,
+    bind_run,
+    describe_edit,
+    describe_kernel_action,
+    describe_run,
+    run_also,
+)
 from ..approvals.gate import without_gate_fields
 from ..errors import BadRequest
 from ..execution.notebook_run import NotebookRunner
@@ -161,12 +168,15 @@ class NotebookRunHandler(EvalHandler):
     def _gate_path(self, body: Any) -> str | None:
         return self._path
 
+    def _gate_also(self, body: Any) -> tuple[str, ...]:
+        return run_also(body)
+
     async def _describe(self, body: Any) -> tuple[str, dict[str, Any]]:
         """What the person is shown: each cell the run would run, its source and the source's hash."""
         return await describe_run(self.runner, self._path, body)
 
     async def _bind(self, approval: Approval, body: Any) -> Any:
-        """Run only what the person approved (409 naming the cells that changed since)."""
+        """Run only what the person approved (409 naming the cells that differ now)."""
         return await bind_run(self.runner, approval, self._path, body)
 
     @web.authenticated

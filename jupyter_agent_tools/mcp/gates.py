@@ -1,8 +1,9 @@
 """Which MCP tool calls pass the approval gate, as what action on which notebook (no Tornado).
 
 The same classes of action as the HTTP routes (:mod:`jupyter_agent_tools.approvals.policy`): ``eval`` and
-``notebook_run`` execute, ``notebook_edit`` and ``notebook_undo`` edit, ``notebook_kernel`` with an action
-and ``session_delete`` act on a kernel. What the person is shown and how an approval binds the call are
+``notebook_run`` execute (a run with ``ops`` edits too: both are decided, in one request),
+``notebook_edit`` and ``notebook_undo`` edit, ``notebook_kernel`` with an action and ``session_delete``
+act on a kernel. What the person is shown and how an approval binds the call are
 :mod:`jupyter_agent_tools.approvals.actions`'s, as for the routes.
 """
 
@@ -32,6 +33,7 @@ class ToolGate:
     describe: Describe
     bind: Callable[[Approval], Awaitable[dict[str, Any]]]
     detachable: bool = False  # eval and notebook runs: still pending, they go on as a run awaiting approval
+    also: tuple[str, ...] = ()  # more classes of action the call is (a run with ops edits too)
 
 
 def _path(arguments: dict[str, Any]) -> str | None:
@@ -62,9 +64,8 @@ def gate_of(name: str, services: Services, arguments: dict[str, Any]) -> ToolGat
         async def bind_run(approval: Approval) -> dict[str, Any]:
             return {"path": path, **await actions.bind_run(runner, approval, path, body)}
 
-        return ToolGate(
-            "execute", path, functools.partial(actions.describe_run, runner, path, body), bind_run, True
-        )
+        describe = functools.partial(actions.describe_run, runner, path, body)
+        return ToolGate("execute", path, describe, bind_run, True, also=actions.run_also(body))
     if name == "notebook_edit" and path is not None:
         body = {k: v for k, v in arguments.items() if k != "path"}
         creating = is_create_request(body)

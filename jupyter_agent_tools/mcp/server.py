@@ -682,7 +682,7 @@ class McpServer:
         if gate is None:
             return arguments, None
         policy = self.services.approval_policy
-        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, gate.path)
+        asking = Asking(request.identity, request.token_ask, "mcp", gate.action, gate.path, gate.also)
         given = arguments
         try:
             wait = wait_seconds(arguments, policy)

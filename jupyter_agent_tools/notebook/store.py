@@ -162,6 +162,13 @@ def path_errors(path: str) -> Iterator[None]:
         raise
 
 
+def edit_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What an edit changes, as the approval gate shows it: a summary, and each cell it touches with its
+    fields before and after and its source diff (an edit's request, and a run's ``ops``)."""
+    change = change_of(before, after)
+    return {"summary": summarize(change), "cells": [{**c.summary(), **cell_bodies(c)} for c in change.cells]}
+
+
 class NotebookStore(Service):
     """Reads and edits notebooks through a jupyter_server contents manager.
 
@@ -493,14 +500,11 @@ class NotebookStore(Service):
         if request.repair:
             notebook, _repairs = repair_notebook(notebook, hash_)
         outcome = apply_ops(notebook, request.ops, id_seed=hash_, batch=request.batch)
-        change = change_of(before, outcome.notebook)
-        cells = [{**c.summary(), **cell_bodies(c)} for c in change.cells]
         return {
             "path": path,
             "hash": hash_,
             "cells_hash": cells_hash(before),
-            "summary": summarize(change),
-            "cells": cells,
+            **edit_diff(before, outcome.notebook),
         }
 
     async def create(self, path: str, body: Any) -> dict[str, Any]:

@@ -130,6 +130,27 @@ describe('what a request shows', () => {
     ]);
   });
 
+  it("shows a run's ops as a diff before the cells it runs", () => {
+    const run = request(1, {
+      path: 'r.ipynb',
+      actions: ['execute', 'edit'],
+      edit: {
+        summary: 'deleted 1 cell, edited 1 cell',
+        cells: [
+          { id: 'a', what: ['deleted'], diff: '-x = 1' },
+          { id: 'b', what: ['edited'], diff: '-y = 2\n+y = 3' }
+        ]
+      },
+      cells: [{ id: 'b', index: 0, source: 'y = 3', source_hash: 'h' }]
+    });
+    expect(shown(run)).toEqual([
+      { title: 'cell a: deleted', text: '-x = 1', diff: true },
+      { title: 'cell b: edited', text: '-y = 2\n+y = 3', diff: true },
+      { title: 'cell b', text: 'y = 3', diff: false }
+    ]);
+    expect([...pendingCells([run]).get('r.ipynb')!.keys()]).toEqual(['b', 'a']);
+  });
+
   it("shows the change an undo undoes, and a kernel action's body", () => {
     const undo = request(1, {
       path: 'r.ipynb',
