@@ -23,7 +23,7 @@ from typing import Any
 
 LOCK_TIMEOUT = 2.0  # seconds a write waits for another process's lock before it is given up (logged)
 SLACK_BYTES = 4 * 4096  # pages kept free for what a write adds beyond its own bytes (index, page headers)
-PRUNE_STEP_ROWS = 50  # most decided requests one prune step deletes
+PRUNE_STEP_ROWS = 500  # most decided requests one prune step deletes (the oldest, as many as make room)
 # A text is never cut shorter than this (hashes, ids and paths stay whole); the marker a cut text ends with.
 MIN_KEPT_BYTES = 256
 CUT_MARKER = "\n… [truncated: {} bytes not shown]"
@@ -362,13 +362,21 @@ class ApprovalFile:
         used = self.used_bytes()
         pruned = False
         while used > room:
-            rows = conn.execute(
-                "SELECT id FROM approvals WHERE state != 'pending' ORDER BY id LIMIT ?", (PRUNE_STEP_ROWS,)
-            ).fetchall()
-            if not rows:
+            chosen, freed = [], 0
+            for approval_id, size in conn.execute(
+                "SELECT id, length(CAST(details AS BLOB)) + length(CAST(summary AS BLOB)) + "
+                "coalesce(length(CAST(outcome AS BLOB)), 0) FROM approvals WHERE state != 'pending' "
+                "ORDER BY id LIMIT ?",
+                (PRUNE_STEP_ROWS,),
+            ):
+                chosen.append(approval_id)
+                freed += size
+                if freed >= used - room:
+                    break
+            if not chosen:
                 break
-            marks = ", ".join("?" * len(rows))
-            conn.execute(f"DELETE FROM approvals WHERE id IN ({marks})", [r[0] for r in rows])
+            marks = ", ".join("?" * len(chosen))
+            conn.execute(f"DELETE FROM approvals WHERE id IN ({marks})", chosen)
             pruned = True
             used = self.used_bytes()
         if pruned:
