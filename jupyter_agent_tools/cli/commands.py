@@ -586,7 +586,8 @@ def approval_text(a: dict[str, Any]) -> str:
             "ApprovalPolicy.max_detail_bytes): approve only if the part shown is enough."
         )
     details = a.get("details") or {}
-    cells = details.get("cells") if isinstance(details.get("cells"), list) else []
+    found = details.get("cells")
+    cells: list[Any] = found if isinstance(found, list) else []
     if any(isinstance(c, dict) and "code" in c for c in cells):  # an eval: where and how it runs
         settings = [f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in details.items() if k != "cells"]
         if settings:
