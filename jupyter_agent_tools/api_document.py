@@ -715,8 +715,9 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "listApprovals",
                 "summary": "The requests waiting for the person, and the recent decisions",
-                "description": "Pending requests (oldest first, each with what it would do) and the most "
-                "recent decided ones. An agent sees only its own requests.",
+                "description": "Pending requests (oldest first, each with a bounded preview of what it "
+                "would do: 'preview' true when cut; GET the request for it in full) and the 100 most recent "
+                "decided ones. An agent sees only its own requests (and its own 100 latest decisions).",
                 "tags": ["approvals"],
                 "x-authorization": {"resource": "agent_approvals", "action": "read"},
                 "responses": {"200": _json("The requests.", ref("ApprovalList")), "403": FORBIDDEN},
@@ -728,7 +729,7 @@ def _paths() -> dict[str, Any]:
                     "name": "approval_id",
                     "in": "path",
                     "required": True,
-                    "description": "The request's id (a number).",
+                    "description": "The request's id (ASCII digits).",
                     "schema": {"type": "integer"},
                 }
             ],
@@ -739,7 +740,7 @@ def _paths() -> dict[str, Any]:
                 "x-authorization": {"resource": "agent_approvals", "action": "read"},
                 "responses": {
                     "200": _json("The request.", ref("Approval")),
-                    "400": _error("The id is not a number."),
+                    "400": _error("The id is not a number (ASCII digits only)."),
                     "403": FORBIDDEN,
                     "404": _error("No such request (or another agent's)."),
                 },

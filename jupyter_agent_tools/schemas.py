@@ -1257,16 +1257,32 @@ ANSWER_SCHEMAS["Approval"] = _obj(
         "for_seconds": {"type": ["number", "null"]},
         "details": {
             "type": "object",
-            "description": "What exactly would happen: the code of each cell (eval), the cells with their "
-            "source and source hash (notebook runs), the diff (edits; a run's ops: 'edit'). 'actions': every "
-            "action the request covers when it is more than one (a run with ops: execute and edit).",
+            "description": "What exactly would happen: the code of each cell and where and how it runs "
+            "(eval), the cells with their source and source hash (notebook runs), the diff (edits; a run's "
+            "ops: 'edit'). 'actions': every action the request covers when it is more than one (a run with "
+            "ops: execute and edit). At most ApprovalPolicy.max_detail_bytes: beyond it the longest texts "
+            "are cut, each ending with '[truncated: N bytes not shown]'. In the list: a preview (see "
+            "'preview').",
+        },
+        "truncated": {
+            **_INT,
+            "description": "Bytes of what it would do that are not shown (cut to max_detail_bytes); 0: all.",
+        },
+        "preview": {
+            **_BOOL,
+            "description": "Only in the list's pending requests: true when 'details' is a preview (texts cut "
+            "short, or empty); GET /api/agent/approvals/{id} has them in full.",
         },
     },
     required=["id", "agent", "door", "action", "path", "summary", "state", "created", "expires"],
 )
 ANSWER_SCHEMAS["ApprovalList"] = _obj(
     {
-        "pending": {"type": "array", "items": ref("Approval"), "description": "Oldest first, with details."},
+        "pending": {
+            "type": "array",
+            "items": ref("Approval"),
+            "description": "Oldest first, each with a bounded preview of its details.",
+        },
         "recent": {"type": "array", "items": ref("Approval"), "description": "Decided, newest first."},
     }
 )

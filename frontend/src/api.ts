@@ -84,6 +84,10 @@ export interface IApproval {
   for_seconds: number | null;
   /** What would happen exactly: an eval's `cells` (code), a run's or an edit's cells, an undo's change. */
   details?: { [key: string]: any };
+  /** Bytes of `details` not shown (cut to the server's max_detail_bytes); 0: all of them. */
+  truncated?: number;
+  /** In the list only: true when `details` is a preview (the full request is one GET away). */
+  preview?: boolean;
 }
 
 /** The person's decision (`POST /api/agent/approvals/{id}`). */

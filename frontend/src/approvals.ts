@@ -32,10 +32,26 @@ export class PendingBook {
   /** The list's pending requests (read since `reading()`). */
   listed(pending: readonly IApproval[]): void {
     const listed = new Set(pending.map(a => a.id));
+    const known = new Map(this._items.map(a => [a.id, a]));
     this._set([
-      ...pending.filter(a => !this._gone.has(a.id)),
+      ...pending
+        .filter(a => !this._gone.has(a.id))
+        // a request read in full already is kept over the list's preview of it
+        .map(a => {
+          const before = known.get(a.id);
+          return a.preview && before && !before.preview ? before : a;
+        }),
       ...[...this._told.values()].filter(a => !listed.has(a.id))
     ]);
+  }
+
+  /** A request read in full, in place of its preview (nothing when it left the list meanwhile). */
+  full(approval: IApproval): boolean {
+    if (!this.get(approval.id) || approval.state !== 'pending') {
+      return false;
+    }
+    this._set(this._items.map(a => (a.id === approval.id ? approval : a)));
+    return true;
   }
 
   /** A request told by its event (with its details): false when known already or decided. */
@@ -106,6 +122,92 @@ export interface IShown {
   diff: boolean;
 }
 
+/**
+ * The characters an agent's text may carry that would not show as what they are: C0 controls but tab and
+ * newline, DEL, C1; bidirectional controls (Trojan Source: U+202A-U+202E, U+2066-U+2069, the marks U+200E,
+ * U+200F, U+061C) and invisible ones (U+200B-U+200D, U+2060, U+FEFF).
+ */
+const UNSHOWN =
+  // eslint-disable-next-line no-control-regex
+  /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]/g;
+
+/** How such a character is shown: `\r`, `\x1b`, else `\u202e`. */
+export function escapeOf(char: string): string {
+  if (char === '\r') {
+    return '\\r';
+  }
+  if (char === '\x1b') {
+    return '\\x1b';
+  }
+  return `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`;
+}
+
+/**
+ * `text` in pieces: `[piece, false]` as it is, `[escape, true]` for each character that would not show as
+ * what it is (the panel marks those).
+ */
+export function visibleParts(text: string): [string, boolean][] {
+  const parts: [string, boolean][] = [];
+  let last = 0;
+  const unshown = new RegExp(UNSHOWN.source, 'g');
+  let match: RegExpExecArray | null;
+  while ((match = unshown.exec(text)) !== null) {
+    const at = match.index;
+    if (at > last) {
+      parts.push([text.slice(last, at), false]);
+    }
+    parts.push([escapeOf(match[0]), true]);
+    last = at + match[0].length;
+  }
+  if (last < text.length || parts.length === 0) {
+    parts.push([text.slice(last), false]);
+  }
+  return parts;
+}
+
+/** How many characters of `text` would not show as what they are. */
+export function unshownCount(text: string): number {
+  return (text.match(UNSHOWN) ?? []).length;
+}
+
+/** Lines the code box shows before it scrolls (its max-height, base.css). */
+export const BOX_LINES = 14;
+/** Characters of a line the box shows before it scrolls sideways (about). */
+export const BOX_COLUMNS = 100;
+
+/** What says that a part is longer or wider than its box shows, or '' when it all fits. */
+export function beyondBox(text: string): string {
+  const lines = text.split('\n');
+  const longest = Math.max(...lines.map(l => l.length));
+  if (lines.length <= BOX_LINES && longest <= BOX_COLUMNS) {
+    return '';
+  }
+  return trans.__(
+    '%1 lines, the longest %2 characters: scroll the box to read it all',
+    lines.length,
+    longest
+  );
+}
+
+/**
+ * What warns the person that part of a request is not in view: cut by the server (`truncated` bytes),
+ * or only the list's preview read so far. '' when it is all there.
+ */
+export function notShown(approval: IApproval): string {
+  if (approval.preview) {
+    return trans.__(
+      'Only a preview is shown: the full request is being read (approving waits for it).'
+    );
+  }
+  if (approval.truncated) {
+    return trans.__(
+      '%1 bytes of what it would do are not shown (cut by the server): approve only if what is shown is enough.',
+      approval.truncated
+    );
+  }
+  return '';
+}
+
 /** What a request would do, in full, part by part (its `details`, as docs/approvals.md lists them). */
 export function shown(approval: IApproval): IShown[] {
   const details = approval.details ?? {};
@@ -124,11 +226,29 @@ export function shown(approval: IApproval): IShown[] {
       }
     ];
   }
+  const settings = Object.entries(details).filter(([key]) => key !== 'cells');
+  const how: IShown[] =
+    settings.length && cells.some(cell => typeof cell?.code === 'string')
+      ? [
+          {
+            // an eval: where and how it runs
+            title: trans.__('runs with'),
+            text: settings
+              .map(([key, value]) => `${key}: ${JSON.stringify(value)}`)
+              .join('\n'),
+            diff: false
+          }
+        ]
+      : [];
   // a notebook run's ops: their diff first (an edit's), then the cells it runs
   const edits: any[] = Array.isArray(details.edit?.cells)
     ? details.edit.cells
     : [];
-  return [...edits.map(cell => shownCell(cell, 0)), ...cells.map(shownCell)];
+  return [
+    ...how,
+    ...edits.map(cell => shownCell(cell, 0)),
+    ...cells.map(shownCell)
+  ];
 }
 
 /** One cell of a request, as {@link shown} gives it. */

@@ -264,6 +264,24 @@ export class AgentModel implements IDisposable {
       }
     }
     this._stateChanged.emit();
+    await this._readInFull();
+  }
+
+  /** The list carries previews: each request shown only so is read in full, one at a time. */
+  private async _readInFull(): Promise<void> {
+    for (const listed of this._pending.items.filter(a => a.preview)) {
+      if (this._disposed) {
+        return;
+      }
+      try {
+        if (this._pending.full(await this.api.approval(listed.id))) {
+          this._stateChanged.emit();
+        }
+      } catch (error) {
+        this._error = readable(error); // (decided meanwhile: its event removes it)
+        this._stateChanged.emit();
+      }
+    }
   }
 
   private _onConnection(_: AgentEvents, connected: boolean): void {

@@ -10,7 +10,14 @@ import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { IApproval, IChange, ISession } from './api';
-import { notebookOf, shown } from './approvals';
+import {
+  beyondBox,
+  notebookOf,
+  notShown,
+  shown,
+  unshownCount,
+  visibleParts
+} from './approvals';
 import {
   changedCells,
   describeChange,
@@ -325,7 +332,7 @@ function approvalRow(a: IApproval): HTMLElement {
       el('span', `jp-AgentActivity-state jp-mod-${a.action}`, a.action),
       text(`#${a.id}`)
     ),
-    line(el('span', 'jp-AgentActivity-summary', a.summary)),
+    line(codeText(a.summary, 'jp-AgentActivity-summary', 'span')),
     line(
       text(notebookOf(a) ?? trans.__('no notebook')),
       text(trans.__('via %1', a.door))
@@ -341,30 +348,77 @@ function approvalRow(a: IApproval): HTMLElement {
       ['deny', trans.__('Deny'), 'jp-mod-styled jp-mod-warn']
     )
   );
+  if (a.preview) {
+    // not approvable on a preview: the full request is being read
+    row
+      .querySelectorAll('button[data-action^="approve"]')
+      .forEach(button => button.setAttribute('disabled', ''));
+  }
   return row;
 }
 
 /** What a request would do, in full: each cell's code or diff (monospace, scrollable). */
 export function approvalNode(a: IApproval): HTMLElement {
   const root = el('div', 'jp-AgentActivity-asked');
+  const warning = notShown(a);
+  if (warning) {
+    root.append(el('div', 'jp-AgentActivity-notShown', warning));
+  }
   for (const part of shown(a)) {
     if (part.title) {
       root.append(el('div', 'jp-AgentActivity-partTitle', part.title));
     }
+    const hidden = unshownCount(part.text);
+    if (hidden) {
+      root.append(
+        el(
+          'div',
+          'jp-AgentActivity-notShown',
+          trans._n(
+            '%1 control or invisible character is shown as a marked escape',
+            '%1 control or invisible characters are shown as marked escapes',
+            hidden
+          )
+        )
+      );
+    }
     root.append(
       part.diff
         ? diffText(part.text)
-        : el('pre', 'jp-AgentActivity-code', part.text)
+        : codeText(part.text, 'jp-AgentActivity-code')
     );
+    const beyond = beyondBox(part.text);
+    if (beyond) {
+      root.append(el('div', 'jp-AgentActivity-beyond', beyond));
+    }
   }
   return root;
+}
+
+/** Code in a box, each control or invisible character as a marked escape (never as itself). */
+function codeText(text: string, className: string, tag = 'pre'): HTMLElement {
+  const node = el(tag, className);
+  appendVisible(node, text);
+  return node;
+}
+
+function appendVisible(node: HTMLElement, text: string): void {
+  for (const [piece, escaped] of visibleParts(text)) {
+    node.append(
+      escaped
+        ? el('span', 'jp-AgentActivity-control', piece)
+        : document.createTextNode(piece)
+    );
+  }
 }
 
 /** A unified diff, its added and removed lines marked. */
 export function diffText(diff: string): HTMLElement {
   const pre = el('pre', 'jp-AgentActivity-code jp-AgentActivity-diffText');
   for (const [text, kind] of diffLines(diff)) {
-    pre.append(el('span', kind ? `jp-mod-${kind}` : '', `${text}\n`));
+    const line = el('span', kind ? `jp-mod-${kind}` : '');
+    appendVisible(line, `${text}\n`);
+    pre.append(line);
   }
   return pre;
 }

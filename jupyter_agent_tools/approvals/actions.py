@@ -25,13 +25,18 @@ def _count(n: int, what: str = "cell") -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
+EVAL_SHOWN = ("notebook", "session", "mode", "reset", "kernel_name", "cwd", "env", "timeout")
+
+
 async def describe_eval(body: Any) -> tuple[str, dict[str, Any]]:
-    """An eval: each cell's code, where it runs."""
+    """An eval: each cell's code, and where and how it runs (session, mode, reset, kernel, cwd, env: each
+    field the body sets)."""
     cells = [{"code": c.get("code"), "title": c.get("title")} for c in body.get("cells") or []]
     where = (
         f"in {body['notebook']}" if body.get("notebook") else f"in session {body.get('session', 'default')!r}"
     )
-    return f"run {_count(len(cells))} {where}", {"cells": cells}
+    how = {name: body[name] for name in EVAL_SHOWN if body.get(name) is not None}
+    return f"run {_count(len(cells))} {where}", {"cells": cells, **how}
 
 
 async def describe_run(runner: NotebookRunner, path: str, body: Any) -> tuple[str, dict[str, Any]]:

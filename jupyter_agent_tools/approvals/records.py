@@ -4,6 +4,10 @@ Every request is kept (pending, approved, denied, expired, withdrawn) with who d
 survives a restart, and a request still pending when the server stopped is marked ``expired`` when it starts
 again (nothing runs unapproved after a restart). The file is created 0600: it holds the code agents asked
 to run.
+
+It is bounded like the change ledger's: a request's details are at most ``max_detail_bytes`` (the longest
+texts cut, each with a marker saying how much is not shown: :func:`clip`), and the file (with its
+write-ahead log) at most ``max_bytes``: the oldest decided requests are pruned first, pending ones never.
 """
 
 from __future__ import annotations
@@ -14,9 +18,20 @@ import os
 import sqlite3
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import cached_property
 from typing import Any
 
 LOCK_TIMEOUT = 2.0  # seconds a write waits for another process's lock before it is given up (logged)
+SLACK_BYTES = 4 * 4096  # pages kept free for what a write adds beyond its own bytes (index, page headers)
+PRUNE_STEP_ROWS = 500  # most decided requests one prune step deletes (the oldest, as many as make room)
+# A text is never cut shorter than this (hashes, ids and paths stay whole); the marker a cut text ends with.
+MIN_KEPT_BYTES = 256
+CUT_MARKER = "\n… [truncated: {} bytes not shown]"
+# The list's preview of a request's details: each text cut to about this many bytes, and the whole
+# preview at most PREVIEW_BYTES (else it is empty: the full request is one GET away).
+PREVIEW_TEXT_BYTES = 400
+PREVIEW_BYTES = 16 * 1024
+PREVIEW_MARKER = "\n… [{} more bytes: GET /api/agent/approvals/{id} shows it in full]"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS approvals (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -33,10 +48,134 @@ CREATE TABLE IF NOT EXISTS approvals (
     decided REAL,
     reason TEXT,
     for_seconds REAL,
-    outcome TEXT
+    outcome TEXT,
+    truncated INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state);
+CREATE INDEX IF NOT EXISTS approvals_agent ON approvals (agent, id);
 """
+
+
+def json_bytes(value: Any) -> int:
+    """Bytes of ``value`` as JSON (UTF-8, as the routes answer it)."""
+    return len(json.dumps(value, ensure_ascii=False).encode())
+
+
+def _most_bytes(value: Any) -> int:
+    """At least the bytes of ``value`` as JSON, at once (no character takes more than 6 bytes in JSON)."""
+    if isinstance(value, str):
+        return len(value) * 6 + 2
+    if isinstance(value, dict):
+        return sum(_most_bytes(k) + _most_bytes(v) + 2 for k, v in value.items()) + 2
+    if isinstance(value, list):
+        return sum(_most_bytes(v) + 2 for v in value) + 2
+    return 32
+
+
+def _text_bytes(text: str) -> int:
+    """About the bytes of ``text`` as JSON (escapes not counted: the cut is measured exactly afterwards;
+    encoding megabytes as JSON to measure them would take most of the time)."""
+    return (len(text) if text.isascii() else len(text.encode())) + 2
+
+
+def _about_bytes(value: Any) -> int:
+    """About the bytes of ``value`` as JSON (see :func:`_text_bytes`)."""
+    if isinstance(value, str):
+        return _text_bytes(value)
+    if isinstance(value, dict):
+        return sum(_about_bytes(k) + _about_bytes(v) + 2 for k, v in value.items()) + 2
+    if isinstance(value, list):
+        return sum(_about_bytes(v) + 2 for v in value) + 2
+    return 8
+
+
+def _texts(value: Any, found: list[int]) -> None:
+    """The JSON lengths of the texts (not the keys) in ``value``, longer than MIN_KEPT_BYTES."""
+    if isinstance(value, str):
+        if len(value) * 6 + 2 > MIN_KEPT_BYTES:
+            size = _text_bytes(value)
+            if size > MIN_KEPT_BYTES:
+                found.append(size)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _texts(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _texts(item, found)
+
+
+def _cut(value: Any, keep: int, marker: str, cut: list[int], overhead: int = 0) -> Any:
+    """``value`` with each text longer than ``keep + overhead`` JSON bytes cut to about ``keep`` and the
+    marker (the bytes not shown are added to ``cut``)."""
+    if isinstance(value, str):
+        size = _text_bytes(value) if len(value) * 6 + 2 > keep + overhead else 0
+        if size <= keep + overhead:
+            return value
+        kept = value[: max(0, len(value) * keep // size)]
+        dropped = (len(value) if value.isascii() else len(value.encode())) - len(kept.encode())
+        cut.append(dropped)
+        return kept + marker.format(dropped)
+    if isinstance(value, dict):
+        return {k: _cut(v, keep, marker, cut, overhead) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v, keep, marker, cut, overhead) for v in value]
+    return value
+
+
+def clip(value: Any, max_bytes: int, marker: str = CUT_MARKER) -> tuple[Any, int] | None:
+    """``value`` (JSON data) within ``max_bytes`` as JSON, and the bytes not shown (0: all of it): the
+    longest texts are cut to the same length, each ending with ``marker`` (formatted with the bytes it
+    does not show). None when it cannot fit without cutting texts shorter than MIN_KEPT_BYTES (its
+    structure alone is too large)."""
+    if _most_bytes(value) <= max_bytes:
+        return value, 0
+    size = _about_bytes(value)
+    if size <= max_bytes and (size := json_bytes(value)) <= max_bytes:
+        return value, 0
+    texts: list[int] = []
+    _texts(value, texts)
+    target = max_bytes
+    for _ in range(6):  # the cut is measured again: escapes and multi-byte characters make it approximate
+        # the largest length every text may keep so that the whole fits in ``target``
+        overhead = len(marker.format(size).encode()) + 2
+        low, high = MIN_KEPT_BYTES, max(texts, default=MIN_KEPT_BYTES)
+        if size - sum(max(0, n - MIN_KEPT_BYTES - overhead) for n in texts) > target:
+            return None
+        while low < high:
+            mid = (low + high + 1) // 2
+            if size - sum(max(0, n - mid - overhead) for n in texts) <= target:
+                low = mid
+            else:
+                high = mid - 1
+        cut: list[int] = []
+        clipped = _cut(value, low, marker, cut, overhead)
+        got = json_bytes(clipped)
+        if got <= max_bytes:
+            return clipped, sum(cut)
+        target = int(target * max_bytes / got) - overhead  # (escapes took more than estimated)
+    return None
+
+
+def preview(details: dict[str, Any], approval_id: int) -> tuple[dict[str, Any], bool]:
+    """What the person's list shows of a request's details (bounded), and whether it is cut."""
+    marker = PREVIEW_MARKER.replace("{id}", str(approval_id))
+    if _most_bytes(details) <= PREVIEW_BYTES or (
+        _about_bytes(details) <= PREVIEW_BYTES and json_bytes(details) <= PREVIEW_BYTES
+    ):
+        return details, False
+    cut: list[int] = []
+    shown = _cut(details, PREVIEW_TEXT_BYTES, marker, cut, len(marker.format(len(marker)).encode()))
+    if json_bytes(shown) > PREVIEW_BYTES:
+        return {}, True
+    return shown, True
+
+
+def size_text(n: int) -> str:
+    """Bytes as a person reads them (``9.4 MB``)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
 
 
 def iso(timestamp: float | None) -> str | None:
@@ -65,6 +204,8 @@ class Approval:
     for_seconds: float | None = None
     # What came of it once approved, for a request answered 202: {"status", "message", ...}.
     outcome: dict[str, Any] | None = None
+    # Bytes of its details not shown (cut to max_detail_bytes when it was asked): 0, all of them.
+    truncated: int = 0
 
     @property
     def actions(self) -> tuple[str, ...]:
@@ -74,7 +215,9 @@ class Approval:
         extra = [a for a in more if isinstance(a, str) and a != self.action] if isinstance(more, list) else []
         return (self.action, *extra)
 
-    def to_json(self, *, with_details: bool = True) -> dict[str, Any]:
+    def to_json(self, *, with_details: bool = True, preview_only: bool = False) -> dict[str, Any]:
+        """As the routes answer it; ``preview_only``: its details as the list shows them (bounded, with
+        ``"preview": true`` when cut)."""
         answer = {
             "id": self.id,
             "agent": self.agent,
@@ -90,10 +233,19 @@ class Approval:
             "reason": self.reason,
             "for_seconds": self.for_seconds,
             "outcome": self.outcome,
+            "truncated": self.truncated,
         }
-        if with_details:
+        if preview_only:
+            answer["details"], answer["preview"] = self.listed_details
+        elif with_details:
             answer["details"] = self.details
         return answer
+
+    @cached_property
+    def listed_details(self) -> tuple[dict[str, Any], bool]:
+        """Its details as the person's list shows them, and whether they are cut (made once: the list is
+        read again and again while the request waits)."""
+        return preview(self.details, self.id)
 
     def row(self) -> tuple[Any, ...]:
         values = asdict(self)
@@ -114,16 +266,23 @@ class Approval:
 
 COLUMNS = (
     "id, agent, door, action, path, summary, details, created, expires, state, decided_by, decided, reason, "
-    "for_seconds, outcome"
+    "for_seconds, outcome, truncated"
 )
 
 
 class ApprovalFile:
-    """The SQLite file of approvals. Call its methods from one worker thread only."""
+    """The SQLite file of approvals, at most ``max_bytes`` with its write-ahead log (the oldest decided
+    requests are pruned to make room; pending ones never are). Call its methods from one worker thread."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, max_bytes: int = 0):
         self.path = path
+        self.max_bytes = max_bytes  # 0: no bound
         self._conn: sqlite3.Connection | None = None
+
+    @property
+    def _wal_bytes(self) -> int:
+        """The write-ahead log is checkpointed (and cut back) at a 16th of max_bytes, 4 MB at most."""
+        return max(1, min(1000, self.max_bytes // 4096 // 16)) * 4096
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is not None:
@@ -137,8 +296,15 @@ class ApprovalFile:
             os.chmod(self.path, 0o600)
         conn = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
         try:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new file only
             conn.execute("PRAGMA journal_mode = WAL")
+            if self.max_bytes:
+                conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
+                conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
             conn.executescript(SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(approvals)")}
+            if "truncated" not in columns:  # a file made before details were bounded
+                conn.execute("ALTER TABLE approvals ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
         except BaseException:
             conn.close()
             raise
@@ -164,16 +330,96 @@ class ApprovalFile:
         )
         return cur.rowcount
 
-    def save(self, approval: Approval) -> None:
-        marks = ", ".join("?" * len(COLUMNS.split(",")))
-        self._db().execute(f"INSERT OR REPLACE INTO approvals ({COLUMNS}) VALUES ({marks})", approval.row())
+    def fit(self) -> None:
+        """At start: prune to within max_bytes, and give the freed pages back to the file system (a file
+        made before it was bounded, without incremental auto-vacuum, is rebuilt once)."""
+        conn = self._db()
+        if not self.max_bytes:
+            return
+        self.make_room(0)
+        if conn.execute("PRAGMA auto_vacuum").fetchone()[0] != 2 and self.disk_bytes() > self.max_bytes // 2:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            conn.execute("VACUUM")  # (the only way to turn it on for an existing file)
+        self._give_back(conn)
+
+    def used_bytes(self) -> int:
+        """Bytes of the file's pages in use."""
+        conn = self._db()
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return int((pages - free) * page_size)
+
+    def disk_bytes(self) -> int:
+        """Bytes of the file and its write-ahead log on disk (what max_bytes bounds)."""
+        total = 0
+        for suffix in ("", "-wal"):
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(self.path + suffix)
+        return total
+
+    def make_room(self, incoming: int) -> bool:
+        """Whether a write of ``incoming`` bytes fits within max_bytes (a write lands in the log first, about
+        twice its bytes with index pages, then in the file at the checkpoint), after deleting the oldest
+        decided requests as needed; pending requests are never deleted."""
+        if not self.max_bytes:
+            return True
+        conn = self._db()
+        room = self.max_bytes - self._wal_bytes - 2 * (incoming + SLACK_BYTES)
+        used = self.used_bytes()
+        pruned = False
+        while used > room:
+            chosen, freed = [], 0
+            for approval_id, size in conn.execute(
+                "SELECT id, length(CAST(details AS BLOB)) + length(CAST(summary AS BLOB)) + "
+                "coalesce(length(CAST(outcome AS BLOB)), 0) FROM approvals WHERE state != 'pending' "
+                "ORDER BY id LIMIT ?",
+                (PRUNE_STEP_ROWS,),
+            ):
+                chosen.append(approval_id)
+                freed += size
+                if freed >= used - room:
+                    break
+            if not chosen:
+                break
+            marks = ", ".join("?" * len(chosen))
+            conn.execute(f"DELETE FROM approvals WHERE id IN ({marks})", chosen)
+            pruned = True
+            used = self.used_bytes()
+        if pruned:
+            self._give_back(conn)
+        return used <= room
+
+    def _give_back(self, conn: sqlite3.Connection) -> None:
+        """Free pages back to the file system (the file shrinks), and the log emptied."""
+        if conn.execute("PRAGMA freelist_count").fetchone()[0]:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            # executescript steps the pragma to its end (execute() frees one page only)
+            conn.executescript("PRAGMA incremental_vacuum;")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+    def save(self, approval: Approval) -> bool:
+        """Write the record; False when it does not fit (every other request is pending)."""
+        row = approval.row()
+        incoming = sum(len(v) if isinstance(v, str) else 8 for v in row)
+        if not self.make_room(incoming):
+            return False
+        marks = ", ".join("?" * len(row))
+        self._db().execute(f"INSERT OR REPLACE INTO approvals ({COLUMNS}) VALUES ({marks})", row)
+        if self.max_bytes and self.disk_bytes() > self.max_bytes - 2 * self._wal_bytes:
+            self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # near the bound: empty the log
+        return True
 
     def get(self, approval_id: int) -> Approval | None:
         row = self._db().execute(f"SELECT {COLUMNS} FROM approvals WHERE id = ?", (approval_id,)).fetchone()
         return Approval.from_row(row) if row else None
 
-    def recent(self, limit: int) -> list[Approval]:
+    def recent(self, limit: int, agent: str | None = None) -> list[Approval]:
+        """The ``limit`` latest decided requests (of ``agent`` only, when given), newest first."""
+        where = "state != 'pending'" + (" AND agent = ?" if agent is not None else "")
         rows = self._db().execute(
-            f"SELECT {COLUMNS} FROM approvals WHERE state != 'pending' ORDER BY id DESC LIMIT ?", (limit,)
+            f"SELECT {COLUMNS} FROM approvals WHERE {where} ORDER BY id DESC LIMIT ?",
+            (*((agent,) if agent is not None else ()), limit),
         )
         return [Approval.from_row(row) for row in rows]

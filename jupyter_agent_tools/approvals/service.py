@@ -6,6 +6,9 @@ went away before the person decided). A waiting request wakes on the decision
 (an ``asyncio.Event``, no polling). "Approve for N seconds" grants that agent the same action on the same
 notebook until then: later requests it covers are approved at once, each still recorded. Only a person
 decides: an agent identity (``agent:NAME``) is refused whatever its scopes.
+
+What a request shows is bounded (``max_detail_bytes``): a larger description keeps what fits, its longest
+texts cut with a marker; the request's ``truncated`` and its summary say how much the person does not see.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +29,7 @@ from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_token, set_approver
 from ..auth.paths import PathScope, place
 from ..errors import AgentToolsError, Conflict, NotFound
-from ..traits import Service, at_least, trait_name
+from ..traits import Service, at_least, in_range, trait_name
 from .policy import (
     AGENT_PREFIX,
     EVERYWHERE,
@@ -39,11 +43,15 @@ from .policy import (
     verdict,
     who_matches,
 )
-from .records import Approval, ApprovalFile
+from .records import Approval, ApprovalFile, clip, size_text
 
 T = TypeVar("T")
 ALLOW = Verdict("allow")
 RECENT = 100  # decided requests the list answers with (newest first)
+MIB = 1024 * 1024
+MIN_DETAIL_BYTES = 4096
+MIN_FILE_DETAILS = 8  # max_bytes holds at least this many requests of max_detail_bytes
+STOP_WAIT = 5.0  # seconds stop(), called off the event loop, waits for the loop to release the waiters
 
 
 class Forbidden(AgentToolsError):
@@ -56,6 +64,12 @@ class TooManyPending(AgentToolsError):
     """An agent already has as many requests waiting as it may (429)."""
 
     status = 429
+
+
+class TooLarge(AgentToolsError):
+    """What an action would do is too large to show the person, even cut (413)."""
+
+    status = 413
 
 
 @dataclass
@@ -95,6 +109,18 @@ class ApprovalPolicy(Service):
     max_for_seconds = Float(
         8 * 3600.0,
         help="Longest 'approve for N seconds' grant the person may give.",
+    ).tag(config=True)
+    max_detail_bytes = Int(
+        MIB,
+        help="Bytes of JSON a request's description (code, cells, diff) may take, as stored and shown. A "
+        "larger one keeps what fits: its longest texts are cut, each ending with '[truncated: N bytes not "
+        "shown]', and the request's 'truncated' and summary say how much the person does not see. One whose "
+        "structure alone does not fit (thousands of cells) is refused (413). Between 4096 and 67108864.",
+    ).tag(config=True)
+    max_bytes = Int(
+        64 * MIB,
+        help="Bytes the approvals file (with its write-ahead log) may take; past it the oldest decided "
+        "requests are pruned first (pending ones never). At least 8 times max_detail_bytes.",
     ).tag(config=True)
     db_path = Unicode(
         help="The SQLite file of approval requests and decisions. Empty: agent_tools_approvals.db in the "
@@ -138,10 +164,24 @@ class ApprovalPolicy(Service):
     def _valid_max_pending(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
+    @validate("max_detail_bytes")
+    def _valid_max_detail_bytes(self, proposal: Any) -> int:
+        return in_range(proposal, MIN_DETAIL_BYTES, 64 * MIB)
+
+    @validate("max_bytes")
+    def _valid_max_bytes(self, proposal: Any) -> int:
+        return in_range(proposal, MIN_FILE_DETAILS * MIN_DETAIL_BYTES, 1024**4)
+
     def __init__(self, **kwargs: Any):
         self._parsed = ()
         super().__init__(**kwargs)
-        self._file = ApprovalFile(self.db_path)
+        if self.max_bytes < MIN_FILE_DETAILS * self.max_detail_bytes:
+            raise TraitError(
+                f"ApprovalPolicy.max_bytes ({self.max_bytes}) must be at least {MIN_FILE_DETAILS} times "
+                f"ApprovalPolicy.max_detail_bytes ({self.max_detail_bytes})"
+            )
+        self._file = ApprovalFile(self.db_path, self.max_bytes)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-approvals")
         self._waiting: dict[int, _Waiting] = {}
         # (token id, agent, action, path) -> (until, who granted it): the person's 'approve for N seconds',
@@ -159,13 +199,45 @@ class ApprovalPolicy(Service):
 
         def open_file() -> tuple[int, int]:
             expired = self._file.expire_pending(time.time())
+            self._file.fit()
             return self._file.next_id(), expired
 
+        self._loop = asyncio.get_running_loop()
         self._next_id, expired = await self._run(open_file)
         if expired:
             self.log.info("%d approval request(s) left pending by the last server expired", expired)
 
     def stop(self) -> None:
+        """End the waits and close the file; callable from any thread (the server stops services in
+        worker threads): the waiters and timers are released on the event loop, which owns them."""
+        loop = self._loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if loop is None or on_loop or loop.is_closed() or not loop.is_running():
+            self._release()
+        else:
+            released = threading.Event()
+
+            def release() -> None:
+                try:
+                    self._release()
+                finally:
+                    released.set()
+
+            try:
+                loop.call_soon_threadsafe(release)
+            except RuntimeError:  # the loop closed meanwhile: nothing waits on it any more
+                pass
+            else:
+                released.wait(STOP_WAIT)
+        with contextlib.suppress(Exception):
+            self._worker.submit(self._file.close)
+        self._worker.shutdown(wait=False)
+
+    def _release(self) -> None:
+        """Cancel the follow-ups and wake every waiter (on the event loop)."""
         for task in list(self._followups):
             task.cancel()
         for waiting in list(self._waiting.values()):
@@ -173,9 +245,6 @@ class ApprovalPolicy(Service):
                 waiting.expiry.cancel()
             waiting.decided.set()
         self._waiting.clear()
-        with contextlib.suppress(Exception):
-            self._worker.submit(self._file.close)
-        self._worker.shutdown(wait=False)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._worker, func, *args)
@@ -185,7 +254,13 @@ class ApprovalPolicy(Service):
 
         def save() -> None:
             try:
-                self._file.save(approval)
+                if not self._file.save(approval):
+                    self.log.warning(
+                        "approval %d was not written to %s: it is at max_bytes (%d) with pending requests",
+                        approval.id,
+                        self.db_path,
+                        self.max_bytes,
+                    )
             except Exception as e:
                 self.log.warning("approval %d was not written to %s: %s", approval.id, self.db_path, e)
 
@@ -254,7 +329,20 @@ class ApprovalPolicy(Service):
         summary: str,
         details: dict[str, Any],
     ) -> Approval:
-        """A new request (pending), or one approved at once by a grant the person gave ("approve for")."""
+        """A new request (pending), or one approved at once by a grant the person gave ("approve for").
+        Its details are bounded first: 413 when they cannot be (see ``max_detail_bytes``). (Cutting
+        megabytes takes tens of milliseconds, once per request; reading the list costs nothing more.)"""
+        bounded = clip(details, self.max_detail_bytes)
+        if bounded is None:
+            raise TooLarge(
+                f"What this {action} would do is too large to show the person for approval (more than "
+                f"{size_text(self.max_detail_bytes)} even with its texts cut: "
+                "ApprovalPolicy.max_detail_bytes). Nothing was done: split it into smaller requests (fewer "
+                "cells or ops at a time)."
+            )
+        details, truncated = bounded
+        if truncated:
+            summary = f"{summary} [{size_text(truncated)} not shown]"
         now = time.time()
         approval = Approval(
             id=self._take_id(),
@@ -266,6 +354,7 @@ class ApprovalPolicy(Service):
             details=details,
             created=now,
             expires=now + self.timeout,
+            truncated=truncated,
         )
         token = current_token()
         if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
@@ -286,6 +375,7 @@ class ApprovalPolicy(Service):
                 f"{agent} already has {pending} requests waiting for the person's decision (at most "
                 f"{self.max_pending_per_agent}): wait for them to be decided (GET /api/agent/approvals)."
             )
+        approval.listed_details  # noqa: B018 (the list's preview, made once now rather than at a read)
         waiting = _Waiting(approval, asyncio.Event(), token=token)
         waiting.expiry = asyncio.get_running_loop().call_later(self.timeout, self._expire, approval.id)
         self._waiting[approval.id] = waiting
@@ -396,8 +486,9 @@ class ApprovalPolicy(Service):
             )
         return found
 
-    async def recent(self) -> list[Approval]:
-        return await self._run(self._file.recent, RECENT)
+    async def recent(self, agent: str | None = None) -> list[Approval]:
+        """The latest decided requests (``agent``'s only, when given), newest first."""
+        return await self._run(self._file.recent, RECENT, agent)
 
     async def decide(
         self,

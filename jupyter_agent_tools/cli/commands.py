@@ -545,6 +545,21 @@ def _tail(pieces: Iterator[str], count: int) -> Iterator[str]:
     yield "".join(kept)
 
 
+# What an agent's text may carry that a terminal would act on, or show as something else: C0 controls but
+# \t and \n, DEL, C1, lone surrogates; bidirectional controls (Trojan Source: U+202A-U+202E, U+2066-U+2069,
+# the marks U+200E, U+200F, U+061C) and invisible characters (U+200B-U+200D, U+2060, U+FEFF).
+_UNSHOWN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+)
+_NAMED = {"\r": "\\r", "\x1b": "\\x1b"}
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and invisible character written as an escape (``\\r``, ``\\x1b``,
+    ``\\u202e``): an agent's code cannot move the cursor, hide a line or reorder what the person reads."""
+    return _UNSHOWN.sub(lambda m: _NAMED.get(m[0]) or f"\\u{ord(m[0]):04x}", text)
+
+
 def approvals_text(listing: dict[str, Any]) -> str:
     """The requests waiting for the person, then the recent decisions, a line each."""
     lines = []
@@ -555,7 +570,7 @@ def approvals_text(listing: dict[str, Any]) -> str:
     for a in listing.get("recent") or []:
         by = f" by {a['decided_by']}" if a.get("decided_by") else ""
         lines.append(f"{a['id']:>5}  {a['state']:<9}  {a['agent']}  {a['action']}  {a['summary']}{by}")
-    return "\n".join(lines) + "\n" if lines else "No approval requests.\n"
+    return visible("\n".join(lines)) + "\n" if lines else "No approval requests.\n"
 
 
 def _shown_cell(cell: dict[str, Any]) -> str | None:
@@ -568,7 +583,8 @@ def _shown_cell(cell: dict[str, Any]) -> str | None:
 
 
 def approval_text(a: dict[str, Any]) -> str:
-    """One request in full: who asks to do what, and exactly what would happen."""
+    """One request in full: who asks to do what, and exactly what would happen (control and invisible
+    characters shown as escapes; a request cut to ApprovalPolicy.max_detail_bytes says so first)."""
     details = a.get("details") or {}
     actions = " and ".join(map(str, details.get("actions") or [a["action"]]))
     head = [
@@ -577,15 +593,26 @@ def approval_text(a: dict[str, Any]) -> str:
         + (f" by {a['decided_by']}" if a.get("decided_by") else "")
         + (f": {a['reason']}" if a.get("reason") else ""),
     ]
+    if a.get("truncated"):
+        head.append(
+            f"WARNING: {a['truncated']} bytes of what it would do are not shown (cut to the server's "
+            "ApprovalPolicy.max_detail_bytes): approve only if the part shown is enough."
+        )
+    found = details.get("cells")
+    cells: list[Any] = [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+    if any("code" in c for c in cells):  # an eval: where and how it runs
+        settings = [f"{k}: {json.dumps(v, ensure_ascii=False)}" for k, v in details.items() if k != "cells"]
+        if settings:
+            head.append("--- runs with " + ", ".join(settings))
     edit = details.get("edit") or {}
     if edit.get("cells"):  # a run's ops: their diff, then the cells the run runs
         head.append(f"edits: {edit.get('summary')}")
         head.extend(filter(None, map(_shown_cell, edit["cells"])))
         head.append("then runs:")
-    head.extend(filter(None, map(_shown_cell, details.get("cells") or [])))
+    head.extend(filter(None, map(_shown_cell, cells)))
     if a.get("outcome"):
         head.append(f"outcome: {a['outcome'].get('message')} (HTTP {a['outcome'].get('status')})")
-    return "\n".join(head) + "\n"
+    return visible("\n".join(head)) + "\n"
 
 
 def cmd_approvals(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:

@@ -1,14 +1,19 @@
 """``/api/agent/approvals``: the requests waiting for the person, and the person's decision.
 
-GET lists (pending first, then the most recent decided) and shows one with what it would do in full; an
-agent sees only its own requests (another's answer 404). POST decides: only a person (the server's own
-credentials, a logged-in user, a hub user with access to the server): an agent token is refused (403)
-whatever its scopes, by ``AgentAuthorizer`` (no scope grants writing ``agent_approvals``) and again by the
-service.
+GET lists (pending first, with a bounded preview of what each would do, then the most recent decided)
+and shows one with what it would do in full; an agent sees only its own requests (another's answer 404).
+Answers are encoded as JSON in a thread, a request at a time. POST decides: only a person (the server's
+own credentials, a logged-in user, a hub user with access to the server): an agent token is refused
+(403) whatever its scopes, by ``AgentAuthorizer`` (no scope grants writing ``agent_approvals``) and again
+by the service.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -19,6 +24,22 @@ from ..auth.identity import AgentUser
 from ..errors import BadRequest, NotFound
 from ..validation import check
 from .base import AgentAPIHandler, acting_username
+
+APPROVAL_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²' and fullwidth digits are no ids)
+
+
+def _encode_one(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _encode_listing(listing: dict[str, list[dict[str, Any]]]) -> str:
+    """``{"pending": [...], "recent": [...]}`` as JSON, each item encoded on its own (so the thread lets
+    the event loop run between items)."""
+    parts = (
+        f"{json.dumps(key)}: [{', '.join(json.dumps(item, ensure_ascii=False) for item in items)}]"
+        for key, items in listing.items()
+    )
+    return "{" + ", ".join(parts) + "}"
 
 
 class _ApprovalRoute(AgentAPIHandler):
@@ -37,8 +58,16 @@ class _ApprovalRoute(AgentAPIHandler):
         agent = self.agent
         return agent is None or approval.agent == agent
 
+    async def write_json_off_loop(
+        self, data: dict[str, Any], encode: Callable[[Any], str] = _encode_one
+    ) -> None:
+        """Answer ``data`` as JSON, encoded in a thread (a request's details can be a megabyte)."""
+        text = await asyncio.to_thread(encode, data)
+        self.set_header("Content-Type", "application/json")
+        self.finish(text)
+
     def approval_id(self, raw: str) -> int:
-        if not raw.isdigit() or len(raw) > 18:
+        if not APPROVAL_ID.fullmatch(raw):
             raise BadRequest(
                 f"An approval id is a number (GET /api/agent/approvals lists them), got {raw[:40]!r}"
             )
@@ -46,20 +75,20 @@ class _ApprovalRoute(AgentAPIHandler):
 
 
 class ApprovalListHandler(_ApprovalRoute):
-    """GET: ``{"pending": [...], "recent": [...]}`` (an agent's: its own only)."""
+    """GET: ``{"pending": [...], "recent": [...]}`` (an agent's: its own only); a pending request's
+    ``details`` are a preview (``"preview": true`` when cut; GET the request for them in full)."""
 
     route_name = "approvals"
 
     @web.authenticated
     @authorized("read")
     async def get(self) -> None:
-        recent = await self.approvals.recent()
-        self.write_json(
-            {
-                "pending": [a.to_json() for a in self.approvals.pending() if self.visible(a)],
-                "recent": [a.to_json(with_details=False) for a in recent if self.visible(a)],
-            }
-        )
+        recent = await self.approvals.recent(self.agent)
+        listing = {
+            "pending": [a.to_json(preview_only=True) for a in self.approvals.pending() if self.visible(a)],
+            "recent": [a.to_json(with_details=False) for a in recent],
+        }
+        await self.write_json_off_loop(listing, _encode_listing)
 
 
 class ApprovalHandler(_ApprovalRoute):
@@ -75,7 +104,7 @@ class ApprovalHandler(_ApprovalRoute):
             raise NotFound(
                 f"There is no approval request {approval.id} (GET /api/agent/approvals lists them)."
             )
-        self.write_json(approval.to_json())
+        await self.write_json_off_loop(approval.to_json())
 
     @web.authenticated
     @authorized("write")

@@ -5,11 +5,16 @@ import {
   APPROVAL_URL_PATTERN,
   approvalInUrl,
   asked,
+  beyondBox,
   notebookOf,
+  notShown,
   PendingBook,
   pendingCells,
-  shown
+  shown,
+  unshownCount,
+  visibleParts
 } from '../approvals';
+import { approvalNode } from '../panel';
 
 function request(
   id: number,
@@ -219,5 +224,112 @@ describe('approvalInUrl', () => {
     ).toBe(true);
     expect(APPROVAL_URL_PATTERN.test('/lab?my-agent-approval=7')).toBe(false);
     expect(APPROVAL_URL_PATTERN.test('/lab/tree/agent-approval=7')).toBe(false);
+  });
+});
+
+describe("what the person is shown of an agent's text", () => {
+  const trojan =
+    'ok()\rrm_all()\n\x1b[2Kif user\u202e\u2066 == admin\u2069\u202c:\u200b\tgo()';
+
+  it('marks control, bidirectional and invisible characters as escapes', () => {
+    const parts = visibleParts(trojan);
+    const escaped = parts.filter(([, marked]) => marked).map(([p]) => p);
+    expect(escaped).toEqual([
+      '\\r',
+      '\\x1b',
+      '\\u202e',
+      '\\u2066',
+      '\\u2069',
+      '\\u202c',
+      '\\u200b'
+    ]);
+    const joined = parts.map(([p]) => p).join('');
+    expect(joined).toBe(
+      'ok()\\rrm_all()\n\\x1b[2Kif user\\u202e\\u2066 == admin\\u2069\\u202c:\\u200b\tgo()'
+    );
+    expect(unshownCount(trojan)).toBe(7);
+    expect(visibleParts('plain\tcode\n')).toEqual([['plain\tcode\n', false]]);
+  });
+
+  it('never puts such a character in the panel, and says how many were marked', () => {
+    const node = approvalNode(request(1, { cells: [{ code: trojan }] }));
+    const text = node.textContent ?? '';
+    for (const raw of [
+      '\r',
+      '\x1b',
+      '\u202e',
+      '\u2066',
+      '\u2069',
+      '\u202c',
+      '\u200b'
+    ]) {
+      expect(text).not.toContain(raw);
+    }
+    expect(node.querySelectorAll('.jp-AgentActivity-control')).toHaveLength(7);
+    expect(text).toContain(
+      '7 control or invisible characters are shown as marked escapes'
+    );
+  });
+
+  it('says when code is longer or wider than its box', () => {
+    expect(beyondBox('a = 1\nb = 2')).toBe('');
+    const long = Array.from({ length: 40 }, (_, i) => `x${i} = ${i}`).join(
+      '\n'
+    );
+    expect(beyondBox(long)).toBe(
+      '40 lines, the longest 8 characters: scroll the box to read it all'
+    );
+    expect(beyondBox('x'.repeat(500))).toContain('the longest 500 characters');
+    const node = approvalNode(request(1, { cells: [{ code: long }] }));
+    expect(
+      node.querySelector('.jp-AgentActivity-beyond')?.textContent
+    ).toContain('40 lines');
+  });
+
+  it('warns when the server cut the request, or only a preview is read', () => {
+    expect(notShown(request(1))).toBe('');
+    expect(notShown(request(1, {}, { truncated: 8000000 }))).toContain(
+      '8000000 bytes of what it would do are not shown'
+    );
+    expect(notShown(request(1, {}, { preview: true }))).toContain(
+      'Only a preview'
+    );
+    const node = approvalNode(
+      request(1, { cells: [{ code: 'x' }] }, { truncated: 5 })
+    );
+    expect(
+      node.querySelector('.jp-AgentActivity-notShown')?.textContent
+    ).toContain('5 bytes');
+  });
+
+  it('shows where and how an eval runs', () => {
+    const parts = shown(
+      request(1, {
+        cells: [{ code: 'import os', title: null }],
+        session: 's',
+        cwd: '/srv',
+        env: { A: '1' },
+        reset: true
+      })
+    );
+    expect(parts[0].title).toBe('runs with');
+    expect(parts[0].text).toBe(
+      'session: "s"\ncwd: "/srv"\nenv: {"A":"1"}\nreset: true'
+    );
+    expect(parts[1].text).toBe('import os');
+  });
+
+  it("keeps a request read in full over the list's preview of it", () => {
+    const book = new PendingBook();
+    book.reading();
+    book.listed([request(1, { cells: [] }, { preview: true })]);
+    expect(book.full(request(1, { cells: [{ code: 'all of it' }] }))).toBe(
+      true
+    );
+    expect(book.get(1)?.preview).toBeUndefined();
+    book.reading();
+    book.listed([request(1, { cells: [] }, { preview: true })]); // a later read: still the full one
+    expect(book.get(1)?.details?.cells[0].code).toBe('all of it');
+    expect(book.full(request(2))).toBe(false); // not listed
   });
 });
