@@ -10,9 +10,9 @@ notebook's session does not unless its notebook is inside the agent's paths
 (:func:`~..auth.context.may_see`); anyone else (the person) also reaches another identity's session by
 its name when no session of their own has it, or by naming its owner.
 
-At the cap, a new session evicts the caller's own least recently used idle session first; another
-identity's idle session only while that identity holds more than its fair share (:meth:`fair_share`:
-``max_sessions`` divided by the identities holding sessions, the caller included, at least 1). What
+At the cap, a new session evicts an idle session (:meth:`_victim`): the caller's own, or another
+identity's only while that identity holds more than its fair share (:meth:`fair_share`: ``max_sessions``
+divided by the identities holding sessions, the caller included, at least 1). What
 happens to a session itself (its kernel, its state) is the session's own business
 (:class:`~.session.KernelSession`): the manager only calls its methods.
 """
@@ -76,10 +76,12 @@ class EvalSessionManager(Service):
     artifacts = Instance(ArtifactStore, help="Where the sessions' spilled outputs live.")
     max_sessions = Int(
         4,
-        help="Most named eval sessions (kernels) at once, all identities together. A new session evicts "
-        "the caller's own least recently used idle session first, else the least recently used idle one "
-        "of an identity holding more than its fair share (max_sessions / identities holding sessions, "
-        "the caller included; at least 1). When none can go the request answers 503 with Retry-After.",
+        help="Most named eval sessions (kernels) at once, all identities together. At the cap a new "
+        "session evicts the caller's own least recently used idle session, or one of an identity holding "
+        "more than its fair share (max_sessions / identities holding sessions, the caller included; at "
+        "least 1): the caller's own first once it holds its share, the others' first while it holds "
+        "less. Never another's within its share: when none can go the request answers 503 with "
+        "Retry-After.",
     ).tag(config=True)
     idle_timeout = Float(
         300.0, help="Seconds a session may stay unused before the sweep shuts its kernel down (0: never)."
@@ -263,14 +265,14 @@ class EvalSessionManager(Service):
         return max(1, self.max_sessions // len(self.holders(owner)))
 
     def _victim(self, owner: str | None) -> KernelSession | None:
-        """The idle session a new one of ``owner`` evicts: ``owner``'s own least recently used, else
-        the least recently used of an identity holding more than its fair share; None if neither."""
+        """The idle session a new one of ``owner`` evicts, least recently used first: ``owner``'s own,
+        then one of an identity holding more than its fair share; while ``owner`` holds less than its
+        share, those others' first. Never one of another identity within its share; None if none."""
         idle = [s for s in self.sessions.values() if s.idle]  # least recently used first
-        own = next((s for s in idle if s.owner == owner), None)
-        if own is not None:
-            return own
         held, share = self.holders(owner), self.fair_share(owner)
-        return next((s for s in idle if held[s.owner] > share), None)
+        own = next((s for s in idle if s.owner == owner), None)
+        over = next((s for s in idle if s.owner != owner and held[s.owner] > share), None)
+        return (own or over) if held[owner] >= share else (over or own)
 
     def _no_room(self, owner: str | None) -> AgentToolsError:
         """Why no session can be made for ``owner`` now, and what to do (503 with Retry-After, as when
