@@ -131,9 +131,9 @@ async def test_another_identitys_session_goes_only_past_its_fair_share(stacks) -
         await acting(ALICE, lambda name=name: stack.eval("1", session=name))
     await acting(BOB, lambda: stack.eval("1", session="b1"))  # alice holds 4 > 2 (4 / 2 identities)
     await acting(BOB, lambda: stack.eval("1", session="b2"))  # 3 > 2
-    assert stack.sessions.fair_share(BOB) == 2
     await acting(BOB, lambda: stack.eval("1", session="b3"))  # alice holds her share: bob's own b1 goes
     assert names(stack) == {(ALICE, "a3"), (ALICE, "a4"), (BOB, "b2"), (BOB, "b3")}
+    assert stack.sessions.fair_share(BOB) == stack.sessions.fair_share(ALICE) == 2
     told = await acting(ALICE, lambda: stack.eval("1", session="a1"))  # her own a3 goes for it
     assert told["session_lost"]["reason"] == "evicted", told
     assert "another identity's session" in told["output"] and "b1" not in told["output"], told
