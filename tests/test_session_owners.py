@@ -207,6 +207,12 @@ async def test_two_agents_and_the_person_each_have_their_own_default(
     assert status == 404 and answer["message"] == "Session not found: default", answer
     status, _, _ = await http("POST", "api/agent/sessions/default/interrupt?owner=agent:alice")
     assert status == 200
+    # a detached run is its starter's: alice's runs in alice's default
+    body = {"cells": [{"code": "print(WHO)"}], "detach": True}
+    status, started, _ = await http("POST", "api/agent/eval", body, token=alice)
+    assert status == 202 and started["target"] == "default", started
+    status, run, _ = await http("GET", f"api/agent/runs/{started['run_id']}?wait=60", token=alice)
+    assert status == 200 and run["result"]["output"] == "alice\n", run
     # MCP names the same sessions: bob's default is new, alice's keeps her state
     url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}api/agent/mcp"
     async with mcp_session(url, bob) as session:
