@@ -93,9 +93,18 @@ def _session_name() -> dict[str, Any]:
         "name": "name",
         "in": "path",
         "required": True,
-        "description": "The session name.",
+        "description": "The session name (names are per identity: the caller's own session of that name).",
         "schema": {"type": "string", "pattern": SESSION_NAME_PATTERN},
     }
+
+
+def _session_owner() -> dict[str, Any]:
+    return _query(
+        "owner",
+        "Whose session of that name (as the list's owner): for the server's own credentials and persons, "
+        "another identity's; an agent token reaches only its own.",
+        {"type": "string"},
+    )
 
 
 RUN_NOT_FOUND = _error(
@@ -476,7 +485,7 @@ def _paths() -> dict[str, Any]:
             }
         },
         "/api/agent/sessions/{name}": {
-            "parameters": [_session_name()],
+            "parameters": [_session_name(), _session_owner()],
             "delete": {
                 "operationId": "deleteSession",
                 "summary": "Shut a session and its kernel down",
@@ -487,11 +496,12 @@ def _paths() -> dict[str, Any]:
                     "204": {"description": "Shut down."},
                     "403": FORBIDDEN,
                     "404": _error("No such session (for an agent token: none of its own)."),
+                    "409": _error("Several identities have a session of that name: name its owner."),
                 },
             },
         },
         "/api/agent/sessions/{name}/interrupt": {
-            "parameters": [_session_name()],
+            "parameters": [_session_name(), _session_owner()],
             "post": {
                 "operationId": "interruptSession",
                 "summary": "Interrupt what a session is running",
@@ -503,6 +513,7 @@ def _paths() -> dict[str, Any]:
                     "200": _json("What was interrupted.", ref("InterruptResult")),
                     "403": FORBIDDEN,
                     "404": _error("No such session (for an agent token: none of its own)."),
+                    "409": _error("Several identities have a session of that name: name its owner."),
                 },
             },
         },

@@ -108,45 +108,51 @@ async def test_another_agents_session_answers_404_on_every_route(
         status, _, _ = await http(method, url, token=mallory)
         assert status == 404, (url, status)
     assert await tokens._ws(jp_ws_fetch, mallory, "api", "kernels", alice_kernel, "channels") == 404
-    # eval into it (HTTP and MCP), interrupt it, delete it: as if it did not exist
-    status, answer = await _eval(
-        http, mallory, {"cells": [{"code": "print(PASSWORD)"}], "session": "alice-s"}
-    )
-    assert status == 404 and "choose another session name" in answer["message"], answer
-    assert "hunter2" not in json.dumps(answer)
+    # interrupt it, delete it, even naming its owner: as if it did not exist
     for method, url in (
         ("POST", "api/agent/sessions/alice-s/interrupt"),
         ("DELETE", "api/agent/sessions/alice-s"),
+        ("DELETE", "api/agent/sessions/alice-s?owner=agent:alice"),
     ):
         status, answer, _ = await http(method, url, token=mallory)
         assert status == 404 and answer["message"] == "Session not found: alice-s", (url, answer)
     status, listing, _ = await http("GET", "api/agent/sessions", token=mallory)
     assert status == 200 and "alice" not in json.dumps(listing["sessions"]), listing
     async with mcp_session(_mcp_url(jp_http_port, jp_base_url), mallory) as session:
-        ran = await session.call_tool("eval", {"cells": [{"code": "print(PASSWORD)"}], "session": "alice-s"})
-        assert ran.is_error and "hunter2" not in ran.content[0].text, ran
         for tool in ("session_interrupt", "session_delete"):
             refused = await session.call_tool(tool, {"name": "alice-s"})
             assert refused.is_error and "not found" in refused.content[0].text.lower(), (tool, refused)
         listed = await session.call_tool("session_list", {})
         assert "alice" not in listed.content[0].text and "alice" not in json.dumps(listed.structured_content)
+        # session names are per identity (issue 41): mallory's eval naming it runs in mallory's own
+        ran = await session.call_tool("eval", {"cells": [{"code": "print(PASSWORD)"}], "session": "alice-s"})
+        assert "NameError" in ran.content[0].text and "hunter2" not in ran.content[0].text, ran
+    status, answer = await _eval(
+        http, mallory, {"cells": [{"code": "print(PASSWORD)"}], "session": "alice-s"}
+    )
+    assert status == 200 and answer["kernel_id"] != alice_kernel and "NameError" in answer["output"], answer
+    assert "hunter2" not in json.dumps(answer) and answer["session_lost"] is None
     # its own session is still there and still its own; mallory's own name works for mallory
     status, answer = await _eval(http, alice, {"cells": [{"code": "print(PASSWORD)"}], "session": "alice-s"})
     assert status == 200 and "hunter2" in answer["cells"][0]["output"], answer
-    status, answer = await _eval(http, mallory, {"cells": [{"code": "1"}], "session": "mallory-s"})
-    assert status == 200, answer
     status, listing, _ = await http("GET", "api/agent/sessions", token=alice)
     assert [s["name"] for s in listing["sessions"]] == ["alice-s"], listing
-    # the server's own credentials see and manage all
+    # the server's own credentials see and manage all, naming the owner of one of two namesakes
     status, listing, _ = await http("GET", "api/agent/sessions")
-    assert {s["name"] for s in listing["sessions"]} == {"alice-s", "mallory-s"}, listing
-    status, answer, _ = await http("POST", "api/agent/sessions/alice-s/interrupt")
+    assert sorted((s["name"], s["owner"]) for s in listing["sessions"]) == [
+        ("alice-s", "agent:alice"),
+        ("alice-s", "agent:mallory"),
+    ], listing
+    status, answer, _ = await http("DELETE", "api/agent/sessions/alice-s")
+    assert status == 409 and "owner=" in answer["message"], answer
+    status, answer, _ = await http("POST", "api/agent/sessions/alice-s/interrupt?owner=agent:alice")
     assert status == 200, answer
-    status, _, _ = await http("DELETE", "api/agent/sessions/alice-s")
+    status, _, _ = await http("DELETE", "api/agent/sessions/alice-s?owner=agent:alice")
     assert status == 204
-    # the name is free again; its next owner is not told what became of alice's session
     status, answer = await _eval(http, mallory, {"cells": [{"code": "1"}], "session": "alice-s"})
-    assert status == 200 and answer["session_lost"] is None and "deleted" not in answer["output"], answer
+    assert status == 200 and answer["session_lost"] is None and answer["kernel_id"] != alice_kernel, answer
+    status, answer = await _eval(http, alice, {"cells": [{"code": "1"}], "session": "alice-s"})
+    assert status == 200 and answer["session_lost"]["reason"] == "deleted", answer  # told to alice
 
 
 # ------------------------------------------------------------------------------- lists confined to paths

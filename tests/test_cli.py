@@ -685,6 +685,9 @@ def test_sessions_commands(cli: Any) -> None:
     assert header.split()[-3:] == ["OUTPUT", "OWNER", "CWD"]  # "LAST OUTPUT", "OWNER", "CWD"
     assert rows[-1].startswith("Warm kernels for per-call evals: ")  # the server keeps a pool of 1
     assert session in [s["name"] for s in json.loads(cli("sessions", "list", "--json").stdout)["sessions"]]
+    for action in ("interrupt", "rm"):  # names are per identity: another's session of that name is not it
+        other = cli("sessions", action, session, "--owner", "agent:nobody")
+        assert other.returncode == 2 and f"Session not found: {session} (HTTP 404)" in other.stderr
     idle = cli("sessions", "interrupt", session)
     assert idle.stdout == f"Session {session} was running nothing; its kernel was sent an interrupt.\n"
     assert cli("sessions", "rm", session).stdout == f"Shut down session {session}.\n"

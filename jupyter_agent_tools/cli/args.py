@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("-c", "--code", action="append", default=[], metavar="CODE", help="one cell of code")
     ev.add_argument("files", nargs="*", metavar="FILE", help="files to run (- for stdin)")
-    ev.add_argument("-s", "--session", help="the session (default: the server's 'default')")
+    ev.add_argument("-s", "--session", help="the session (default: 'default'; names are your own)")
     ev.add_argument("--per-call", action="store_true", help="a fresh kernel for this call only")
     ev.add_argument("--reset", action="store_true", help="give the session a fresh kernel first")
     ev.add_argument(
@@ -277,11 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sc.add_parser("list", help="list the sessions (the default)")
     _common(listing)
     interrupt = sc.add_parser("interrupt", help="cancel what a session is running")
-    interrupt.add_argument("name", metavar="NAME")
-    _common(interrupt)
     remove = sc.add_parser("rm", help="shut a session's kernel down")
-    remove.add_argument("name", metavar="NAME")
-    _common(remove)
+    for action in (interrupt, remove):
+        action.add_argument("name", metavar="NAME")
+        action.add_argument("--owner", help="whose session of that name, as listed (default: your own)")
+        _common(action)
     _common(sessions)
 
     runs = commands.add_parser(

@@ -347,14 +347,14 @@ def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Render
     if action == "list":
         renderer.sessions(client.sessions())
     elif action == "interrupt":
-        answer = client.interrupt(args.name)
+        answer = client.interrupt(args.name, args.owner)
         if answer.get("interrupted"):
             message = f"Interrupted session {args.name}: its running call was cancelled."
         else:
             message = f"Session {args.name} was running nothing; its kernel was sent an interrupt."
         renderer.done(message, answer)
     else:
-        client.delete_session(args.name)
+        client.delete_session(args.name, args.owner)
         renderer.done(f"Shut down session {args.name}.", {"session": args.name, "deleted": True})
     return exits.OK
 

@@ -340,15 +340,16 @@ class AsyncAgentClient:
         """``GET /api/agent/sessions``: ``{"sessions": [...], "totals": {...}, "pool": {...}}``."""
         return dict(await self._json(Call("GET", "api/agent/sessions")))
 
-    async def interrupt(self, name: str) -> dict[str, Any]:
-        """``POST /api/agent/sessions/{name}/interrupt``: cancel what the session runs."""
-        return dict(
-            await self._json(Call("POST", f"api/agent/sessions/{calls.quote_path(name)}/interrupt", {}))
-        )
+    async def interrupt(self, name: str, owner: str | None = None) -> dict[str, Any]:
+        """``POST /api/agent/sessions/{name}/interrupt``: cancel what the session runs (your own session
+        of that name; ``owner``: another identity's, for the server's token or a person)."""
+        path = f"api/agent/sessions/{calls.quote_path(name)}/interrupt"
+        return dict(await self._json(Call("POST", path, {}, _owner(owner))))
 
-    async def delete_session(self, name: str) -> None:
-        """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down."""
-        await self._send(Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}"))
+    async def delete_session(self, name: str, owner: str | None = None) -> None:
+        """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down (whose: as
+        :meth:`interrupt`)."""
+        await self._send(Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}", None, _owner(owner)))
 
     async def tokens(self) -> list[dict[str, Any]]:
         """``GET /api/agent/tokens``: the agent tokens (never the tokens themselves), oldest first."""
@@ -481,3 +482,8 @@ class AsyncAgentClient:
         call = calls.files_call(path, glob, max_depth, recursive, start, limit, ignored)
         answer: dict[str, Any] = await self._json(call)
         return answer
+
+
+def _owner(owner: str | None) -> dict[str, str]:
+    """The query naming whose session (names are per identity); none for the caller's own."""
+    return {"owner": owner} if owner is not None else {}

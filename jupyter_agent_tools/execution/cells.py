@@ -181,7 +181,7 @@ class CellExecutor(Service):
         limits = self.limits
         sink = OutputSink(
             max_bytes=limits.max_output_bytes,
-            open_artifact=None if silent else lambda: self.artifacts.create(session.name),
+            open_artifact=None if silent else lambda: self.artifacts.create(session.key),
         )
         output_limits = limits.output_limits
         if not images:

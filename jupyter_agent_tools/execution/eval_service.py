@@ -277,21 +277,24 @@ class EvalService(Service):
             for kernel_id in running:
                 settle_abandoned_start(manager, kernel_id)
 
-    async def delete_session(self, name: str) -> None:
-        """Shut a session (named or a running per-call one) and its kernel down."""
-        session = self.sessions.find(name)
+    def _find(self, name: str, owner: str | None) -> KernelSession:
+        session = self.sessions.find(name, owner)
         if session is None:
             raise NotFound(f"Session not found: {name}")
+        return session
+
+    async def delete_session(self, name: str, owner: str | None = None) -> None:
+        """Shut a session (named or a running per-call one) and its kernel down: the caller's own named
+        ``name``, else (not an agent) ``owner``'s or the only one (:meth:`EvalSessionManager.find`)."""
+        session = self._find(name, owner)
         self.audit.session(session, "deleted")
-        if await self.sessions.remove(name) is None:
+        if not await self.sessions.remove(session):
             await self.sessions.close_per_call(session)  # its running call is cancelled
 
-    async def interrupt_session(self, name: str) -> dict[str, Any]:
-        """Interrupt what a session runs: its running call answers ``cancelled``; an idle session's
-        kernel gets a plain interrupt."""
-        session = self.sessions.find(name)
-        if session is None:
-            raise NotFound(f"Session not found: {name}")
+    async def interrupt_session(self, name: str, owner: str | None = None) -> dict[str, Any]:
+        """Interrupt what a session runs (found as :meth:`delete_session` finds it): its running call
+        answers ``cancelled``; an idle session's kernel gets a plain interrupt."""
+        session = self._find(name, owner)
         running = session.cancel is not None and not session.cancel.is_set()
         if running and session.cancel is not None:
             session.cancel.set()
@@ -316,7 +319,7 @@ class EvalService(Service):
         env = dict(request.env)
         if request.session_file is not None:
             env["PI_SESSION_FILE"] = request.session_file
-        env["ARTIFACTS"] = str(self.artifacts.session_path(session.name))
+        env["ARTIFACTS"] = str(self.artifacts.session_path(session.key))
         return InitSpec(cwd=cwd, env=tuple(sorted(env.items())), session_file=request.session_file)
 
     async def run(
@@ -424,7 +427,7 @@ class EvalService(Service):
         spec = self._init_spec(session, request, cwd)
         if session.init == spec or session.closed:
             return
-        self.artifacts.session_dir(session.name)  # the kernel is told ARTIFACTS exists
+        self.artifacts.session_dir(session.key)  # the kernel is told ARTIFACTS exists
         result = await self.cells.execute(
             session,
             build_init_code(spec),

@@ -721,7 +721,7 @@ class NotebookRunner(Service):
         outputs = CellOutputs(
             max_text_bytes=self.max_output_bytes_stored,
             max_bytes=self.max_cell_bytes_stored,
-            open_artifact=lambda: self.artifacts.create(session.name),
+            open_artifact=lambda: self.artifacts.create(session.key),
         )
         live = (await self._write(path, target, [], None, clear=True))[2]
         changed, finished = asyncio.Event(), asyncio.Event()

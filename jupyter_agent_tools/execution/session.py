@@ -74,8 +74,9 @@ Launch = Callable[[], Awaitable[tuple[str, KernelConnection]]]
 class KernelSession:
     """A named (or per-call) session and the one kernel it owns."""
 
-    def __init__(self, name: str, kernels: KernelService, mode: str = "session"):
-        self.name = name
+    def __init__(self, name: str, kernels: KernelService, mode: str = "session", key: str | None = None):
+        self.name = name  # as callers name it (a named session's name is its owner's, see .sessions)
+        self.key = key or name  # unique among all sessions: the manager's key, the artifact directory
         self.mode = mode
         self.kernels = kernels
         self.state = SessionState.NEW

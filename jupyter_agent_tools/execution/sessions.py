@@ -2,11 +2,19 @@
 
 The manager decides which sessions exist: it creates them, evicts the least recently used idle one at
 the cap, sweeps idle and dead ones, checks idle kernels' heartbeat, and shuts everything down with the
-server. A session belongs to its owner (who created it): to an agent, another's session does not exist
-(404 on every route that names it, left out of the list), as a notebook's session does not unless its
-notebook is inside the agent's paths (:func:`~..auth.context.may_see`). What happens to a session
-itself (its kernel, its state) is the session's own business (:class:`~.session.KernelSession`): the
-manager only calls its methods.
+server. A session belongs to its owner (the acting identity that created it, :func:`~..audit.current_user`)
+and session names are per owner: two identities naming ``default`` get two sessions, two kernels
+(:func:`session_key`). An eval runs in the caller's own session of that name, always. To an agent,
+another's session does not exist (404 on every route that names it, left out of the list), as a
+notebook's session does not unless its notebook is inside the agent's paths
+(:func:`~..auth.context.may_see`); anyone else (the person) also reaches another identity's session by
+its name when no session of their own has it, or by naming its owner.
+
+At the cap, a new session evicts an idle session (:meth:`_victim`): the caller's own, or another
+identity's only while that identity holds more than its fair share (:meth:`fair_share`: ``max_sessions``
+divided by the identities holding sessions, the caller included, at least 1). What
+happens to a session itself (its kernel, its state) is the session's own business
+(:class:`~.session.KernelSession`): the manager only calls its methods.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from ..artifacts import ArtifactStore
 from ..audit import NO_AUDIT, Audit, current_user, set_user
 from ..audit import metrics as audit_metrics
 from ..auth.context import may_see
-from ..errors import RETRY_AFTER_BUSY_SESSIONS, NotFound, Unavailable
+from ..errors import RETRY_AFTER_BUSY_SESSIONS, AgentToolsError, Conflict, Unavailable
 from ..traits import Service, at_least
 from .kernels import KernelService
 from .session import KernelSession
@@ -37,6 +45,16 @@ log = logging.getLogger(__name__)
 # Named sessions that went (evicted, culled, deleted...) are remembered by name, at most this many, so
 # that a later call naming one is told its state is gone instead of meeting a NameError unexplained.
 GONE_REMEMBERED = 1000
+
+
+def session_key(owner: str | None, name: str) -> str:
+    """The registry key (and artifact directory name) of ``owner``'s session ``name``: the name, cut to
+    fit, and a hash of owner and name. Keys of two identities' sessions of one name differ; no per-call
+    (``per-call-…``), notebook (``nb-…``) or other artifact directory name has the ``.`` before the hash.
+    """
+    who = "\x00" if owner is None else owner  # no username is a NUL: None has a namespace of its own
+    digest = hashlib.sha256(f"{who}\x00{name}".encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{name[:53]}.{digest}"
 
 
 def gone_record(reason: str, message: str) -> dict[str, Any]:
@@ -58,8 +76,12 @@ class EvalSessionManager(Service):
     artifacts = Instance(ArtifactStore, help="Where the sessions' spilled outputs live.")
     max_sessions = Int(
         4,
-        help="Most named eval sessions (kernels) at once. A new session evicts the least recently used "
-        "idle one; when all are busy the request answers 503 with Retry-After.",
+        help="Most named eval sessions (kernels) at once, all identities together. At the cap a new "
+        "session evicts the caller's own least recently used idle session, or one of an identity holding "
+        "more than its fair share (max_sessions / identities holding sessions, the caller included; at "
+        "least 1): the caller's own first once it holds its share, the others' first while it holds "
+        "less. Never another's within its share: when none can go the request answers 503 with "
+        "Retry-After.",
     ).tag(config=True)
     idle_timeout = Float(
         300.0, help="Seconds a session may stay unused before the sweep shuts its kernel down (0: never)."
@@ -88,12 +110,11 @@ class EvalSessionManager(Service):
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
-        self.sessions: OrderedDict[str, KernelSession] = OrderedDict()
+        self.sessions: OrderedDict[str, KernelSession] = OrderedDict()  # by key (session_key), LRU first
         self.per_call: dict[str, KernelSession] = {}
         self.notebooks: dict[str, KernelSession] = {}  # by notebook path: connections to their kernels
         self.totals: Counter[str] = Counter()
-        self.gone: OrderedDict[str, dict[str, Any]] = OrderedDict()  # see GONE_REMEMBERED
-        self._gone_owners: dict[str, str | None] = {}  # whose the session that went was
+        self.gone: OrderedDict[str, dict[str, Any]] = OrderedDict()  # by key; see GONE_REMEMBERED
         self._closing = 0  # sessions unlisted whose kernels are still shutting down
         self._slot_freed = asyncio.Condition()
         self._sweeper: asyncio.Task[None] | None = None
@@ -116,25 +137,54 @@ class EvalSessionManager(Service):
             )
 
     def get(self, name: str) -> KernelSession | None:
-        return self.sessions.get(name)
+        """The named session ``name`` the request being served reaches (see :meth:`find`), or None (also
+        when several identities' sessions have that name)."""
+        with contextlib.suppress(Conflict):
+            return self._named(name, None)
+        return None
 
-    def find(self, name: str) -> KernelSession | None:
-        """A named or a running per-call session the request being served may see."""
-        session = self.sessions.get(name) or self.per_call.get(name)
-        return session if session is not None and visible(session) else None
+    def find(self, name: str, owner: str | None = None) -> KernelSession | None:
+        """A named or a running per-call session the request being served may see: its own named session
+        ``name``; else, for anyone but an agent, the one of ``owner`` (when given) or the only one of
+        that name (:class:`Conflict` when several identities have one and ``owner`` is not given)."""
+        named = self._named(name, owner)
+        if named is not None:
+            return named
+        session = self.per_call.get(name)
+        if session is None or not visible(session) or (owner is not None and session.owner != owner):
+            return None
+        return session
 
-    def owner_of(self, name: str) -> tuple[str | None, str | None] | None:
-        """(owner, notebook) of the session called ``name`` (its artifacts record them), or None. Safe
-        from a worker thread (it reads snapshots of the registries)."""
+    def _named(self, name: str, owner: str | None) -> KernelSession | None:
+        mine = current_user()
+        if owner is None or owner == mine:
+            session = self.sessions.get(session_key(mine, name))
+            if session is not None or owner is not None:
+                return session
+        if owner is not None:
+            session = self.sessions.get(session_key(owner, name))
+            return session if session is not None and visible(session) else None
+        others = [s for s in self.sessions.values() if s.name == name and visible(s)]
+        if len(others) > 1:
+            owners = ", ".join(sorted(repr(s.owner) for s in others))
+            raise Conflict(
+                f"Several identities have a session named {name!r} (owners {owners}): name the one meant "
+                "with its owner (owner=<owner>, as GET /api/agent/sessions lists it)"
+            )
+        return others[0] if others else None
+
+    def owner_of(self, key: str) -> tuple[str | None, str | None] | None:
+        """(owner, notebook) of the session whose key is ``key`` (its artifacts record them), or None.
+        Safe from a worker thread (it reads snapshots of the registries)."""
         every = [*list(self.sessions.values()), *list(self.per_call.values()), *list(self.notebooks.values())]
-        found = next((s for s in every if s.name == name), None)
+        found = next((s for s in every if s.key == key), None)
         return None if found is None else (found.owner, found.notebook)
 
     def running_calls(self) -> dict[str, object]:
-        """{name: the running call's cancel event} of the sessions a call holds: the artifacts' cap keeps
+        """{key: the running call's cancel event} of the sessions a call holds: the artifacts' cap keeps
         what those calls wrote. Safe from a worker thread (it reads snapshots of the registries)."""
         every = [*list(self.sessions.values()), *list(self.per_call.values()), *list(self.notebooks.values())]
-        return {s.name: s.cancel for s in every if s.cancel is not None}
+        return {s.key: s.cancel for s in every if s.cancel is not None}
 
     def kernels_of_others(self, user: str | None) -> set[str]:
         """Ids of the kernels of named and per-call sessions that ``user`` does not own."""
@@ -159,33 +209,29 @@ class EvalSessionManager(Service):
     # -- named sessions ----------------------------------------------------------------------------
 
     async def acquire(self, name: str) -> KernelSession:
-        """The session called ``name``, created if needed (evicting the least recently used idle one).
+        """The acting identity's own session called ``name``, created if needed (at the cap, evicting
+        an idle session: :meth:`_victim`).
 
         A session being shut down still counts against ``max_sessions`` until its kernel is gone, so
         evictions never let more than ``max_sessions`` kernels live at once.
         """
         self.start()
+        owner = current_user()
+        key = session_key(owner, name)
         while True:
-            session = self.sessions.get(name)
-            if session is not None and not visible(session):
-                raise NotFound(
-                    f"Session {name!r} is not available to this agent (another user's session has that "
-                    "name): choose another session name"
-                )
+            session = self.sessions.get(key)
             if session is not None:
-                self.sessions.move_to_end(name)
+                self.sessions.move_to_end(key)
                 return session
             if len(self.sessions) + self._closing < self.max_sessions:
-                session = KernelSession(name, self.kernels)
-                session.owner = current_user()
+                session = KernelSession(name, self.kernels, key=key)
+                session.owner = owner
                 session.on_turn = self.audit.call
-                went, owner = self.gone.pop(name, None), self._gone_owners.pop(name, None)
-                # told only to whom the session that went belonged
-                session.predecessor_gone = went if went is not None and may_see(owner) else None
-                self.sessions[name] = session
+                session.predecessor_gone = self.gone.pop(key, None)  # the key is the owner's: told to them
+                self.sessions[key] = session
                 self.audit.session(session, "created")
                 return session
-            victim = next((s for s in self.sessions.values() if s.idle), None)
+            victim = self._victim(owner)
             if victim is not None:
                 self.record(
                     victim,
@@ -194,48 +240,89 @@ class EvalSessionManager(Service):
                     self.max_sessions,
                     audit={"idle_seconds": round(time.time() - victim.last_used, 3)},
                 )
-                gone = f"evicted to make room for session {name!r} (least recently used idle session; "
+                if victim.owner == owner:
+                    gone = f"evicted to make room for session {name!r} (least recently used idle session; "
+                else:  # another identity's name is none of this owner's business
+                    gone = "evicted to make room for another identity's session (it held more than its fair "
+                    gone += f"share, {self.fair_share(owner)}; least recently used idle session; "
                 gone += f"max_sessions={self.max_sessions})"
                 await self._close(victim, gone_record("evicted", gone))
             elif self._closing:
                 async with self._slot_freed:
                     await self._slot_freed.wait()
             else:
-                raise Unavailable(
-                    f"All {self.max_sessions} agent sessions are busy; retry later, reuse a session, or "
-                    "raise c.EvalSessionManager.max_sessions",
-                    retry_after=RETRY_AFTER_BUSY_SESSIONS,
-                )
+                raise self._no_room(owner)
+
+    def holders(self, owner: str | None) -> Counter[str | None]:
+        """{identity: named sessions it holds}, with ``owner`` (the caller) among them."""
+        held: Counter[str | None] = Counter(s.owner for s in self.sessions.values())
+        held[owner] += 0
+        return held
+
+    def fair_share(self, owner: str | None) -> int:
+        """Named sessions each identity may keep against others' evictions: ``max_sessions`` divided by
+        the identities holding sessions, ``owner`` (the caller) included; at least 1."""
+        return max(1, self.max_sessions // len(self.holders(owner)))
+
+    def _victim(self, owner: str | None) -> KernelSession | None:
+        """The idle session a new one of ``owner`` evicts, least recently used first: ``owner``'s own,
+        then one of an identity holding more than its fair share; while ``owner`` holds less than its
+        share, those others' first. Never one of another identity within its share; None if none."""
+        idle = [s for s in self.sessions.values() if s.idle]  # least recently used first
+        held, share = self.holders(owner), self.fair_share(owner)
+        own = next((s for s in idle if s.owner == owner), None)
+        over = next((s for s in idle if s.owner != owner and held[s.owner] > share), None)
+        return (own or over) if held[owner] >= share else (over or own)
+
+    def _no_room(self, owner: str | None) -> AgentToolsError:
+        """Why no session can be made for ``owner`` now, and what to do (503 with Retry-After, as when
+        every session is busy): ``owner``'s own are all busy, or the others' are busy or within their
+        fair share."""
+        held, share = self.holders(owner), self.fair_share(owner)
+        extra: dict[str, object] = {"max_sessions": self.max_sessions, "fair_share": share}
+        extra["held"] = held[owner]
+        if held[owner] >= share:
+            message = (
+                f"All {self.max_sessions} agent sessions are busy; you hold {held[owner]} (your fair share: "
+                f"{share}), all running calls: retry once one of your calls ends, reuse one of your "
+                "sessions, or shut one down (DELETE /api/agent/sessions/<name>)"
+            )
+        else:
+            message = (
+                f"All {self.max_sessions} agent sessions are busy or held by other identities within their "
+                f"fair share ({share} each, {len(held)} identities): retry later, reuse one of your "
+                "sessions, or raise c.EvalSessionManager.max_sessions"
+            )
+        return Unavailable(message, retry_after=RETRY_AFTER_BUSY_SESSIONS, extra=extra)
 
     async def discard_if_never_started(self, session: KernelSession) -> None:
         """Drop a session whose first kernel never started, so a failed start holds no slot."""
         never_started = session.kernel_id is None and session.executions == 0
-        if never_started and self.sessions.get(session.name) is session:
+        if never_started and self.sessions.get(session.key) is session:
             await self._close(session)
 
-    async def remove(self, name: str) -> KernelSession | None:
-        """Shut the named session ``name`` down (DELETE); None if there is none."""
-        session = self.sessions.get(name)
-        if session is not None:
-            await self._close(session, gone_record("deleted", "deleted (DELETE /api/agent/sessions)"))
-        return session
+    async def remove(self, session: KernelSession) -> bool:
+        """Shut the named ``session`` down (DELETE); False if it is not listed (a per-call one)."""
+        if self.sessions.get(session.key) is not session:
+            return False
+        await self._close(session, gone_record("deleted", "deleted (DELETE /api/agent/sessions)"))
+        return True
 
     async def _close(self, session: KernelSession, gone: dict[str, Any] | None = None) -> None:
         """Unlist a session, shut it down and remove its artifacts; it counts until its kernel is gone.
 
         ``gone`` (see :func:`gone_record`) is remembered for the next call that names the session."""
-        if self.sessions.get(session.name) is session:
-            del self.sessions[session.name]
+        if self.sessions.get(session.key) is session:
+            del self.sessions[session.key]
             if gone is not None:
-                self.gone[session.name] = gone
-                self._gone_owners[session.name] = session.owner
-                self.gone.move_to_end(session.name)
+                self.gone[session.key] = gone
+                self.gone.move_to_end(session.key)
                 while len(self.gone) > GONE_REMEMBERED:
-                    self._gone_owners.pop(self.gone.popitem(last=False)[0], None)
+                    self.gone.popitem(last=False)
         self._closing += 1
         try:
             await session.close()
-            self.artifacts.remove_session(session.name)
+            self.artifacts.remove_session(session.key)
         finally:
             self._closing -= 1
             async with self._slot_freed:
@@ -264,7 +351,7 @@ class EvalSessionManager(Service):
             task = asyncio.ensure_future(self._shut_per_call(session))
             self._ending.add(task)
             task.add_done_callback(self._ending.discard)
-        self.artifacts.discard_if_empty(session.name)  # the call is over: nothing writes there any more
+        self.artifacts.discard_if_empty(session.key)  # the call is over: nothing writes there any more
 
     @property
     def per_call_ending(self) -> int:
@@ -316,13 +403,11 @@ class EvalSessionManager(Service):
                 gone = gone_record("idle", unused)
             else:
                 continue
-            if session.idle and self.sessions.get(session.name) is session:
+            if session.idle and self.sessions.get(session.key) is session:
                 idle = {"idle_seconds": round(now - session.last_used, 3)} if args else {}
                 self.record(session, kind, message, *args, audit=idle)
                 await self._close(session, gone)
-        self.artifacts.sweep(
-            keep={*self.sessions, *self.per_call, *(s.name for s in self.notebooks.values())}
-        )
+        self.artifacts.sweep(keep={*self.sessions, *self.per_call, *(s.key for s in self.notebooks.values())})
         for sweeper in list(self.sweepers):
             try:
                 await sweeper()

@@ -17,6 +17,12 @@ class _EvalRoute(AgentAPIHandler):
     def service(self) -> EvalService:
         return self.app.eval_service
 
+    @property
+    def owner(self) -> str | None:
+        """``?owner=``: whose session of that name (names are per identity; default: the caller's own,
+        else the only one the caller may see)."""
+        return self.get_query_argument("owner", None) or None
+
 
 class SessionListHandler(_EvalRoute):
     """GET lists the sessions (``read`` on ``kernels``, as jupyter_server's kernel list)."""
@@ -37,8 +43,10 @@ class SessionHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def delete(self, name: str) -> None:
+        owner = self.owner
+
         async def apply() -> tuple[None, int]:
-            await self.service.delete_session(name)
+            await self.service.delete_session(name, owner)
             return None, 204
 
         await self.respond_gated("kernel", None, describe_session_delete(name), None, apply)
@@ -52,4 +60,4 @@ class SessionInterruptHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def post(self, name: str) -> None:
-        self.write_json(await self.service.interrupt_session(name))
+        self.write_json(await self.service.interrupt_session(name, self.owner))

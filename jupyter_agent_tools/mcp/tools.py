@@ -450,6 +450,12 @@ def _notebook_edit_input() -> dict[str, Any]:
 # -------------------------------------------------------------------------- sessions, artifacts, files
 
 SESSION_NAME = {"type": "string", "description": "The session's name (as given to eval, or listed)."}
+SESSION_OWNER = {
+    "type": "string",
+    "description": "Whose session of that name (names are per identity): default, your own; an agent "
+    "reaches only its own.",
+}
+SESSION_ARGUMENTS = {"name": ("string", REQUIRED), "owner": ("string", None)}
 
 
 async def _session_list(call: ToolCall) -> ToolResult:
@@ -473,8 +479,8 @@ async def _session_list(call: ToolCall) -> ToolResult:
 
 
 async def _session_interrupt(call: ToolCall) -> ToolResult:
-    own, _ = options(call.arguments, {"name": ("string", REQUIRED)})
-    answer = await call.services.eval_service.interrupt_session(own["name"])
+    own, _ = options(call.arguments, SESSION_ARGUMENTS)
+    answer = await call.services.eval_service.interrupt_session(own["name"], own["owner"])
     if answer["interrupted"]:
         text = f"Session {own['name']!r}: its running call was cancelled (it answers cancelled: true)."
     else:
@@ -483,8 +489,8 @@ async def _session_interrupt(call: ToolCall) -> ToolResult:
 
 
 async def _session_delete(call: ToolCall) -> ToolResult:
-    own, _ = options(call.arguments, {"name": ("string", REQUIRED)})
-    await call.services.eval_service.delete_session(own["name"])
+    own, _ = options(call.arguments, SESSION_ARGUMENTS)
+    await call.services.eval_service.delete_session(own["name"], own["owner"])
     return ToolResult(f"Session {own['name']!r} and its kernel were shut down; its artifacts are removed.")
 
 
@@ -877,7 +883,7 @@ _TOOLS: tuple[Tool, ...] = (
         description="Interrupt what an eval session is running (like Ctrl-C): the running eval call ends "
         "with cancelled: true. The session and its state stay.",
         permissions=(("execute", "kernels"),),
-        input_schema=_object({"name": SESSION_NAME}, ["name"]),
+        input_schema=_object({"name": SESSION_NAME, "owner": SESSION_OWNER}, ["name"]),
         output_schema=component("InterruptResult"),
         run=_session_interrupt,
         annotations={"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True},
@@ -888,7 +894,7 @@ _TOOLS: tuple[Tool, ...] = (
         description="Shut an eval session and its kernel down (its state and artifacts are lost); a call "
         "running in it is cancelled.",
         permissions=(("execute", "kernels"),),
-        input_schema=_object({"name": SESSION_NAME}, ["name"]),
+        input_schema=_object({"name": SESSION_NAME, "owner": SESSION_OWNER}, ["name"]),
         run=_session_delete,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
     ),
