@@ -159,7 +159,9 @@ def test_an_eval_waits_in_the_panel_and_approve_runs_it(lab: dict[str, Any], pag
         row, approval_id = waiting_row(page, code)
         text = row.inner_text()
         assert "agent:ci-bot" in text and "execute" in text and "run 1 cell in session 'gate'" in text, text
-        assert row.locator("pre.jp-AgentActivity-code").inner_text().strip() == code
+        # where and how it runs, then the cell's code
+        shown = [c.strip() for c in row.locator("pre.jp-AgentActivity-code").all_inner_texts()]
+        assert shown == ['session: "gate"', code], shown
         assert [b.get_attribute("data-action") for b in row.locator("button").all()] == [
             "approve",
             "approve-for",

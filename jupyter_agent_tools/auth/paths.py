@@ -10,7 +10,7 @@ above the root reaches nothing), and with a local root the path a symlink leads 
 :func:`place` is the one path resolution of the agent limits (token paths and the approval rules alike):
 where a request path is, the way the contents manager opens it (joined to the root, links followed), or
 None when it cannot be placed, which every caller treats as "denied" (fail closed).
-Pure except :func:`resolved` and :func:`place`, which ask the file system where symlinks lead.
+Pure except :func:`place`, which asks the file system where symlinks lead.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ __all__ = [
     "clean_glob",
     "normalize",
     "place",
-    "resolved",
 ]
 
 MAX_GLOBS = 32
@@ -99,28 +98,11 @@ class PathScope:
         )
 
     def allows(self, path: str, root_dir: str | None = None) -> bool:
-        """Whether the request path ``path`` is inside the globs: normalized, and, with a local
-        ``root_dir``, also where its symlinks lead (which must stay under the root); a hidden path is
-        refused wherever it is named from (:func:`place`)."""
-        normal = normalize(path)
-        if normal is None or not self.matches(normal):
-            return False
-        if root_dir is None:
-            return True
-        real = resolved(root_dir, normal)
-        return real is not None and (real == normal or self.matches(real))
-
-
-def resolved(root_dir: str, normalized: str) -> str | None:
-    """The root-relative path the file system reaches for ``normalized`` (symlinks followed; for a path
-    that does not exist, its deepest existing parent's), or None when that lies outside the root."""
-    root = os.path.realpath(root_dir)
-    real = os.path.realpath(os.path.join(root, normalized))
-    if real == root:
-        return ""
-    if not real.startswith(root.rstrip(os.sep) + os.sep):
-        return None
-    return os.path.relpath(real, root).replace(os.sep, "/")
+        """Whether the request path ``path`` is inside the globs, as written (normalized; a path that
+        climbs above the root never is) and, with a local ``root_dir``, where it leads (:func:`place`, the
+        rules' resolution too); a hidden path is refused wherever it is named from."""
+        where = place(path, root_dir)
+        return where is not None and normalize(path) is not None and all(self.matches(p) for p in where)
 
 
 def place(path: str, root_dir: str | None = None) -> tuple[str, ...] | None:
