@@ -123,9 +123,14 @@ def follow_approval(
     state, by = approval["state"], approval.get("decided_by") or "the person"
     reason = f": {approval['reason']}" if approval.get("reason") else ""
     if state == "pending" or (state == "approved" and not approval.get("outcome")):
+        now = (
+            "is still pending; it is done once approved"
+            if state == "pending"
+            else "is approved, not yet done"
+        )
         renderer.error(
-            f"stopped waiting: approval {approval_id} ({approval['summary']}) is still {state}; it is done "
-            f"once approved. Follow it: jupyter agent approvals show {approval_id}",
+            f"stopped waiting: approval {approval_id} ({approval['summary']}) {now}. Follow it: jupyter "
+            f"agent approvals show {approval_id}",
             call,
         )
         return exits.PENDING
