@@ -17,7 +17,9 @@ what the API answers (an eval's `output`, its `artifact://ID` notices written as
 ID`; a notebook change's message and the cell's source).
 
 Exit codes: 0 all cells complete, 1 a cell failed, 2 bad usage or a 4xx answer, 3 server unreachable or
-auth refused, 124 timed out, 130 cancelled (Ctrl-C interrupts the kernel)."""
+auth refused, 4 the agent token lacks the scope, 6 denied (by the person or a rule), 7 the approval
+request expired or was withdrawn, 8 still waiting for approval when the command stopped waiting (done
+once approved), 124 timed out, 130 cancelled (Ctrl-C interrupts the kernel)."""
 
 PATH_HELP = "the notebook, relative to the server root"
 CELL_HELP = "a cell index (0-based), a cell id, or id:ID for an id made of digits"
@@ -63,11 +65,23 @@ def _expected_hash(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _approval_wait(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--approval-wait",
+        type=float,
+        metavar="SECONDS",
+        help="when the person must approve it: how long to wait for their decision (default: until they "
+        "decide or the request expires); still undecided, exit 8 (it is done once approved)",
+    )
+
+
 def _edit_options(parser: argparse.ArgumentParser, expand: str = "do not collapse a long source") -> None:
-    """The options every ``nb`` edit shares: the expected hash, fidelity, ``--expand`` and the common ones."""
+    """The options every ``nb`` edit shares: the expected hash, fidelity, ``--expand``, the approval wait
+    and the common ones."""
     _expected_hash(parser)
     _fidelity(parser)
     parser.add_argument("--expand", action="store_true", help=expand)
+    _approval_wait(parser)
     _common(parser)
 
 
@@ -264,12 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
     kernel = nbc.add_parser("kernel", help="the notebook's own kernel: state; interrupt, restart, shutdown")
     kernel.add_argument("path", metavar="PATH", help=PATH_HELP)
     kernel.add_argument("action", nargs="?", choices=["interrupt", "restart", "shutdown"], help="what to do")
+    _approval_wait(kernel)
     _common(kernel)
 
     undo = nbc.add_parser("undo", help="undo one change (refused if a cell it touched changed since)")
     undo.add_argument("path", metavar="PATH", help=PATH_HELP)
     undo.add_argument("change_id", metavar="ID", help="the change (nb log lists them)")
     _expected_hash(undo)
+    _approval_wait(undo)
     _common(undo)
 
     sessions = commands.add_parser("sessions", help="list, interrupt or shut down eval sessions")
@@ -281,6 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     for action in (interrupt, remove):
         action.add_argument("name", metavar="NAME")
         action.add_argument("--owner", help="whose session of that name, as listed (default: your own)")
+    _approval_wait(remove)
+    for action in (interrupt, remove):
         _common(action)
     _common(sessions)
 

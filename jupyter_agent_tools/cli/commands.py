@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from ..client import AgentAPIError, AgentClient, EvalEvent
+from ..client.calls import pending_approval
 from ..ledger.text import change_text, changes_text
 from ..schemas import REFUSED_MISSING_SCOPE, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from . import exits
 from .args import parse
 from .cells import CodeCell, UsageError, parse_cell_ref, split_cells
 from .discovery import ServerNotFound, find_server
-from .render import NotebookCall, Renderer, RunPlan, choose
+from .render import NotebookCall, Renderer, RunPlan, approval_line, choose
 from .render.plain import artifact_commands
 
 Command = Callable[[AgentClient, argparse.Namespace, Renderer], int]
@@ -84,6 +85,82 @@ def _started(renderer: Renderer, answer: dict[str, Any]) -> int:
         answer,
     )
     return exits.OK
+
+
+def follow_approval(
+    client: AgentClient,
+    renderer: Renderer,
+    pending: dict[str, Any],
+    wait: float | None,
+    call: NotebookCall | None = None,
+) -> int:
+    """A command the person must approve first, answered while it waits (``202``): say so as ``eval``
+    does, wait for the decision (up to ``wait`` seconds; None: until it is decided or expires), and exit
+    with what came of it (:func:`exits.for_approval`; a refused approved change as its error)."""
+    approval_id = int(pending["approval_id"])
+    try:
+        approval = client.approval(approval_id)
+    except AgentAPIError as e:  # (a token without the read scope cannot follow its requests)
+        renderer.error(
+            f"approval {approval_id} waits for the person; it cannot be followed: {describe_error(e)}"
+        )
+        return exits.PENDING
+    renderer.note(
+        approval_line(
+            {
+                "type": "approval",
+                "state": "pending",
+                "approval_id": approval_id,
+                "summary": approval["summary"],
+            }
+        )
+    )
+    try:
+        approval = client.wait_approval(approval_id, timeout=wait)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        approval = {**approval, "state": "pending"}
+    state, by = approval["state"], approval.get("decided_by") or "the person"
+    reason = f": {approval['reason']}" if approval.get("reason") else ""
+    if state == "pending" or (state == "approved" and not approval.get("outcome")):
+        now = (
+            "is still pending; it is done once approved"
+            if state == "pending"
+            else "is approved, not yet done"
+        )
+        renderer.error(
+            f"stopped waiting: approval {approval_id} ({approval['summary']}) {now}. Follow it: jupyter "
+            f"agent approvals show {approval_id}",
+            call,
+        )
+        return exits.PENDING
+    if state == "denied":
+        renderer.error(f"denied: {by} denied {approval['summary']}{reason}. Nothing was done.", call)
+    elif state != "approved":
+        renderer.error(
+            f"approval {approval_id} ({approval['summary']}) {state}{reason}. Nothing was done.", call
+        )
+    if state != "approved":
+        return exits.for_approval(state)
+    outcome = approval["outcome"]
+    status = int(outcome.get("status") or 200)
+    if status >= 400:
+        error = AgentAPIError(status, str(outcome.get("message")), outcome.get("reason"))
+        renderer.error(f"approved by {by}, then refused: {describe_error(error)}", call)
+        return exits.for_error(error)
+    done = f"Approved by {by}: {outcome.get('message') or 'done'}"
+    renderer.done(done + (f" Hash: {outcome['hash']}" if outcome.get("hash") else ""), approval)
+    return exits.OK
+
+
+def approval_exit(client: AgentClient, error: AgentAPIError) -> int:
+    """The exit code of a failed call; a refused approval says whether it was denied or expired."""
+    state = None
+    approval_id = getattr(error, "approval_id", None)
+    if error.reason == "approval_denied" and isinstance(approval_id, int):
+        with contextlib.suppress(AgentAPIError):
+            state = client.approval(approval_id).get("state")
+    return exits.for_error(error, state)
 
 
 def cmd_eval(client: AgentClient, args: argparse.Namespace, renderer: Renderer) -> int:
@@ -161,7 +238,10 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
     if args.nb_command == "create":
         return nb_create(client, args, renderer)
     if args.nb_command == "kernel":
-        kernel = client.notebook_kernel(args.path, args.action)
+        wait = 0 if args.action is not None else None  # (an action may need the person's approval)
+        kernel = client.notebook_kernel(args.path, args.action, approval_wait=wait)
+        if pending_approval(kernel) is not None:
+            return follow_approval(client, renderer, kernel, args.approval_wait)
         text = kernel.get("message") or (
             f"Kernel of {kernel['path']}: {kernel['state']}"
             + (f", {kernel['kernel_name']} ({kernel['kernel_id']})" if kernel["kernel_id"] else "")
@@ -181,11 +261,18 @@ def cmd_nb(client: AgentClient, args: argparse.Namespace, renderer: Renderer) ->
     call = NotebookCall(op["action"], args.path, cell, op.get("cell_type"))
     try:
         answer = client.edit_notebook(
-            args.path, op, expected_hash=args.expected_hash, upgrade=args.upgrade, repair=args.repair
+            args.path,
+            op,
+            expected_hash=args.expected_hash,
+            upgrade=args.upgrade,
+            repair=args.repair,
+            approval_wait=0,  # asked, the person's decision is awaited here, saying so (follow_approval)
         )
     except AgentAPIError as e:
         renderer.error(describe_error(e), call)
-        return exits.for_error(e)
+        return approval_exit(client, e)
+    if pending_approval(answer) is not None:
+        return follow_approval(client, renderer, dict(answer), args.approval_wait, call)
     renderer.notebook_change(call, dict(answer), args.expand)
     return exits.OK
 
@@ -337,7 +424,11 @@ def nb_ledger(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
         entry = client.notebook_change(args.path, args.change_id)
         renderer.listing(change_text(entry), entry)
     else:
-        answer = client.undo_change(args.path, args.change_id, expected_hash=args.expected_hash)
+        answer = client.undo_change(
+            args.path, args.change_id, expected_hash=args.expected_hash, approval_wait=0
+        )
+        if pending_approval(answer) is not None:
+            return follow_approval(client, renderer, answer, args.approval_wait)
         renderer.done(f"{answer['message']} Hash: {answer['hash']}", answer)
     return exits.OK
 
@@ -354,7 +445,9 @@ def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Render
             message = f"Session {args.name} was running nothing; its kernel was sent an interrupt."
         renderer.done(message, answer)
     else:
-        client.delete_session(args.name, args.owner)
+        pending = client.delete_session(args.name, args.owner)
+        if pending is not None:
+            return follow_approval(client, renderer, pending, args.approval_wait)
         renderer.done(f"Shut down session {args.name}.", {"session": args.name, "deleted": True})
     return exits.OK
 
@@ -688,7 +781,11 @@ def main(argv: list[str] | None = None) -> int:
         return exits.UNREACHABLE
     try:
         with AgentClient(server.url, server.token, client="cli") as client:
-            return COMMANDS[args.command](client, args, renderer)
+            try:
+                return COMMANDS[args.command](client, args, renderer)
+            except AgentAPIError as e:
+                renderer.error(describe_error(e))
+                return approval_exit(client, e)
     except UsageError as e:
         renderer.error(str(e))
         return exits.USAGE

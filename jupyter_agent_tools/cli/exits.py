@@ -15,7 +15,9 @@ UNREACHABLE = 3  # no server found, server unreachable, or the token refused (wr
 REFUSED = 4  # the agent token is valid but lacks the scope this needs (or no agent token may do it)
 TIMED_OUT = 124  # the run ran out of its timeout (as timeout(1) exits)
 CANCELLED = 130  # cancelled: Ctrl-C (128 + SIGINT), or the session was interrupted
-DENIED = 6  # the person denied it (the approval gate), or nobody decided in time
+DENIED = 6  # the person denied it (the approval gate), or a rule of the server's denies it
+EXPIRED = 7  # nobody decided the approval request in time, or it was withdrawn: nothing was done
+PENDING = 8  # still waiting for the person when the command stopped waiting: it is done once approved
 
 
 def for_result(result: Mapping[str, Any]) -> int:
@@ -29,12 +31,22 @@ def for_result(result: Mapping[str, Any]) -> int:
     return OK
 
 
-def for_error(error: AgentAPIError) -> int:
-    """The exit code of a call that failed."""
+def for_approval(state: str | None) -> int:
+    """The exit code of a call the person had to decide, from its approval request's state (None: not
+    known, as for a call a rule denies)."""
+    if state == "pending":
+        return PENDING
+    if state in ("expired", "withdrawn"):
+        return EXPIRED
+    return OK if state == "approved" else DENIED
+
+
+def for_error(error: AgentAPIError, approval_state: str | None = None) -> int:
+    """The exit code of a call that failed (``approval_state``: its approval request's, when refused)."""
     if error.status is None:
         return TIMED_OUT if error.timed_out else UNREACHABLE
     if error.reason == "approval_denied":
-        return DENIED
+        return for_approval(approval_state if approval_state != "approved" else None)
     if refused_scope(error):
         return REFUSED
     if error.status in (401, 403):

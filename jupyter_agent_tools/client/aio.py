@@ -216,12 +216,17 @@ class AsyncAgentClient:
         expected_hash: str | None = None,
         upgrade: bool = False,
         repair: bool = False,
+        approval_wait: float | None = None,
     ) -> EditAnswer:
         """``POST /api/agent/notebooks/{path}``: one operation (a mapping) or a batch (a sequence).
 
         ``upgrade``: write an nbformat 3 file converted to nbformat 4.5; ``repair``: apply nbformat's
-        repairs to a notebook that is invalid as found (the answer's ``repairs`` lists them)."""
-        answer: EditAnswer = await self._json(calls.edit_call(path, ops, expected_hash, upgrade, repair))
+        repairs to a notebook that is invalid as found (the answer's ``repairs`` lists them).
+        ``approval_wait``: seconds to wait for the person when the edit needs their approval; past it the
+        answer is the pending request (``approval_id``, ``state: awaiting_approval``: see
+        :meth:`wait_approval`)."""
+        call = calls.edit_call(path, ops, expected_hash, upgrade, repair, approval_wait)
+        answer: EditAnswer = await self._json(call)
         return answer
 
     async def run_notebook(
@@ -330,10 +335,12 @@ class AsyncAgentClient:
                 failures += 1
                 await asyncio.sleep(min(5.0, 0.5 * failures))
 
-    async def notebook_kernel(self, path: str, action: str | None = None) -> dict[str, Any]:
+    async def notebook_kernel(
+        self, path: str, action: str | None = None, *, approval_wait: float | None = None
+    ) -> dict[str, Any]:
         """``GET .../kernel`` (state, kernelspec, people connected), or ``POST`` with ``action``
-        (``interrupt``, ``restart``, ``shutdown``)."""
-        answer: dict[str, Any] = await self._json(calls.kernel_call(path, action))
+        (``interrupt``, ``restart``, ``shutdown``; ``approval_wait`` as for :meth:`edit_notebook`)."""
+        answer: dict[str, Any] = await self._json(calls.kernel_call(path, action, approval_wait))
         return answer
 
     async def sessions(self) -> dict[str, Any]:
@@ -346,10 +353,14 @@ class AsyncAgentClient:
         path = f"api/agent/sessions/{calls.quote_path(name)}/interrupt"
         return dict(await self._json(Call("POST", path, {}, _owner(owner))))
 
-    async def delete_session(self, name: str, owner: str | None = None) -> None:
+    async def delete_session(self, name: str, owner: str | None = None) -> dict[str, Any] | None:
         """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down (whose: as
-        :meth:`interrupt`)."""
-        await self._send(Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}", None, _owner(owner)))
+        :meth:`interrupt`). None once done; the pending request when the person must approve it and has not
+        yet (see :meth:`wait_approval`)."""
+        response = await self._send(
+            Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}", None, _owner(owner))
+        )
+        return dict(response.json()) if response.status_code == 202 and response.content else None
 
     async def tokens(self) -> list[dict[str, Any]]:
         """``GET /api/agent/tokens``: the agent tokens (never the tokens themselves), oldest first."""
@@ -379,6 +390,21 @@ class AsyncAgentClient:
     async def approval(self, approval_id: int) -> dict[str, Any]:
         """``GET /api/agent/approvals/{id}``: one request, with what it would do."""
         return dict(await self._json(calls.approval_call(approval_id)))
+
+    async def wait_approval(self, approval_id: int, timeout: float | None = None) -> dict[str, Any]:
+        """The approval request once it says what came of it (denied, expired, withdrawn, or approved and
+        applied: its ``outcome``), or as it is after ``timeout`` seconds (None: until then; the server
+        expires a request nobody decides)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            approval = await self.approval(approval_id)
+            if calls.settled(approval) or (deadline is not None and loop.time() >= deadline):
+                return approval
+            pause = calls.APPROVAL_POLL
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - loop.time()))
+            await asyncio.sleep(pause)
 
     async def decide_approval(
         self,
@@ -423,10 +449,17 @@ class AsyncAgentClient:
         return answer
 
     async def undo_change(
-        self, path: str, change_id: str, *, expected_hash: str | None = None
+        self,
+        path: str,
+        change_id: str,
+        *,
+        expected_hash: str | None = None,
+        approval_wait: float | None = None,
     ) -> dict[str, Any]:
-        """``POST .../changes/{id}/undo``: undo one change (409 naming the cells changed since)."""
-        answer: dict[str, Any] = await self._json(calls.change_call(path, change_id, True, expected_hash))
+        """``POST .../changes/{id}/undo``: undo one change (409 naming the cells changed since;
+        ``approval_wait`` as for :meth:`edit_notebook`)."""
+        call = calls.change_call(path, change_id, True, expected_hash, approval_wait)
+        answer: dict[str, Any] = await self._json(call)
         return answer
 
     async def changes(self, *, since: str | None = None, limit: int | None = None) -> dict[str, Any]:

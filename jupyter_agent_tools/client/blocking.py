@@ -187,6 +187,7 @@ class AgentClient:
     revoke_token = _waits(AsyncAgentClient.revoke_token)
     approvals = _waits(AsyncAgentClient.approvals)
     approval = _waits(AsyncAgentClient.approval)
+    wait_approval = _waits(AsyncAgentClient.wait_approval)
     decide_approval = _waits(AsyncAgentClient.decide_approval)
     artifact = _waits(AsyncAgentClient.artifact)
     stream_artifact = _iterates(AsyncAgentClient.stream_artifact)

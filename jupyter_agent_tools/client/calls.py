@@ -147,7 +147,12 @@ def output_call(path: str, cell: str, n: int, mime: str | None) -> Call:
 
 
 def edit_call(
-    path: str, ops: Op | Sequence[Op], expected_hash: str | None, upgrade: bool = False, repair: bool = False
+    path: str,
+    ops: Op | Sequence[Op],
+    expected_hash: str | None,
+    upgrade: bool = False,
+    repair: bool = False,
+    approval_wait: float | None = None,
 ) -> Call:
     if isinstance(ops, Mapping):
         body: dict[str, Any] = dict(ops)
@@ -159,6 +164,8 @@ def edit_call(
         body["upgrade"] = True
     if repair:
         body["repair"] = True
+    if approval_wait is not None:
+        body["approval_wait"] = approval_wait
     return Call("POST", f"api/agent/notebooks/{quote_path(path)}", body)
 
 
@@ -198,11 +205,18 @@ def changes_call(path: str, limit: int | None, before: str | None) -> Call:
     return call
 
 
-def change_call(path: str, change_id: str, undo: bool = False, expected_hash: str | None = None) -> Call:
+def change_call(
+    path: str,
+    change_id: str,
+    undo: bool = False,
+    expected_hash: str | None = None,
+    approval_wait: float | None = None,
+) -> Call:
     url = f"api/agent/notebooks/{quote_path(path)}/changes/{urllib.parse.quote(str(change_id), safe='')}"
     if not undo:
         return Call("GET", url)
-    return Call("POST", url + "/undo", drop_none(expected_hash=expected_hash) or None)
+    body = drop_none(expected_hash=expected_hash, approval_wait=approval_wait)
+    return Call("POST", url + "/undo", body or None)
 
 
 def create_call(
@@ -254,11 +268,30 @@ def all_changes_call(since: str | None, limit: int | None) -> Call:
     return call
 
 
-def kernel_call(path: str, action: str | None) -> Call:
+def kernel_call(path: str, action: str | None, approval_wait: float | None = None) -> Call:
     url = f"api/agent/notebooks/{quote_path(path)}/kernel"
     if action is None:
         return Call("GET", url)
-    return Call("POST", url, {"action": action}, read_timeout=120.0)
+    return Call("POST", url, drop_none(action=action, approval_wait=approval_wait), read_timeout=120.0)
+
+
+APPROVAL_POLL = 0.5  # seconds between two looks at a request waiting for the person
+
+
+def pending_approval(answer: Any) -> int | None:
+    """The approval id of an answer saying the call waits for the person (a ``202``), else None."""
+    if isinstance(answer, Mapping) and answer.get("state") == "awaiting_approval":
+        approval_id = answer.get("approval_id")
+        return approval_id if isinstance(approval_id, int) else None
+    return None
+
+
+def settled(approval: Mapping[str, Any]) -> bool:
+    """Whether an approval request says what came of it: denied, expired or withdrawn, or approved and
+    applied (its ``outcome``; a run's approval is followed through the run instead)."""
+    return approval.get("state") != "pending" and (
+        approval.get("state") != "approved" or approval.get("outcome") is not None
+    )
 
 
 EVAL_OPTIONS = (

@@ -678,15 +678,20 @@ class McpServer:
         URL-mode elicitation opens JupyterLab at the request, and the client retries with the state,
         which only the approval's own state can clear (never what the client answers). An earlier
         client's call goes on once approved, without this call."""
+        if not tool.gated:
+            return arguments, None
+        policy = self.services.approval_policy
+        given = arguments  # (a 2026-07-28 retry's state is bound to the arguments as sent)
+        try:
+            wait = wait_seconds(arguments, policy)  # the gate's argument, checked as the routes check it
+        except AgentToolsError as e:
+            return arguments, self._call_result(ToolResult(e.message, is_error=True), version)
+        arguments = without_gate_fields(arguments)
         gate = gate_of(tool.name, self.services, arguments)
         if gate is None:
             return arguments, None
-        policy = self.services.approval_policy
         asking = Asking(request.identity, request.token_ask, "mcp", gate.action, gate.path, gate.also)
-        given = arguments
         try:
-            wait = wait_seconds(arguments, policy)
-            arguments = without_gate_fields(arguments)
             if resumed is not None and resumed.state is not None:
                 cleared: Approval | None = await self._resume(resumed, tool, given, request)
             else:
@@ -763,8 +768,10 @@ class McpServer:
         return self._modern_result(result, "input_required")
 
     def _go_on_when_approved(self, tool: Tool, gate: ToolGate, approval: Approval) -> ToolResult:
-        """A call still waiting for the person: eval and runs go on as a run awaiting approval (the agent
-        follows it with run_status), edits and kernel actions are done once approved."""
+        """A call still waiting for the person goes on as a run awaiting approval: eval and notebook runs
+        as their own runs, the other tools as a tool call's run (``mcp_tool``, whose result is the call's);
+        the agent follows it with run_status (its outcome: ran, refused, or denied), or stops it with
+        run_cancel (the request is withdrawn). The answer is the run's summary, in every tool's schema."""
         policy = self.services.approval_policy
         how = (
             f"Approval {approval.id} ({approval.summary}) waits for the person in JupyterLab's Agents panel. "
@@ -781,23 +788,28 @@ class McpServer:
             started = self.services.run_registry.start(
                 tool.name if tool.name == "eval" else "notebook_run", gate.path, run
             )
-            text = how + (
-                f"Once approved it runs as run {started.id}: run_status with run_id '{started.id}' (and "
-                "wait: seconds) shows its state and output."
-            )
-            return ToolResult(text, {**started.summary(), "approval_id": approval.id})
+        else:
 
-        async def apply() -> dict[str, Any]:
-            return await self._execute(
-                tool, await gate.bind(approval), LEGACY_VERSIONS[-1], asyncio.Event(), _ignore
-            )
+            async def call(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
+                async def start() -> dict[str, Any]:
+                    try:
+                        arguments = await gate.bind(approval)  # 409 when the notebook changed since
+                    except AgentToolsError as e:
+                        return self._call_result(ToolResult(e.message, is_error=True), LEGACY_VERSIONS[-1])
+                    return await self._execute(tool, arguments, LEGACY_VERSIONS[-1], cancel, _ignore)
 
-        policy.when_approved(approval, apply)
-        return ToolResult(
-            how + "It is done as shown once approved (not again by calling this tool again): read the "
-            "notebook then to see it.",
-            {"approval_id": approval.id},
+                return await once_approved(policy, approval, emit, cancel, start)
+
+            started = self.services.run_registry.start("mcp_tool", tool.name, call, state_of=tool_state)
+        text = how + (
+            f"Once approved it runs as run {started.id} (it is not done again by calling this tool again): "
+            f"run_status with run_id '{started.id}' and wait (seconds) waits for it and gives its outcome; "
+            "run_cancel withdraws the request."
         )
+        summary = started.summary()  # (its task has not run yet: it is awaiting the approval it was given)
+        if summary["state"] == "queued":
+            summary["state"] = "awaiting_approval"
+        return ToolResult(text, {**summary, "approval_id": approval.id})
 
     async def _refusal(self, tool: Tool, request: HttpRequest, version: str) -> dict[str, Any] | None:
         """The tool error when the caller lacks a permission the tool's route asks; None when allowed."""

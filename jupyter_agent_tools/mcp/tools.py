@@ -11,6 +11,7 @@ with the route's message. Pure: no Tornado.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
@@ -98,6 +99,9 @@ class Tool:
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, bool] = field(default_factory=dict)
     task_support: str | None = None  # "optional": may run as an MCP task (protocol 2025-11-25)
+    # May wait for the person (the approval gate, :mod:`.gates`): takes ``approval_wait``, and a call still
+    # pending after it answers the summary of the run that goes on once approved (see ``run_status``).
+    gated: bool = False
 
 
 # ------------------------------------------------------------------------------------------ arguments
@@ -186,9 +190,27 @@ def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
     return "interrupted" if structured.get("cancelled") else "complete"
 
 
-def _or_started(schema: dict[str, Any]) -> dict[str, Any]:
-    """A run tool's answer: its result, or (detach: true) the started run's summary."""
-    return {"type": "object", "anyOf": [schema, component("RunSummary")]}
+def _or_started(*schemas: dict[str, Any]) -> dict[str, Any]:
+    """A run tool's answer: its result, or (detach: true; or still waiting for the person's approval) the
+    started run's summary."""
+    return {"type": "object", "anyOf": [*schemas, component("RunSummary")]}
+
+
+APPROVAL_WAIT = {
+    "type": "number",
+    "minimum": 0,
+    "description": "Seconds to wait for approval if asked (then a run to follow).",
+}
+
+
+def _gated(tool: Tool) -> Tool:
+    """A gated tool as listed: ``approval_wait`` among its arguments (the gate takes it, the tool never
+    sees it)."""
+    if not tool.gated:
+        return tool
+    schema = copy.deepcopy(tool.input_schema)
+    schema["properties"]["approval_wait"] = APPROVAL_WAIT
+    return dataclasses.replace(tool, input_schema=schema)
 
 
 def _started(run: Any) -> ToolResult:
@@ -452,8 +474,7 @@ def _notebook_edit_input() -> dict[str, Any]:
 SESSION_NAME = {"type": "string", "description": "The session's name (as given to eval, or listed)."}
 SESSION_OWNER = {
     "type": "string",
-    "description": "Whose session of that name (names are per identity): default, your own; an agent "
-    "reaches only its own.",
+    "description": "Whose session of that name (names are per identity); default: yours.",
 }
 SESSION_ARGUMENTS = {"name": ("string", REQUIRED), "owner": ("string", None)}
 
@@ -674,10 +695,19 @@ async def _run_status(call: ToolCall) -> ToolResult:
     lines = [f"Run {run.id}: {run.state}" + (f" ({run.message})" if run.message else "")]
     lines += [f"cell {c['index']}: {c['status']}" for c in detail["cells"]]
     if run.result is not None:
-        lines.append(str(run.result.get("output") or "") or "(no output)")
+        lines.append(_result_text(run.kind, run.result))
     elif not run.finished:
         lines.append("Still running: call run_status again (wait: seconds to wait for the end).")
     return ToolResult("\n".join(lines), detail)
+
+
+def _result_text(kind: str, result: dict[str, Any]) -> str:
+    """A finished run's output for a model: an eval's or a notebook run's output, or the text of a tool
+    call's result (a call that waited for the person's approval, a task)."""
+    if kind == "mcp_tool":
+        texts = [str(c.get("text")) for c in result.get("content") or [] if c.get("type") == "text"]
+        return ("Error: " if result.get("isError") else "") + "\n".join(texts)
+    return str(result.get("output") or "") or "(no output)"
 
 
 def _without_image_data(result: dict[str, Any]) -> dict[str, Any]:
@@ -782,6 +812,7 @@ _TOOLS: tuple[Tool, ...] = (
         run=_eval,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
         task_support="optional",
+        gated=True,
     ),
     Tool(
         name="notebook_read",
@@ -827,12 +858,12 @@ _TOOLS: tuple[Tool, ...] = (
         "repair: true. Returns what was done and the new hash.",
         permissions=(("write", "contents"),),
         input_schema=_notebook_edit_input(),
-        output_schema={  # create answers as a read does
-            "type": "object",
-            "anyOf": [component("NotebookChangeResult"), component("NotebookCreated")],
-        },
+        output_schema=_or_started(  # create answers as a read does
+            component("NotebookChangeResult"), component("NotebookCreated")
+        ),
         run=_notebook_edit,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        gated=True,
     ),
     Tool(
         name="notebook_run",
@@ -848,6 +879,7 @@ _TOOLS: tuple[Tool, ...] = (
         run=_notebook_run,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": True},
         task_support="optional",
+        gated=True,
     ),
     Tool(
         name="notebook_kernel",
@@ -862,9 +894,10 @@ _TOOLS: tuple[Tool, ...] = (
             },
             ["path"],
         ),
-        output_schema=component("NotebookKernel"),
+        output_schema=_or_started(component("NotebookKernel")),
         run=_notebook_kernel,
         annotations={"readOnlyHint": False, "destructiveHint": True, "openWorldHint": False},
+        gated=True,
     ),
     Tool(
         name="session_list",
@@ -897,6 +930,7 @@ _TOOLS: tuple[Tool, ...] = (
         input_schema=_object({"name": SESSION_NAME, "owner": SESSION_OWNER}, ["name"]),
         run=_session_delete,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        gated=True,
     ),
     Tool(
         name="artifact_read",
@@ -974,9 +1008,10 @@ _TOOLS: tuple[Tool, ...] = (
             },
             ["path", "change_id"],
         ),
-        output_schema=component("UndoResult"),
+        output_schema=_or_started(component("UndoResult")),
         run=_notebook_undo,
         annotations={"readOnlyHint": False, "destructiveHint": True, "idempotentHint": False},
+        gated=True,
     ),
     Tool(
         name="run_status",
@@ -1005,4 +1040,6 @@ _TOOLS: tuple[Tool, ...] = (
 )
 
 # Answers' schemas as clients that know one type per schema can keep them (inputs are already so).
-TOOLS = tuple(dataclasses.replace(tool, output_schema=portable(tool.output_schema)) for tool in _TOOLS)
+TOOLS = tuple(
+    dataclasses.replace(_gated(tool), output_schema=portable(tool.output_schema)) for tool in _TOOLS
+)
