@@ -85,8 +85,9 @@ def _check_artifact(path: Path) -> None:
         assert b"KeyboardInterrupt" in f.read()
 
 
-def _artifact_size(directory: Path) -> int:
-    return max((p.stat().st_size for p in directory.glob("*.txt")), default=0)
+def _artifact_size(artifacts: Path, session: str) -> int:
+    """The largest artifact of the session (its directory: the name, then a key of owner and name)."""
+    return max((p.stat().st_size for p in artifacts.glob(f"{session}.*/*.txt")), default=0)
 
 
 def test_slow_stream_reader_keeps_memory_bounded_server_responsive_and_leaving_cancels(tmp_path):
@@ -113,7 +114,7 @@ def test_slow_stream_reader_keeps_memory_bounded_server_responsive_and_leaving_c
         try:
             deadline = time.monotonic() + 120
             # until the server has taken in all the kernel printed (its artifact has every byte)
-            while _artifact_size(artifacts / "flood") < FLUSHES * (LINE + 1):
+            while _artifact_size(artifacts, "flood") < FLUSHES * (LINE + 1):
                 assert time.monotonic() < deadline, "the server did not take in the output in 120 s"
                 rss = server.rss_bytes() or 0
                 assert rss - baseline < MEMORY_BOUND, f"server RSS grew by {(rss - baseline) / MB:.0f} MB"
@@ -150,7 +151,7 @@ def test_slow_stream_reader_keeps_memory_bounded_server_responsive_and_leaving_c
         after = _request(server, "POST", "api/agent/eval", body)
         assert after["output"] == "kept\n"  # interrupted, not restarted: the session's state is there
         assert after["restarted"] is False and after["kernel_id"] == session["kernel_id"]
-        spilled = sorted((artifacts / "flood").glob("*.txt"), key=lambda p: p.stat().st_size)
+        spilled = sorted(artifacts.glob("flood.*/*.txt"), key=lambda p: p.stat().st_size)
         _check_artifact(spilled[-1])
 
 
