@@ -401,3 +401,24 @@ async def test_a_configuration_error_refuses_agent_tokens_everywhere(
     status, _ = await http("GET", "api/contents")
     assert status == 200
     assert "jupyter_agent_tools_approvals" not in jp_serverapp.web_app.settings
+
+
+@pytest.mark.rules([{"who": "agent:*", "actions": ["execute"], "decision": "ask"}])
+async def test_eval_in_a_notebook_needs_read_on_every_door(
+    http: Any, make_token: Any, tree: Path, jp_http_port: int, jp_base_url: str, jp_serverapp: Any
+) -> None:
+    """An eval in a notebook's kernel reads the notebook: a token without ``read`` is refused before the
+    person is asked, attached, detached and over MCP alike (MCP's detached eval skipped the check)."""
+    runner = await make_token("runner", ["execute"])
+    body = {"notebook": "free/f.ipynb", "cells": [{"code": "open('ran', 'w').close()"}]}
+    for extra in ({}, {"detach": True}):
+        status, answer = await http("POST", "api/agent/eval", {**body, **extra}, token=runner)
+        assert status == 403 and "'read' scope" in answer["message"], answer
+    mcp_url = f"http://127.0.0.1:{jp_http_port}{jp_base_url}api/agent/mcp"
+    async with mcp_session(mcp_url, runner) as session:
+        for extra in ({}, {"detach": True}):
+            called = await session.call_tool("eval", {**body, **extra, "approval_wait": 0})
+            assert called.is_error and "read" in called.content[0].text, called
+    policy = jp_serverapp.web_app.settings["jupyter_agent_tools_approvals"]
+    assert policy.pending() == []  # nobody was asked
+    assert not (tree / "ran").exists()

@@ -1,7 +1,9 @@
-"""Which service runs an eval body: the one rule of the front doors (the HTTP route, the MCP tool).
+"""Which service runs an eval body, and what it needs beyond running code: the one rule of the front
+doors (the HTTP route, the MCP tool, attached, detached or once approved).
 
 An eval in a notebook's kernel (``notebook`` in the body) is the notebook runner's, in the turn that
-notebook's runs take; any other is :class:`EvalService`'s. Neither service knows the other.
+notebook's runs take, and reads the notebook (its cells' outputs come back): it needs ``read`` on
+``contents`` too. Any other is :class:`EvalService`'s. Neither service knows the other.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from ..stream_events import Emit
 from .eval_service import EvalService
 from .notebook_run import NotebookRunner
 from .pace import StreamPace
+
+
+def extra_permissions(body: Any) -> tuple[tuple[str, str], ...]:
+    """The (action, resource) pairs an eval body needs beyond its door's own (``execute`` on
+    ``kernels``), asked before anything is asked of the person or runs."""
+    if isinstance(body, dict) and "notebook" in body:
+        return (("read", "contents"),)
+    return ()
 
 
 def run_eval(

@@ -20,7 +20,7 @@ from ..approvals.actions import describe_eval
 from ..approvals.gate import once_approved, without_gate_fields
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
-from ..execution.dispatch import run_eval
+from ..execution.dispatch import extra_permissions, run_eval
 from ..execution.eval_service import EvalService
 from ..execution.executor import noop as _ignore
 from ..execution.pace import StreamPace
@@ -73,12 +73,14 @@ class EvalHandler(AgentAPIHandler):
     @authorized("execute")
     async def post(self) -> None:
         body = await self.json_body()
-        if isinstance(body, dict) and "notebook" in body:  # runs in a notebook's kernel: reads it too
-            allowed = self.authorizer.is_authorized(self, self.current_user, "read", "contents")
-            if not await ensure_async(allowed):
+        for action, resource in extra_permissions(body):  # eval with 'notebook' reads it too
+            if not await ensure_async(
+                self.authorizer.is_authorized(self, self.current_user, action, resource)
+            ):
                 raise web.HTTPError(
                     403,
-                    "User is not authorized to read on resource: contents (eval with 'notebook' needs it).",
+                    f"User is not authorized to {action} on resource: {resource} (eval with 'notebook' needs "
+                    "it).",
                 )
         await self._respond(body)
 

@@ -32,6 +32,7 @@ from ..approvals.gate import Asking, clear, once_approved, refusal, wait_seconds
 from ..approvals.records import Approval
 from ..audit.context import current_user, set_approver
 from ..errors import AgentToolsError
+from ..execution.dispatch import extra_permissions
 from ..runs.registry import Viewer
 from ..stream_events import Emit
 from ..streaming import TaskSource, pump
@@ -648,7 +649,7 @@ class McpServer:
         progress: _Progress,
         resumed: _Resumed | None = None,
     ) -> dict[str, Any]:
-        refused = await self._refusal(tool, request, version)
+        refused = await self._refusal(tool, arguments, request, version)
         if refused is not None:
             return refused
         passed, answer = await self._gate(
@@ -811,9 +812,13 @@ class McpServer:
             summary["state"] = "awaiting_approval"
         return ToolResult(text, {**summary, "approval_id": approval.id})
 
-    async def _refusal(self, tool: Tool, request: HttpRequest, version: str) -> dict[str, Any] | None:
-        """The tool error when the caller lacks a permission the tool's route asks; None when allowed."""
-        for action, resource in tool.permissions:
+    async def _refusal(
+        self, tool: Tool, arguments: dict[str, Any], request: HttpRequest, version: str
+    ) -> dict[str, Any] | None:
+        """The tool error when the caller lacks a permission the tool's route asks (eval with ``notebook``:
+        also what :func:`~..execution.dispatch.extra_permissions` says); None when allowed."""
+        extra = extra_permissions(arguments) if tool.name == "eval" else ()
+        for action, resource in (*tool.permissions, *extra):
             try:
                 allowed = await request.authorize(action, resource)
             except AgentToolsError as e:  # an agent token's refusal: its message names the missing scope
@@ -913,7 +918,7 @@ class McpServer:
     ) -> AsyncIterator[Outgoing]:
         """Check the permissions now (a refusal is the call's answer), then start the tool as a run and
         answer the task at once (CreateTaskResult)."""
-        refused = await self._refusal(tool, request, TASK_VERSION)
+        refused = await self._refusal(tool, arguments, request, TASK_VERSION)
         if refused is not None:
             yield Outgoing(result_message(rid, refused), final=True)
             return

@@ -84,7 +84,8 @@ class ToolCall:
     arguments: dict[str, Any]
     cancel: asyncio.Event
     progress: Callable[[str], None]
-    # Asks the authorizer for one more (action, resource) than the tool's own (eval with 'notebook').
+    # The server's authorizer, for a tool that asks it more than its own permissions (the server asks
+    # those, and an eval's extra ones, before the call: execution/dispatch.extra_permissions).
     authorize: Callable[[str, str], Awaitable[bool]] | None = None
 
 
@@ -244,9 +245,6 @@ async def _eval(call: ToolCall) -> ToolResult:
             )
         )
 
-    if "notebook" in body and call.authorize is not None and not await call.authorize("read", "contents"):
-        message = "Permission denied: eval with 'notebook' also needs 'read' on 'contents'; nothing was run."
-        return ToolResult(message, is_error=True)
     result = await _run_eval(call.services, body, _progress(call), call.cancel)
     images: list[Image] = []
     notes: list[str] = []
