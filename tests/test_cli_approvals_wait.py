@@ -192,3 +192,26 @@ def test_an_expired_request_exits_7_for_an_edit_and_for_an_eval(tmp_path: Path) 
         code, out, err = agent.finish()
         assert code == exits.EXPIRED, (out, err)
         assert "never" not in out
+
+
+def test_a_session_delete_says_it_waits_at_once(tmp_path: Path) -> None:
+    """``sessions rm`` under a ``kernel`` rule: the DELETE carries ``?approval_wait=0`` (it has no body),
+    so the CLI says it waits at once rather than after the server's default wait."""
+    config = gate_config(tmp_path, wait=60)
+    rules = json.loads(config.read_text())
+    rules["ApprovalPolicy"]["rules"] = [{"who": "agent:*", "actions": ["kernel"], "decision": "ask"}]
+    config.write_text(json.dumps(rules))
+    with jupyter_server(extra_args=[f"--config={config}"]) as server:
+        token = agent_token(server, "rm-bot")
+        made = Agent(server, token, tmp_path, "eval", "-s", "doomed", "-c", "x = 1").finish()
+        assert made[0] == exits.OK, made
+        started = time.monotonic()
+        agent = Agent(server, token, tmp_path, "sessions", "rm", "doomed")
+        line = agent.wait_for("Waiting for approval", timeout=20)
+        assert time.monotonic() - started < 20  # not the server's 60 s wait
+        decide(server, tmp_path, waiting_id(line), "approve")
+        code, out, err = agent.finish()
+        assert code == exits.OK, (out, err)
+        with server.client() as client:  # the person sees every identity's sessions
+            sessions = client.json("GET", "api/agent/sessions")["sessions"]
+        assert "doomed" not in [s["name"] for s in sessions]

@@ -11,6 +11,7 @@ is returned pending, and the caller answers 202 and goes on once it is decided (
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +63,16 @@ def wait_seconds(body: Any, policy: ApprovalPolicy) -> float:
             f"'approval_wait' must be a number of seconds between 0 and {policy.timeout:g}, got {raw!r}"
         )
     return float(raw)
+
+
+def query_wait(text: str | None) -> dict[str, float] | None:
+    """``?approval_wait=SECONDS`` of a request that has no body (a DELETE), as the body field
+    :func:`wait_seconds` reads (None when absent); 400 when it is not a plain number."""
+    if text is None:
+        return None
+    if not re.fullmatch(r"\d{1,7}(\.\d{1,6})?", text.strip()):
+        raise BadRequest(f"'approval_wait' must be a number of seconds, got {text[:40]!r}")
+    return {"approval_wait": float(text)}
 
 
 def without_gate_fields(body: Any) -> Any:

@@ -445,7 +445,7 @@ def cmd_sessions(client: AgentClient, args: argparse.Namespace, renderer: Render
             message = f"Session {args.name} was running nothing; its kernel was sent an interrupt."
         renderer.done(message, answer)
     else:
-        pending = client.delete_session(args.name, args.owner)
+        pending = client.delete_session(args.name, args.owner, approval_wait=0)  # awaited here, saying so
         if pending is not None:
             return follow_approval(client, renderer, pending, args.approval_wait)
         renderer.done(f"Shut down session {args.name}.", {"session": args.name, "deleted": True})

@@ -353,12 +353,17 @@ class AsyncAgentClient:
         path = f"api/agent/sessions/{calls.quote_path(name)}/interrupt"
         return dict(await self._json(Call("POST", path, {}, _owner(owner))))
 
-    async def delete_session(self, name: str, owner: str | None = None) -> dict[str, Any] | None:
+    async def delete_session(
+        self, name: str, owner: str | None = None, approval_wait: float | None = None
+    ) -> dict[str, Any] | None:
         """``DELETE /api/agent/sessions/{name}``: shut the session's kernel down (whose: as
         :meth:`interrupt`). None once done; the pending request when the person must approve it and has not
-        yet (see :meth:`wait_approval`)."""
+        within ``approval_wait`` seconds (the server's default wait when None; see :meth:`wait_approval`)."""
+        query = _owner(owner)
+        if approval_wait is not None:
+            query["approval_wait"] = f"{approval_wait:g}"
         response = await self._send(
-            Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}", None, _owner(owner))
+            Call("DELETE", f"api/agent/sessions/{calls.quote_path(name)}", None, query)
         )
         return dict(response.json()) if response.status_code == 202 and response.content else None
 

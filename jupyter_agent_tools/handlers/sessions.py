@@ -6,6 +6,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals.actions import describe_session_delete
+from ..approvals.gate import query_wait
 from ..execution.eval_service import EvalService
 from .base import AgentAPIHandler
 
@@ -49,7 +50,9 @@ class SessionHandler(_EvalRoute):
             await self.service.delete_session(name, owner)
             return None, 204
 
-        await self.respond_gated("kernel", None, describe_session_delete(name), None, apply)
+        # a DELETE has no body: the gate's wait comes as ?approval_wait=SECONDS
+        gate_body = query_wait(self.get_query_argument("approval_wait", None))
+        await self.respond_gated("kernel", None, describe_session_delete(name), gate_body, apply)
 
 
 class SessionInterruptHandler(_EvalRoute):
