@@ -241,6 +241,14 @@ def serve(args: list[str]) -> int:
         if child.poll() is not None:
             return child.returncode
         time.sleep(0.2)
+    if call(f"{url}/api/agent/sessions", token)[0] == 404:  # the server runs, the extension did not load
+        print(
+            f"\ndev.py serve: jupyter_agent_tools did NOT load (its error is in the server's log above): the "
+            f"agent routes are missing and agent tokens are refused until the configuration is fixed.\n"
+            f"  JupyterLab alone runs at {url}/lab?token={token}\n",
+            flush=True,
+        )
+        return child.wait()
     agent = cli_agent_token(url, token, kept.get("agent"))
     saved = dict(kept)
     if not os.environ.get("JUPYTER_TOKEN"):  # one from the environment is the caller's to keep
