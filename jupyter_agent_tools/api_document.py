@@ -98,6 +98,17 @@ def _session_name() -> dict[str, Any]:
     }
 
 
+# The 202 of a route the approval gate may make wait (the person decides in JupyterLab).
+APPROVAL_PENDING = {
+    "description": "Waiting for the person's approval (the approval gate): it is done once approved. The "
+    "Location header is the request (GET /api/agent/approvals/{approval_id}).",
+    "headers": {
+        "Location": {"description": "/api/agent/approvals/{approval_id}", "schema": {"type": "string"}}
+    },
+    "content": {JSON: {"schema": ref("ApprovalPending")}},
+}
+
+
 def _session_owner() -> dict[str, Any]:
     return _query(
         "owner",
@@ -227,6 +238,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("What was done, and the new hash.", ref("NotebookChangeResult")),
                     "201": _json("create: the new notebook, as a read answers it.", ref("NotebookCreated")),
+                    "202": APPROVAL_PENDING,
                     "400": _error(
                         "The body is invalid, or an operation cannot apply (index out of range, unknown "
                         "cell id, a replace whose 'old' matches no time or several times without all...), "
@@ -403,6 +415,7 @@ def _paths() -> dict[str, Any]:
                 "requestBody": _body(ref("NotebookKernelRequest"), "The action."),
                 "responses": {
                     "200": _json("The kernel after the action, and what was done.", ref("NotebookKernel")),
+                    "202": APPROVAL_PENDING,
                     "400": _error("The body is invalid, or not a .ipynb path."),
                     "403": FORBIDDEN,
                     "404": _error("No such notebook (also hidden and outside-root paths)."),
@@ -487,6 +500,15 @@ def _paths() -> dict[str, Any]:
         "/api/agent/sessions/{name}": {
             "parameters": [_session_name(), _session_owner()],
             "delete": {
+                "parameters": [
+                    _query(
+                        "approval_wait",
+                        "Seconds to wait for the person when the agent must ask first (a DELETE has no "
+                        "body); "
+                        "past it: 202. Default: ApprovalPolicy.wait.",
+                        {"type": "number", "minimum": 0},
+                    )
+                ],
                 "operationId": "deleteSession",
                 "summary": "Shut a session and its kernel down",
                 "description": "Its artifacts are removed with it; a call running in it is cancelled.",
@@ -494,6 +516,7 @@ def _paths() -> dict[str, Any]:
                 "x-authorization": {"resource": "kernels", "action": "execute"},
                 "responses": {
                     "204": {"description": "Shut down."},
+                    "202": APPROVAL_PENDING,
                     "403": FORBIDDEN,
                     "404": _error("No such session (for an agent token: none of its own)."),
                     "409": _error("Several identities have a session of that name: name its owner."),
@@ -942,6 +965,7 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                 },
                 "responses": {
                     "200": _json("What was undone, and the new hash.", ref("UndoResult")),
+                    "202": APPROVAL_PENDING,
                     "400": _error(
                         "The body is invalid, the change id is not a positive integer, or the change "
                         "cannot be undone (cells without ids, an upgrade, a change of notebook metadata)."

@@ -1287,8 +1287,17 @@ ANSWER_SCHEMAS["ApprovalList"] = _obj(
     }
 )
 
-
-# ------------------------------------------------------------------------------------------ change ledger
+ANSWER_SCHEMAS["ApprovalPending"] = _obj(
+    {
+        "approval_id": {**_INT, "description": "The request waiting for the person"},
+        "state": {"type": "string", "enum": ["awaiting_approval"]},
+        "location": {**_STR, "description": "GET it for the request's state and, once done, its outcome"},
+        "message": {**_STR, "description": "What waits, and where the person decides"},
+    },
+    additionalProperties=True,
+    description="202: the action waits for the person's approval (past the call's approval_wait); it is "
+    "done as shown once approved, not again by calling again.",
+)
 
 CHANGE_KINDS = ("edit", "run", "undo", "clear_outputs", "upgrade", "repair", "create", "overwrite")
 CELL_CHANGES = ("edited", "inserted", "deleted", "moved", "outputs")
