@@ -172,7 +172,7 @@ def test_a_setting_is_declared_on_one_class_only():
     # A name on two classes is two settings (each documented under its class), never a copy of one.
     assert {name: classes for name, classes in holders.items() if len(classes) > 1} == {
         "ready_timeout": ["LiveDocuments", "KernelService"],
-        "max_bytes": ["ArtifactStore", "Ledger"],
+        "max_bytes": ["ArtifactStore", "Ledger", "ApprovalPolicy"],
         "idle_timeout": ["EvalSessionManager", "NotebookKernels"],
         "db_path": ["Ledger", "ApprovalPolicy"],
     }
