@@ -97,10 +97,10 @@ def test_a_walk_stepping_folder_by_folder_answers_as_a_whole_match(glob: str, na
 )
 def test_hostile_globs_take_bounded_time(glob: str, path: str) -> None:
     glob = glob[:256]
-    began = time.perf_counter()
+    began = time.thread_time()  # this thread's CPU time: a loaded machine's scheduling does not count
     assert not Glob(glob).match(path)
     assert not PathScope([glob]).matches(path)  # a token's paths go through the same matcher
-    assert time.perf_counter() - began < 0.5  # under 2 ms here; the old regexes: seconds to forever
+    assert time.thread_time() - began < 0.5  # under 4 ms here; the old regexes: seconds to forever
 
 
 def test_stars_collapse_and_globs_and_paths_are_bounded() -> None:
