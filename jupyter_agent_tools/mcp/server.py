@@ -825,9 +825,14 @@ class McpServer:
                 refused = ToolResult(f"Permission denied: {e.message}", is_error=True)
                 return self._call_result(refused, version)
             if not allowed:
+                needs = (
+                    f"eval with 'notebook' also needs {action!r} on {resource!r}"
+                    if (action, resource) in extra
+                    else f"The {tool.name} tool needs {action!r} on {resource!r}"
+                )
                 result = ToolResult(
-                    f"Permission denied: User is not authorized to {action} on resource: {resource}. The "
-                    f"{tool.name} tool needs {action!r} on {resource!r}; nothing was done.",
+                    f"Permission denied: User is not authorized to {action} on resource: {resource}. "
+                    f"{needs}; nothing was done.",
                     is_error=True,
                 )
                 return self._call_result(result, version)
