@@ -19,7 +19,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from ..approvals import Approval, ApprovalPolicy
-from ..approvals.gate import Asking, Describe, clear, wait_seconds
+from ..approvals.gate import Asking, Describe, clear, wait_seconds, without_gate_fields
 from ..audit import NO_AUDIT, Audit, set_user
 from ..audit.context import current_via, set_token, set_via
 from ..auth.context import set_agent, set_paths
@@ -196,18 +196,26 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         action: str,
         path: str | None,
         describe: Describe,
-        body: Any,
-        apply: Callable[[], Awaitable[tuple[Any, int]]],
+        gate_body: Any,
+        apply: Callable[[Any], Awaitable[tuple[Any, int]]],
+        bind: Callable[[Approval, Any], Awaitable[Any]] | None = None,
     ) -> None:
-        """Answer ``apply()`` (its answer and status) once the gate lets it through; when the person has
-        not decided within the wait, 202 now and ``apply()`` once approved. ``describe()`` is asked only
+        """The gated action's one flow on the routes that answer once: ``apply(body)`` (its answer and
+        status; the body without the gate's fields) once the gate lets it through, after ``bind`` (what
+        the person saw checked against now, the body to apply) when the person was asked; when the person
+        has not decided within the wait, 202 now and the same once approved. ``describe()`` is asked only
         when the person is asked."""
-        approval = await self.approval(action, path, describe, body)
+        body = without_gate_fields(gate_body)
+        approval = await self.approval(action, path, describe, gate_body)
+
+        async def approved(given: Approval) -> tuple[Any, int]:
+            return await apply(await bind(given, body) if bind is not None else body)
+
         if approval is not None and approval.state == "pending":
-            self.approval_policy.when_approved(approval, apply)
+            self.approval_policy.when_approved(approval, functools.partial(approved, approval))
             self.write_pending(approval)
             return
-        answer, status = await apply()
+        answer, status = await (apply(body) if approval is None else approved(approval))
         if answer is None:
             self.set_status(status)
             self.finish()

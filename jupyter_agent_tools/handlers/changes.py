@@ -9,7 +9,6 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals.actions import describe_undo
-from ..approvals.gate import without_gate_fields
 from ..ledger.service import Ledger
 from ..notebook.reading import query_int
 from ..notebook.store import NotebookStore
@@ -63,10 +62,9 @@ class NotebookUndoHandler(_LedgerHandler):
     @authorized
     async def post(self, path: str, change_id: str) -> None:
         gate_body = await self.json_body() if self.request.body.strip() else None
-        body = without_gate_fields(gate_body) or None
 
-        async def apply() -> tuple[dict[str, Any], int]:
-            return await self.store.undo(path, change_id, body), 200
+        async def apply(body: Any) -> tuple[dict[str, Any], int]:
+            return await self.store.undo(path, change_id, body or None), 200
 
         describe = functools.partial(describe_undo, self.store, path, change_id)
         await self.respond_gated("edit", path, describe, gate_body, apply)

@@ -72,26 +72,17 @@ class NotebookHandler(AgentAPIHandler):
         gate_body = await self.json_body()
         body = without_gate_fields(gate_body)
         creating = is_create_request(body)
-        approval = await self.approval(
-            "edit", path, functools.partial(self._describe, path, body, creating), gate_body
-        )
-        if approval is not None and approval.state == "pending":
-            pending = approval
 
-            async def apply() -> tuple[dict[str, Any], int]:  # checked against what was shown, once approved
-                return await self._apply(path, await bind_edit(self.store, pending, path, body), creating)
+        async def apply(body: Any) -> tuple[dict[str, Any], int]:
+            if creating:
+                return await self.store.create(path, body), 201
+            return await self.store.edit(path, body), 200
 
-            self.approval_policy.when_approved(approval, apply)
-            self.write_pending(approval)
-            return
-        if approval is not None:
-            body = await bind_edit(self.store, approval, path, body)
-        self.write_json(*await self._apply(path, body, creating))
+        async def bind(approval: Approval, body: Any) -> Any:  # the notebook is still as the person saw it
+            return await bind_edit(self.store, approval, path, body)
 
-    async def _apply(self, path: str, body: Any, creating: bool) -> tuple[dict[str, Any], int]:
-        if creating:
-            return await self.store.create(path, body), 201
-        return await self.store.edit(path, body), 200
+        describe = functools.partial(self._describe, path, body, creating)
+        await self.respond_gated("edit", path, describe, gate_body, apply, bind)
 
     async def _describe(self, path: str, body: Any, creating: bool) -> tuple[str, dict[str, Any]]:
         """What the person is shown: the edit's diff on the notebook now."""
@@ -212,9 +203,9 @@ class NotebookKernelHandler(AgentAPIHandler):
     @authorized("execute")
     async def post(self, path: str) -> None:
         gate_body = await self.json_body()
-        body = without_gate_fields(gate_body)
 
-        async def apply() -> tuple[dict[str, Any], int]:
+        async def apply(body: Any) -> tuple[dict[str, Any], int]:
             return await self.runner.kernel_action(path, body), 200
 
-        await self.respond_gated("kernel", path, describe_kernel_action(path, body), gate_body, apply)
+        describe = describe_kernel_action(path, without_gate_fields(gate_body))
+        await self.respond_gated("kernel", path, describe, gate_body, apply)

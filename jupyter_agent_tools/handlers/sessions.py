@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
@@ -46,7 +48,7 @@ class SessionHandler(_EvalRoute):
     async def delete(self, name: str) -> None:
         owner = self.owner
 
-        async def apply() -> tuple[None, int]:
+        async def apply(_body: Any) -> tuple[None, int]:
             await self.service.delete_session(name, owner)
             return None, 204
 
