@@ -314,7 +314,8 @@ def test(args: list[str]) -> int:
     run(BIN / "jlpm", "test", "--silent", cwd=HERE / "frontend", env=node_env)
     chose_workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
     selection = ["-m", "quick"] if quick else [] if chose_workers else [*WORKERS]
-    return subprocess.call([str(PYTHON), "-m", "pytest", *selection, *args], cwd=HERE)
+    # -rs: each skipped test is named with its reason at the end (with CI set a missing piece fails instead)
+    return subprocess.call([str(PYTHON), "-m", "pytest", "-rs", *selection, *args], cwd=HERE)
 
 
 def bench(args: list[str]) -> int:

@@ -108,7 +108,8 @@ def test_a_stream_left_early_has_its_inner_generators_closed_before_the_loop_sto
     stream = loop.iterate(outer())
     # a real SIGINT (interrupt_main only sets a flag, which a thread blocked on a lock does not see)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    watcher = threading.Thread(target=lambda: reading.wait(5) and os.kill(os.getpid(), signal.SIGINT))
+    # sent whatever happens (a loaded machine may take long to start reading): never a hang on next()
+    watcher = threading.Thread(target=lambda: (reading.wait(120), os.kill(os.getpid(), signal.SIGINT)))
     try:
         watcher.start()
         with caplog.at_level(logging.ERROR, logger="asyncio"), pytest.raises(KeyboardInterrupt):
@@ -117,5 +118,6 @@ def test_a_stream_left_early_has_its_inner_generators_closed_before_the_loop_sto
         watcher.join()
         signal.signal(signal.SIGINT, previous)
     loop.stop()
+    assert reading.is_set()  # the interrupt landed while the stream was being read
     assert inner_closed.is_set()
     assert not [r for r in caplog.records if r.name == "asyncio"]

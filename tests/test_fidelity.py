@@ -248,25 +248,27 @@ def large_notebook() -> str:
 
 
 def round_trip_seconds(text: str) -> float:
-    """The baseline an edit's cost is measured against, under the same load: reading and writing the
-    notebook through nbformat, as any Jupyter save does (the slower of two tries). An edit took 1-3 times
-    as long here."""
+    """The baseline an edit's cost is measured against, in this thread's CPU time (the machine's load does
+    not count): reading and writing the notebook through nbformat, as any Jupyter save does (the slower of
+    two tries). An edit took 1-3 times as long here."""
     times = []
     for _ in range(2):
-        started = time.perf_counter()
+        started = time.thread_time()
         nbformat.writes(nbformat.reads(text, as_version=4))
-        times.append(time.perf_counter() - started)
+        times.append(time.thread_time() - started)
     return max(times)
 
 
 def test_large_file_with_images(large_notebook: str) -> None:
     text = large_notebook
     assert len(text) > 3_000_000
-    started = time.perf_counter()
+    started = (
+        time.thread_time()
+    )  # CPU time of this thread, as the baseline: a loaded machine's waits do not count
     new, out = edited(
         text, [CellOp("edit", cell_index=150, content="# étape 150\nx150 = compute(150)\nplot(x)")]
     )
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     assert strict_equal(json.loads(out), new)
     assert changed_lines(text, out) == 2
     assert took < 10 * round_trip_seconds(text), took
