@@ -841,9 +841,10 @@ class NotebookStore(Service):
         )
         message = f"Undid change {entry['id']} ({entry['action']}) of {path}."
         if cleared:
+            them = "it" if len(cleared) == 1 else "them"
             message += (
                 f" Cleared the outputs of {_cells_named(cleared)}: they came from the source this undid "
-                "(run again to see the restored code's)."
+                f"(run {them} again for the restored source's)."
             )
         answer = {
             "message": message,
