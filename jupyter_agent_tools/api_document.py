@@ -964,7 +964,10 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                     "content": {JSON: {"schema": ref("UndoRequest")}},
                 },
                 "responses": {
-                    "200": _json("What was undone, and the new hash.", ref("UndoResult")),
+                    "200": _json(
+                        "What was undone, the new hash, and the cells whose outputs it cleared.",
+                        ref("UndoResult"),
+                    ),
                     "202": APPROVAL_PENDING,
                     "400": _error(
                         "The body is invalid, the change id is not a positive integer, or the change "
@@ -975,7 +978,9 @@ def _ledger_paths(notebook_path: dict[str, Any]) -> dict[str, Any]:
                     "409": _error(
                         "A cell the undo would touch changed since the change (a person, another agent, a "
                         "later change): 'conflicts' names each cell and what changed; or expected_hash "
-                        "does not match. Nothing was written."
+                        "does not match. Nothing was written. New outputs since (a run) conflict only with "
+                        "a change that set outputs itself (a run, a clear); when the change set the cell's "
+                        "source or type, the undo clears them ('outputs_cleared')."
                     ),
                     "413": TOO_LARGE,
                     "503": _retry(

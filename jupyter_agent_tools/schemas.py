@@ -1419,9 +1419,15 @@ LEDGER_SCHEMAS: dict[str, Any] = {
             "hash": {"type": "string", "description": "The notebook's hash after the undo"},
             "undoes": {"type": "string", "description": "The id of the change undone"},
             "cells": {"type": "array", "items": ref("ChangeCell"), "description": "The cells it put back"},
+            "outputs_cleared": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Cells run since the change (only their outputs changed) whose source or type "
+                "the undo put back: their outputs came from the code undone, so they were cleared",
+            },
             **_RECORDED,
         },
-        required=["message", "hash", "undoes", "cells"],
+        required=["message", "hash", "undoes", "cells", "outputs_cleared"],
     ),
     "ChangesSince": _obj(
         {

@@ -369,6 +369,54 @@ async def test_undo_of_a_run_restores_the_earlier_outputs(jp_root_dir, api, jp_s
             await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
 
 
+async def test_undo_of_an_edit_after_a_run_restores_the_source_and_says_the_outputs_went(
+    jp_root_dir, call, jp_fetch, jp_serverapp
+):
+    """The usual agent sequence, edit then run: undoing the edit is not refused for the run's outputs
+    (they came from the source undone: cleared, and said); a source changed again since still is."""
+    path = write(jp_root_dir)
+    run = NB + "/run"
+    try:
+        edit = {"ops": [{"action": "edit", "cell_id": "two", "content": "b = 20\nprint(b)"}]}
+        status, edited = await call("POST", NB, "notebooks", "nb.ipynb", body=edit)
+        assert status == 200, edited
+        status, ran = await call("POST", run, "notebooks", "nb.ipynb", "run", body={"cell_ids": ["two"]})
+        assert status == 200 and ran["cells"][0]["status"] == "complete", ran
+        assert nbformat.read(str(path), as_version=4).cells[2].outputs[0]["text"] == "20\n"
+
+        status, undone = await call(
+            "POST", UNDO, "notebooks", "nb.ipynb", "changes", edited["change_id"], "undo"
+        )
+        assert status == 200, undone
+        assert undone["outputs_cleared"] == ["two"]
+        assert "Cleared the outputs of cell two" in undone["message"]
+        cell = nbformat.read(str(path), as_version=4).cells[2]
+        assert (cell.source, cell.outputs, cell.execution_count) == ("b = 2", [], None)
+
+        # A real conflict stays one: the person changes the source again after the agent's edit and run.
+        status, edited = await call("POST", NB, "notebooks", "nb.ipynb", body=edit)
+        status, ran = await call("POST", run, "notebooks", "nb.ipynb", "run", body={"cell_ids": ["two"]})
+        assert status == 200, ran
+        response = await jp_fetch("api", "contents", "nb.ipynb", params={"type": "notebook", "content": "1"})
+        nb = json.loads(response.body)["content"]
+        for c in nb["cells"]:
+            c["metadata"].pop("trusted", None)
+        nb["cells"][2]["source"] = "b = 'person'"
+        body = json.dumps({"type": "notebook", "format": "json", "content": nb})
+        await jp_fetch("api", "contents", "nb.ipynb", method="PUT", body=body)
+        before = path.read_bytes()
+        status, error = await call(
+            "POST", UNDO, "notebooks", "nb.ipynb", "changes", edited["change_id"], "undo"
+        )
+        assert status == 409, error
+        assert error["conflicts"] == [{"id": "two", "what": "its source and outputs changed since"}]
+        assert "cell two: its source and outputs changed since" in error["message"]
+        assert path.read_bytes() == before  # nothing written
+    finally:
+        for kernel_id in list(jp_serverapp.kernel_manager.list_kernel_ids()):
+            await jp_serverapp.kernel_manager.shutdown_kernel(kernel_id)
+
+
 @pytest.mark.parametrize(
     "jp_server_config",
     [

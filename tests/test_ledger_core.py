@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from jupyter_agent_tools.ledger.changes import diff, merge, summarize
 from jupyter_agent_tools.ledger.since import Snapshot, attribute, compare, snapshot_of
-from jupyter_agent_tools.ledger.undo import conflicts, inverse
+from jupyter_agent_tools.ledger.undo import check_undo, conflicts, inverse
 from jupyter_agent_tools.notebook.operations import CellOp, apply_ops
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
@@ -90,6 +90,68 @@ def test_undo_keeps_what_others_changed_elsewhere() -> None:
     undone = inverse(change.cells, later)
     assert [c["id"] for c in undone["cells"]] == ["p", "c0", "c1", "c2", "c3", "c4"]
     assert undone["cells"][5] == before["cells"][4] and undone["cells"][3] == before["cells"][2]
+
+
+def ran(nb: dict[str, Any], *ids: str, count: int = 42) -> dict[str, Any]:
+    """``nb`` after a run of cells ``ids``: new outputs and execution counts, as a run writes them."""
+    cells = list(nb["cells"])
+    for i, cell in enumerate(cells):
+        if cell.get("id") in ids:
+            out = [{"output_type": "stream", "name": "stdout", "text": f"ran {cell['id']} {count}\n"}]
+            cells[i] = {**cell, "outputs": out, "execution_count": count}
+    return {**nb, "cells": cells}
+
+
+def test_undo_of_an_edit_run_since_restores_the_source_and_clears_the_outputs() -> None:
+    before = notebook()
+    after = edited(
+        before,
+        [
+            CellOp("edit", cell_id="c0", content="x = 10"),
+            CellOp("edit", cell_id="c1", content="print('now code')", cell_type="code"),
+            CellOp("insert", cell_index=5, content="new", cell_id="n"),
+            CellOp("move", cell_id="c4", to_index=0),
+        ],
+    )
+    change = diff(before, after)
+    later = ran(after, "c0", "c1", "n", "c4")  # "edit, then run": only the outputs changed since
+    checked = check_undo(change.cells, later)
+    assert checked.conflicts == [] and conflicts(change.cells, later) == []
+    assert checked.outputs_cleared == ["c0", "c1"]  # the code they came from is undone; a move is not
+    undone = inverse(change.cells, later, checked.outputs_cleared)
+    assert [c["id"] for c in undone["cells"]] == ["c0", "c1", "c2", "c3", "c4"]  # the insert goes
+    assert undone["cells"][0] == {**before["cells"][0], "outputs": [], "execution_count": None}
+    assert undone["cells"][1] == before["cells"][1]  # markdown again: no outputs keys at all
+    assert undone["cells"][2:4] == before["cells"][2:4]
+    assert undone["cells"][4] == later["cells"][0]  # moved back, with the outputs of its run
+    # the undo is itself undoable: its change gives back the run's outputs and the edited source
+    redo = diff(later, undone)
+    assert check_undo(redo.cells, undone).outputs_cleared == []
+    assert inverse(redo.cells, undone) == later
+
+
+def test_undo_still_refuses_when_more_than_new_outputs_changed_since() -> None:
+    before = notebook()
+    after = edited(
+        before, [CellOp("edit", cell_id="c0", content="x = 10"), CellOp("edit", cell_id="c2", content="y")]
+    )
+    change = diff(before, after)
+    later = edited(ran(after, "c0", "c2"), [CellOp("edit", cell_id="c0", content="someone else's")])
+    later = edited(later, [CellOp("edit", cell_id="c2", content="y", cell_type="markdown")])
+    assert {c.id: c.what for c in conflicts(change.cells, later)} == {
+        "c0": "its source and outputs changed since",
+        "c2": "its outputs and cell type changed since",
+    }
+    gone = edited(ran(after, "c0"), [CellOp("delete", cell_id="c0")])
+    assert [(c.id, c.what) for c in conflicts(change.cells, gone)] == [("c0", "it was deleted since")]
+    # a change that wrote the outputs itself (a run, a clear): newer outputs would be overwritten
+    run = diff(before, ran(before, "c3"))
+    found = check_undo(run.cells, ran(before, "c3", count=43))
+    assert [(c.id, c.what) for c in found.conflicts] == [("c3", "its outputs changed since")]
+    clear = edited(before, [CellOp("clear_outputs", cell_id="c3")])
+    found = check_undo(diff(before, clear).cells, ran(clear, "c3"))
+    assert [(c.id, c.what) for c in found.conflicts] == [("c3", "its outputs changed since")]
+    assert found.outputs_cleared == []
 
 
 def test_run_writes_merge_into_one_change_with_the_first_before() -> None:

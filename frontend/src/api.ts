@@ -198,7 +198,10 @@ export class Api {
     return this.request(`${notebookUrl(path)}/changes/${id}`);
   }
 
-  undo(path: string, id: string): Promise<{ message: string }> {
+  undo(
+    path: string,
+    id: string
+  ): Promise<{ message: string; outputs_cleared?: string[] }> {
     return this.request(`${notebookUrl(path)}/changes/${id}/undo`, {
       method: 'POST',
       body: '{}'

@@ -69,6 +69,26 @@ export function readable(error: unknown): string {
   return [head + error.message, ...lines].join('\n');
 }
 
+/** What the panel says after an undo: which change it undid and, for an edit run since, whose outputs
+ * it cleared (they came from the source undone). */
+export function undone(
+  c: IChange,
+  answer: { outputs_cleared?: string[] }
+): string {
+  const text = trans.__('Undid change %1 (%2) of %3.', c.id, c.action, c.path);
+  const cleared = answer.outputs_cleared ?? [];
+  if (!cleared.length) {
+    return text;
+  }
+  const outputs = trans._n(
+    'Cleared the outputs of cell %2: they came from the source this undid.',
+    'Cleared the outputs of cells %2: they came from the source this undid.',
+    cleared.length,
+    cleared.join(', ')
+  );
+  return `${text} ${outputs}`;
+}
+
 /** What a changed cell shows: its source's unified diff, or its other parts before and after. */
 export function cellDiffText(cell: {
   diff?: string;

@@ -24,7 +24,7 @@ import {
 } from './api';
 import { PendingBook } from './approvals';
 import { AgentEvents } from './events';
-import { readable } from './format';
+import { readable, undone } from './format';
 import { trans } from './i18n';
 
 /** How long a message of success stays (it also goes at the next action). */
@@ -170,7 +170,7 @@ export class AgentModel implements IDisposable {
   }
 
   async undo(change: IChange): Promise<string> {
-    return (await this.api.undo(change.path, change.id)).message;
+    return undone(change, await this.api.undo(change.path, change.id));
   }
 
   /** The person's decision on a request; it leaves the pending ones at once (its event follows). */

@@ -38,7 +38,7 @@ from ..errors import AgentToolsError, BadRequest, Conflict, NotFound, Unavailabl
 from ..ledger.changes import diff as change_of
 from ..ledger.changes import summarize
 from ..ledger.service import ChangeGroup, Ledger, Recorded, cell_bodies, check_hash
-from ..ledger.undo import conflicts, inverse
+from ..ledger.undo import check_undo, inverse
 from ..traits import Service, at_least
 from ..validation import check
 from . import disk
@@ -802,7 +802,8 @@ class NotebookStore(Service):
         """Undo change ``change_id`` of ``path`` as one atomic write, itself recorded (with ``undoes``).
 
         409 naming the cells when any cell it would touch changed since that change; nothing is written.
-        ``body``: nothing, or ``{"expected_hash": ...}`` as for edits.
+        Not a conflict: a cell run since (only its outputs changed); when the change set its source, the
+        undo clears those outputs (``outputs_cleared``). ``body``: nothing, or ``{"expected_hash": ...}``.
         """
         expected_hash = parse_undo_request(body)
         if self.ledger is None:
@@ -819,8 +820,11 @@ class NotebookStore(Service):
                 f"since ({plan.replaced}); the file at {path} is another notebook now. Nothing was written"
             )
 
+        cleared: list[str] = []
+
         def transform(nb: dict[str, Any], _hash: str) -> tuple[dict[str, Any], None]:
-            found = conflicts(plan.cells, nb)
+            checked = check_undo(plan.cells, nb)
+            found = checked.conflicts
             if found:
                 named = "; ".join(f"cell {c.id}: {c.what}" for c in found)
                 raise Conflict(
@@ -828,17 +832,26 @@ class NotebookStore(Service):
                     "the notebook and change those cells yourself, or undo the later change first",
                     extra={"conflicts": [c.as_dict() for c in found]},
                 )
-            return inverse(plan.cells, nb), None
+            cleared[:] = checked.outputs_cleared  # the transform may run again (a retried write)
+            return inverse(plan.cells, nb, cleared), None
 
         notes: dict[str, Any] = {}
         _, new_hash = await self.change(
             path, transform, expected_hash=expected_hash, actions=["undo"], notes=notes, undoes=entry["id"]
         )
+        message = f"Undid change {entry['id']} ({entry['action']}) of {path}."
+        if cleared:
+            them = "it" if len(cleared) == 1 else "them"
+            message += (
+                f" Cleared the outputs of {_cells_named(cleared)}: they came from the source this undid "
+                f"(run {them} again for the restored source's)."
+            )
         answer = {
-            "message": f"Undid change {entry['id']} ({entry['action']}) of {path}.",
+            "message": message,
             "hash": new_hash,
             "undoes": entry["id"],
             "cells": entry["cells"],
+            "outputs_cleared": list(cleared),
         }
         answer.update(_recorded_fields(notes))
         return answer
@@ -1016,3 +1029,10 @@ def _changed(path: str, expected: str, current: str) -> Conflict:
         f"Notebook changed since it was read: {path} (expected_hash {expected}, current hash "
         f"{current or '(file removed)'}); read it again and retry"
     )
+
+
+def _cells_named(ids: Sequence[str]) -> str:
+    """``cell a``, ``cells a and b``, ``cells a, b and c``."""
+    if len(ids) == 1:
+        return f"cell {ids[0]}"
+    return f"cells {', '.join(ids[:-1])} and {ids[-1]}"

@@ -7,6 +7,7 @@ import {
   elapsed,
   readable,
   runningCell,
+  undone,
   when
 } from '../format';
 
@@ -71,6 +72,19 @@ describe('format', () => {
         running_cell: { index: 4, cell_id: 'wait' }
       })
     ).toBe('running cell wait');
+  });
+
+  it('says whose outputs an undo cleared (an edit run since)', () => {
+    expect(undone(change, { outputs_cleared: [] })).toBe(
+      `Undid change 26 (${change.action}) of a.ipynb.`
+    );
+    expect(undone(change, { outputs_cleared: ['total'] })).toBe(
+      `Undid change 26 (${change.action}) of a.ipynb. Cleared the outputs of cell total: ` +
+        'they came from the source this undid.'
+    );
+    expect(undone(change, { outputs_cleared: ['a', 'b'] })).toContain(
+      'Cleared the outputs of cells a, b:'
+    );
   });
 
   it('reads a refused undo with each conflicting cell once', () => {
