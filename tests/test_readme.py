@@ -1,5 +1,6 @@
 """The README's examples, pasted as a new user would: `python3 dev.py serve`, its printed `export` line,
-then every shell block from "Routes" to the CLI, in order, in one bash. Real server, real kernels."""
+then every shell block from "Routes" to the CLI, in order, in one bash, then docs/mcp.md's Python example in
+the same variables. Real server, real kernels."""
 
 from __future__ import annotations
 
