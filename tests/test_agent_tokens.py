@@ -546,11 +546,11 @@ async def test_the_agent_is_named_in_owners_events_and_metrics(
     status, metrics, _ = await http("GET", "metrics")
     assert 'jupyter_agent_agent_requests_total{agent="analyst",outcome="authenticated"}' in metrics
     assert token not in metrics and token[4:] not in metrics
-    # the server's own token still acts as the stable token principal
+    # the server's own token still acts as the stable token principal, named as the server's owner
     status, answer, _ = await http("POST", "api/agent/eval", {"cells": [{"code": "2"}], "session": "own"})
     assert status == 200
     owners = {s["name"]: s["owner"] for s in (await http("GET", "api/agent/sessions"))[1]["sessions"]}
-    assert owners["own"].startswith("token-")
+    assert owners["own"] == "the server's owner"
 
 
 async def test_an_agent_gets_no_cookie_and_no_cookie_names_an_agent(

@@ -153,7 +153,7 @@ def test_an_agent_edit_is_listed_live_and_marks_the_cell(lab: dict[str, Any], pa
         timeout=20_000,
     )
     tooltip = marked.get_attribute("title") or ""
-    assert tooltip.startswith("Changed by token-") and "via http" in tooltip, tooltip
+    assert tooltip.startswith("Changed by the server's owner") and "via http" in tooltip, tooltip
     assert marked.count() == 1 and cell(page, 1).get_attribute("data-agent-change-id") == change_id
     # Diff shows the change's before and after, readably.
     row.locator('button[data-action="diff"]').click()
@@ -186,7 +186,7 @@ def test_an_agent_eval_shows_live_and_interrupt_stops_it(lab: dict[str, Any], pa
             run = page.locator(f'{PANEL} [data-run="analyst"]')
             run.wait_for(timeout=60_000)
             session = page.locator(f'{PANEL} [data-session="analyst"]')
-            assert "busy" in session.inner_text() and "token-" in session.inner_text()
+            assert "busy" in session.inner_text() and "the server's owner" in session.inner_text()
             assert "eval: analyst" in run.inner_text()
             page.wait_for_timeout(1100)  # the elapsed time ticks
             assert " s" in run.locator(".jp-AgentActivity-elapsed").inner_text()

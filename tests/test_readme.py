@@ -1,5 +1,6 @@
 """The README's examples, pasted as a new user would: `python3 dev.py serve`, its printed `export` line,
-then every shell block from "Routes" to the CLI, in order, in one bash. Real server, real kernels."""
+then every shell block from "Routes" to the CLI, in order, in one bash, then docs/mcp.md's Python example in
+the same variables. Real server, real kernels."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ pytestmark = pytest.mark.timeout(420)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+
+
+def mcp_python_example() -> str:
+    """docs/mcp.md's Python SDK example, as a user pastes it."""
+    guide = (ROOT / "docs" / "mcp.md").read_text()
+    found = re.search(r"\*\*Python SDK\*\*.*?```python\n(.*?)```", guide, re.S)
+    assert found is not None
+    return found.group(1)
 
 
 def readme_blocks() -> list[str]:
@@ -155,6 +164,29 @@ def test_readme_blocks_run_as_pasted_and_sigterm_stops_everything(dev_serve) -> 
     changes = get_json(f"{names['URL']}/api/agent/notebooks/analysis/report.ipynb/changes", names["TOKEN"])
     by = {(c["via"], c["user"]) for c in changes["changes"]}
     assert ("cli", "agent:cli") in by and not any(u == "agent:cli" for via, u in by if via == "http"), by
+
+    # docs/mcp.md's Python example next, in the same shell's variables (agent:cli, whose `default`
+    # session the CLI's eval made, while the curl examples' `default` is the person's): it prints 42
+    env = {**os.environ, **{k: v for k, v in names.items() if k != "PATH"}}
+    example = subprocess.run(
+        [sys.executable, "-c", mcp_python_example()], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert (example.returncode, example.stdout.strip()) == (0, "42"), example.stderr[-2000:]
+    # a refused call is not printed as if it were the answer: the example checks is_error
+    made = subprocess.run(
+        [sys.executable, "-m", "jupyter_agent_tools.cli", "token", "create", "reader", "--scopes", "read"],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(ROOT), "JUPYTER_AGENT_TOKEN": names["TOKEN"]},
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    reader = {**env, "JUPYTER_AGENT_TOKEN": made.stdout.split()[0]}
+    refused = subprocess.run(
+        [sys.executable, "-c", mcp_python_example()], capture_output=True, text=True, env=reader, timeout=120
+    )
+    assert refused.returncode != 0 and refused.stdout == "", (refused.stdout, refused.stderr[-2000:])
+    assert "eval failed:" in refused.stderr and "scope" in refused.stderr, refused.stderr[-2000:]
 
     # SIGTERM to dev.py (what a supervisor sends) stops the server and the kernels it started
     children = psutil.Process(process.pid).children(recursive=True)

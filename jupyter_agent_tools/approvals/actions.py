@@ -40,10 +40,12 @@ async def describe_eval(body: Any) -> tuple[str, dict[str, Any]]:
 
 
 async def describe_run(runner: NotebookRunner, path: str, body: Any) -> tuple[str, dict[str, Any]]:
-    """A notebook run: the cells it would run, with their source and its hash."""
+    """A notebook run: the cells it would run, with their source and its hash. The summary counts the
+    code cells (markdown and raw cells it names are shown, but not run)."""
     preview = await runner.preview(path, body)
     edit = f" after {_count(len(preview['ops']), 'edit')}" if preview["ops"] else ""
-    return f"run {_count(len(preview['cells']))} in {preview['path']}{edit}", preview
+    code = sum(1 for c in preview["cells"] if c.get("cell_type") == "code")
+    return f"run {_count(code)} in {preview['path']}{edit}", preview
 
 
 def run_also(body: Any) -> tuple[str, ...]:

@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any
 
+from ..audit.context import display_name
+
 LOCK_TIMEOUT = 2.0  # seconds a write waits for another process's lock before it is given up (logged)
 SLACK_BYTES = 4 * 4096  # pages kept free for what a write adds beyond its own bytes (index, page headers)
 PRUNE_STEP_ROWS = 500  # most decided requests one prune step deletes (the oldest, as many as make room)
@@ -220,7 +222,7 @@ class Approval:
         ``"preview": true`` when cut)."""
         answer = {
             "id": self.id,
-            "agent": self.agent,
+            "agent": display_name(self.agent),
             "door": self.door,
             "action": self.action,
             "path": self.path,

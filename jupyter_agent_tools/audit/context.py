@@ -9,7 +9,15 @@ sees None.
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar, Token
+
+# How the person who holds the server's own token (or logged in with it) is named wherever a person is
+# shown: to agents (who decided an approval) and in the Agents panel (who changed a cell, whose session).
+OWNER_NAME = "the server's owner"
+# The identity key of the server's own token (``handlers.base.acting_username``): it stays the key of
+# that principal's sessions, runs and grants, but its token's hash is never shown as a name.
+_OWNER_KEY = re.compile(r"token-[0-9a-f]{8}")
 
 _USER: ContextVar[str | None] = ContextVar("jupyter_agent_tools_user", default=None)
 
@@ -17,6 +25,12 @@ _USER: ContextVar[str | None] = ContextVar("jupyter_agent_tools_user", default=N
 def current_user() -> str | None:
     """The username of the request being served, or None for the server's own work."""
     return _USER.get()
+
+
+def display_name(identity: str | None) -> str | None:
+    """How ``identity`` (an acting username, as recorded) is shown: the server's own token principal
+    (``token-`` and 8 hex digits) is :data:`OWNER_NAME`; anyone else by their username."""
+    return OWNER_NAME if identity is not None and _OWNER_KEY.fullmatch(identity) else identity
 
 
 def set_user(username: str | None) -> Token[str | None]:

@@ -509,6 +509,8 @@ def cmd_runs(client: AgentClient, args: argparse.Namespace, renderer: Renderer) 
         renderer.listing(run_text(run), run)
         if run["state"] in ("queued", "running"):
             return exits.OK
+        if run["state"] == "awaiting_approval":  # nothing ran yet: it runs once the person approves it
+            return exits.PENDING
         return exits.for_result(run["result"]) if run.get("result") else exits.FAILED
     # watch: the events as a live run shows them, timed from the run's own start; leaving (Ctrl-C) stops
     # the watching, not the run
@@ -553,11 +555,12 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 
 
-def parse_duration(text: str) -> float:
-    """Seconds of a duration like ``90s``, ``30m``, ``8h``, ``7d``, ``2w`` (a bare number: seconds)."""
+def parse_duration(text: str, option: str) -> float:
+    """Seconds of a duration like ``90s``, ``30m``, ``8h``, ``7d``, ``2w`` (a bare number: seconds), given
+    as ``option`` (named in the error)."""
     match = DURATION.match(text)
     if not match:
-        raise UsageError(f"--expires wants a number and a unit (s, m, h, d, w), e.g. 8h; got {text!r}")
+        raise UsageError(f"{option} wants a number and a unit (s, m, h, d, w), e.g. 8h; got {text!r}")
     return float(match.group(1)) * UNITS[match.group(2) or "s"]
 
 
@@ -594,7 +597,7 @@ def cmd_token(client: AgentClient, args: argparse.Namespace, renderer: Renderer)
         tokens = client.tokens()
         renderer.listing(tokens_text(tokens), {"tokens": tokens})
     elif args.token_command == "create":
-        expires_in = parse_duration(args.expires) if args.expires else None
+        expires_in = parse_duration(args.expires, "--expires") if args.expires else None
         if expires_in is not None and not TOKEN_MIN_EXPIRES_IN <= expires_in <= TOKEN_MAX_EXPIRES_IN:
             raise UsageError(
                 f"--expires must be at least 1m and at most 366d (a token lives 1 minute to 366 days); "
@@ -718,7 +721,7 @@ def cmd_approvals(client: AgentClient, args: argparse.Namespace, renderer: Rende
         answer = client.approval(args.approval_id)
         renderer.listing(approval_text(answer), answer)
         return exits.OK
-    for_seconds = parse_duration(args.for_) if action == "approve" and args.for_ else None
+    for_seconds = parse_duration(args.for_, "--for") if action == "approve" and args.for_ else None
     reason = args.reason if action == "deny" else None
     answer = client.decide_approval(
         args.approval_id, "approve" if action == "approve" else "deny", for_seconds=for_seconds, reason=reason

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ..audit.context import display_name
 from .connection import KernelConnection
 from .kernels import KernelService, close_quietly
 
@@ -275,7 +276,7 @@ class KernelSession:
             "restarts": self.restarts,
             "executions": self.executions,
             "recoveries": dict(self.recoveries),
-            "owner": self.owner,
+            "owner": display_name(self.owner),
             "cwd": self.cwd,
             "last_output_at": None if self.last_output_at is None else _iso(self.last_output_at),
         }

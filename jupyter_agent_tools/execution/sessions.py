@@ -34,6 +34,7 @@ from traitlets import Float, Instance, Int, default, validate
 from ..artifacts import ArtifactStore
 from ..audit import NO_AUDIT, Audit, current_user, set_user
 from ..audit import metrics as audit_metrics
+from ..audit.context import display_name
 from ..auth.context import may_see
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, AgentToolsError, Conflict, Unavailable
 from ..traits import Service, at_least
@@ -45,6 +46,11 @@ log = logging.getLogger(__name__)
 # Named sessions that went (evicted, culled, deleted...) are remembered by name, at most this many, so
 # that a later call naming one is told its state is gone instead of meeting a NameError unexplained.
 GONE_REMEMBERED = 1000
+
+
+def _owned_by(session: KernelSession, owner: str) -> bool:
+    """Whether ``owner`` (as a caller names it: the identity, or the name the listing shows) owns it."""
+    return session.owner is not None and owner in (session.owner, display_name(session.owner))
 
 
 def session_key(owner: str | None, name: str) -> str:
@@ -151,7 +157,7 @@ class EvalSessionManager(Service):
         if named is not None:
             return named
         session = self.per_call.get(name)
-        if session is None or not visible(session) or (owner is not None and session.owner != owner):
+        if session is None or not visible(session) or (owner is not None and not _owned_by(session, owner)):
             return None
         return session
 
@@ -162,11 +168,13 @@ class EvalSessionManager(Service):
             if session is not None or owner is not None:
                 return session
         if owner is not None:
-            session = self.sessions.get(session_key(owner, name))
+            session = self.sessions.get(session_key(owner, name)) or next(
+                (s for s in self.sessions.values() if s.name == name and _owned_by(s, owner)), None
+            )
             return session if session is not None and visible(session) else None
         others = [s for s in self.sessions.values() if s.name == name and visible(s)]
         if len(others) > 1:
-            owners = ", ".join(sorted(repr(s.owner) for s in others))
+            owners = ", ".join(sorted(repr(display_name(s.owner)) for s in others))
             raise Conflict(
                 f"Several identities have a session named {name!r} (owners {owners}): name the one meant "
                 "with its owner (owner=<owner>, as GET /api/agent/sessions lists it)"

@@ -23,7 +23,7 @@ from ..approvals import Approval, ApprovalPolicy
 from ..auth.identity import AgentUser
 from ..errors import BadRequest, NotFound
 from ..validation import check
-from .base import AgentAPIHandler, acting_username
+from .base import AgentAPIHandler, acting_person, acting_username
 
 APPROVAL_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²' and fullwidth digits are no ids)
 
@@ -115,7 +115,7 @@ class ApprovalHandler(_ApprovalRoute):
         approval = await self.approvals.decide(
             number,
             body["decision"],
-            by=acting_username(self) or "a person",
+            by=acting_person(self),
             for_seconds=body.get("for_seconds"),
             reason=body.get("reason"),
         )

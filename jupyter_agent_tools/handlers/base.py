@@ -21,7 +21,7 @@ from tornado import web
 from ..approvals import Approval, ApprovalPolicy
 from ..approvals.gate import Asking, Describe, clear, wait_seconds, without_gate_fields
 from ..audit import NO_AUDIT, Audit, set_user
-from ..audit.context import current_via, set_token, set_via
+from ..audit.context import OWNER_NAME, current_via, display_name, set_token, set_via
 from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
 from ..body import decode_json_body
@@ -78,6 +78,19 @@ def acting_username(handler: APIHandler) -> str | None:
     ):
         return "token-" + hashlib.sha256(server_token.encode()).hexdigest()[:8]
     return name
+
+
+def acting_person(handler: APIHandler) -> str:
+    """How the acting user is named to others (who decided an approval): the holder of the server's own
+    token, or anyone it or the server's password logged in (jupyter_server's anonymous users), is "the
+    server's owner", never the token's hash or a random username; anyone else (an agent, a JupyterHub
+    user) by their username. The identity key stays :func:`acting_username`."""
+    name = acting_username(handler)
+    if not isinstance(handler.current_user, AgentUser) and (
+        name is None or str(getattr(handler.current_user, "name", "")).startswith("Anonymous ")
+    ):
+        return OWNER_NAME
+    return display_name(name) or OWNER_NAME
 
 
 class _AuditedAuthorizer:

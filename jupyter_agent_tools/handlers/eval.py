@@ -147,7 +147,7 @@ class EvalHandler(AgentAPIHandler):
                 await self._stream(body, approval)
                 return
             call = functools.partial(self._after_approval, approval, body)
-            run = self.runs.start(self.run_kind, await self._check(body), call)
+            run = self.runs.start(self.run_kind, await self._check(body), call, approval_id=approval.id)
             self._answer_detached(run, approval_id=approval.id)
             return
         if approval is not None:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 from traitlets import Instance, Int, Unicode, default, validate
 
 from ..audit import NO_AUDIT, Audit
-from ..audit.context import current_approver, current_user, current_via
+from ..audit.context import current_approver, current_user, current_via, display_name
 from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
@@ -1116,7 +1116,7 @@ class Ledger(Service):
         entries = [
             {
                 "id": str(row[0]),
-                "user": row[1],
+                "user": display_name(row[1]),
                 "via": row[2],
                 "by_id": {c["id"]: c for c in json.loads(row[3]) if c.get("id") is not None},
             }
@@ -1308,7 +1308,7 @@ def _entry(row: Any) -> dict[str, Any]:
         "id": str(row[0]),
         "time": iso_time(row[1]),
         "path": row[2],
-        "user": row[3],
+        "user": display_name(row[3]),
         "via": row[4],
         "kind": row[5],
         "action": row[6],

@@ -787,7 +787,7 @@ class McpServer:
                 return await once_approved(policy, approval, emit, cancel, start)
 
             started = self.services.run_registry.start(
-                tool.name if tool.name == "eval" else "notebook_run", gate.path, run
+                tool.name if tool.name == "eval" else "notebook_run", gate.path, run, approval_id=approval.id
             )
         else:
 
@@ -801,16 +801,15 @@ class McpServer:
 
                 return await once_approved(policy, approval, emit, cancel, start)
 
-            started = self.services.run_registry.start("mcp_tool", tool.name, call, state_of=tool_state)
+            started = self.services.run_registry.start(
+                "mcp_tool", tool.name, call, state_of=tool_state, approval_id=approval.id
+            )
         text = how + (
             f"Once approved it runs as run {started.id} (it is not done again by calling this tool again): "
             f"run_status with run_id '{started.id}' and wait (seconds) waits for it and gives its outcome; "
             "run_cancel withdraws the request."
         )
-        summary = started.summary()  # (its task has not run yet: it is awaiting the approval it was given)
-        if summary["state"] == "queued":
-            summary["state"] = "awaiting_approval"
-        return ToolResult(text, {**summary, "approval_id": approval.id})
+        return ToolResult(text, {**started.summary(), "approval_id": approval.id})
 
     async def _refusal(
         self, tool: Tool, arguments: dict[str, Any], request: HttpRequest, version: str

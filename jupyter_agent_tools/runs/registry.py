@@ -31,7 +31,7 @@ from typing import Any
 from traitlets import Float, Instance, Int, Unicode, default, validate
 
 from ..artifacts import ArtifactStore
-from ..audit.context import current_token, current_user
+from ..audit.context import current_token, current_user, display_name
 from ..errors import AgentToolsError, NotFound, Unavailable
 from ..stream_events import Emit, StreamEvent
 from ..traits import Service, at_least
@@ -89,7 +89,7 @@ class Run:
             "run_id": self.id,
             "kind": self.kind,
             "target": self.target,
-            "owner": self.owner,
+            "owner": display_name(self.owner),
             "state": self.state,
             "created": _iso(self.created),
             "started": _iso(self.started),
@@ -219,10 +219,12 @@ class RunRegistry(Service):
         target: str | None,
         call: Call,
         state_of: Callable[[dict[str, Any], bool], str] = final_state,
+        approval_id: int | None = None,
     ) -> Run:
         """Start ``call(emit, cancel)`` as a run of the acting user; it goes on whoever waits for it.
         ``state_of(answer, cancel_requested)`` is the state it ends in (an eval's or a run's answer by
-        default; an MCP tool call's result for a task)."""
+        default; an MCP tool call's result for a task). ``approval_id``: the run waits for that approval
+        request first (it starts ``awaiting_approval``, as the answer that starts it says)."""
         self.open()
         token = current_token()
         if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
@@ -242,6 +244,8 @@ class RunRegistry(Service):
             created=time.time(),
             token=token,
         )
+        if approval_id is not None:
+            run.state, run.approval_id = "awaiting_approval", approval_id
         artifacts = self.artifacts
         run.log = RunLog(
             memory_bytes=self.run_events_memory_bytes,
