@@ -559,7 +559,10 @@ class Ledger(Service):
         try:
             yield group
         finally:
-            _GROUP.reset(token)
+            try:
+                _GROUP.reset(token)
+            except ValueError:  # closed from another context (a cancelled run's generator, finalized there)
+                _GROUP.set(None if token.old_value is contextvars.Token.MISSING else token.old_value)
             if group.change is not None and group.change.cells:
                 assert group.hash_before is not None and group.hash_after is not None
                 group.result = await self._commit(
