@@ -517,6 +517,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "204": {"description": "Shut down."},
                     "202": APPROVAL_PENDING,
+                    "400": _error("approval_wait is not a number of seconds up to ApprovalPolicy.timeout."),
                     "403": FORBIDDEN,
                     "404": _error("No such session (for an agent token: none of its own)."),
                     "409": _error("Several identities have a session of that name: name its owner."),
