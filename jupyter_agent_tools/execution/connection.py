@@ -159,7 +159,7 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
     :meth:`offer` never refuses a message the kernel sent: one that does not fit (or arrives while others
     are spilled) goes, undecoded, to a :class:`Spill` of at most ``spill_bytes`` on disk, and comes back,
     decoded by ``decode``, in order as gets make room. Only past that too is a message dropped (counted in
-    ``dropped``).
+    ``dropped``), and so is every one after it until the queue has been emptied: one gap, not many.
     """
 
     def __init__(
@@ -174,6 +174,7 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         self.taken = asyncio.Event()
         self.waiting = 0  # kept for StreamPace: nothing waits for room any more
         self.dropped = 0
+        self._dropping = False
         self.spill = Spill(spill_bytes)
         self.decode = decode
         self._sizes: deque[int] = deque()
@@ -190,15 +191,19 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
     def offer(self, frames: list[bytes], size: int) -> bool:
         """Queue a message from its frames, or spill them while it does not fit; False: dropped (the
         spill is full too)."""
-        if not self.spill and self.fits(size):
+        self._dropping = self._dropping and bool(self.qsize())
+        if self._dropping:
+            pass
+        elif not self.spill and self.fits(size):
             assert self.decode is not None
             self.put_sized(self.decode(frames), size)
+            return True
         elif self.spill.room(size):
             self.spill.push(frames, size)
-        else:
-            self.dropped += 1
-            return False
-        return True
+            return True
+        self.dropped += 1
+        self._dropping = True
+        return False
 
     def discard_spilled(self) -> int:
         return self.spill.clear()
