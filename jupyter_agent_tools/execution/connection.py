@@ -172,13 +172,17 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         self.budget = budget
         self.bytes = 0
         self.taken = asyncio.Event()
-        self.waiting = 0  # kept for StreamPace: nothing waits for room any more
         self.dropped = 0
         self._dropping = False
         self.spill = Spill(spill_bytes)
         self.decode = decode
         self._sizes: deque[int] = deque()
         self._next_size = 0
+
+    @property
+    def waiting(self) -> int:
+        """Messages waiting (spilled) for room in the queue."""
+        return len(self.spill)
 
     def fits(self, size: int) -> bool:
         return not self.budget or not self.qsize() or self.bytes + size <= self.budget
