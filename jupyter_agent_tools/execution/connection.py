@@ -203,8 +203,11 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
             self.put_sized(self.decode(frames), size)
             return True
         elif self.spill.room(size):
-            self.spill.push(frames, size)
-            return True
+            try:
+                self.spill.push(frames, size)
+                return True
+            except OSError:  # no room on the disk: as past the spill's limit
+                log.warning("could not spill an iopub message", exc_info=True)
         self.dropped += 1
         self._dropping = True
         return False
@@ -227,11 +230,11 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         # with messages spilled: a spill starts only behind a message that is queued)
         while self.spill and self.fits(self.spill.next_size):
             size = self.spill.next_size
-            frames = self.spill.pop()
             assert self.decode is not None
             try:
-                back = self.decode(frames)
-            except Exception as e:  # as the pump treats a message it cannot decode
+                back = self.decode(self.spill.pop())
+            except Exception as e:  # as the pump treats a message it cannot decode (or read back)
+                self.spill.clear()
                 back, size = event("disconnected", reason=f"iopub channel: {e}"), 0
             self._next_size = size
             self._put(back)
