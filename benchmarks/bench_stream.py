@@ -495,9 +495,10 @@ async def _run(options: argparse.Namespace) -> BenchResult:
         "header dates parsed with dateutil, a debug log record). The raw client decodes in its own "
         "process, in parallel; the agent stream's client decodes the same text once more as JSON lines. "
         "Kernel, server and client share 2 CPUs.",
-        "Memory: the eval connection takes every kernel message as it comes (the kernel drops what a "
-        "reader does not take), up to iopub_buffer_bytes (16 MB) in memory waiting for the executor and "
-        "past that in a spill file (iopub_spill_bytes), from which they come back in order. The stream "
+        "Memory: the eval connection takes kernel messages in as fast as it can, up to iopub_buffer_bytes "
+        "(16 MB) waiting for the executor, and ZMQ holds at most iopub_hwm (2) messages more; past that "
+        "the kernel holds them (it drops messages past 1000, so the intake must keep up: with ZMQ's "
+        "2-message queue alone it did not, and the kernel dropped 0.2-1.6 MB per 100 MB run). The stream "
         "holds at most stream_backlog_bytes (16 MB) for a client that reads slower (past it: gap events, "
         "the artifact keeps everything), and a big message is sent as chunk events of at most 1 MB. An "
         "unflushed print still arrives as one message of up to 100 MB, which the server holds whole while "

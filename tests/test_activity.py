@@ -166,13 +166,12 @@ async def test_a_watcher_jupyter_server_had_not_started_is_not_started_at_close(
         assert not _watched(kernel)
 
 
-async def test_a_connection_whose_messages_wait_in_its_spill_hands_activity_back_meanwhile(jp_serverapp):
-    """Nobody takes the queue's messages (as between calls while another client floods the kernel), so
-    they wait undecoded in the spill: jupyter_server watches again after ACTIVITY_HANDBACK_AFTER; once
-    read, the connection holds it again."""
+async def test_a_connection_that_waits_for_room_hands_activity_back_meanwhile(jp_serverapp):
+    """Nobody takes the queue's messages (as between calls while another client floods the kernel):
+    jupyter_server watches again after ACTIVITY_HANDBACK_AFTER; once read, the connection holds it again."""
     km = jp_serverapp.kernel_manager
     async with _kernel(km) as (kernel_id, kernel):
-        conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=200_000, iopub_spill_bytes=64_000_000)
+        conn = LocalKernelConnection(km, kernel_id, iopub_buffer_bytes=200_000)
         try:
             await conn.start(60)
             assert not _watched(kernel)

@@ -13,12 +13,8 @@ import contextlib
 import hmac
 import json
 import logging
-import os
-import struct
-import tempfile
 from collections import deque
-from collections.abc import Callable
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 from uuid import uuid4
 
 import zmq
@@ -58,7 +54,7 @@ def event(name: str, **data: Any) -> dict[str, Any]:
 
 def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
     """Drop every queued message (left over from earlier executions); return how many."""
-    dropped = queue.discard_spilled() if isinstance(queue, MessageQueue) else 0
+    dropped = 0
     while True:
         try:
             queue.get_nowait()
@@ -67,122 +63,22 @@ def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
         dropped += 1
 
 
-class Spill:
-    """Raw messages (their frames, undecoded) in an unnamed temporary file, first in, first out, at most
-    ``max_bytes`` of frames at a time (the file is emptied each time the last one is taken back)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._file: BinaryIO | None = None
-        self._records: deque[tuple[int, int]] = deque()  # (offset in the file, bytes of its frames)
-        self._end = 0
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def room(self, size: int) -> bool:
-        return self.bytes + size <= self.max_bytes
-
-    @property
-    def next_size(self) -> int:
-        return self._records[0][1]
-
-    def push(self, frames: list[bytes], size: int) -> None:
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="agent-iopub-")  # noqa: SIM115 (closed by close())
-        fd, offset = self._file.fileno(), self._end
-        header = struct.pack(f"<I{len(frames)}Q", len(frames), *map(len, frames))
-        for part in (header, *frames):
-            _write_all(fd, part, self._end)
-            self._end += len(part)
-        self._records.append((offset, size))
-        self.bytes += size
-
-    def pop(self) -> list[bytes]:
-        assert self._file is not None
-        fd = self._file.fileno()
-        offset, size = self._records.popleft()
-        (count,) = struct.unpack("<I", _read_all(fd, 4, offset))
-        lengths = struct.unpack(f"<{count}Q", _read_all(fd, 8 * count, offset + 4))
-        position, frames = offset + 4 + 8 * count, []
-        for length in lengths:
-            frames.append(_read_all(fd, length, position))
-            position += length
-        self.bytes -= size
-        if not self._records:
-            self.clear()
-        return frames
-
-    def clear(self) -> int:
-        """Forget every message held (the file keeps its descriptor, emptied); return how many."""
-        count = len(self._records)
-        self._records.clear()
-        self.bytes = self._end = 0
-        if self._file is not None:
-            self._file.truncate(0)
-        return count
-
-    def close(self) -> None:
-        self.clear()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
-
-
-def _read_all(fd: int, size: int, offset: int) -> bytes:
-    data = os.pread(fd, size, offset)
-    if len(data) == size:
-        return data
-    parts = [data]
-    while size > (got := sum(map(len, parts))):
-        part = os.pread(fd, size - got, offset + got)
-        if not part:
-            raise OSError(f"the iopub spill file ended {size - got} bytes early")
-        parts.append(part)
-    return b"".join(parts)
-
-
 class MessageQueue(asyncio.Queue[dict[str, Any]]):
     """A connection's queue of messages that counts the bytes of the messages it holds.
 
     A message of ``size`` bytes :meth:`fits` while the queue is empty or holds at most ``budget`` bytes
-    with it (budget 0: always). ``taken`` is set by every get.
-
-    :meth:`offer` never refuses a message the kernel sent: one that does not fit (or arrives while others
-    are spilled) goes, undecoded, to a :class:`Spill` of at most ``spill_bytes`` on disk, and comes back,
-    decoded by ``decode``, in order as gets make room. Only past that too is a message dropped (counted in
-    ``dropped``), and so is every one after it until the queue has been emptied: one gap, not many.
+    with it (budget 0: always). ``taken`` is set by every get; ``waiting`` counts pumps holding a message
+    that does not fit yet (ZMQ, then the kernel, hold the rest meanwhile).
     """
 
-    def __init__(
-        self,
-        budget: int = 0,
-        spill_bytes: int = 0,
-        decode: Callable[[list[bytes]], dict[str, Any]] | None = None,
-    ) -> None:
+    def __init__(self, budget: int = 0) -> None:
         super().__init__()
         self.budget = budget
         self.bytes = 0
         self.taken = asyncio.Event()
-        self.dropped = 0
-        self._dropping = False
-        self.spill = Spill(spill_bytes)
-        self.decode = decode
+        self.waiting = 0
         self._sizes: deque[int] = deque()
         self._next_size = 0
-
-    @property
-    def waiting(self) -> int:
-        """Messages waiting (spilled) for room in the queue."""
-        return len(self.spill)
 
     def fits(self, size: int) -> bool:
         return not self.budget or not self.qsize() or self.bytes + size <= self.budget
@@ -191,29 +87,6 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         """Queue a message of ``size`` bytes (its frames, as received), whether it fits or not."""
         self._next_size = size
         self.put_nowait(item)
-
-    def offer(self, frames: list[bytes], size: int) -> bool:
-        """Queue a message from its frames, or spill them while it does not fit; False: dropped (the
-        spill is full too)."""
-        self._dropping = self._dropping and bool(self.qsize())
-        if self._dropping:
-            pass
-        elif not self.spill and self.fits(size):
-            assert self.decode is not None
-            self.put_sized(self.decode(frames), size)
-            return True
-        elif self.spill.room(size):
-            try:
-                self.spill.push(frames, size)
-                return True
-            except OSError:  # no room on the disk: as past the spill's limit
-                log.warning("could not spill an iopub message", exc_info=True)
-        self.dropped += 1
-        self._dropping = True
-        return False
-
-    def discard_spilled(self) -> int:
-        return self.spill.clear()
 
     # asyncio.Queue's hooks for subclasses, under every put and get
     def _put(self, item: dict[str, Any]) -> None:
@@ -226,18 +99,6 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         item: dict[str, Any] = super()._get()
         self.bytes -= self._sizes.popleft()
         self.taken.set()
-        # the spill's oldest come back as room is made (only a get makes room, and it is never emptied
-        # with messages spilled: a spill starts only behind a message that is queued)
-        while self.spill and self.fits(self.spill.next_size):
-            size = self.spill.next_size
-            assert self.decode is not None
-            try:
-                back = self.decode(self.spill.pop())
-            except Exception as e:  # as the pump treats a message it cannot decode (or read back)
-                self.spill.clear()
-                back, size = event("disconnected", reason=f"iopub channel: {e}"), 0
-            self._next_size = size
-            self._put(back)
         return item
 
 
@@ -249,8 +110,8 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return None
 
 
-# How long iopub messages may stay spilled (undecoded, so their activity unrecorded) before jupyter_server
-# watches the kernel's activity again (an eval drains them in far less; an idle connection may not).
+# How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
+# activity again (an eval drains the queue in far less; an idle connection may wait for its next call).
 ACTIVITY_HANDBACK_AFTER = 1.0
 
 
@@ -309,15 +170,12 @@ class LocalKernelConnection:
     Each connection has its own session id (the ZMQ identity), so several clients of one kernel do not
     steal each other's replies, and its channels are always stopped on :meth:`close`.
 
-    No output the kernel sends is lost to a slow reader. The kernel's iopub is a ZMQ PUB socket: it
-    never waits for a subscriber, it drops what the subscriber's pipe cannot take (past ZMQ's high-water
-    marks), so it cannot be slowed down by reading less. This connection's iopub therefore has no receive
-    high-water mark (ZMQ's own I/O thread takes every message off the kernel's socket as it comes, even
-    while the server's event loop is busy), and its pump moves every message ZMQ has received to
-    :attr:`messages` while it fits in ``iopub_buffer_bytes`` (the executor takes them from there; one
-    message always fits an empty queue); past it, to a spill file of at most ``iopub_spill_bytes``, from
-    which they come back in order as the executor takes. Only past both are messages dropped (counted in
-    ``messages.dropped``, logged).
+    Output is taken from the kernel as fast as the server can: the iopub pump moves every message ZMQ
+    has received to :attr:`messages` while it fits in ``iopub_buffer_bytes`` (the executor takes them
+    from there; one message always fits an empty queue), and otherwise holds it until it fits. ZMQ
+    itself holds at most ``iopub_hwm`` messages more: its limit counts messages of any size (a kernel
+    message may be 100 MB), the budget counts bytes. Past both, messages wait in the kernel (which drops
+    them past its own 1000).
 
     While it is open, the connection also keeps the kernel's activity for jupyter_server (see
     :mod:`.activity`): the server then reads each iopub message once, not twice.
@@ -328,14 +186,14 @@ class LocalKernelConnection:
         kernel_manager: Any,
         kernel_id: str,
         *,
+        iopub_hwm: int = 2,
         iopub_buffer_bytes: int = 0,
-        iopub_spill_bytes: int = 0,
         hold_activity: bool = True,
     ):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
-        self.messages = MessageQueue(iopub_buffer_bytes, iopub_spill_bytes, self._decode_iopub)
-        self._handback: asyncio.TimerHandle | None = None
+        self.iopub_hwm = iopub_hwm
+        self.messages = MessageQueue(iopub_buffer_bytes)
         self._lost_state = False
         self._pid: int | None = None  # the kernel's process when connected
         self._client: Any = None
@@ -348,9 +206,7 @@ class LocalKernelConnection:
         kernel = self.kernel_manager.get_kernel(self.kernel_id)
         client = kernel.client()
         client.session.session = uuid4().hex
-        # no receive limit (the client's own context: its sockets only): the kernel's PUB socket drops what
-        # a subscriber's pipe cannot take, so ZMQ's I/O thread must take every message as it comes
-        client.context.setsockopt(zmq.RCVHWM, 0)
+        client.context.setsockopt(zmq.RCVHWM, self.iopub_hwm)  # the client's own context: its sockets only
         self._client = client
         client.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
         try:
@@ -405,29 +261,24 @@ class LocalKernelConnection:
         return callback
 
     async def _pump(self, name: str, channel: Any) -> None:
-        """Move the channel's messages to the queue as they come (iopub's through :meth:`MessageQueue.offer`:
-        spilled while they do not fit, never waited for)."""
+        """Move the channel's messages to the queue as they come; iopub's wait while they do not fit."""
         socket, session, queue = channel.socket, self._client.session, self.messages
         # the same socket, for receives that never wait
         now: zmq.Socket[Any] = zmq.Socket.shadow(socket.underlying)
         iopub = name == "iopub"
+        activity = self._activity if iopub else None
         while True:
             try:
                 # copied into bytes as received: ZMQ's buffer goes at once (frames would keep it alive)
                 frames = await socket.recv_multipart()
                 while frames is not None:
-                    if not iopub:
-                        queue.put_nowait(_decode(session, frames, name))
-                    elif not queue.offer(frames, sum(map(len, frames))) and queue.dropped == 1:
-                        log.warning(
-                            "kernel %s: iopub messages dropped (iopub_buffer_bytes and iopub_spill_bytes "
-                            "are both full)",
-                            self.kernel_id,
-                        )
-                    if iopub and queue.spill and self._activity is not None and self._handback is None:
-                        self._handback = asyncio.get_running_loop().call_later(
-                            ACTIVITY_HANDBACK_AFTER, self._activity.release
-                        )
+                    size = sum(map(len, frames)) if iopub else 0
+                    if iopub and not queue.fits(size):  # it waits here, undecoded; ZMQ stops behind it
+                        await self._wait_for_room(size)
+                    msg = _decode(session, frames, name)
+                    if activity is not None:
+                        activity.record(msg)
+                    queue.put_sized(msg, size)
                     frames = _recv_now(now)
             except asyncio.CancelledError:
                 raise
@@ -435,17 +286,24 @@ class LocalKernelConnection:
                 queue.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
                 return
 
-    def _decode_iopub(self, frames: list[bytes]) -> dict[str, Any]:
-        """An iopub message from its frames, its activity recorded (held again once nothing is spilled)."""
-        msg: dict[str, Any] = _decode(self._client.session, frames, "iopub")
-        activity = self._activity
+    async def _wait_for_room(self, size: int) -> None:
+        """Wait until the queue has room for ``size`` bytes; jupyter_server watches the kernel's activity
+        again if that takes longer than ``ACTIVITY_HANDBACK_AFTER``, and this connection holds it after."""
+        queue, activity = self.messages, self._activity
+        handback = None
         if activity is not None:
-            if self._handback is not None and not self.messages.spill:
-                self._handback.cancel()
-                self._handback = None
-                activity.hold()
-            activity.record(msg)
-        return msg
+            handback = asyncio.get_running_loop().call_later(ACTIVITY_HANDBACK_AFTER, activity.release)
+        queue.waiting += 1
+        try:
+            while not queue.fits(size):
+                queue.taken.clear()
+                await queue.taken.wait()
+        finally:
+            queue.waiting -= 1
+            if handback is not None:
+                handback.cancel()
+        if activity is not None:
+            activity.hold()
 
     def execute(self, code: str, *, silent: bool = False, store_history: bool = True) -> str:
         return str(
@@ -479,9 +337,6 @@ class LocalKernelConnection:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
-        self.messages.spill.close()
-        if self._handback is not None:
-            self._handback.cancel()
         if self._activity is not None:
             self._activity.release()
         for callback, kind in self._callbacks:

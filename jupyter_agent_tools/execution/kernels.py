@@ -58,17 +58,18 @@ class KernelService(Service):
         help="Free file descriptors required before starting a local kernel; below it the start is treated "
         "as EMFILE (idle sessions are shut down and the start retried once). 0 disables the check.",
     ).tag(config=True)
+    iopub_hwm = Int(
+        2,
+        help="Most kernel output messages ZMQ receives into the server (per kernel connection) beyond those "
+        "the connection already holds (iopub_buffer_bytes). Counted in messages of any size: a kernel "
+        "message may be 100 MB.",
+    ).tag(config=True)
     iopub_buffer_bytes = Int(
         16 * 1024 * 1024,
-        help="Bytes of kernel output messages a kernel connection holds in memory ahead of the code that "
-        "processes them (a message that arrives with room left is taken whole); past it they go to a spill "
-        "file (iopub_spill_bytes) and come back in order. 0: no limit (memory grows with a flood).",
-    ).tag(config=True)
-    iopub_spill_bytes = Int(
-        1024**3,
-        help="Bytes of kernel output messages a kernel connection keeps in a temporary file once "
-        "iopub_buffer_bytes is full (the kernel never waits for a reader: what is not taken is lost). "
-        "Past both, messages are dropped and logged. 0: no spill file.",
+        help="Bytes of kernel output messages a kernel connection takes in ahead of the code that processes "
+        "them (a message that arrives with room left is taken whole); past it the connection stops reading "
+        "and the kernel holds the rest. Too little makes a kernel that prints fast drop messages (it keeps "
+        "1000 at most); 0: no limit (memory grows with a flood).",
     ).tag(config=True)
     hold_activity = Bool(
         True,
@@ -86,9 +87,9 @@ class KernelService(Service):
     def _valid_fd_headroom(self, proposal: Any) -> int:
         return int(at_least(proposal, 0))
 
-    @validate("iopub_spill_bytes")
-    def _valid_iopub_spill(self, proposal: Any) -> int:
-        return in_range(proposal, 0, 1024**4)
+    @validate("iopub_hwm")
+    def _valid_iopub_hwm(self, proposal: Any) -> int:
+        return in_range(proposal, 1, 100_000, "messages")
 
     @validate("iopub_buffer_bytes")
     def _valid_iopub_buffer(self, proposal: Any) -> int:
@@ -255,8 +256,8 @@ class KernelService(Service):
             conn = LocalKernelConnection(
                 self.kernel_manager,
                 kernel_id,
+                iopub_hwm=self.iopub_hwm,
                 iopub_buffer_bytes=self.iopub_buffer_bytes,
-                iopub_spill_bytes=self.iopub_spill_bytes,
                 hold_activity=self.hold_activity,
             )
         self.connecting.add(kernel_id)
