@@ -19,7 +19,6 @@ from typing import Any
 from ..audit.context import set_approver
 from ..errors import AgentToolsError, BadRequest, Conflict
 from ..stream_events import Emit
-from .policy import _STRENGTH
 from .records import Approval
 from .service import ApprovalPolicy
 
@@ -100,12 +99,8 @@ def refusal(approval: Approval) -> ApprovalDenied:
 async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait: float) -> Approval | None:
     """None when the action needs nobody's approval; else the approval (approved, or still pending after
     ``wait``). Raises :class:`ApprovalDenied` when denied, expired, withdrawn or denied by a rule."""
-    found = policy.verdict(asking.agent, asking.action, asking.path, asking.token_ask)
-    deciding = asking.action
-    for action in asking.also:  # an action of several classes: the strongest decision of them
-        also = policy.verdict(asking.agent, action, asking.path, asking.token_ask)
-        if _STRENGTH[also.decision] > _STRENGTH[found.decision]:
-            deciding, found = action, also
+    classes = (asking.action, *asking.also)  # an action of several classes: the strictest decision of them
+    deciding, found = policy.strictest(asking.agent, classes, asking.path, asking.token_ask)
     if found.decision == "allow":
         return None
     path = policy.placed(asking.path)  # as rules and grants name it: where the file is

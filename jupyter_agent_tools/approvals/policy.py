@@ -156,6 +156,12 @@ def verdict(
     return found
 
 
+def strictest(found: Iterable[tuple[str, Verdict]]) -> tuple[str, Verdict]:
+    """Of the verdicts on the classes one action is (``(class, verdict)`` pairs; a run with ``ops``:
+    execute and edit), the strictest and its class (the first of equals)."""
+    return max(found, key=lambda pair: _STRENGTH[pair[1].decision])
+
+
 EVERYWHERE = PathScope(["**"])
 
 

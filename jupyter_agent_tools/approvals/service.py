@@ -40,6 +40,7 @@ from .policy import (
     Verdict,
     parse_rules,
     read_denials,
+    strictest,
     verdict,
     who_matches,
 )
@@ -290,6 +291,17 @@ class ApprovalPolicy(Service):
         if not self._parsed and not token_ask:
             return ALLOW  # the default: no rule, no token asking (no cost on the hot path)
         return verdict(self._parsed, identity, action, self.places(path), token_ask)
+
+    def strictest(
+        self,
+        identity: str,
+        actions: tuple[str, ...],
+        path: str | None,
+        token_ask: frozenset[str] = frozenset(),
+    ) -> tuple[str, Verdict]:
+        """The strictest :meth:`verdict` of the classes one action is (a run with ``ops``: execute and
+        edit), and the class it is for."""
+        return strictest((action, self.verdict(identity, action, path, token_ask)) for action in actions)
 
     def reach(
         self, identity: str, scope: PathScope | None, token_ask: frozenset[str] = frozenset()

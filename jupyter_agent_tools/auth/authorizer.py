@@ -198,23 +198,23 @@ class AgentAuthorizer(Authorizer):
         policy places every path); None when it names none (a kernel, a session, a terminal): then any
         rule that may ask or deny the action somewhere closes the route (fail closed)."""
         ask: frozenset[str] = user.ask
-        for gate in gates:
-            if paths is None:
+        if paths is None:
+            for gate in gates:
                 if policy.gated(user.username, gate, ask):
                     return (
                         f"the approval policy makes this agent ask the person before the {gate!r} action "
                         f"(or denies it), and this route cannot ask: {INSTEAD[gate]}"
                     )
-                continue
-            for path in paths:
-                found = policy.verdict(user.username, gate, path, ask)
-                if found.decision == "deny":
-                    return f"the approval policy denies the {gate!r} action on {path} ({found.because})"
-                if found.decision == "ask":
-                    return (
-                        f"the approval policy makes this agent ask the person before the {gate!r} action on "
-                        f"{path} ({found.because}), and this route cannot ask: {INSTEAD[gate]}"
-                    )
+            return None
+        for path in paths:
+            gate, found = policy.strictest(user.username, gates, path, ask)
+            if found.decision == "deny":
+                return f"the approval policy denies the {gate!r} action on {path} ({found.because})"
+            if found.decision == "ask":
+                return (
+                    f"the approval policy makes this agent ask the person before the {gate!r} action on "
+                    f"{path} ({found.because}), and this route cannot ask: {INSTEAD[gate]}"
+                )
         return None
 
     def _record(self, handler: Any, user: AgentUser, action: str, resource: str, reason: str) -> None:
