@@ -344,6 +344,9 @@ class ApprovalPolicy(Service):
         """A new request (pending), or one approved at once by a grant the person gave ("approve for").
         Its details are bounded first: 413 when they cannot be (see ``max_detail_bytes``). (Cutting
         megabytes takes tens of milliseconds, once per request; reading the list costs nothing more.)"""
+        token = current_token()
+        if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
+            raise Forbidden(f"{agent} cannot ask any more: {self._ended_tokens[token]}.")
         bounded = clip(details, self.max_detail_bytes)
         if bounded is None:
             raise TooLarge(
@@ -368,9 +371,6 @@ class ApprovalPolicy(Service):
             expires=now + self.timeout,
             truncated=truncated,
         )
-        token = current_token()
-        if token is not None and token in self._ended_tokens:  # a call that was past the door when it ended
-            raise Forbidden(f"{agent} cannot ask any more: {self._ended_tokens[token]}.")
         grants = [self._grants.get((token, agent, a, path), (0.0, "")) for a in approval.actions]
         until, granted_by = min(grants)  # a grant covers a request only if it covers all it is
         if until > now:
