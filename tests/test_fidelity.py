@@ -263,8 +263,8 @@ def round_trip_seconds(text: str) -> float:
 def test_large_file_with_images(large_notebook: str) -> None:
     text = large_notebook
     assert len(text) > 3_000_000
-    # CPU time of this thread, as the baseline is: a loaded machine's waits do not count, and with the collector
-    # held off neither does a full collection of the worker's heap landing in one of the two measures.
+    # CPU time of this thread, as the baseline is: a loaded machine's waits do not count, and with the
+    # collector held off neither does a full collection of the worker's heap landing in one measure.
     gc.collect()
     gc.disable()
     try:

@@ -98,8 +98,8 @@ def test_a_walk_stepping_folder_by_folder_answers_as_a_whole_match(glob: str, na
 )
 def test_hostile_globs_take_bounded_time(glob: str, path: str) -> None:
     glob = glob[:256]
-    # This thread's CPU time, the collector held off: a loaded machine's scheduling does not count, and neither
-    # does a full collection of the worker's heap landing inside the measure (CI saw 0.68 s of it on a 5 ms case).
+    # This thread's CPU time, the collector held off: a loaded machine's scheduling does not count, and
+    # neither does a full collection of the worker's heap inside the measure (CI: 0.68 s on a 5 ms case).
     gc.collect()
     gc.disable()
     try:
