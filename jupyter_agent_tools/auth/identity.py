@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import os
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -202,7 +204,7 @@ class AgentTokens(IdentityProvider):
                     from jupyter_core.paths import jupyter_data_dir
 
                     data_dir = jupyter_data_dir()
-                path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
+                path = os.path.join(data_dir, "jupyter_agent_tools", _per_server("agent_tokens.db"))
             self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
         return self._tokens
 
@@ -291,6 +293,8 @@ class AgentTokens(IdentityProvider):
 
     def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
         self._by_agent_token.add(handler)  # first: even a refusal's page must not carry the server's token
+        # a token, not a cookie: no XSRF check (JupyterHub's patch of jupyter_server's check reads this)
+        handler._token_authenticated = True  # type: ignore[attr-defined]
         now = self.tokens.now()
         status = record.status(now)
         if status != "active":
@@ -411,6 +415,18 @@ class AgentIdentityProvider(AgentTokens, PasswordIdentityProvider):
     whose provider is another class (JupyterHub's single-user server sets its own) gets agent tokens in
     front of it instead, when the extension loads (:func:`adopt_agent_tokens`).
     """
+
+
+def _per_server(file_name: str) -> str:
+    """``file_name`` for this server: a JupyterHub user's named servers share a home (so a data directory)
+    but each has its own agent tokens: ``agent_tokens.NAME-HASH.db`` on a named server."""
+    server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+    if not server:
+        return file_name
+    stem, dot, ext = file_name.rpartition(".")
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", server)[:64]
+    digest = hashlib.sha256(server.encode()).hexdigest()[:8]  # two names that map to one safe name differ
+    return f"{stem}.{safe}-{digest}{dot}{ext}"
 
 
 @functools.lru_cache(maxsize=16)
