@@ -30,6 +30,7 @@ from typing import Any
 
 import psutil
 import requests
+import yaml
 
 from jupyter_agent_tools.testing.server import PACKAGE_PARENT, free_port, on_a_free_port, wait_serving
 
@@ -81,15 +82,27 @@ SINGLEUSER_CONFIG = """
 import logging
 import os
 
-c.ServerApp.jpserver_extensions = {"jupyter_agent_tools": True}
-# agents as agents: agent tokens in front of the hub's own identity provider, their scopes applied
-c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer"
+# The extension, agents as agents, the admin's defaults: docs/admin.md's z2jh values (z2jh_settings)
 c.KernelPool.size = 0
 named = os.environ.get("JUPYTERHUB_SERVER_NAME")
 server = os.environ["JUPYTERHUB_USER"] + (f".{named}" if named else "")
 events = os.path.join(os.environ["AGENT_EVENTS_DIR"], server + ".jsonl")
 c.EventLogger.handlers = [logging.FileHandler(events)]
 """
+
+
+def z2jh_settings() -> dict[str, Any]:
+    """The single-user servers' settings of docs/admin.md's Zero to JupyterHub values (``extraFiles``), as
+    the chart would mount them: the tests run the documented configuration."""
+    text = (PACKAGE_PARENT / "docs" / "admin.md").read_text()
+    blocks = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", text, re.S)
+        if "  extraFiles:\n    jupyter-agent-tools:" in b
+    ]
+    assert len(blocks) == 1, "docs/admin.md has one z2jh values.yaml"
+    files = yaml.safe_load(blocks[0])["singleuser"]["extraFiles"]
+    return dict(files["jupyter-agent-tools"]["data"])
 
 
 @dataclass
@@ -212,6 +225,7 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
     for sub in ("home", "events", "singleuser-config", "tmp"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
     (tmp / "singleuser-config" / "jupyter_server_config.py").write_text(SINGLEUSER_CONFIG)
+    (tmp / "singleuser-config" / "jupyter_server_config.json").write_text(json.dumps(z2jh_settings()))
     admin_token = secrets.token_hex(16)
     pythonpath = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "JUPYTER_AGENT_"))}

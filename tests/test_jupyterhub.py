@@ -201,6 +201,19 @@ def test_alice_makes_agent_tokens_and_an_agent_is_itself_on_her_server_only(
     assert made.returncode == 0, made.stderr
     reader = json.loads(made.stdout)["token"]
     assert reader.startswith("jat_")
+    # the admin's cap (docs' z2jh values: a day): no expiry asked -> the cap; longer -> 400 saying so
+    expires = json.loads(made.stdout)["expires"]
+    status, listing = agent(hub, tokens["alice"], "GET", "api/agent/tokens")
+    assert status == 200 and [t["expires"] for t in listing["tokens"] if t["name"] == "reader"] == [expires]
+    assert expires is not None
+    status, answer = agent(
+        hub,
+        tokens["alice"],
+        "POST",
+        "api/agent/tokens",
+        {"name": "long", "scopes": ["read"], "expires_in": 604800},
+    )
+    assert status == 400 and "max_token_lifetime" in answer["message"], answer
     asked_the_hub = hub.api_requests()
     notebook = hub.home("alice") / "shared/s.ipynb"
     before = notebook.read_bytes()

@@ -38,7 +38,7 @@ from traitlets import Float, Unicode
 from ..audit import metrics
 from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
-from ..schemas import REFUSED_NOT_FOR_AGENTS
+from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
 from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
@@ -169,6 +169,15 @@ class AgentTokens(IdentityProvider):
         "database's lock, before it answers 503 saying so. Checking a token never waits for it.",
     ).tag(config=True)
 
+    max_token_lifetime = Float(
+        0.0,
+        min=0.0,
+        max=float(TOKEN_MAX_EXPIRES_IN),
+        help="Seconds an agent token may live at most (an organisation's cap, e.g. 86400 for a day). 0: no "
+        "cap (up to 366 days, or until revoked). With a cap, a token asked for without an expiry expires "
+        "after the cap, and one asked for longer is refused (400) saying so.",
+    ).tag(config=True)
+
     connection_check_interval = Float(
         5.0,
         min=0.05,
@@ -207,6 +216,21 @@ class AgentTokens(IdentityProvider):
                 path = os.path.join(data_dir, "jupyter_agent_tools", _per_server("agent_tokens.db"))
             self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
         return self._tokens
+
+    def lifetime(self, asked: float | None) -> float | None:
+        """The seconds a new token lives (None: until revoked), for ``asked`` under the admin's cap."""
+        cap = self.max_token_lifetime
+        if not cap:
+            return asked
+        if asked is None:
+            return cap
+        if asked > cap:
+            raise AgentToolsError(
+                f"'expires_in' may be at most {cap:.0f} seconds on this server (its admin's cap, "
+                f"c.AgentIdentityProvider.max_token_lifetime); got {asked:.0f}",
+                400,
+            )
+        return asked
 
     @property
     def connections(self) -> AgentConnections:

@@ -67,7 +67,7 @@ class TokenListHandler(_TokenRoute):
             body["name"],
             body["scopes"],
             body.get("paths") or (),
-            body.get("expires_in"),
+            self.agents.lifetime(body.get("expires_in")),
             body.get("ask") or (),
         )
         self.log.info("agent token %r created (scopes %s)", record.name, ",".join(sorted(record.scopes)))
