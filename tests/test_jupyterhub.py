@@ -173,6 +173,27 @@ def make_agent_token(hub: Hub, token: str, body: dict[str, Any], server_name: st
     return dict(answer)
 
 
+async def mcp_calls(hub: Hub, token: str) -> tuple[Any, Any, Any]:
+    """An eval, a read inside the token's paths and one outside, through the official MCP SDK client."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as client,
+        streamable_http_client(hub.server_url("alice") + "api/agent/mcp", http_client=client) as (
+            read,
+            write,
+        ),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        ran = await session.call_tool("eval", {"cells": [{"code": "1"}], "session": "mcp-agent"})
+        inside = await session.call_tool("notebook_read", {"path": "shared/s.ipynb"})
+        outside = await session.call_tool("notebook_read", {"path": "a.ipynb"})
+        return ran, inside, outside
+
+
 def test_alice_makes_agent_tokens_and_an_agent_is_itself_on_her_server_only(
     hub: Hub, tokens: dict[str, str], tmp_path: Path
 ) -> None:
@@ -231,6 +252,20 @@ def test_alice_makes_agent_tokens_and_an_agent_is_itself_on_her_server_only(
     status, answer = agent(hub, reader, "POST", "api/agent/eval", {"cells": [{"code": "1"}], "session": "r"})
     assert status == 403, answer  # no execute scope
     assert notebook.read_bytes() == before
+    # the official MCP SDK client and the CLI, with the agent token: the same agent, the same limits
+    ran, read_back, outside = asyncio.run(mcp_calls(hub, reader))
+    assert ran.is_error and "execute" in ran.content[0].text, ran
+    assert not read_back.is_error and "s = 1" in read_back.content[0].text, read_back
+    assert outside.is_error, outside
+    as_agent = {**env, "JUPYTER_AGENT_TOKEN": reader}
+    shown = subprocess.run(
+        [*cli, "nb", "show", "shared/s.ipynb"], capture_output=True, text=True, env=as_agent, timeout=120
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["cells"][0]["source"] == "s = 1", shown.stderr
+    refused = subprocess.run(
+        [*cli, "eval", "-c", "1"], capture_output=True, text=True, env=as_agent, timeout=120
+    )
+    assert refused.returncode != 0 and "403" in refused.stderr, refused.stderr
     # the same token elsewhere: bob's server, alice's named server (each server has its own tokens)
     for url in (hub.server_url("bob"), hub.server_url("alice", "lab2")):
         status, answer = request("GET", url + "api/contents", None, reader)
