@@ -61,6 +61,7 @@ c.Spawner.environment = {{
     "JUPYTER_CONFIG_DIR": "{tmp}/singleuser-config",
     "AGENT_EVENTS_DIR": "{tmp}/events",
     "TMPDIR": "{tmp}/tmp",
+    "JUPYTERLAB_SETTINGS_DIR": "{tmp}/lab-settings",
 }}
 # Single-user servers on ports below the range their kernels' ports come from (see free_port).
 from jupyter_agent_tools.testing.server import free_port
@@ -226,6 +227,11 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
         (tmp / sub).mkdir(parents=True, exist_ok=True)
     (tmp / "singleuser-config" / "jupyter_server_config.py").write_text(SINGLEUSER_CONFIG)
     (tmp / "singleuser-config" / "jupyter_server_config.json").write_text(json.dumps(z2jh_settings()))
+    notification = tmp / "lab-settings" / "@jupyterlab" / "apputils-extension"  # no news toast (no network)
+    notification.mkdir(parents=True, exist_ok=True)
+    (notification / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     admin_token = secrets.token_hex(16)
     pythonpath = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "JUPYTER_AGENT_"))}

@@ -17,11 +17,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+from browser import ARTIFACTS, launch, needs_chromium
 from hub_harness import NO_PROXY_REASON, PROXY, Hub, request, running_hub
 from nbformat.v4 import new_code_cell, new_notebook
 from tornado.httpclient import HTTPRequest
@@ -36,6 +38,10 @@ pytestmark = [
 ]
 
 
+# (a notebook without a kernelspec opens JupyterLab's kernel picker over the page)
+KERNEL = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     with running_hub(tmp_path_factory.mktemp("hub")) as running:
@@ -44,7 +50,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
             running.start_server(name)
         running.start_server("alice", "lab2")  # a named server: the same home, its own agent tokens
         nbformat.write(
-            new_notebook(cells=[new_code_cell("x = 1", id="c1")]), str(running.home("alice") / "a.ipynb")
+            new_notebook(cells=[new_code_cell("x = 1", id="c1")], metadata=KERNEL),
+            str(running.home("alice") / "a.ipynb"),
         )
         yield running
 
@@ -357,3 +364,52 @@ def test_revoking_an_agent_token_on_the_hub_closes_its_websockets(hub: Hub, toke
     assert status == 403
     status, answer = agent(hub, tokens["alice"], "GET", "api/me")  # a hub token of alice's still works
     assert status == 200 and answer["identity"]["username"] == "alice", answer
+
+
+@needs_chromium
+def test_alice_approves_in_her_panel_after_the_hubs_login_in_chromium(
+    hub: Hub, tokens: dict[str, str]
+) -> None:
+    """The person's side in a real browser: alice logs in on the hub's page, her JupyterLab's Agents panel
+    shows the agent's waiting eval under the agent's name, she approves it there, it runs once, and the
+    decision names her (screenshot: ``test-artifacts/hub_approval.png``)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    bot = make_agent_token(
+        hub, tokens["alice"], {"name": "panel-bot", "scopes": ["read", "execute"], "ask": ["execute"]}
+    )["token"]
+    code = "print('approved in the panel', 6 * 7)"
+    panel, tab = "#jp-agent-activity", '.jp-SideBar [data-id="jp-agent-activity"]'
+    with sync_api.sync_playwright() as playwright:
+        browser = launch(playwright)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 860}).new_page()
+            page.goto(f"{hub.url}hub/login", timeout=90_000)
+            page.fill("#username_input", "alice")
+            page.fill("#password_input", "any")
+            with page.expect_navigation(timeout=60_000):  # to her server, or the hub's home
+                page.click("#login_submit")
+            page.goto(hub.server_url("alice") + "lab/tree/a.ipynb?reset", timeout=90_000)
+            page.wait_for_function(
+                "() => document.querySelector('.jp-Notebook')?.innerText.includes('x = 1')", timeout=90_000
+            )
+            page.locator(tab).click()
+            page.wait_for_selector(f'{panel}[data-connected="true"]', state="visible", timeout=60_000)
+            with ThreadPoolExecutor(1) as pool:
+                body = {"cells": [{"code": code}], "session": "panel", "approval_wait": 150}
+                call = pool.submit(agent, hub, bot, "POST", "api/agent/eval", body)
+                row = page.locator(
+                    f'{panel} [data-section="waiting-for-you"] [data-approval-id]', has_text=code
+                )
+                row.wait_for(timeout=60_000)
+                assert "agent:panel-bot" in row.inner_text()
+                approval_id = row.get_attribute("data-approval-id")
+                ARTIFACTS.mkdir(exist_ok=True)
+                page.screenshot(path=str(ARTIFACTS / "hub_approval.png"))
+                assert not call.done()
+                row.locator('button[data-action="approve"]').click()
+                status, answer = call.result(timeout=120)
+        finally:
+            browser.close()
+    assert status == 200 and answer["output"] == "approved in the panel 42\n", answer
+    decided = agent(hub, tokens["alice"], "GET", f"api/agent/approvals/{approval_id}")[1]
+    assert decided["state"] == "approved" and decided["decided_by"] == "alice", decided
