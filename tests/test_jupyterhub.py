@@ -329,6 +329,15 @@ def test_with_ask_execute_only_alices_browser_session_approves(hub: Hub, tokens:
     assert status == 403 and "Agents panel" in answer["message"], answer  # a bare hub API token of alice's
     status, answer = agent(hub, tokens["bob"], "POST", decide, approve)
     assert status == 403, answer
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(PACKAGE_PARENT),
+        "JUPYTERHUB_API_TOKEN": tokens["alice"],
+    }
+    cli = [sys.executable, "-m", "jupyter_agent_tools.cli", "--url", hub.server_url("alice")]
+    approving = [*cli, "approvals", "approve", str(pending[0]["id"])]
+    refused = subprocess.run(approving, capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode != 0 and "Agents panel" in refused.stderr, refused  # says how to decide
     assert not ran_file.exists() and waiting.is_alive()
     browser, page_token = hub.login("alice")  # what JupyterLab's panel sends after the hub's login
     decided = browser.post(
