@@ -401,6 +401,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _common(files)
 
+    mcp = commands.add_parser(
+        "mcp",
+        help="an MCP server on stdio that relays to the server's MCP endpoint (for stdio-only clients)",
+        description="Speak MCP on stdin/stdout (newline-delimited JSON-RPC) and relay every message to the "
+        "server's /api/agent/mcp with its token: for MCP clients that only start local commands (Claude "
+        "Desktop). stdout carries protocol messages only; notes and errors go to stderr. Ends when stdin "
+        "ends (once the calls in flight are answered) or on SIGTERM (they are cancelled).",
+    )
+    mcp.add_argument("--url", default=argparse.SUPPRESS, help="the server's URL (with its base_url)")
+    mcp.add_argument("--token", default=argparse.SUPPRESS, help="the server's token")
+
     artifact = commands.add_parser("artifact", help="print the full output of a truncated cell")
     artifact.add_argument("artifact_id", metavar="ID")
     artifact.add_argument("--tail", type=int, metavar="N", help="only the last N lines")

@@ -776,6 +776,10 @@ def describe_error(error: AgentAPIError) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``jupyter agent``: parse, find the server, run the command; returns the exit code."""
     args = parse(argv)
+    if args.command == "mcp":  # stdout is the protocol's: no renderer, errors go to the MCP client
+        from .mcp_stdio import main as relay
+
+        return relay(args.url, args.token)
     renderer = choose(args.json, args.ndjson, args.plain)
     try:
         server = find_server(args.url, args.token, note=renderer.note)
