@@ -413,7 +413,7 @@ class AgentToolsApp(ExtensionApp):
             return
         self.eval_service.sessions.start()
         self.ledger.start()
-        self.run_registry.open()  # a previous process's unfinished runs become "lost"
+        await self.run_registry.load()  # a previous process's unfinished runs become "lost"
         await self.approval_policy.start()  # requests a previous process left pending expire
 
     async def stop_extension(self) -> None:
