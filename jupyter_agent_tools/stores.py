@@ -90,6 +90,7 @@ NETWORK_MAGIC = {
     0x01021997: "9p",
     0x73757245: "coda",
 }
+MOUNTINFO = "/proc/self/mountinfo"  # the mount table read (a test gives a fake one)
 LOCAL = "local"
 NETWORK = "network"
 SUFFIXES = ("-wal", "-shm", "-journal")  # the files SQLite keeps beside a database
@@ -287,7 +288,7 @@ def filesystem(path: str, mountinfo: str | None = None) -> tuple[str, str]:
     where = _existing(path)
     if mountinfo is None:
         try:
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            with open(MOUNTINFO, encoding="utf-8", errors="surrogateescape") as f:
                 mountinfo = f.read()
         except OSError:
             mountinfo = ""
@@ -388,9 +389,21 @@ def prepare(
     if journal != "memory":
         current = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if current != journal:
-            got = conn.execute(f"PRAGMA journal_mode = {journal.upper()}").fetchone()[0]
+            try:
+                got = conn.execute(f"PRAGMA journal_mode = {journal.upper()}").fetchone()[0]
+            except sqlite3.OperationalError as e:  # another connection has it open in WAL mode
+                if not locked(e):
+                    raise
+                got = current
             if got != journal:
-                log.warning("%s stays in %s journal mode (another process has it open)", conn, got)
+                name = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+                log.warning(
+                    "%s stays in %s journal mode, not %s (another process has it open, or its filesystem "
+                    "does not allow it)",
+                    name,
+                    got,
+                    journal,
+                )
         conn.execute("PRAGMA synchronous = " + ("NORMAL" if journal == "wal" else "FULL"))
     if setup is not None:
         setup(conn)

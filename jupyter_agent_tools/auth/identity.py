@@ -37,6 +37,7 @@ from ..audit import metrics
 from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
 from ..schemas import REFUSED_NOT_FOR_AGENTS
+from ..stores import AgentStores
 from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
@@ -151,7 +152,8 @@ class AgentIdentityProvider(PasswordIdentityProvider):
     token_db = Unicode(
         "",
         help="The SQLite file of the agent tokens. Empty: agent_tokens.db in a jupyter_agent_tools "
-        "directory of the server's data directory (jupyter --data-dir).",
+        "directory of AgentStores.state_dir (by default the server's data directory, jupyter --data-dir). "
+        "Tokens live per server: on JupyterHub, named servers of one user each have their own file.",
     ).tag(config=True)
 
     token_db_timeout = Float(
@@ -190,15 +192,11 @@ class AgentIdentityProvider(PasswordIdentityProvider):
     def tokens(self) -> TokenStore:
         """The token store (opened on first use, when the configuration is complete)."""
         if self._tokens is None:
-            path = self.token_db
-            if not path:
-                data_dir = getattr(self.parent, "data_dir", None)
-                if not data_dir:
-                    from jupyter_core.paths import jupyter_data_dir
-
-                    data_dir = jupyter_data_dir()
-                path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
-            self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
+            stores = AgentStores(parent=self)
+            path = self.token_db or stores.path(
+                os.path.join("jupyter_agent_tools", "agent_tokens.db"), getattr(self.parent, "data_dir", None)
+            )
+            self._tokens = TokenStore(path, write_timeout=self.token_db_timeout, options=stores.options())
         return self._tokens
 
     @property
