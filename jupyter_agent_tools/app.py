@@ -58,6 +58,7 @@ from .mcp.server import McpServer
 from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
 from .runs import RunRegistry
+from .stores import AgentStores
 from .traits import at_least, in_range
 
 GIB = 1024**3
@@ -98,6 +99,7 @@ class AgentToolsApp(ExtensionApp):
         Ledger,
         RunRegistry,
         ApprovalPolicy,
+        AgentStores,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
