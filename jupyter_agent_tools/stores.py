@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import threading
@@ -36,6 +37,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, TypeVar
 
 from traitlets import Enum, Float, Unicode, default, validate
@@ -95,6 +97,12 @@ LOCAL = "local"
 NETWORK = "network"
 SUFFIXES = ("-wal", "-shm", "-journal")  # the files SQLite keeps beside a database
 HEARTBEAT_MIN = 0.2  # seconds: the shortest heartbeat (tests use short owner timeouts)
+# FUSE network filesystems (sshfs, s3fs, rclone...) keep POSIX locks to one mount: two mounts of one export
+# (two pods) do not see each other's. SQLite's dot-file locks (a lock directory made beside the database,
+# which the file server makes or refuses) work there; a holder that was killed leaves it behind, so a lock
+# older than this (seconds: a transaction takes milliseconds) is removed.
+DOTFILE_VFS = "unix-dotfile"
+STALE_LOCK = 30.0
 
 
 # -- where ---------------------------------------------------------------------------------------
@@ -281,6 +289,51 @@ def _statfs_type(path: str) -> int | None:
         return None
 
 
+def fs_type(path: str, mountinfo: str | None = None) -> str | None:
+    """The mount table's type of the filesystem holding ``path`` (None when it cannot be read)."""
+    what = filesystem(path, mountinfo)[1]
+    return what.split(" at ", 1)[0] if " at " in what else None
+
+
+def vfs_for(path: str, setting: str = "auto", mountinfo: str | None = None) -> str | None:
+    """The SQLite VFS for ``path``: dot-file locks on a FUSE network filesystem (whose POSIX locks stay in
+    one mount), else the default (None)."""
+    if path == ":memory:" or setting == "wal":
+        return None
+    found = fs_type(path, mountinfo) or ""
+    fuse = found == "fuse" or found.startswith("fuse.")
+    return DOTFILE_VFS if fuse and classify(found) == NETWORK else None
+
+
+def sqlite_connect(path: str, timeout: float, vfs: str | None = None) -> sqlite3.Connection:
+    """An autocommit connection any thread may use (the store's worker owns it), through ``vfs``."""
+    target: str = path
+    if vfs is not None:
+        target = f"{Path(os.path.abspath(path)).as_uri()}?vfs={vfs}"
+    return sqlite3.connect(
+        target, timeout=timeout, isolation_level=None, check_same_thread=False, uri=bool(vfs)
+    )
+
+
+def break_stale_lock(path: str, older_than: float = STALE_LOCK) -> bool:
+    """Remove a dot-file lock of ``path`` left by a killed holder (older than ``older_than`` seconds)."""
+    lock = path + ".lock"
+    try:
+        age = time.time() - os.lstat(lock).st_mtime
+    except OSError:
+        return False
+    if age < older_than:
+        return False
+    with contextlib.suppress(OSError):
+        if os.path.isdir(lock) and not os.path.islink(lock):
+            shutil.rmtree(lock)
+        else:
+            os.remove(lock)
+        log.warning("removed the lock %s, left %.0f s ago by a process that is gone", lock, age)
+        return True
+    return False
+
+
 def filesystem(path: str, mountinfo: str | None = None) -> tuple[str, str]:
     """(``local`` or ``network``, what it is) for the filesystem holding ``path`` (or its nearest existing
     parent): from the mount table (``mountinfo``: its text, else ``/proc/self/mountinfo``), else the
@@ -428,10 +481,13 @@ def open_store(
     if not memory:
         private_file(path, confine_to)
     journal = journal_for(path, options.journal)
+    vfs = vfs_for(path, options.journal)
+    if vfs is not None:
+        break_stale_lock(path)
     for attempt in (1, 2):
         problem: str | None
         try:
-            conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            conn = sqlite_connect(path, timeout, vfs)
             try:
                 problem = None if memory else check(conn)
                 if problem is None:
@@ -563,7 +619,11 @@ OWNERS_SCHEMA = "CREATE TABLE IF NOT EXISTS owners (owner TEXT PRIMARY KEY, hear
 
 
 def beat(conn: sqlite3.Connection) -> None:
-    """This process's heartbeat in the store's ``owners`` table."""
+    """This process's heartbeat in the store's ``owners`` table (a dot-file lock left by a killed process
+    is removed first)."""
+    path = next((row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), "")
+    if path:
+        break_stale_lock(path)
     conn.execute(
         "INSERT INTO owners (owner, heartbeat) VALUES (?, ?) "
         "ON CONFLICT (owner) DO UPDATE SET heartbeat = excluded.heartbeat",

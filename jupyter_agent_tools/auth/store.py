@@ -35,7 +35,19 @@ from typing import Any, TypeVar
 from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
 from ..schemas import APPROVAL_ACTIONS as ASK_ACTIONS
 from ..schemas import ASKABLE_ACTIONS, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
-from ..stores import StoreError, StoreOptions, Worker, check, journal_for, locked, prepare, private_file
+from ..stores import (
+    StoreError,
+    StoreOptions,
+    Worker,
+    break_stale_lock,
+    check,
+    journal_for,
+    locked,
+    prepare,
+    private_file,
+    sqlite_connect,
+    vfs_for,
+)
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
 
@@ -209,6 +221,9 @@ class TokenStore:
         try:
             private_file(path)  # private from the start: the names and scopes may be secrets
             journal = journal_for(path, (options or StoreOptions()).journal)
+            self._vfs = vfs_for(path, (options or StoreOptions()).journal)
+            if self._vfs is not None:
+                break_stale_lock(path)
             # On a network filesystem every read takes a lock on the file server: the worker reads.
             self._polling = journal != "wal"
             self._reader = self._connect(write_timeout if self._polling else READ_TIMEOUT)
@@ -267,7 +282,7 @@ class TokenStore:
             self._version = version
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=timeout)
+        return sqlite_connect(self.path, timeout, self._vfs)
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch)."""
