@@ -315,6 +315,25 @@ def sqlite_connect(path: str, timeout: float, vfs: str | None = None) -> sqlite3
     )
 
 
+def leave_wal(path: str) -> None:
+    """Turn a database left in WAL mode (by a server that took its filesystem for local) back to a rollback
+    journal through the default VFS: the dot-file VFS has no shared memory and cannot open it."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(20)
+    except OSError:
+        return
+    if len(header) < 20 or header[18:20] != b"\x02\x02":  # (file format versions 2: WAL)
+        return
+    conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = DELETE")
+    except sqlite3.Error as e:
+        log.warning("%s stays in WAL mode (%s): another process has it open", path, e)
+    finally:
+        conn.close()
+
+
 def break_stale_lock(path: str, older_than: float = STALE_LOCK) -> bool:
     """Remove a dot-file lock of ``path`` left by a killed holder (older than ``older_than`` seconds)."""
     lock = path + ".lock"
@@ -484,6 +503,7 @@ def open_store(
     vfs = vfs_for(path, options.journal)
     if vfs is not None:
         break_stale_lock(path)
+        leave_wal(path)
     for attempt in (1, 2):
         problem: str | None
         try:

@@ -42,6 +42,7 @@ from ..stores import (
     break_stale_lock,
     check,
     journal_for,
+    leave_wal,
     locked,
     prepare,
     private_file,
@@ -224,6 +225,7 @@ class TokenStore:
             self._vfs = vfs_for(path, (options or StoreOptions()).journal)
             if self._vfs is not None:
                 break_stale_lock(path)
+                leave_wal(path)
             # On a network filesystem every read takes a lock on the file server: the worker reads.
             self._polling = journal != "wal"
             self._reader = self._connect(write_timeout if self._polling else READ_TIMEOUT)
