@@ -213,3 +213,57 @@ def test_two_pods_on_two_sshfs_mounts_of_one_home_share_the_stores_safely(
             if name == "tokens.db":
                 assert conn.execute("SELECT count(*) FROM agent_tokens").fetchone()[0] == 2 * count
         conn.close()
+
+
+# A server process in a PID namespace of its own (a container): PID 1 every time it starts.
+CONTAINER = textwrap.dedent(
+    """
+    import logging, os, sys, time
+    from jupyter_agent_tools.runs.records import RunRecords
+    from jupyter_agent_tools.stores import StoreOptions
+
+    class Run:
+        id, owner, kind, target, state, created, ended, message = (
+            "detached", "alice", "eval", "s", "running", time.time(), None, None)
+
+    records = RunRecords(sys.argv[1], "/home/jovyan", logging.getLogger("c"), StoreOptions(owner_timeout=1.0))
+    listed = records.open(3600)
+    if sys.argv[2] == "run":
+        records.save(Run())
+        records.settle()
+    print(os.getpid(), " ".join(f"{r['id']}:{r['state']}" for r in listed), flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+def test_a_restarted_container_with_the_same_pid_lists_the_previous_ones_run_lost(tmp_path: Path) -> None:
+    """Both starts get PID 1 (``unshare --pid --fork --mount-proc``); the first, killed with a detached run
+    going, is not this PID: the second lists the run ``lost`` once the first's heartbeat stopped."""
+    unshare = shutil.which("unshare")
+    if sys.platform != "linux" or os.geteuid() != 0 or unshare is None:
+        pytest.skip("not applicable here: PID namespaces need Linux, root and unshare")
+    path = str(tmp_path / "runs.db")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+
+    def start(what: str) -> tuple[subprocess.Popen[str], list[str]]:
+        command = [unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", CONTAINER, path, what]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
+        assert process.stdout is not None
+        return process, process.stdout.readline().split()
+
+    first, said = start("run")
+    try:
+        assert said == ["1"]  # PID 1, with the run going
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(10)
+    time.sleep(1.5)  # past its owner_timeout (1 s): the first's heartbeat is old
+    second, said = start("list")
+    try:
+        assert said == ["1", "detached:lost"]
+    finally:
+        os.killpg(second.pid, signal.SIGKILL)
+        second.wait(10)
