@@ -335,7 +335,7 @@ class ApprovalFile:
                 for start in range(0, len(mine), 500):
                     chunk = mine[start : start + 500]
                     self._conn.execute(
-                        "UPDATE approvals SET state = 'expired', decided = ?, decided_by = 'server stop' "
+                        "UPDATE approvals SET state = 'expired', decided = ?, decided_by = 'server restart' "
                         f"WHERE state = 'pending' AND id IN ({', '.join('?' * len(chunk))})",
                         (time.time(), *chunk),
                     )

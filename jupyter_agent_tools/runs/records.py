@@ -17,6 +17,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from ..stores import (
@@ -91,7 +92,11 @@ class RunRecords:
     def open(self, retention: float) -> list[dict[str, Any]]:
         """Open the file (in the worker; this waits for it); mark the unfinished runs of gone processes
         lost; the rows still kept."""
-        return self._worker.submit(self._open, retention).result()
+        return self.submit_open(retention).result()
+
+    def submit_open(self, retention: float) -> Future[list[dict[str, Any]]]:
+        """:meth:`open` in the worker, not waited for."""
+        return self._worker.submit(self._open, retention)
 
     async def open_async(self, retention: float) -> list[dict[str, Any]]:
         """:meth:`open` without holding the event loop."""

@@ -20,6 +20,7 @@ sees every run.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import secrets
 import time
@@ -189,27 +190,37 @@ class RunRegistry(Service):
             self.runs_db_path, self.root_dir, self.log, store_options(self), on_lost=self._lost_elsewhere
         )
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: concurrent.futures.Future[list[dict[str, Any]]] | None = None
         self._stopping = False
         self._opened = False
         self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
 
     def open(self) -> None:
         """Read the records a previous server process left (its unfinished runs become ``lost``); waits
-        for the file (:meth:`load` does not hold the event loop)."""
+        for the file (:meth:`load`, at server start, does not hold the event loop; a request in the
+        meantime waits for it)."""
         if self._opened:
             return
-        self._opened = True
-        with contextlib.suppress(RuntimeError):
-            self._loop = asyncio.get_running_loop()
-        self._add(self.records.open(self.run_retention))
+        if self._loop is None:
+            with contextlib.suppress(RuntimeError):
+                self._loop = asyncio.get_running_loop()
+        if self._opening is None:
+            self._opening = self.records.submit_open(self.run_retention)
+        rows = self._opening.result()
+        if not self._opened:
+            self._opened = True
+            self._add(rows)
 
     async def load(self) -> None:
         """:meth:`open` in the records' worker thread (at server start)."""
-        if self._opened:
+        if self._opened or self._opening is not None:
             return
-        self._opened = True
         self._loop = asyncio.get_running_loop()
-        self._add(await self.records.open_async(self.run_retention))
+        self._opening = self.records.submit_open(self.run_retention)
+        rows = await asyncio.wrap_future(self._opening)
+        if not self._opened:
+            self._opened = True
+            self._add(rows)
 
     def _lost_elsewhere(self, rows: list[dict[str, Any]]) -> None:
         """Records' worker: runs of another server process on this root that is gone since (a heartbeat
