@@ -108,26 +108,20 @@ STALE_LOCK = 30.0
 # -- where ---------------------------------------------------------------------------------------
 
 
-def server_tag(env: dict[str, str] | None = None) -> str:
-    """What a store's file name carries on a JupyterHub named server (``-<name>``), or ``""`` (not on a hub,
-    or the user's default server, whose name is empty). Characters other than letters, digits, ``_`` and
-    ``.`` become ``_``, and then a short hash of the name keeps two names apart."""
-    name = (os.environ if env is None else env).get(SERVER_NAME_ENV) or ""
-    if not name:
-        return ""
-    safe = re.sub(r"[^A-Za-z0-9_.]", "_", name)[:64].strip(".") or "_"
-    if safe != name:
-        safe += "_" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return "-" + safe
-
-
 def tagged(name: str, env: dict[str, str] | None = None) -> str:
-    """``name`` (``agent_tools_ledger.db``) with this server's tag before its extension."""
-    tag = server_tag(env)
-    if not tag:
+    """``name`` (``agent_tools_ledger.db``) for this server: on a JupyterHub named server
+    (``JUPYTERHUB_SERVER_NAME``) ``agent_tools_ledger.NAME-HASH.db``, where NAME keeps letters, digits,
+    ``_`` and ``-`` (others become ``_``) and HASH (of the name) keeps names that look alike apart; else (not
+    on a hub, or the user's default server, whose name is empty) ``name`` itself."""
+    server = (os.environ if env is None else env).get(SERVER_NAME_ENV) or ""
+    if not server:
         return name
-    stem, dot, ext = name.rpartition(".")
-    return f"{stem}{tag}{dot}{ext}" if dot else name + tag
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", server)[:64]
+    digest = hashlib.sha256(server.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    head, base = os.path.split(name)
+    stem, dot, ext = base.rpartition(".")
+    tagged_base = f"{stem}.{safe}-{digest}{dot}{ext}" if dot else f"{base}.{safe}-{digest}"
+    return os.path.join(head, tagged_base) if head else tagged_base
 
 
 class StoreError(Exception):

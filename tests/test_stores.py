@@ -469,8 +469,8 @@ def test_the_state_dir_comes_from_config_or_the_environment(
     [
         (None, "agent_tools_ledger.db"),
         ("", "agent_tools_ledger.db"),  # the user's default server
-        ("gpu", "agent_tools_ledger-gpu.db"),
-        ("my server/../x", "agent_tools_ledger-my_server_.._x_"),
+        ("gpu", "agent_tools_ledger.gpu-"),
+        ("my server/../x", "agent_tools_ledger.my_server____x-"),
     ],
 )
 def test_named_hub_servers_sharing_a_home_each_have_their_own_files(
@@ -484,3 +484,10 @@ def test_named_hub_servers_sharing_a_home_each_have_their_own_files(
     assert got.startswith(name) and got.endswith(".db") and "/" not in got
     tokens = stores.tagged(os.path.join("jupyter_agent_tools", "agent_tokens.db"))
     assert tokens.startswith("jupyter_agent_tools/agent_tokens") and tokens.count("/") == 1
+    from jupyter_agent_tools.auth.identity import _per_server
+
+    assert _per_server("agent_tokens.db") == os.path.basename(tokens)  # the token store's naming is the same
+    monkeypatch.setenv(stores.STATE_DIR_ENV, "/state")
+    assert AgentStores().path("agent_tools_runs.db") == os.path.join(
+        "/state", stores.tagged("agent_tools_runs.db")
+    )
