@@ -58,6 +58,7 @@ from .mcp.server import McpServer
 from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
 from .runs import RunRegistry
+from .stores import AgentStores
 from .traits import at_least, in_range
 
 GIB = 1024**3
@@ -98,6 +99,7 @@ class AgentToolsApp(ExtensionApp):
         Ledger,
         RunRegistry,
         ApprovalPolicy,
+        AgentStores,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
@@ -418,7 +420,7 @@ class AgentToolsApp(ExtensionApp):
             return
         self.eval_service.sessions.start()
         self.ledger.start()
-        self.run_registry.open()  # a previous process's unfinished runs become "lost"
+        await self.run_registry.load()  # a previous process's unfinished runs become "lost"
         await self.approval_policy.start()  # requests a previous process left pending expire
 
     async def stop_extension(self) -> None:

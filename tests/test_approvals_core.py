@@ -62,8 +62,8 @@ def policy(tmp_path: Path, **kwargs: Any) -> ApprovalPolicy:
     return ApprovalPolicy(db_path=str(tmp_path / "approvals.db"), **kwargs)
 
 
-def ask(gate: ApprovalPolicy, agent: str = "agent:bot", path: str | None = "a.ipynb") -> Any:
-    return gate.request(
+async def ask(gate: ApprovalPolicy, agent: str = "agent:bot", path: str | None = "a.ipynb") -> Any:
+    return await gate.request(
         agent=agent, door="http", action="execute", path=path, summary="run 1 cell", details={"cells": []}
     )
 
@@ -71,7 +71,7 @@ def ask(gate: ApprovalPolicy, agent: str = "agent:bot", path: str | None = "a.ip
 async def test_a_waiting_request_wakes_on_the_decision_not_by_polling(tmp_path: Path) -> None:
     gate = policy(tmp_path)
     await gate.start()
-    approval = ask(gate)
+    approval = await ask(gate)
     assert approval.state == "pending" and [a.id for a in gate.pending()] == [approval.id]
     waiter = asyncio.ensure_future(gate.wait_for(approval, 30))
     await asyncio.sleep(0.05)
@@ -89,7 +89,7 @@ async def test_a_waiting_request_wakes_on_the_decision_not_by_polling(tmp_path: 
 async def test_deciding_twice_unknown_ids_and_agents_are_refused(tmp_path: Path) -> None:
     gate = policy(tmp_path)
     await gate.start()
-    approval = ask(gate)
+    approval = await ask(gate)
     with pytest.raises(Forbidden, match="only a person decides"):
         await gate.decide(approval.id, "approve", by="agent:bot")
     assert approval.state == "pending"
@@ -105,7 +105,7 @@ async def test_deciding_twice_unknown_ids_and_agents_are_refused(tmp_path: Path)
 async def test_an_undecided_request_expires_as_denied(tmp_path: Path) -> None:
     gate = policy(tmp_path, timeout=0.2)
     await gate.start()
-    approval = ask(gate)
+    approval = await ask(gate)
     decided = await gate.wait_for(approval, 5)
     assert decided.state == "expired"
     with pytest.raises(Conflict, match="already expired"):
@@ -123,7 +123,7 @@ async def test_a_withdrawn_request_wakes_its_waiter_leaves_the_list_and_cannot_b
     audit.register_schemas()  # the event is checked against the shipped schema
     gate = policy(tmp_path, audit=audit)
     await gate.start()
-    approval, other = ask(gate), ask(gate)
+    approval, other = await ask(gate), await ask(gate)
     waiter = asyncio.ensure_future(gate.wait_for(approval, 30))
     assert gate.withdraw(approval, "the run was cancelled")
     for _ in range(5):  # woken by the withdrawal, no clock
@@ -152,34 +152,34 @@ async def test_a_withdrawn_request_wakes_its_waiter_leaves_the_list_and_cannot_b
 async def test_approve_for_a_while_covers_the_same_agent_action_and_notebook_only(tmp_path: Path) -> None:
     gate = policy(tmp_path)
     await gate.start()
-    first = ask(gate)
+    first = await ask(gate)
     with pytest.raises(AgentToolsError, match="for_seconds"):
         await gate.decide(first.id, "approve", by="alice", for_seconds=10**9)
     await gate.decide(first.id, "approve", by="alice", for_seconds=600)
-    again = ask(gate)
+    again = await ask(gate)
     assert again.state == "approved" and again.id != first.id and "alice" in (again.decided_by or "")
-    assert ask(gate, path="other.ipynb").state == "pending"
-    assert ask(gate, agent="agent:other").state == "pending"
+    assert (await ask(gate, path="other.ipynb")).state == "pending"
+    assert (await ask(gate, agent="agent:other")).state == "pending"
     gate.stop()
 
 
 async def test_an_agent_may_have_only_so_many_requests_waiting(tmp_path: Path) -> None:
     gate = policy(tmp_path, max_pending_per_agent=2)
     await gate.start()
-    ask(gate), ask(gate)
+    await ask(gate), await ask(gate)
     with pytest.raises(TooManyPending) as refused:
-        ask(gate)
+        await ask(gate)
     assert refused.value.status == 429
-    assert ask(gate, agent="agent:other").state == "pending"
+    assert (await ask(gate, agent="agent:other")).state == "pending"
     gate.stop()
 
 
 async def test_a_restart_expires_what_was_pending_and_keeps_the_history(tmp_path: Path) -> None:
     gate = policy(tmp_path)
     await gate.start()
-    decided = ask(gate)
+    decided = await ask(gate)
     await gate.decide(decided.id, "approve", by="alice")
-    left = ask(gate)
+    left = await ask(gate)
     await asyncio.sleep(0.1)  # the worker writes
     gate.stop()
     again = policy(tmp_path)
@@ -187,7 +187,7 @@ async def test_a_restart_expires_what_was_pending_and_keeps_the_history(tmp_path
     assert again.pending() == []
     assert (await again.get(left.id)).state == "expired"
     assert (await again.get(decided.id)).decided_by == "alice"
-    assert ask(again).id > left.id  # ids are never reused
+    assert (await ask(again)).id > left.id  # ids are never reused
     assert stat.S_IMODE(os.stat(tmp_path / "approvals.db").st_mode) == 0o600
     with sqlite3.connect(tmp_path / "approvals.db") as conn:
         states = dict(conn.execute("SELECT id, state FROM approvals").fetchall())

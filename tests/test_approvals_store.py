@@ -30,8 +30,8 @@ def policy(tmp_path: Path, **kwargs: Any) -> ApprovalPolicy:
     return ApprovalPolicy(db_path=str(tmp_path / "approvals.db"), **kwargs)
 
 
-def ask(gate: ApprovalPolicy, code: str = "1", agent: str = "agent:bot", **details: Any) -> Approval:
-    return gate.request(
+async def ask(gate: ApprovalPolicy, code: str = "1", agent: str = "agent:bot", **details: Any) -> Approval:
+    return await gate.request(
         agent=agent,
         door="http",
         action="execute",
@@ -51,7 +51,7 @@ async def test_a_large_request_keeps_what_fits_and_says_how_much_is_not_shown(tm
     gate = policy(tmp_path, max_detail_bytes=64 * KIB)
     await gate.start()
     code = "print('shown')\n" + "#" * MIB + "\nprint('hidden at the end')"
-    approval = ask(gate, code)
+    approval = await ask(gate, code)
     assert records.json_bytes(approval.details) <= 64 * KIB
     shown = approval.details["cells"][0]["code"]
     assert shown.startswith("print('shown')") and "hidden at the end" not in shown
@@ -59,7 +59,7 @@ async def test_a_large_request_keeps_what_fits_and_says_how_much_is_not_shown(tm
     assert shown.endswith(f"[truncated: {approval.truncated} bytes not shown]")
     assert "not shown]" in approval.summary  # the notification and every list say it too
     assert approval.to_json()["truncated"] == approval.truncated
-    small = ask(gate, "x = 1")
+    small = await ask(gate, "x = 1")
     assert small.truncated == 0 and small.details["cells"][0]["code"] == "x = 1"
     await written(gate)
     gate.stop()
@@ -74,7 +74,7 @@ async def test_a_request_too_large_even_cut_is_refused_413_saying_to_split_it(tm
     gate = policy(tmp_path, max_detail_bytes=4 * KIB)
     await gate.start()
     with pytest.raises(AgentToolsError, match="split it") as refused:
-        gate.request(
+        await gate.request(
             agent="agent:bot",
             door="http",
             action="execute",
@@ -102,14 +102,14 @@ async def test_the_list_shows_a_bounded_preview_and_the_request_in_full_is_one_g
 ) -> None:
     gate = policy(tmp_path)
     await gate.start()
-    approval = ask(gate, "a = 1\n" + "b" * 200 * KIB, cwd="/work")
+    approval = await ask(gate, "a = 1\n" + "b" * 200 * KIB, cwd="/work")
     listed = approval.to_json(preview_only=True)
     assert listed["preview"] is True and records.json_bytes(listed) <= records.PREVIEW_BYTES + 1024
     code = listed["details"]["cells"][0]["code"]
     assert code.startswith("a = 1") and f"GET /api/agent/approvals/{approval.id} shows it in full" in code
     assert listed["details"]["cwd"] == "/work"
     assert approval.to_json()["details"]["cells"][0]["code"] == "a = 1\n" + "b" * 200 * KIB
-    assert ask(gate, "x").to_json(preview_only=True)["preview"] is False
+    assert (await ask(gate, "x")).to_json(preview_only=True)["preview"] is False
     gate.stop()
 
 
@@ -119,9 +119,9 @@ async def test_the_file_stays_within_max_bytes_pruning_decided_requests_never_pe
 ) -> None:
     gate = policy(tmp_path, max_detail_bytes=64 * KIB, max_bytes=MIB, max_pending_per_agent=1000)
     await gate.start()
-    kept = [ask(gate, "p" * 60 * KIB) for _ in range(3)]
+    kept = [await ask(gate, "p" * 60 * KIB) for _ in range(3)]
     for _ in range(40):  # 2.4 MB of decided requests through a 1 MiB file
-        decided = ask(gate, "d" * 60 * KIB)
+        decided = await ask(gate, "d" * 60 * KIB)
         await gate.decide(decided.id, "deny", by="alice")
         await written(gate)
         assert gate._file.disk_bytes() <= MIB
@@ -141,18 +141,18 @@ async def test_a_file_grown_before_the_cap_is_pruned_and_shrunk_at_start(tmp_pat
     path = str(tmp_path / "approvals.db")
     old = ApprovalFile(path)  # no bound, no incremental vacuum: as the file of an older version
     for i in range(1, 41):
-        old.save(
-            Approval(
-                i, "agent:bot", "http", "execute", None, "run", {"code": "x" * 256 * KIB}, 0, 0, "denied"
-            )
-        )
+        row = Approval(
+            i, "agent:bot", "http", "execute", None, "run", {"code": "x" * 256 * KIB}, 0, 0, "denied"
+        ).row()
+        marks = ", ".join("?" * len(row))
+        old._db().execute(f"INSERT INTO approvals ({records.COLUMNS}) VALUES ({marks})", row)
     old.close()
     assert os.path.getsize(path) > 10 * MIB
     gate = ApprovalPolicy(db_path=path, max_detail_bytes=64 * KIB, max_bytes=2 * MIB)
     await gate.start()
     assert gate._file.disk_bytes() <= 2 * MIB
     assert (await gate.get(40)).state == "denied"  # the newest are kept
-    assert ask(gate).id == 41  # ids are still never reused
+    assert (await ask(gate)).id == 41  # ids are still never reused
     gate.stop()
 
 
@@ -160,10 +160,10 @@ async def test_a_file_grown_before_the_cap_is_pruned_and_shrunk_at_start(tmp_pat
 async def test_an_agents_own_decisions_are_listed_however_many_others_were_decided(tmp_path: Path) -> None:
     gate = policy(tmp_path, max_pending_per_agent=1000)
     await gate.start()
-    mine = ask(gate)
+    mine = await ask(gate)
     await gate.decide(mine.id, "approve", by="alice")
     for _ in range(120):
-        other = ask(gate, agent="agent:other")
+        other = await ask(gate, agent="agent:other")
         await gate.decide(other.id, "deny", by="alice")
     await written(gate)
     assert [a.id for a in await gate.recent("agent:bot")] == [mine.id]
@@ -178,7 +178,7 @@ async def test_stop_from_a_worker_thread_wakes_the_waiters_on_the_event_loop(tmp
     try:
         gate = policy(tmp_path)
         await gate.start()
-        approval = ask(gate)
+        approval = await ask(gate)
         waiter = asyncio.ensure_future(gate.wait_for(approval, 30))
         await asyncio.sleep(0.01)
         await asyncio.to_thread(gate.stop)  # as the server stops its services
@@ -279,7 +279,7 @@ def the_policy(serverapp: Any) -> ApprovalPolicy:
 
 @pytest.mark.parametrize("raw", ["%C2%B2", "%EF%BC%91", "%D9%A1"])
 async def test_only_ascii_digits_are_approval_ids(http: Any, jp_serverapp: Any, raw: str) -> None:
-    ask(the_policy(jp_serverapp))  # approval 1 exists: a fullwidth or Arabic-Indic 1 must not read it
+    await ask(the_policy(jp_serverapp))  # approval 1 exists: a fullwidth or Arabic-Indic 1 must not read it
     for method in ("GET", "POST"):
         status, answer = await http(method, f"api/agent/approvals/{raw}", {} if method == "POST" else None)
         assert status == 400, (method, raw, answer)
@@ -294,12 +294,12 @@ async def test_the_list_carries_previews_and_an_agent_sees_its_own_history(
     gate = the_policy(jp_serverapp)
     status, made = await http("POST", "api/agent/tokens", {"name": "bot", "scopes": ["read", "execute"]})
     assert status == 201, made
-    decided = ask(gate, agent="agent:bot")
+    decided = await ask(gate, agent="agent:bot")
     await gate.decide(decided.id, "deny", by="alice")
     for _ in range(110):  # more than the list's 100 latest decisions, all another agent's
-        other = ask(gate, agent="agent:other")
+        other = await ask(gate, agent="agent:other")
         await gate.decide(other.id, "deny", by="alice")
-    big = ask(gate, "x = 1\n" + "#" * 3 * MIB, agent="agent:bot")
+    big = await ask(gate, "x = 1\n" + "#" * 3 * MIB, agent="agent:bot")
     await written(gate)
 
     status, listing = await http("GET", "api/agent/approvals", token=made["token"])

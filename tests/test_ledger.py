@@ -475,17 +475,19 @@ def corrupt_db(jp_root_dir: Path) -> Path:
     return path
 
 
-async def test_a_corrupt_database_does_not_fail_an_edit(corrupt_db, jp_root_dir, api, jp_serverapp):
+async def test_a_corrupt_database_is_kept_aside_and_a_new_ledger_records_the_edit(
+    corrupt_db, jp_root_dir, api, jp_serverapp
+):
     path = write(jp_root_dir)
     assert app_of(jp_serverapp).ledger.db_path == str(corrupt_db)
     status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "1"})
-    assert status == 200 and answer["recorded"] is False and answer["change_id"] is None
-    assert nbformat.read(str(path), as_version=4).cells[-1].source == "1"
-    status, error = await api("GET", "notebooks", "nb.ipynb", "changes")
-    assert status == 503 and "cannot be read" in error["message"]
-    corrupt_db.unlink()  # an admin removes the broken file: the next change makes a new one
-    status, answer = await api("POST", "notebooks", "nb.ipynb", body={"action": "insert", "content": "2"})
     assert status == 200 and answer["recorded"] is True, answer
+    assert nbformat.read(str(path), as_version=4).cells[-1].source == "1"
+    aside = list(corrupt_db.parent.glob("ledger.db.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == b"this is not an SQLite database" * 200
+    assert corrupt_db.read_bytes().startswith(b"SQLite format 3")
+    status, listed = await api("GET", "notebooks", "nb.ipynb", "changes")
+    assert status == 200 and [c["id"] for c in listed["changes"]] == [answer["change_id"]], listed
 
 
 async def test_an_old_undo_is_refused_on_a_new_notebook_at_the_same_path(jp_root_dir, api, jp_fetch):

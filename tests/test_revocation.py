@@ -260,7 +260,7 @@ async def test_a_call_past_the_door_when_its_token_ended_neither_asks_nor_runs(t
         registry.cancel_token("t1", REVOKED)
         ask = {"agent": "agent:bot", "door": "http", "action": "edit", "path": None, "summary": "s"}
         with pytest.raises(Forbidden, match="token was revoked"):
-            policy.request(**ask, details={})
+            await policy.request(**ask, details={})
 
         async def call(emit: Any, cancel: Any) -> dict[str, Any]:
             return {}
@@ -269,7 +269,7 @@ async def test_a_call_past_the_door_when_its_token_ended_neither_asks_nor_runs(t
             registry.start("eval", "s", call)
         assert refused.value.status == 403
         set_token("t2")  # another token (a new one of the same name) asks as before
-        assert policy.request(**ask, details={}).state == "pending"
+        assert (await policy.request(**ask, details={})).state == "pending"
     finally:
         set_token(None)
         policy.stop()

@@ -114,7 +114,7 @@ async def clear(policy: ApprovalPolicy, asking: Asking, describe: Describe, wait
     summary, details = await describe()
     if asking.also:  # one request covers them all (and an "approve for" grant only all of them)
         details = {**details, "actions": [asking.action, *asking.also]}
-    approval = policy.request(
+    approval = await policy.request(
         agent=asking.agent,
         door=asking.door,
         action=asking.action,

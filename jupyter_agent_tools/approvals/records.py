@@ -1,9 +1,12 @@
 """Approval requests: the record, and their SQLite file (one worker thread; the event loop never waits on it).
 
 Every request is kept (pending, approved, denied, expired, withdrawn) with who decided and why: the history
-survives a restart, and a request still pending when the server stopped is marked ``expired`` when it starts
-again (nothing runs unapproved after a restart). The file is created 0600: it holds the code agents asked
-to run.
+survives a restart, and a request still pending when its server process stopped is marked ``expired`` when
+a server starts on the file (nothing runs unapproved after a restart); another live server's pending
+requests are left alone. Ids come from SQLite (``AUTOINCREMENT``): servers sharing the file never hand out
+the same one, and each writes only its own rows. The file is one of the stores
+(:mod:`jupyter_agent_tools.stores`): created 0600 (it holds the code agents asked to run), journal by
+filesystem.
 
 It is bounded like the change ledger's: a request's details are at most ``max_detail_bytes`` (the longest
 texts cut, each with a marker saying how much is not shown: :func:`clip`), and the file (with its
@@ -14,14 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
+import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from functools import cached_property
 from typing import Any
 
 from ..audit.context import display_name
+from ..stores import OWNERS_SCHEMA, StoreOptions, alive_owners, beat, leave, open_store, this_process
 
 LOCK_TIMEOUT = 2.0  # seconds a write waits for another process's lock before it is given up (logged)
 SLACK_BYTES = 4 * 4096  # pages kept free for what a write adds beyond its own bytes (index, page headers)
@@ -51,7 +57,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     reason TEXT,
     for_seconds REAL,
     outcome TEXT,
-    truncated INTEGER NOT NULL DEFAULT 0
+    truncated INTEGER NOT NULL DEFAULT 0,
+    owner TEXT
 );
 CREATE INDEX IF NOT EXISTS approvals_state ON approvals (state);
 CREATE INDEX IF NOT EXISTS approvals_agent ON approvals (agent, id);
@@ -276,61 +283,94 @@ class ApprovalFile:
     """The SQLite file of approvals, at most ``max_bytes`` with its write-ahead log (the oldest decided
     requests are pruned to make room; pending ones never are). Call its methods from one worker thread."""
 
-    def __init__(self, path: str, max_bytes: int = 0):
+    def __init__(
+        self,
+        path: str,
+        max_bytes: int = 0,
+        options: StoreOptions | None = None,
+        log: logging.Logger | None = None,
+    ):
         self.path = path
         self.max_bytes = max_bytes  # 0: no bound
+        self.options = options or StoreOptions()
+        self.log = log or logging.getLogger(__name__)
         self._conn: sqlite3.Connection | None = None
+        self._asked: set[int] = set()  # the ids of the requests written here that may still be pending
 
     @property
     def _wal_bytes(self) -> int:
         """The write-ahead log is checkpointed (and cut back) at a 16th of max_bytes, 4 MB at most."""
         return max(1, min(1000, self.max_bytes // 4096 // 16)) * 4096
 
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        if self.max_bytes:
+            conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
+            conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
+        conn.executescript(SCHEMA + OWNERS_SCHEMA + ";")
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(approvals)")}
+        if "truncated" not in columns:  # a file made before details were bounded
+            conn.execute("ALTER TABLE approvals ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
+        if "owner" not in columns:  # a file made before process identities
+            conn.execute("ALTER TABLE approvals ADD COLUMN owner TEXT")
+        beat(conn)
+
     def _db(self) -> sqlite3.Connection:
-        if self._conn is not None:
-            return self._conn
-        directory = os.path.dirname(self.path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # made 0600, never readable in between
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.chmod(self.path, 0o600)
-        conn = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new file only
-            conn.execute("PRAGMA journal_mode = WAL")
-            if self.max_bytes:
-                conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
-                conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
-            conn.executescript(SCHEMA)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(approvals)")}
-            if "truncated" not in columns:  # a file made before details were bounded
-                conn.execute("ALTER TABLE approvals ADD COLUMN truncated INTEGER NOT NULL DEFAULT 0")
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-        return conn
+        if self._conn is None:
+            self._conn = open_store(
+                self.path,
+                label="approvals",
+                logger=self.log,
+                options=self.options,
+                timeout=LOCK_TIMEOUT,
+                setup=self._setup,
+                before_journal=["PRAGMA auto_vacuum = INCREMENTAL"],  # takes effect on a new file only
+            )
+        return self._conn
 
     def close(self) -> None:
+        """The server stops: the requests it asked that are still pending expire, its heartbeat goes."""
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            try:
+                mine = list(self._asked)
+                for start in range(0, len(mine), 500):
+                    chunk = mine[start : start + 500]
+                    self._conn.execute(
+                        "UPDATE approvals SET state = 'expired', decided = ?, decided_by = 'server restart' "
+                        f"WHERE state = 'pending' AND id IN ({', '.join('?' * len(chunk))})",
+                        (time.time(), *chunk),
+                    )
+                leave(self._conn)
+            finally:
+                self._conn.close()
+                self._conn = None
 
-    def next_id(self) -> int:
-        """One past the largest id ever given (ids are never reused, even across restarts)."""
-        row = self._db().execute("SELECT seq FROM sqlite_sequence WHERE name = 'approvals'").fetchone()
-        return int(row[0]) + 1 if row else 1
+    def beat(self) -> None:
+        """This server process still runs (its pending requests are not another server's to expire)."""
+        if self._conn is not None:
+            beat(self._conn)
 
     def expire_pending(self, now: float) -> int:
-        """Mark every request left pending (by a server that stopped) expired; how many there were."""
-        cur = self._db().execute(
-            "UPDATE approvals SET state = 'expired', decided = ?, decided_by = 'server restart' "
-            "WHERE state = 'pending'",
-            (now,),
-        )
-        return cur.rowcount
+        """Mark expired every request left pending by a server process that is gone (or past its own
+        expiry); how many there were. Another live server's pending requests are left alone."""
+        conn = self._db()
+        owners = [
+            row[0] for row in conn.execute("SELECT DISTINCT owner FROM approvals WHERE state = 'pending'")
+        ]
+        alive = alive_owners(conn, owners, self.options.owner_timeout)
+        gone = [o for o in owners if o not in alive]
+        expired = 0
+        for owner in gone:
+            expired += conn.execute(
+                "UPDATE approvals SET state = 'expired', decided = ?, decided_by = 'server restart' "
+                "WHERE state = 'pending' AND owner IS ?",
+                (now, owner),
+            ).rowcount
+        expired += conn.execute(
+            "UPDATE approvals SET state = 'expired', decided = ?, reason = 'nobody decided in time' "
+            "WHERE state = 'pending' AND expires < ?",
+            (now, now),
+        ).rowcount
+        return expired
 
     def fit(self) -> None:
         """At start: prune to within max_bytes, and give the freed pages back to the file system (a file
@@ -401,17 +441,43 @@ class ApprovalFile:
             conn.executescript("PRAGMA incremental_vacuum;")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
-    def save(self, approval: Approval) -> bool:
-        """Write the record; False when it does not fit (every other request is pending)."""
-        row = approval.row()
+    def insert(self, approval: Approval) -> int | None:
+        """Write a new request as this server process's; its id (given by SQLite, never one another server
+        on the file gave), or None when it does not fit (every other request is pending)."""
+        row = approval.row()[1:]
         incoming = sum(len(v) if isinstance(v, str) else 8 for v in row)
         if not self.make_room(incoming):
-            return False
-        marks = ", ".join("?" * len(row))
-        self._db().execute(f"INSERT OR REPLACE INTO approvals ({COLUMNS}) VALUES ({marks})", row)
+            return None
+        columns = COLUMNS.split(", ", 1)[1]
+        cur = self._db().execute(
+            f"INSERT INTO approvals ({columns}, owner) VALUES ({', '.join('?' * (len(row) + 1))})",
+            (*row, this_process().key),
+        )
+        self._settle()
+        approval_id = int(cur.lastrowid or 0)
+        if approval.state == "pending":
+            self._asked.add(approval_id)
+        return approval_id
+
+    def update(self, approval: Approval) -> bool:
+        """Write a request this server process made (its decision, its outcome); False when it is not
+        there any more (pruned) or not this process's."""
+        row = approval.row()
+        incoming = sum(len(v) if isinstance(v, str) else 8 for v in row)
+        self.make_room(incoming)
+        assignments = ", ".join(f"{c} = ?" for c in COLUMNS.split(", ")[1:])
+        cur = self._db().execute(
+            f"UPDATE approvals SET {assignments} WHERE id = ? AND owner = ?",
+            (*row[1:], approval.id, this_process().key),
+        )
+        self._settle()
+        if approval.state != "pending":
+            self._asked.discard(approval.id)
+        return cur.rowcount == 1
+
+    def _settle(self) -> None:
         if self.max_bytes and self.disk_bytes() > self.max_bytes - 2 * self._wal_bytes:
             self._db().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # near the bound: empty the log
-        return True
 
     def get(self, approval_id: int) -> Approval | None:
         row = self._db().execute(f"SELECT {COLUMNS} FROM approvals WHERE id = ?", (approval_id,)).fetchone()

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,7 +26,8 @@ from traitlets import Dict, Float, Instance, Int, List, TraitError, Unicode, def
 from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_token, set_approver
 from ..auth.paths import PathScope, place
-from ..errors import AgentToolsError, Conflict, NotFound
+from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, Conflict, NotFound, Unavailable
+from ..stores import AgentStores, Worker, store_options
 from ..traits import Service, at_least, in_range, trait_name
 from .policy import (
     AGENT_PREFIX,
@@ -131,8 +130,8 @@ class ApprovalPolicy(Service):
         "requests are pruned first (pending ones never). At least 8 times max_detail_bytes.",
     ).tag(config=True)
     db_path = Unicode(
-        help="The SQLite file of approval requests and decisions. Empty: agent_tools_approvals.db in the "
-        "Jupyter data directory.",
+        help="The SQLite file of approval requests and decisions. Empty: agent_tools_approvals.db in "
+        "AgentStores.state_dir (the Jupyter data directory by default).",
     ).tag(config=True)
     audit = Instance(Audit, help="Told each request and decision (the approval event, the metric).")
     root_dir = Unicode(
@@ -148,9 +147,7 @@ class ApprovalPolicy(Service):
 
     @default("db_path")
     def _default_db_path(self) -> str:
-        from jupyter_core.paths import jupyter_data_dir
-
-        return os.path.join(jupyter_data_dir(), "agent_tools_approvals.db")
+        return AgentStores(parent=self).path("agent_tools_approvals.db")
 
     @validate("db_path")
     def _valid_db_path(self, proposal: Any) -> str:
@@ -188,32 +185,36 @@ class ApprovalPolicy(Service):
                 f"ApprovalPolicy.max_bytes ({self.max_bytes}) must be at least {MIN_FILE_DETAILS} times "
                 f"ApprovalPolicy.max_detail_bytes ({self.max_detail_bytes})"
             )
-        self._file = ApprovalFile(self.db_path, self.max_bytes)
+        self._options = store_options(self)
+        self._file = ApprovalFile(self.db_path, self.max_bytes, self._options, self.log)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-approvals")
+        self._worker = Worker("agent-tools-approvals")
         self._waiting: dict[int, _Waiting] = {}
         # (token id, agent, action, path) -> (until, who granted it): the person's 'approve for N seconds',
         # for the agent token that asked (a new token of the same name has none).
         self._grants: dict[tuple[str | None, str, str, str | None], tuple[float, str]] = {}
         self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
-        self._next_id = 1
+        self._asking: dict[str, int] = {}  # agent -> requests being written (not yet waiting)
         self._claimed: dict[int, float] = {}  # approved requests a retried call took: id -> expiry
         self._followups: set[asyncio.Future[None]] = set()  # actions answered 202, done once approved
 
     # -- life ------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the file; requests a stopped server left pending end expired (nothing runs unapproved)."""
+        """Open the file; requests a stopped server left pending end expired (nothing runs unapproved);
+        another live server's are left alone."""
 
-        def open_file() -> tuple[int, int]:
+        def open_file() -> int:
             expired = self._file.expire_pending(time.time())
             self._file.fit()
-            return self._file.next_id(), expired
+            return expired
 
         self._loop = asyncio.get_running_loop()
-        self._next_id, expired = await self._run(open_file)
+        expired = await self._run(open_file)
+        if self.db_path != ":memory:":
+            self._worker.every(self._options.heartbeat, self._file.beat)
         if expired:
-            self.log.info("%d approval request(s) left pending by the last server expired", expired)
+            self.log.info("%d approval request(s) left pending by a stopped server expired", expired)
 
     def stop(self) -> None:
         """End the waits and close the file; callable from any thread (the server stops services in
@@ -240,9 +241,10 @@ class ApprovalPolicy(Service):
                 pass
             else:
                 released.wait(STOP_WAIT)
-        with contextlib.suppress(Exception):
-            self._worker.submit(self._file.close)
+        closed = self._worker.submit(self._file.close)  # (its pending requests expire: nothing approves them)
         self._worker.shutdown(wait=False)
+        with contextlib.suppress(Exception):
+            closed.result(timeout=STOP_WAIT)
 
     def _release(self) -> None:
         """Cancel the follow-ups and wake every waiter (on the event loop)."""
@@ -255,25 +257,42 @@ class ApprovalPolicy(Service):
         self._waiting.clear()
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._worker, func, *args)
+        return await self._worker.run(func, *args)
+
+    async def _insert(self, approval: Approval) -> None:
+        """Write a new request and give it the id SQLite chose; 503 when it cannot be written (nothing is
+        asked that the file does not hold: its id would be no one's)."""
+        try:
+            approval_id = await self._run(self._file.insert, approval)
+        except Exception as e:
+            self.log.warning("an approval request was not written to %s: %s", self.db_path, e)
+            raise Unavailable(
+                f"The approval request could not be recorded ({self.db_path}: {e}); nothing was done. Try "
+                "again in a moment.",
+                retry_after=RETRY_AFTER_MOMENT,
+            ) from None
+        if approval_id is None:
+            raise Unavailable(
+                f"The approvals file is at its max_bytes ({size_text(self.max_bytes)}) with requests "
+                "waiting for the person: decide them (GET /api/agent/approvals) before asking again. "
+                "Nothing was done.",
+                retry_after=RETRY_AFTER_MOMENT,
+            )
+        approval.id = approval_id
 
     def _persist(self, approval: Approval) -> None:
-        """Write the record in the worker; a failure is logged (the decision still holds in memory)."""
+        """Write the record's change in the worker; a failure is logged (the decision still holds)."""
 
         def save() -> None:
             try:
-                if not self._file.save(approval):
+                if not self._file.update(approval):
                     self.log.warning(
-                        "approval %d was not written to %s: it is at max_bytes (%d) with pending requests",
-                        approval.id,
-                        self.db_path,
-                        self.max_bytes,
+                        "approval %d was not written to %s: it is gone", approval.id, self.db_path
                     )
             except Exception as e:
                 self.log.warning("approval %d was not written to %s: %s", approval.id, self.db_path, e)
 
-        with contextlib.suppress(RuntimeError):  # the server is stopping
-            self._worker.submit(save)
+        self._worker.submit(save)  # (after stop(): not written, as the server stops)
 
     # -- the policy ------------------------------------------------------------------------------
 
@@ -338,7 +357,7 @@ class ApprovalPolicy(Service):
 
     # -- requests --------------------------------------------------------------------------------
 
-    def request(
+    async def request(
         self,
         *,
         agent: str,
@@ -367,7 +386,7 @@ class ApprovalPolicy(Service):
             summary = f"{summary} [{size_text(truncated)} not shown]"
         now = time.time()
         approval = Approval(
-            id=self._take_id(),
+            id=0,  # (given by the file)
             agent=agent,
             door=door,
             action=action,
@@ -385,15 +404,31 @@ class ApprovalPolicy(Service):
             approval.decided = now
             approval.decided_by = granted_by
             approval.reason = "approved for a while by the person"
-            self._persist(approval)
+            await self._insert(approval)
             self.audit.approval(approval.to_json(with_details=False), "approved")
             return approval
         pending = sum(1 for w in self._waiting.values() if w.approval.agent == agent)
+        pending += self._asking.get(agent, 0)
         if pending >= self.max_pending_per_agent:
             raise TooManyPending(
                 f"{agent} already has {pending} requests waiting for the person's decision (at most "
                 f"{self.max_pending_per_agent}): wait for them to be decided (GET /api/agent/approvals)."
             )
+        self._asking[agent] = self._asking.get(agent, 0) + 1
+        try:
+            await self._insert(approval)
+        finally:
+            self._asking[agent] -= 1
+            if not self._asking[agent]:
+                del self._asking[agent]
+        if token is not None and token in self._ended_tokens:  # the token ended while it was written
+            approval.state, approval.decided, approval.reason = (
+                "withdrawn",
+                time.time(),
+                self._ended_tokens[token],
+            )
+            self._persist(approval)
+            raise Forbidden(f"{agent} cannot ask any more: {self._ended_tokens[token]}.")
         approval.listed_details  # noqa: B018 (the list's preview, made once now rather than at a read)
         waiting = _Waiting(approval, asyncio.Event(), token=token)
         waiting.expiry = asyncio.get_running_loop().call_later(self.timeout, self._expire, approval.id)
@@ -401,10 +436,6 @@ class ApprovalPolicy(Service):
         self._persist(approval)
         self.audit.approval(approval.to_json(with_details=False), "requested")
         return approval
-
-    def _take_id(self) -> int:
-        approval_id, self._next_id = self._next_id, self._next_id + 1
-        return approval_id
 
     async def wait_for(self, approval: Approval, seconds: float) -> Approval:
         """The approval once decided, or as it is after ``seconds`` (still pending)."""
@@ -498,7 +529,7 @@ class ApprovalPolicy(Service):
         waiting = self._waiting.get(approval_id)
         if waiting is not None:
             return waiting.approval
-        found = await self._run(self._file.get, approval_id) if approval_id < self._next_id else None
+        found = await self._run(self._file.get, approval_id)
         if found is None:
             raise NotFound(
                 f"There is no approval request {approval_id} (GET /api/agent/approvals lists them)."

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import os
-import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -39,6 +37,7 @@ from ..audit import metrics
 from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
 from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
+from ..stores import AgentStores, tagged
 from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
@@ -158,7 +157,8 @@ class AgentTokens(IdentityProvider):
     token_db = Unicode(
         "",
         help="The SQLite file of the agent tokens. Empty: agent_tokens.db in a jupyter_agent_tools "
-        "directory of the server's data directory (jupyter --data-dir).",
+        "directory of AgentStores.state_dir (by default the server's data directory, jupyter --data-dir). "
+        "Tokens live per server: on JupyterHub, named servers of one user each have their own file.",
     ).tag(config=True)
 
     token_db_timeout = Float(
@@ -206,15 +206,11 @@ class AgentTokens(IdentityProvider):
     def tokens(self) -> TokenStore:
         """The token store (opened on first use, when the configuration is complete)."""
         if self._tokens is None:
-            path = self.token_db
-            if not path:
-                data_dir = getattr(self.parent, "data_dir", None)
-                if not data_dir:
-                    from jupyter_core.paths import jupyter_data_dir
-
-                    data_dir = jupyter_data_dir()
-                path = os.path.join(data_dir, "jupyter_agent_tools", _per_server("agent_tokens.db"))
-            self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
+            stores = AgentStores(parent=self)
+            path = self.token_db or stores.path(
+                os.path.join("jupyter_agent_tools", "agent_tokens.db"), getattr(self.parent, "data_dir", None)
+            )  # (per server: a hub's named server's file name carries its name, see _per_server)
+            self._tokens = TokenStore(path, write_timeout=self.token_db_timeout, options=stores.options())
         return self._tokens
 
     def lifetime(self, asked: float | None) -> float | None:
@@ -443,14 +439,9 @@ class AgentIdentityProvider(AgentTokens, PasswordIdentityProvider):
 
 def _per_server(file_name: str) -> str:
     """``file_name`` for this server: a JupyterHub user's named servers share a home (so a data directory)
-    but each has its own agent tokens: ``agent_tokens.NAME-HASH.db`` on a named server."""
-    server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
-    if not server:
-        return file_name
-    stem, dot, ext = file_name.rpartition(".")
-    safe = re.sub(r"[^A-Za-z0-9_-]", "_", server)[:64]
-    digest = hashlib.sha256(server.encode()).hexdigest()[:8]  # two names that map to one safe name differ
-    return f"{stem}.{safe}-{digest}{dot}{ext}"
+    but each has its own agent tokens: ``agent_tokens.NAME-HASH.db`` on a named server (the stores'
+    naming, :func:`jupyter_agent_tools.stores.tagged`)."""
+    return tagged(file_name)
 
 
 @functools.lru_cache(maxsize=16)

@@ -5,10 +5,14 @@ hash is right for a high-entropy random secret (nothing to brute-force), and a l
 one dictionary probe, the same for a right and a wrong token, so a flood of wrong tokens costs the server
 nothing more. Every record is held in memory; another process writing the same file (a second server on
 the same data directory) is noticed through SQLite's ``PRAGMA data_version`` and the records are read
-again (reads never wait on another process's lock: the file is in WAL mode, and a read that still meets a
-lock keeps the records already held). The last use of a token is written at most once a minute, in the
-store's writer thread, best-effort: nothing waits for it. A file that is locked longer than a change may
-wait, corrupt or cannot be opened raises :class:`TokenStoreUnavailable` (503) naming it.
+again. On a local disk the file is in WAL mode and a lookup checks at once (reads never wait on another
+process's lock, and a read that still meets a lock keeps the records already held); on a network
+filesystem (a rollback journal, where every read takes a lock on the file server) the store's worker
+thread checks every :data:`POLL_EVERY` seconds instead, and a lookup reads memory only. The last use of a
+token is written at most once a minute, in the worker, best-effort: nothing waits for it. A file that is
+locked longer than a change may wait, corrupt (``PRAGMA quick_check`` when it is opened) or cannot be
+opened raises :class:`TokenStoreUnavailable` (503) naming it: the store never starts empty in place of a
+broken file (a revoked token must stay revoked).
 """
 
 from __future__ import annotations
@@ -19,13 +23,11 @@ import hashlib
 import hmac
 import json
 import logging
-import os
 import secrets
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -33,6 +35,20 @@ from typing import Any, TypeVar
 from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
 from ..schemas import APPROVAL_ACTIONS as ASK_ACTIONS
 from ..schemas import ASKABLE_ACTIONS, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
+from ..stores import (
+    StoreError,
+    StoreOptions,
+    Worker,
+    break_stale_lock,
+    check,
+    journal_for,
+    leave_wal,
+    locked,
+    prepare,
+    private_file,
+    sqlite_connect,
+    vfs_for,
+)
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
 
@@ -45,6 +61,8 @@ LAST_USED_EVERY = 60.0
 SCHEMA_VERSION = 2  # 2: the actions a token asks the person for (ask)
 # Seconds a read waits for a lock before it keeps the records already read.
 READ_TIMEOUT = 0.05
+# Seconds between two checks for another server's changes on a network filesystem (in the worker).
+POLL_EVERY = 1.0
 TOKEN_ID_CHARS = 16  # hex digits of the hash that name a token inside the server (AgentToken.id)
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -175,8 +193,7 @@ def _unavailable(path: str, error: BaseException, doing: str) -> TokenStoreUnava
     return TokenStoreUnavailable(f"The agent token database {path} {why}: {doing}; {fix}.", retry_after=retry)
 
 
-def _locked(error: BaseException) -> bool:
-    return isinstance(error, sqlite3.OperationalError) and ("locked" in str(error) or "busy" in str(error))
+_locked = locked
 
 
 class TokenStore:
@@ -187,26 +204,37 @@ class TokenStore:
     writes not at all.
     """
 
-    def __init__(self, path: str, *, clock: Callable[[], float] = time.time, write_timeout: float = 2.0):
+    def __init__(
+        self,
+        path: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        write_timeout: float = 2.0,
+        options: StoreOptions | None = None,
+    ):
         self.path = path
         self._clock = clock
         self.write_timeout = write_timeout
         self._lock = threading.Lock()  # the records in memory and the reading connection (short holds)
         self._write_lock = threading.Lock()  # the writing connection (may wait on another process)
-        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tokens")
+        self._writer_thread = Worker("agent-tokens")
         self._flush_pending = False
         try:
-            directory = os.path.dirname(path)
-            if directory:
-                os.makedirs(directory, mode=0o700, exist_ok=True)
-            if not os.path.exists(path):  # private from the start: the names and scopes may be secrets
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            self._reader = self._connect(READ_TIMEOUT)
+            private_file(path)  # private from the start: the names and scopes may be secrets
+            journal = journal_for(path, (options or StoreOptions()).journal)
+            self._vfs = vfs_for(path, (options or StoreOptions()).journal)
+            if self._vfs is not None:
+                break_stale_lock(path)
+                leave_wal(path)
+            # On a network filesystem every read takes a lock on the file server: the worker reads.
+            self._polling = journal != "wal"
+            self._reader = self._connect(write_timeout if self._polling else READ_TIMEOUT)
             self._writer = self._connect(write_timeout)
             with self._write_lock:
-                if self._reader.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                    self._writer.execute("PRAGMA journal_mode=WAL")
-                self._writer.execute("PRAGMA synchronous=NORMAL")
+                problem = check(self._writer)
+                if problem is not None:
+                    raise sqlite3.DatabaseError(f"PRAGMA quick_check: {problem}")
+                prepare(self._writer, journal)
                 if int(self._reader.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
                     self._writer.executescript(_SCHEMA)
                     columns = {row[1] for row in self._writer.execute("PRAGMA table_info(agent_tokens)")}
@@ -215,17 +243,48 @@ class TokenStore:
                             "ALTER TABLE agent_tokens ADD COLUMN ask TEXT NOT NULL DEFAULT ''"
                         )
                     self._writer.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-        except (OSError, sqlite3.Error) as e:
+        except (OSError, sqlite3.Error, StoreError) as e:
             self._writer_thread.shutdown(wait=False)
             raise _unavailable(path, e, "agent tokens cannot be checked or changed") from None
         self._by_hash: dict[str, AgentToken] = {}
         self._used: dict[str, float] = {}  # last uses not yet written
         self._version = -1
+        self._worker_ident: int | None = None
         with self._lock:
             self._refresh()
+        if self._polling:
+            self._writer_thread.every(POLL_EVERY, self._poll)
+
+    def _current(self) -> None:
+        """Make the records in memory current: on a local disk at once (under ``_lock``); on a network
+        filesystem in the worker only (elsewhere memory is as current as the last poll)."""
+        if not self._polling:
+            with self._lock:
+                self._refresh()
+        elif threading.get_ident() == self._worker_ident:
+            self._poll()
+
+    def _poll(self) -> None:
+        """Worker: read the records again if another connection changed the file (the file's lock is
+        waited for outside ``_lock``: lookups on the event loop never wait on it)."""
+        self._worker_ident = threading.get_ident()
+        try:
+            version = int(self._reader.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._version:
+                return
+            rows = self._reader.execute(
+                "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked, ask "
+                "FROM agent_tokens"
+            ).fetchall()
+        except sqlite3.Error as e:
+            log.warning("agent tokens not read again from %s (kept as they were): %s", self.path, e)
+            return
+        with self._lock:
+            self._by_hash = {row[0]: _record(row, self._by_hash.get(row[0])) for row in rows}
+            self._version = version
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=timeout)
+        return sqlite_connect(self.path, timeout, self._vfs)
 
     def now(self) -> float:
         """The store's clock (seconds since the epoch)."""
@@ -255,8 +314,8 @@ class TokenStore:
         """The record of ``token`` (active, expired or revoked), or None when it is no agent token of
         this store. One hash and one dictionary probe, whatever the token."""
         digest = token_hash(token)
+        self._current()
         with self._lock:
-            self._refresh()
             found = self._by_hash.get(digest)
         if found is None or not hmac.compare_digest(found.token_hash, digest):
             return None
@@ -264,15 +323,15 @@ class TokenStore:
 
     def status_of(self, digest: str) -> str:
         """The status of the token whose hash is ``digest`` now (``"unknown"`` when there is none)."""
+        self._current()
         with self._lock:
-            self._refresh()
             found = self._by_hash.get(digest)
         return found.status(self._clock()) if found is not None else "unknown"
 
     def tokens(self) -> list[AgentToken]:
         """Every record, oldest first, with its last use as of now (written or not yet)."""
+        self._current()
         with self._lock:
-            self._refresh()
             records = [
                 replace(r, last_used=self._used[h]) if h in self._used else r
                 for h, r in self._by_hash.items()
@@ -284,7 +343,11 @@ class TokenStore:
     async def call(self, method: Callable[..., T], *args: Any) -> T:
         """``method(*args)`` in the store's writer thread: a change that waits on another process's lock
         never holds the event loop."""
-        return await asyncio.wrap_future(self._writer_thread.submit(method, *args))
+        return await asyncio.wrap_future(self._writer_thread.submit(self._in_worker, method, *args))
+
+    def _in_worker(self, method: Callable[..., T], *args: Any) -> T:
+        self._worker_ident = threading.get_ident()
+        return method(*args)
 
     def _write(self, doing: str, statement: str, args: tuple[Any, ...]) -> None:
         """One write, waiting at most ``write_timeout`` for a lock; :class:`TokenStoreUnavailable` else."""
@@ -338,8 +401,8 @@ class TokenStore:
             path_scope=scope,
             ask=asked,
         )
+        self._current()
         with self._lock:
-            self._refresh()
             taken = any(r.name == name and r.status(now) == "active" for r in self._by_hash.values())
         if taken:
             raise Conflict(
@@ -368,8 +431,8 @@ class TokenStore:
         """Revoke the tokens named ``name`` that are not revoked yet; the newest one's record. 404 when
         there is none; 503 (nothing revoked) when the file cannot be written."""
         now = self._clock()
+        self._current()
         with self._lock:
-            self._refresh()
             found = [r for r in self._by_hash.values() if r.name == name and r.revoked is None]
         if not found:
             raise NotFound(f"no agent token named {name!r} to revoke (jupyter agent token list shows them)")

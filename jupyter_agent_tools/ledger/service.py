@@ -33,7 +33,7 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeVar, cast
@@ -45,6 +45,18 @@ from ..audit.context import current_approver, current_user, current_via, display
 from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
+from ..stores import (
+    OWNERS_SCHEMA,
+    AgentStores,
+    Worker,
+    alive_owners,
+    beat,
+    leave,
+    open_store,
+    pid_alive,
+    store_options,
+    this_process,
+)
 from ..traits import Service, at_least, in_range
 from .changes import (
     PARTS,
@@ -146,6 +158,7 @@ CREATE TABLE IF NOT EXISTS group_parts (
     hash_before TEXT NOT NULL,
     hash_after TEXT NOT NULL,
     part BLOB NOT NULL,
+    owner TEXT,
     PRIMARY KEY (key, seq)
 );
 CREATE TABLE IF NOT EXISTS removals (path TEXT NOT NULL, after_id INTEGER NOT NULL, time REAL NOT NULL);
@@ -289,7 +302,8 @@ class Ledger(Service):
 
     db_path = Unicode(
         help="The SQLite file of the change ledger (every change the extension makes to a notebook, for "
-        "review and undo). Empty: agent_tools_ledger.db in the Jupyter data directory.",
+        "review and undo). Empty: agent_tools_ledger.db in AgentStores.state_dir (the Jupyter data "
+        "directory by default).",
     ).tag(config=True)
     max_changes_per_notebook = Int(
         200,
@@ -309,9 +323,7 @@ class Ledger(Service):
 
     @default("db_path")
     def _default_db_path(self) -> str:
-        from jupyter_core.paths import jupyter_data_dir
-
-        return os.path.join(jupyter_data_dir(), "agent_tools_ledger.db")
+        return AgentStores(parent=self).path("agent_tools_ledger.db")
 
     @validate("max_changes_per_notebook")
     def _valid_max_changes(self, proposal: Any) -> int:
@@ -327,7 +339,8 @@ class Ledger(Service):
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-ledger")
+        self._worker = Worker("agent-tools-ledger")
+        self._options = store_options(self)
         self._conn: sqlite3.Connection | None = None  # the worker thread's own
         self._identity: tuple[int, int] | None = None  # (device, inode) of the file it opened
         self._failing: str | None = None  # what failed last (logged once until it works again)
@@ -342,6 +355,7 @@ class Ledger(Service):
         self._pending = 0
         self._closed = False
         self._prune_target: int | None = None  # worker only: the bytes in use a background prune aims at
+        self._beating = False
 
     @property
     def _wal_bytes(self) -> int:
@@ -385,7 +399,8 @@ class Ledger(Service):
             if not self._make_room(conn, len(part)):
                 raise LedgerFull("the ledger is at its max_bytes")
             conn.execute(
-                "INSERT OR REPLACE INTO group_parts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO group_parts (key, seq, pid, path, kind, user, via, hash_before, "
+                "hash_after, part, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     group.key,
                     seq,
@@ -397,6 +412,7 @@ class Ledger(Service):
                     hash_before,
                     hash_after,
                     part,
+                    this_process().key,
                 ),
             )
         except Exception as e:
@@ -413,10 +429,13 @@ class Ledger(Service):
         """Worker, at start: record the writes of each group whose server process is gone (a notebook run
         it was running when it was killed or stopped) as one change, as its end would have."""
         conn = self._db()
-        keys = conn.execute("SELECT DISTINCT key, pid FROM group_parts").fetchall()
-        for key, pid in keys:
-            if _process_alive(pid):
-                continue  # another server on this ledger is running it
+        keys = conn.execute("SELECT DISTINCT key, pid, owner FROM group_parts").fetchall()
+        alive = alive_owners(conn, [owner for _, _, owner in keys], self._options.owner_timeout)
+        for key, pid, owner in keys:
+            if owner == this_process().key or owner in alive:
+                continue  # this process's own, or another live server on this ledger is running it
+            if owner is None and pid != os.getpid() and pid_alive(pid):
+                continue  # (a part written before process identities: its PID is all there is)
             rows = conn.execute(
                 "SELECT path, kind, user, via, hash_before, hash_after, part FROM group_parts WHERE key = ? "
                 "ORDER BY seq",
@@ -438,12 +457,7 @@ class Ledger(Service):
     # -- the worker ------------------------------------------------------------------------------
 
     def _submit(self, func: Callable[..., T], *args: Any) -> Future[T]:
-        try:
-            return self._executor.submit(func, *args)
-        except RuntimeError as e:  # the server is stopping and the worker is gone: not recorded
-            failed: Future[T] = Future()
-            failed.set_exception(e)
-            return failed
+        return self._worker.submit(func, *args)  # (failed with RuntimeError once the server stops)
 
     async def _run(self, func: Callable[..., T], *args: Any) -> T:
         return await asyncio.wrap_future(self._submit(func, *args))
@@ -456,33 +470,48 @@ class Ledger(Service):
                 self._check_file()
             return self._conn
         path = self.db_path
-        directory = os.path.dirname(path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        if path != ":memory:" and not os.path.exists(path):  # sources and outputs: private, from the start
-            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-        conn = sqlite3.connect(path, timeout=LOCK_TIMEOUT, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            # The write-ahead log counts against max_bytes too (see _make_room).
-            conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
-            conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
-            conn.executescript(SCHEMA)
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(changes)")}
-            if "overwrites" not in columns:  # a database made before overwrites were recorded
-                conn.execute("ALTER TABLE changes ADD COLUMN overwrites TEXT")
-            if "approved_by" not in columns:  # a database made before the approval gate
-                conn.execute("ALTER TABLE changes ADD COLUMN approved_by TEXT")
-        except BaseException:
-            conn.close()
-            raise
+        conn = open_store(
+            path,
+            label="change ledger",
+            logger=self.log,
+            options=self._options,
+            timeout=LOCK_TIMEOUT,
+            setup=self._setup,
+            before_journal=["PRAGMA auto_vacuum = INCREMENTAL"],  # takes effect on a new database only
+        )
+        if path != ":memory:" and not self._beating:
+            self._beating = True
+            self._worker.every(self._options.heartbeat, self._beat)
         self._conn = conn
         if path != ":memory:":
             info = os.stat(path)
             self._identity = (info.st_dev, info.st_ino)
         return conn
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        # The write-ahead log counts against max_bytes too (see _make_room).
+        conn.execute(f"PRAGMA wal_autocheckpoint = {self._wal_bytes // 4096}")
+        conn.execute(f"PRAGMA journal_size_limit = {self._wal_bytes}")
+        conn.executescript(SCHEMA + OWNERS_SCHEMA + ";")
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(changes)")}
+        if "overwrites" not in columns:  # a database made before overwrites were recorded
+            conn.execute("ALTER TABLE changes ADD COLUMN overwrites TEXT")
+        if "approved_by" not in columns:  # a database made before the approval gate
+            conn.execute("ALTER TABLE changes ADD COLUMN approved_by TEXT")
+        if "owner" not in {row[1] for row in conn.execute("PRAGMA table_info(group_parts)")}:
+            conn.execute("ALTER TABLE group_parts ADD COLUMN owner TEXT")  # before process identities
+        beat(conn)
+
+    def _beat(self) -> None:
+        """Worker, every heartbeat: this server process still runs (see stores.owner_alive)."""
+        if self._conn is not None:
+            beat(self._conn)
+
+    def _leave(self) -> None:
+        """Worker: the server stops: its heartbeat goes, then the connection."""
+        if self._conn is not None:
+            leave(self._conn)
+        self._reset()
 
     def _check_file(self) -> None:
         """Worker: raise :class:`LedgerLost` (after starting a new, empty ledger) when the database file
@@ -503,7 +532,7 @@ class Ledger(Service):
             aside = f"{path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
             os.replace(path, aside)
             kept = f" (the file found there is kept as {aside})"
-        for suffix in ("-wal", "-shm"):  # the old database's log must not be applied to the new one
+        for suffix in ("-wal", "-shm", "-journal"):  # (the old log must not be applied to the new file)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path + suffix)
         what = "overwritten or replaced" if info is not None else "removed"
@@ -1275,8 +1304,8 @@ class Ledger(Service):
     def close(self) -> None:
         """Finish the queued work and close the database (the server is stopping)."""
         self._closed = True
-        self._executor.submit(self._reset)
-        self._executor.shutdown(wait=True)
+        self._worker.submit(self._leave)
+        self._worker.shutdown(wait=True)
 
 
 ENTRY_COLUMNS = (
@@ -1287,18 +1316,6 @@ ENTRY_NOT_UNDOABLE = 10
 ENTRY_CELLS = 11
 ENTRY_OVERWRITES = 12
 ENTRY_APPROVED_BY = 13
-
-
-def _process_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # a previous process of the same id: this one has no group open yet
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, another user's
-    return True
 
 
 def _outside_cells(nb: dict[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,8 @@ sees every run.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
-import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -33,6 +33,7 @@ from traitlets import Float, Instance, Int, Unicode, default, validate
 from ..artifacts import ArtifactStore
 from ..audit.context import current_token, current_user, display_name
 from ..errors import AgentToolsError, NotFound, Unavailable
+from ..stores import AgentStores, store_options
 from ..stream_events import Emit, StreamEvent
 from ..traits import Service, at_least
 from .log import RunLog
@@ -160,16 +161,15 @@ class RunRegistry(Service):
     runs_db_path = Unicode(
         config=True,
         help="SQLite file of the minimal run records that let a restarted server say 'lost' ('': "
-        "agent_tools_runs.db in the Jupyter data directory; ':memory:': none).",
+        "agent_tools_runs.db in AgentStores.state_dir, the Jupyter data directory by default; ':memory:': "
+        "none).",
     )
     artifacts = Instance(ArtifactStore, allow_none=True, help="Where run events beyond memory go.")
     root_dir = Unicode("", help="The server's root: run records are this root's.")
 
     @default("runs_db_path")
     def _default_db_path(self) -> str:
-        from jupyter_core.paths import jupyter_data_dir
-
-        return os.path.join(jupyter_data_dir(), "agent_tools_runs.db")
+        return AgentStores(parent=self).path("agent_tools_runs.db")
 
     @validate("run_retention")
     def _valid_retention(self, proposal: Any) -> float:
@@ -186,17 +186,54 @@ class RunRegistry(Service):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self.runs: dict[str, Run] = {}  # by id, oldest first
-        self.records = RunRecords(self.runs_db_path, self.root_dir, self.log)
+        self.records = RunRecords(
+            self.runs_db_path, self.root_dir, self.log, store_options(self), on_lost=self._lost_elsewhere
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opening: concurrent.futures.Future[list[dict[str, Any]]] | None = None
         self._stopping = False
         self._opened = False
         self._ended_tokens: dict[str, str] = {}  # agent tokens that ended (revoked, expired) -> why
 
     def open(self) -> None:
-        """Read the records a previous server process left (its unfinished runs become ``lost``)."""
+        """Read the records a previous server process left (its unfinished runs become ``lost``); waits
+        for the file (:meth:`load`, at server start, does not hold the event loop; a request in the
+        meantime waits for it)."""
         if self._opened:
             return
-        self._opened = True
-        for row in self.records.open(self.run_retention):
+        if self._loop is None:
+            with contextlib.suppress(RuntimeError):
+                self._loop = asyncio.get_running_loop()
+        if self._opening is None:
+            self._opening = self.records.submit_open(self.run_retention)
+        rows = self._opening.result()
+        if not self._opened:
+            self._opened = True
+            self._add(rows)
+
+    async def load(self) -> None:
+        """:meth:`open` in the records' worker thread (at server start)."""
+        if self._opened or self._opening is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._opening = self.records.submit_open(self.run_retention)
+        rows = await asyncio.wrap_future(self._opening)
+        if not self._opened:
+            self._opened = True
+            self._add(rows)
+
+    def _lost_elsewhere(self, rows: list[dict[str, Any]]) -> None:
+        """Records' worker: runs of another server process on this root that is gone since (a heartbeat
+        that stopped) are lost; listed from now on."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._add, rows)
+
+    def _add(self, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            if row["id"] in self.runs:
+                continue
             run = Run(
                 id=row["id"],
                 kind=row["kind"],
