@@ -287,7 +287,8 @@ def test_alice_makes_agent_tokens_and_an_agent_is_itself_on_her_server_only(
     )  # not in the server's cache: the hub is asked
     assert agent(hub, fresh, "GET", "api/me")[1]["identity"]["username"] == "alice"
     assert hub.api_requests() > asked_the_hub  # (so the counter moves when the hub is asked)
-    assert any(e.get("user") == "agent:reader" for e in hub.events("alice")), hub.events("alice")[-5:]
+    agents = [e for e in hub.events("alice") if e.get("user") == "agent:reader"]
+    assert agents and all(e["on_behalf_of"] == "alice" for e in agents), hub.events("alice")[-5:]
 
 
 def test_with_ask_execute_only_alices_browser_session_approves(hub: Hub, tokens: dict[str, str]) -> None:

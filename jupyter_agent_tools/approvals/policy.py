@@ -24,13 +24,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..audit.context import AGENT_PREFIX
 from ..auth.paths import GlobError, PathScope
 from ..schemas import APPROVAL_ACTIONS as ACTIONS
 
 DECISIONS = ("allow", "ask", "deny")
 # The order decisions win in: a deny is never overruled, an ask only by a deny.
 _STRENGTH = {"allow": 0, "ask": 1, "deny": 2}
-AGENT_PREFIX = "agent:"
 MAX_RULES = 200
 # What a request names: None, no file (an eval in a session); else the root-relative paths it is at
 # (``auth.paths.place``); an empty tuple, a file that cannot be placed (matched by every rule with paths).

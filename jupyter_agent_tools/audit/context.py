@@ -19,6 +19,9 @@ OWNER_NAME = "the server's owner"
 # that principal's sessions, runs and grants, but its token's hash is never shown as a name.
 _OWNER_KEY = re.compile(r"token-[0-9a-f]{8}")
 
+# The username of every agent token's user: agent:NAME.
+AGENT_PREFIX = "agent:"
+
 _USER: ContextVar[str | None] = ContextVar("jupyter_agent_tools_user", default=None)
 
 

@@ -13,6 +13,7 @@ which moves metrics and emits nothing.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,7 @@ from traitlets import Bool
 from ..compat import event_listeners
 from ..traits import Service
 from . import metrics
-from .context import current_user
+from .context import AGENT_PREFIX, current_user
 
 if TYPE_CHECKING:
     from ..execution.session import KernelSession
@@ -129,6 +130,9 @@ class Audit(Service):
         logger = self.event_logger
         if logger is None or not self.listening(schema_id):
             return
+        person = os.environ.get("JUPYTERHUB_USER")
+        if person and str(data.get("user") or "").startswith(AGENT_PREFIX):
+            data = {**data, "on_behalf_of": person}  # on a hub server: the person the agent acts for
         try:
             logger.emit(schema_id=schema_id, data=data)
         except Exception:

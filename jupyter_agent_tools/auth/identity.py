@@ -34,6 +34,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Unicode
 
 from ..audit import metrics
+from ..audit.context import AGENT_PREFIX
 from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
 from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
@@ -43,7 +44,6 @@ from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
 log = logging.getLogger(__name__)
-AGENT_PREFIX = "agent:"
 HOW_TO_RENEW = "ask the server's owner for a new one (jupyter agent token create NAME --scopes ...)"
 
 # Handlers that ask the authorizer themselves inside the method (websockets) or answer only what the
