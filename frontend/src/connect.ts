@@ -5,7 +5,7 @@
  * this server's URL as the page reaches it (the command line, an MCP client, curl) and the server's
  * warnings. The form and the answer are drawn by tokenviews.ts.
  */
-import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
+import { Clipboard, Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { ICreatedToken } from './api';
@@ -27,7 +27,7 @@ export async function connectAgent(
   let form = emptyForm();
   let problem = '';
   for (;;) {
-    const answer = await showDialog<ITokenForm>({
+    const answer = await launch<ITokenForm>({
       title: trans.__('Connect an agent'),
       body: new TokenForm(choices, form, problem),
       buttons: [
@@ -57,7 +57,7 @@ export function showCreated(
   created: ICreatedToken,
   baseUrl: string
 ): Promise<unknown> {
-  return showDialog({
+  return launch({
     title: trans.__("Agent token '%1' created", created.name),
     body: new Widget({
       node: createdNode(created, baseUrl, text => Clipboard.copyToSystem(text))
@@ -65,4 +65,13 @@ export function showCreated(
     buttons: [Dialog.okButton({ label: trans.__('Done') })],
     hasClose: false // (Escape or a click outside would lose the token unseen)
   });
+}
+
+/** `showDialog`, in a taller and wider box than the default (the configuration's lines are long). */
+function launch<T>(
+  options: Partial<Dialog.IOptions<T>>
+): Promise<Dialog.IResult<T>> {
+  const dialog = new Dialog<T>(options);
+  dialog.addClass('jp-AgentTokens-dialog');
+  return dialog.launch();
 }

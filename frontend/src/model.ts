@@ -96,9 +96,13 @@ export class AgentModel implements IDisposable {
   get tokens(): readonly IAgentToken[] {
     return this._tokens;
   }
-  /** Why the tokens cannot be listed, as the server said it (409: agent tokens are not enabled), or ''. */
+  /** Why the tokens cannot be listed, as the server said it, or ''. */
   get tokensProblem(): string {
     return this._tokensProblem;
+  }
+  /** False when the server said agent tokens are not enabled on it (409: `tokensProblem` says how). */
+  get tokensEnabled(): boolean {
+    return this._tokensEnabled;
   }
   /** What could not be read (the lists). */
   get error(): string {
@@ -286,9 +290,13 @@ export class AgentModel implements IDisposable {
     try {
       this._tokens = parseTokens(await this.api.tokens());
       this._tokensProblem = '';
+      this._tokensEnabled = true;
     } catch (error) {
       this._tokens = [];
       this._tokensProblem = readable(error);
+      this._tokensEnabled = !(
+        error instanceof ApiError && error.status === 409
+      );
     }
     this._stateChanged.emit();
   }
@@ -450,6 +458,7 @@ export class AgentModel implements IDisposable {
   private _changes: IChange[] = [];
   private _tokens: IAgentToken[] = [];
   private _tokensProblem = '';
+  private _tokensEnabled = true;
   private _choices: Promise<ITokenChoices> | null = null;
   private _runningPaths = new Set<string>(); // notebooks with a cell marked running
   private _problems = new Map<string, string>();

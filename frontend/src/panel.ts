@@ -239,7 +239,8 @@ export class AgentPanel extends Widget {
       t => [t, minute],
       tokenRow
     );
-    this._tokens.empty(model.tokensProblem);
+    // (not enabled on this server: said plainly, it is how the server is set up, not a failure)
+    this._tokens.empty(model.tokensProblem, model.tokensEnabled);
     this._connect.hidden = !!model.tokensProblem;
     const running = sessions.some(s => s.busy);
     if (running && this._ticker === undefined) {
@@ -312,11 +313,11 @@ class Section {
     this._emptyText = empty;
   }
 
-  /** What shows instead of the list when it is empty: `problem` (as a warning), else the usual text. */
-  empty(problem: string): void {
+  /** What shows instead of the list when it is empty: `problem` (as a warning when `warn`), else the
+   * usual text. */
+  empty(problem: string, warn = true): void {
     this._empty.textContent = problem || this._emptyText;
-    this._empty.classList.toggle('jp-AgentActivity-notice', !!problem);
-    this._empty.classList.toggle('jp-mod-error', !!problem);
+    this._empty.classList.toggle('jp-AgentActivity-notice', !!problem && warn);
   }
 
   /** Show `items`; a row is drawn again only when its `shown(item)` changed. */

@@ -241,6 +241,8 @@ describe('the form', () => {
     const fresh = new TokenForm(DEFAULT_CHOICES, emptyForm(), '');
     expect(fresh.node.querySelector('[role="alert"]')).toBeNull();
     expect(fresh.getValue()).toEqual(emptyForm());
+    form.dispose();
+    fresh.dispose();
   });
 });
 
