@@ -266,6 +266,10 @@ def test_without_agent_tokens_the_panel_says_the_servers_message(
             assert status == 409, (status, answer)
             page.locator(TOKENS, has_text="Agent tokens are not enabled").wait_for(timeout=20_000)
             assert answer["message"] in page.locator(TOKENS).inner_text()
+            # (wrapped within the panel: its long configuration class names do not run out of it)
+            assert page.locator(f"{TOKENS} .jp-AgentActivity-empty").evaluate(
+                "(node) => node.scrollWidth <= node.clientWidth"
+            )
             assert page.locator(f"{PANEL} [data-token]").count() == 0
             assert not page.locator(f'{PANEL} button[data-action="connect"]').is_visible()
         finally:
