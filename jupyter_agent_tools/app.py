@@ -15,7 +15,7 @@ from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .audit.feed import EventFeed
-from .auth.identity import APPROVALS_SETTING, AgentIdentityProvider, TokenEnded
+from .auth.identity import APPROVALS_SETTING, AgentTokens, TokenEnded, adopt_agent_tokens
 from .compat import guard_control_sockets, local_root
 from .execution.eval_service import EvalService
 from .execution.kernels import KernelService
@@ -256,7 +256,12 @@ class AgentToolsApp(ExtensionApp):
         """Load as every extension does; when that fails (a typo in ``c.ApprovalPolicy.rules``...), say so
         loudly and leave nothing that would let agent tokens in: without the extension's settings the
         identity provider refuses them everywhere (fail closed). jupyter_server itself only logs a warning
-        and serves on without the extension."""
+        and serves on without the extension.
+
+        First, agent tokens are put in front of a server's own identity provider when it has one
+        (JupyterHub's): even if the rest fails to load, an agent token is then refused here, never handed on
+        to the hub's API."""
+        adopt_agent_tokens(serverapp)
         try:
             super()._load_jupyter_server_extension(serverapp)
         except Exception as e:
@@ -350,7 +355,7 @@ class AgentToolsApp(ExtensionApp):
     def _end_what_tokens_start(self, provider: Any) -> None:
         """An agent token that ends (revoked, expired) ends what it started: its approval requests are
         withdrawn and its grants dropped, then its detached runs cancelled (its websockets: the provider)."""
-        if not isinstance(provider, AgentIdentityProvider):
+        if not isinstance(provider, AgentTokens):
             return
         approvals, runs = self.approval_policy, self.run_registry
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import requests
+import yaml
 
 from jupyter_agent_tools.testing.server import PACKAGE_PARENT, free_port, on_a_free_port, wait_serving
 
@@ -46,6 +49,8 @@ c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
 c.JupyterHub.db_url = "sqlite:///{tmp}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "{tmp}/jupyterhub_cookie_secret"
 c.JupyterHub.authenticator_class = "dummy"
+c.JupyterHub.allow_named_servers = True
+c.JupyterHub.authenticate_prometheus = False  # the tests count the hub's API requests in its metrics
 c.Authenticator.allow_all = True
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = "{tmp}/home/{{username}}"
@@ -77,11 +82,27 @@ SINGLEUSER_CONFIG = """
 import logging
 import os
 
-c.ServerApp.jpserver_extensions = {"jupyter_agent_tools": True}
+# The extension, agents as agents, the admin's defaults: docs/admin.md's z2jh values (z2jh_settings)
 c.KernelPool.size = 0
-events = os.path.join(os.environ["AGENT_EVENTS_DIR"], os.environ["JUPYTERHUB_USER"] + ".jsonl")
+named = os.environ.get("JUPYTERHUB_SERVER_NAME")
+server = os.environ["JUPYTERHUB_USER"] + (f".{named}" if named else "")
+events = os.path.join(os.environ["AGENT_EVENTS_DIR"], server + ".jsonl")
 c.EventLogger.handlers = [logging.FileHandler(events)]
 """
+
+
+def z2jh_settings() -> dict[str, Any]:
+    """The single-user servers' settings of docs/admin.md's Zero to JupyterHub values (``extraFiles``), as
+    the chart would mount them: the tests run the documented configuration."""
+    text = (PACKAGE_PARENT / "docs" / "admin.md").read_text()
+    blocks = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", text, re.S)
+        if "  extraFiles:\n    jupyter-agent-tools:" in b
+    ]
+    assert len(blocks) == 1, "docs/admin.md has one z2jh values.yaml"
+    files = yaml.safe_load(blocks[0])["singleuser"]["extraFiles"]
+    return dict(files["jupyter-agent-tools"]["data"])
 
 
 @dataclass
@@ -105,13 +126,15 @@ class Hub:
         self.users.append(name)
         (self.tmp / "home" / name).mkdir(parents=True, exist_ok=True)
 
-    def start_server(self, name: str, timeout: float = 120) -> None:
-        status, answer = self.api("POST", f"users/{name}/server")
+    def start_server(self, name: str, server_name: str = "", timeout: float = 120) -> None:
+        """Start ``name``'s default server, or their server named ``server_name``; return once ready."""
+        route = f"users/{name}/servers/{server_name}" if server_name else f"users/{name}/server"
+        status, answer = self.api("POST", route)
         assert status in (201, 202, 400), (status, answer)  # 400: already running
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             _, model = self.api("GET", f"users/{name}")
-            server = (model or {}).get("servers", {}).get("", {})
+            server = (model or {}).get("servers", {}).get(server_name, {})
             if server.get("ready"):
                 return
             time.sleep(0.25)
@@ -123,8 +146,41 @@ class Hub:
         assert status == 201, (status, answer)
         return str(answer["token"])
 
-    def server_url(self, name: str) -> str:
-        return f"{self.url}user/{name}/"
+    def server_url(self, name: str, server_name: str = "") -> str:
+        return f"{self.url}user/{name}/{server_name + '/' if server_name else ''}"
+
+    def login(self, name: str) -> tuple[requests.Session, str]:
+        """``name`` logged in as a person is, through the hub's login form and its OAuth to their server:
+        the browser's cookies, and the token JupyterLab's page hands its frontend (what the panel sends)."""
+        browser = requests.Session()
+        form = browser.get(f"{self.url}hub/login", timeout=60)
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', form.text)
+        assert form.status_code == 200 and xsrf, form.text[:2000]
+        answer = browser.post(
+            f"{self.url}hub/login?next=",
+            data={"username": name, "password": "x", "_xsrf": xsrf[1]},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text[:2000]
+        page = browser.get(self.server_url(name) + "lab", timeout=60)  # the OAuth redirects, followed
+        config = re.search(
+            r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page.text, re.S
+        )
+        assert page.status_code == 200 and config, (page.status_code, page.url, page.text[:2000])
+        return browser, str(json.loads(config[1])["token"])
+
+    def api_requests(self) -> int:
+        """How many requests the hub's API has answered about a token's user (``GET /hub/api/user``, what
+        a server asks for every token it does not know), from the hub's metrics."""
+        text = requests.get(f"{self.url}hub/metrics", timeout=60).text
+        counted = re.findall(
+            r'^jupyterhub_request_duration_seconds_count\{[^}]*handler="jupyterhub\.apihandlers\.users\.'
+            r'SelfAPIHandler"[^}]*\} ([0-9.e+]+)$',
+            text,
+            re.M,
+        )
+        assert "jupyterhub_request_duration_seconds_count" in text, text[:2000]
+        return int(sum(float(n) for n in counted))
 
     def home(self, name: str) -> Path:
         return self.tmp / "home" / name
@@ -169,6 +225,7 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
     for sub in ("home", "events", "singleuser-config", "tmp"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
     (tmp / "singleuser-config" / "jupyter_server_config.py").write_text(SINGLEUSER_CONFIG)
+    (tmp / "singleuser-config" / "jupyter_server_config.json").write_text(json.dumps(z2jh_settings()))
     admin_token = secrets.token_hex(16)
     pythonpath = os.pathsep.join(filter(None, [str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")]))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTERHUB_", "JUPYTER_AGENT_"))}

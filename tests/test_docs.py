@@ -38,8 +38,11 @@ def configurables() -> list[type[Configurable]]:
 
 
 CLASSES = configurables()
+# The agent token mixin's settings are read as c.AgentIdentityProvider.* (the name of every provider class
+# it is mixed into, the plain server's and JupyterHub's wrapped one).
+SECTION = {"AgentTokens": "AgentIdentityProvider"}
 TRAITS = [
-    (f"{cls.__name__}.{name}", trait)
+    (f"{SECTION.get(cls.__name__, cls.__name__)}.{name}", trait)
     for cls in CLASSES
     for name, trait in sorted(cls.class_own_traits(config=True).items())
 ]
@@ -54,7 +57,7 @@ def test_traits_exist():
 def test_the_app_lists_every_service_class_it_builds():
     """``AgentToolsApp.classes`` (what --help-all prints) holds every configurable of the package that the
     server does not build itself (the identity provider and the authorizer are ServerApp's)."""
-    built_by_server = {"AgentIdentityProvider", "AgentAuthorizer"}
+    built_by_server = {"AgentIdentityProvider", "AgentTokens", "AgentAuthorizer"}
     expected = {cls for cls in CLASSES if cls is not AgentToolsApp and cls.__name__ not in built_by_server}
     assert expected <= set(AgentToolsApp.classes)
 

@@ -14,6 +14,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ import nbformat
 import pytest
 from hub_harness import NO_PROXY_REASON, PROXY, Hub, request, running_hub
 from nbformat.v4 import new_code_cell, new_notebook
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
 
 from jupyter_agent_tools.testing.server import PACKAGE_PARENT
 
@@ -38,6 +42,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         for name in ("alice", "bob"):
             running.add_user(name)
             running.start_server(name)
+        running.start_server("alice", "lab2")  # a named server: the same home, its own agent tokens
         nbformat.write(
             new_notebook(cells=[new_code_cell("x = 1", id="c1")]), str(running.home("alice") / "a.ipynb")
         )
@@ -73,7 +78,8 @@ def test_a_remote_agent_works_on_alices_server_through_the_proxy(hub: Hub, token
     assert status == 200 and sources[0] == "x = 1" and sources[-1] == "y = 2", answer
     status, listing = agent(hub, token, "GET", "api/agent/sessions")
     owners = {s["name"]: s["owner"] for s in listing["sessions"]}  # the module's other tests add theirs
-    assert status == 200 and owners["s"] == "alice" and set(owners.values()) == {"alice"}, owners
+    people = {owner for owner in owners.values() if not owner.startswith("agent:")}  # agents: tests below
+    assert status == 200 and owners["s"] == "alice" and people == {"alice"}, owners
     # alice's audit events name the hub user
     events = hub.events("alice")
     by_schema = {e["__schema__"].split("/")[-2]: e for e in events}
@@ -156,3 +162,198 @@ def test_the_cli_with_jupyterhub_api_token(hub: Hub, tokens: dict[str, str], tmp
     env["JUPYTERHUB_API_TOKEN"] = tokens["bob"]
     refused = subprocess.run([*cli, "sessions"], capture_output=True, text=True, env=env, timeout=120)
     assert refused.returncode == 3 and "403" in refused.stderr, refused.stderr
+
+
+# -- agents as agents: agent tokens on the single-user servers ------------------------------------------
+
+
+def make_agent_token(hub: Hub, token: str, body: dict[str, Any], server_name: str = "") -> dict[str, Any]:
+    status, answer = request("POST", hub.server_url("alice", server_name) + "api/agent/tokens", body, token)
+    assert status == 201, (status, answer)
+    return dict(answer)
+
+
+async def mcp_calls(hub: Hub, token: str) -> tuple[Any, Any, Any]:
+    """An eval, a read inside the token's paths and one outside, through the official MCP SDK client."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as client,
+        streamable_http_client(hub.server_url("alice") + "api/agent/mcp", http_client=client) as (
+            read,
+            write,
+        ),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        ran = await session.call_tool("eval", {"cells": [{"code": "1"}], "session": "mcp-agent"})
+        inside = await session.call_tool("notebook_read", {"path": "shared/s.ipynb"})
+        outside = await session.call_tool("notebook_read", {"path": "a.ipynb"})
+        return ran, inside, outside
+
+
+def test_alice_makes_agent_tokens_and_an_agent_is_itself_on_her_server_only(
+    hub: Hub, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """Made with alice's hub API token (the CLI, as the person), used through the proxy: the agent is
+    ``agent:NAME`` with its scopes and paths; no request with its token reaches the hub's API; it is
+    nothing on bob's server and on alice's other server."""
+    (hub.home("alice") / "shared").mkdir(exist_ok=True)
+    nbformat.write(
+        new_notebook(cells=[new_code_cell("s = 1", id="s1")]), str(hub.home("alice") / "shared/s.ipynb")
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(PACKAGE_PARENT),
+        "HOME": str(tmp_path),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTERHUB_API_TOKEN": tokens["alice"],
+    }
+    cli = [sys.executable, "-m", "jupyter_agent_tools.cli", "--url", hub.server_url("alice"), "--json"]
+    made = subprocess.run(
+        [*cli, "token", "create", "reader", "--scopes", "read", "--paths", "shared/**"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    reader = json.loads(made.stdout)["token"]
+    assert reader.startswith("jat_")
+    # the admin's cap (docs' z2jh values: a day): no expiry asked -> the cap; longer -> 400 saying so
+    expires = json.loads(made.stdout)["expires"]
+    status, listing = agent(hub, tokens["alice"], "GET", "api/agent/tokens")
+    assert status == 200 and [t["expires"] for t in listing["tokens"] if t["name"] == "reader"] == [expires]
+    assert expires is not None
+    status, answer = agent(
+        hub,
+        tokens["alice"],
+        "POST",
+        "api/agent/tokens",
+        {"name": "long", "scopes": ["read"], "expires_in": 604800},
+    )
+    assert status == 400 and "max_token_lifetime" in answer["message"], answer
+    asked_the_hub = hub.api_requests()
+    notebook = hub.home("alice") / "shared/s.ipynb"
+    before = notebook.read_bytes()
+
+    status, answer = agent(hub, reader, "GET", "api/agent/notebooks/shared/s.ipynb")
+    assert status == 200 and answer["cells"][0]["source"] == "s = 1", answer
+    status, answer = agent(hub, reader, "GET", "api/me")
+    assert status == 200 and answer["identity"]["username"] == "agent:reader", answer
+    status, answer = agent(
+        hub, reader, "POST", "api/agent/notebooks/shared/s.ipynb", {"action": "insert", "content": "x"}
+    )
+    assert status == 403 and "edit" in answer["message"], answer  # read-only cannot edit
+    assert agent(hub, reader, "GET", "api/agent/notebooks/a.ipynb")[0] == 404  # outside its paths
+    assert agent(hub, reader, "GET", "api/contents/a.ipynb")[0] == 404  # jupyter_server's own route too
+    status, answer = agent(hub, reader, "POST", "api/agent/eval", {"cells": [{"code": "1"}], "session": "r"})
+    assert status == 403, answer  # no execute scope
+    assert notebook.read_bytes() == before
+    # the official MCP SDK client and the CLI, with the agent token: the same agent, the same limits
+    ran, read_back, outside = asyncio.run(mcp_calls(hub, reader))
+    assert ran.is_error and "execute" in ran.content[0].text, ran
+    assert not read_back.is_error and "s = 1" in read_back.content[0].text, read_back
+    assert outside.is_error, outside
+    as_agent = {**env, "JUPYTER_AGENT_TOKEN": reader}
+    shown = subprocess.run(
+        [*cli, "nb", "show", "shared/s.ipynb"], capture_output=True, text=True, env=as_agent, timeout=120
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["cells"][0]["source"] == "s = 1", shown.stderr
+    refused = subprocess.run(
+        [*cli, "eval", "-c", "1"], capture_output=True, text=True, env=as_agent, timeout=120
+    )
+    assert refused.returncode != 0 and "403" in refused.stderr, refused.stderr
+    # the same token elsewhere: bob's server, alice's named server (each server has its own tokens)
+    for url in (hub.server_url("bob"), hub.server_url("alice", "lab2")):
+        status, answer = request("GET", url + "api/contents", None, reader)
+        assert status == 403 and "not one of this server's" in answer["message"], (url, status, answer)
+    # an agent token no server knows is refused by the server too, not asked of the hub
+    status, _ = agent(hub, "jat_" + "x" * 43, "GET", "api/contents")
+    assert status == 403
+    assert hub.api_requests() == asked_the_hub  # none of those requests reached the hub's API
+    # alice's hub token still works as alice, and the agent's reads are in her events as the agent
+    fresh = hub.token(
+        "alice", ["access:servers!server=alice/"]
+    )  # not in the server's cache: the hub is asked
+    assert agent(hub, fresh, "GET", "api/me")[1]["identity"]["username"] == "alice"
+    assert hub.api_requests() > asked_the_hub  # (so the counter moves when the hub is asked)
+    assert any(e.get("user") == "agent:reader" for e in hub.events("alice")), hub.events("alice")[-5:]
+
+
+def test_with_ask_execute_only_alices_browser_session_approves(hub: Hub, tokens: dict[str, str]) -> None:
+    """An agent that must ask before executing waits; its own token, alice's hub API token (an agent may
+    hold one) and bob cannot decide; alice, logged in through the hub, approves; the eval runs once."""
+    runner = make_agent_token(
+        hub, tokens["alice"], {"name": "runner", "scopes": ["read", "execute"], "ask": ["execute"]}
+    )["token"]
+    ran_file = hub.home("alice") / "ran.txt"
+    answers: list[tuple[int, Any]] = []
+    code = f"with open({str(ran_file)!r}, 'a') as f: f.write('ran\\n')\nprint('done')"
+    waiting = threading.Thread(
+        target=lambda: answers.append(
+            agent(
+                hub,
+                runner,
+                "POST",
+                "api/agent/eval",
+                {"cells": [{"code": code}], "session": "ask", "approval_wait": 120},
+            )
+        )
+    )
+    waiting.start()
+    pending: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 60
+    while not pending and time.monotonic() < deadline:
+        pending = [
+            a
+            for a in agent(hub, tokens["alice"], "GET", "api/agent/approvals")[1]["pending"]
+            if a["agent"] == "agent:runner"
+        ]
+        time.sleep(0.2)
+    assert pending, "the agent's eval did not ask"
+    decide = f"api/agent/approvals/{pending[0]['id']}"
+    approve = {"decision": "approve"}
+    status, answer = agent(hub, runner, "POST", decide, approve)
+    assert status == 403, answer  # the agent itself
+    status, answer = agent(hub, tokens["alice"], "POST", decide, approve)
+    assert status == 403 and "Agents panel" in answer["message"], answer  # a bare hub API token of alice's
+    status, answer = agent(hub, tokens["bob"], "POST", decide, approve)
+    assert status == 403, answer
+    assert not ran_file.exists() and waiting.is_alive()
+    browser, page_token = hub.login("alice")  # what JupyterLab's panel sends after the hub's login
+    decided = browser.post(
+        hub.server_url("alice") + decide,
+        json=approve,
+        headers={
+            "Authorization": f"token {page_token}",
+            "X-XSRFToken": next(
+                c.value for c in browser.cookies if c.name == "_xsrf" and c.path.startswith("/user/alice")
+            ),
+        },
+        timeout=60,
+    )
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["state"] == "approved" and decided.json()["decided_by"] == "alice", decided.json()
+    waiting.join(120)
+    assert answers and answers[0][0] == 200 and answers[0][1]["output"] == "done\n", answers
+    assert ran_file.read_text() == "ran\n"  # once
+
+
+def test_revoking_an_agent_token_on_the_hub_closes_its_websockets(hub: Hub, tokens: dict[str, str]) -> None:
+    watcher = make_agent_token(hub, tokens["alice"], {"name": "watcher", "scopes": ["read"]})["token"]
+    url = hub.server_url("alice").replace("http://", "ws://") + "api/events/subscribe"
+
+    async def run() -> Any:
+        connection = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {watcher}"}))
+        status, answer = agent(hub, tokens["alice"], "DELETE", "api/agent/tokens/watcher")
+        assert status == 200 and answer["status"] == "revoked", answer
+        return await asyncio.wait_for(connection.read_message(), 30)  # None: the server closed it
+
+    assert asyncio.run(run()) is None
+    status, _ = agent(hub, watcher, "GET", "api/contents")
+    assert status == 403
+    status, answer = agent(hub, tokens["alice"], "GET", "api/me")  # a hub token of alice's still works
+    assert status == 200 and answer["identity"]["username"] == "alice", answer

@@ -111,6 +111,13 @@ class ApprovalPolicy(Service):
         8 * 3600.0,
         help="Longest 'approve for N seconds' grant the person may give.",
     ).tag(config=True)
+    hub_decider_scopes = List(
+        Unicode(),
+        default_value=[],
+        help="On a JupyterHub single-user server, the hub scopes (e.g. a custom scope "
+        "'custom:agent-approvals') whose holders may decide approvals with a hub API token. Empty: only the "
+        "person's browser session through the hub's login decides (an agent may hold a hub API token).",
+    ).tag(config=True)
     max_detail_bytes = Int(
         MIB,
         help="Bytes of JSON a request's description (code, cells, diff) may take, as stored and shown. A "

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import os
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
-from jupyter_server.auth.identity import PasswordIdentityProvider, User
+from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Unicode
@@ -36,7 +38,7 @@ from traitlets import Float, Unicode
 from ..audit import metrics
 from ..compat import guard_contents_listings, guard_page_token
 from ..errors import AgentToolsError
-from ..schemas import REFUSED_NOT_FOR_AGENTS
+from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
 from .connections import AgentConnections
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
@@ -71,6 +73,11 @@ NOT_LOADED = (
     "The jupyter_agent_tools server extension did not load (its configuration has an error: see the "
     "server's log at start), so the limits on agents cannot be applied: agent tokens are refused until "
     "the server starts with the extension loaded."
+)
+UNKNOWN_TOKEN = (
+    "This agent token is not one of this server's (agent tokens belong to the server that made them; on "
+    "JupyterHub each of a user's servers has its own): make one here with jupyter agent token create, or "
+    "in JupyterLab's Agents panel (Connect an agent)."
 )
 # The code object of every method ``@authorized`` wraps (the decorator's inner function).
 _AUTHORIZED_CODE = authorized(lambda self: None).__code__
@@ -141,12 +148,12 @@ def _asks_authorizer(method: Any) -> bool:
     return False
 
 
-class AgentIdentityProvider(PasswordIdentityProvider):
-    """jupyter_server's ``PasswordIdentityProvider`` that also accepts agent tokens (user ``agent:NAME``).
-
-    Enable with ``c.ServerApp.identity_provider_class = "jupyter_agent_tools.auth.AgentIdentityProvider"``
-    together with ``c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer"``.
-    """
+class AgentTokens(IdentityProvider):
+    """Agent tokens (user ``agent:NAME``) in front of an identity provider: a request whose token is an
+    agent token is that agent, decided here; every other request goes to the provider it is mixed into
+    (``super()``) unchanged. :class:`AgentIdentityProvider` mixes it into jupyter_server's default provider;
+    :func:`with_agent_tokens` into whatever provider a server runs (JupyterHub's on a single-user server).
+    Its settings are read as ``c.AgentIdentityProvider.*`` in both."""
 
     token_db = Unicode(
         "",
@@ -160,6 +167,15 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         max=60.0,
         help="Seconds a token change (create, revoke) waits while another process holds the token "
         "database's lock, before it answers 503 saying so. Checking a token never waits for it.",
+    ).tag(config=True)
+
+    max_token_lifetime = Float(
+        0.0,
+        min=0.0,
+        max=float(TOKEN_MAX_EXPIRES_IN),
+        help="Seconds an agent token may live at most (an organisation's cap, e.g. 86400 for a day). 0: no "
+        "cap (up to 366 days, or until revoked). With a cap, a token asked for without an expiry expires "
+        "after the cap, and one asked for longer is refused (400) saying so.",
     ).tag(config=True)
 
     connection_check_interval = Float(
@@ -197,9 +213,24 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                     from jupyter_core.paths import jupyter_data_dir
 
                     data_dir = jupyter_data_dir()
-                path = os.path.join(data_dir, "jupyter_agent_tools", "agent_tokens.db")
+                path = os.path.join(data_dir, "jupyter_agent_tools", _per_server("agent_tokens.db"))
             self._tokens = TokenStore(path, write_timeout=self.token_db_timeout)
         return self._tokens
+
+    def lifetime(self, asked: float | None) -> float | None:
+        """The seconds a new token lives (None: until revoked), for ``asked`` under the admin's cap."""
+        cap = self.max_token_lifetime
+        if not cap:
+            return asked
+        if asked is None:
+            return cap
+        if asked > cap:
+            raise AgentToolsError(
+                f"'expires_in' may be at most {cap:.0f} seconds on this server (its admin's cap, "
+                f"c.AgentIdentityProvider.max_token_lifetime); got {asked:.0f}",
+                400,
+            )
+        return asked
 
     @property
     def connections(self) -> AgentConnections:
@@ -277,12 +308,17 @@ class AgentIdentityProvider(PasswordIdentityProvider):
                 record = self.tokens.lookup(token)
             except AgentToolsError as e:  # the token database is locked, corrupt or unopenable: 503
                 raise _refusal(handler, e.status, e.message) from None
-            if record is not None:
-                return self._agent_user(handler, record)
+            if record is None:  # never handed on: a hub would send it to its API on every request
+                self._by_agent_token.add(handler)
+                metrics.AGENT_REQUESTS.labels(agent="", outcome="unknown").inc()
+                raise _refusal(handler, 403, UNKNOWN_TOKEN)
+            return self._agent_user(handler, record)
         return super().get_user(handler)
 
     def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
         self._by_agent_token.add(handler)  # first: even a refusal's page must not carry the server's token
+        # a token, not a cookie: no XSRF check (JupyterHub's patch of jupyter_server's check reads this)
+        handler._token_authenticated = True  # type: ignore[attr-defined]
         now = self.tokens.now()
         status = record.status(now)
         if status != "active":
@@ -393,3 +429,68 @@ class AgentIdentityProvider(PasswordIdentityProvider):
     def identity_model(self, user: User) -> dict[str, Any]:
         """The identity as jupyter_server shows it (``/api/me``): the User fields alone."""
         return {name: getattr(user, name) for name in _USER_FIELDS}
+
+
+class AgentIdentityProvider(AgentTokens, PasswordIdentityProvider):
+    """jupyter_server's ``PasswordIdentityProvider`` that also accepts agent tokens (user ``agent:NAME``).
+
+    Enable with ``c.ServerApp.identity_provider_class = "jupyter_agent_tools.auth.AgentIdentityProvider"``
+    together with ``c.ServerApp.authorizer_class = "jupyter_agent_tools.auth.AgentAuthorizer"``. A server
+    whose provider is another class (JupyterHub's single-user server sets its own) gets agent tokens in
+    front of it instead, when the extension loads (:func:`adopt_agent_tokens`).
+    """
+
+
+def _per_server(file_name: str) -> str:
+    """``file_name`` for this server: a JupyterHub user's named servers share a home (so a data directory)
+    but each has its own agent tokens: ``agent_tokens.NAME-HASH.db`` on a named server."""
+    server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+    if not server:
+        return file_name
+    stem, dot, ext = file_name.rpartition(".")
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", server)[:64]
+    digest = hashlib.sha256(server.encode()).hexdigest()[:8]  # two names that map to one safe name differ
+    return f"{stem}.{safe}-{digest}{dot}{ext}"
+
+
+@functools.lru_cache(maxsize=16)
+def with_agent_tokens(provider_class: type[IdentityProvider]) -> type[AgentTokens]:
+    """``provider_class`` with agent tokens in front of it (a subclass: the provider's own methods answer
+    every request that does not carry an agent token). Named ``AgentIdentityProvider`` so that
+    ``c.AgentIdentityProvider.*`` configures it as it configures the plain server's provider."""
+    if issubclass(provider_class, AgentTokens):
+        return provider_class
+    made = type("AgentIdentityProvider", (AgentTokens, provider_class), {"__module__": __name__})
+    made.__qualname__ = f"AgentIdentityProvider({provider_class.__qualname__})"
+    return made
+
+
+def adopt_agent_tokens(serverapp: Any) -> AgentTokens | None:
+    """Put agent tokens in front of the server's identity provider, when its authorizer applies their
+    scopes (``AgentAuthorizer``, the switch that turns agents on) and its provider does not take them
+    (JupyterHub's single-user server replaces ``ServerApp.identity_provider_class`` with its own).
+
+    The provider is wrapped, not replaced: a subclass of its class, made with its settings (JupyterHub's
+    ``hub_auth`` and its caches included), stands where it stood for the web application and the
+    authorizers. The provider that takes agent tokens; None if agents are not turned on."""
+    provider: IdentityProvider | None = getattr(serverapp, "identity_provider", None)
+    authorizer = getattr(serverapp, "authorizer", None)
+    if isinstance(provider, AgentTokens):
+        return provider
+    if provider is None or not getattr(authorizer, "applies_agent_scopes", False):
+        return None
+    values = {k: v for k, v in provider.trait_values().items() if k not in ("parent", "config", "log")}
+    wrapped = with_agent_tokens(type(provider))(parent=serverapp, log=provider.log, **values)
+    wrapped.token_generated = provider.token_generated  # a generated token is printed in the server's URL
+    serverapp.identity_provider = wrapped
+    web_app = getattr(serverapp, "web_app", None)
+    if web_app is not None:
+        web_app.settings["identity_provider"] = wrapped
+    seen: set[int] = set()
+    while authorizer is not None and id(authorizer) not in seen:  # AgentAuthorizer and the one it wraps
+        seen.add(id(authorizer))
+        if authorizer.has_trait("identity_provider"):
+            authorizer.identity_provider = wrapped
+        authorizer = getattr(authorizer, "inner", None)
+    log.info("agent tokens are taken in front of %s", type(provider).__qualname__)
+    return wrapped

@@ -3,9 +3,9 @@
 GET lists (pending first, with a bounded preview of what each would do, then the most recent decided)
 and shows one with what it would do in full; an agent sees only its own requests (another's answer 404).
 Answers are encoded as JSON in a thread, a request at a time. POST decides: only a person (the server's
-own credentials, a logged-in user, a hub user with access to the server): an agent token is refused
-(403) whatever its scopes, by ``AgentAuthorizer`` (no scope grants writing ``agent_approvals``) and again
-by the service.
+own credentials, a logged-in user; on JupyterHub the user in their browser session, or with a token holding
+a scope the admin named, :func:`~..auth.hub.decider_refusal`): an agent token is refused (403) whatever its
+scopes, by ``AgentAuthorizer`` (no scope grants writing ``agent_approvals``) and again by the service.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..approvals import Approval, ApprovalPolicy
+from ..auth.hub import decider_refusal
 from ..auth.identity import AgentUser
-from ..errors import BadRequest, NotFound
+from ..errors import AgentToolsError, BadRequest, NotFound
 from ..validation import check
 from .base import AgentAPIHandler, acting_person, acting_username
 
@@ -110,6 +111,9 @@ class ApprovalHandler(_ApprovalRoute):
     @authorized("write")
     async def post(self, approval_id: str) -> None:
         number = self.approval_id(approval_id)
+        refused = decider_refusal(self.current_user, self.approvals.hub_decider_scopes)
+        if refused:
+            raise AgentToolsError(refused, 403)
         body: Any = await self.json_body()
         check("ApprovalDecision", body)
         approval = await self.approvals.decide(

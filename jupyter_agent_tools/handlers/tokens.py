@@ -11,7 +11,7 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
-from ..auth.identity import AGENT_PREFIX, AgentIdentityProvider, AgentUser
+from ..auth.identity import AGENT_PREFIX, AgentTokens, AgentUser
 from ..auth.store import TokenStore, creation_warnings
 from ..errors import AgentToolsError, Conflict
 from ..validation import check
@@ -29,13 +29,13 @@ class _TokenRoute(AgentAPIHandler):
     auth_resource = "agent_tokens"
 
     @property
-    def agents(self) -> AgentIdentityProvider:
+    def agents(self) -> AgentTokens:
         if isinstance(self.current_user, AgentUser):
             raise AgentToolsError(
                 "Agent tokens cannot manage agent tokens: use the server's own token or log in.", 403
             )
         provider = self.identity_provider
-        if not isinstance(provider, AgentIdentityProvider):
+        if not isinstance(provider, AgentTokens):
             raise Conflict(NOT_ENABLED)
         return provider
 
@@ -67,7 +67,7 @@ class TokenListHandler(_TokenRoute):
             body["name"],
             body["scopes"],
             body.get("paths") or (),
-            body.get("expires_in"),
+            self.agents.lifetime(body.get("expires_in")),
             body.get("ask") or (),
         )
         self.log.info("agent token %r created (scopes %s)", record.name, ",".join(sorted(record.scopes)))
