@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+import jupyter_agent_tools
 from jupyter_agent_tools.testing.server import on_a_free_port, wait_serving
 
 CHROMIUM = os.environ.get("AGENT_TOOLS_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -72,6 +73,22 @@ def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
 
 
+def this_frontend(tmp_path: Path) -> dict[str, str]:
+    """The environment that makes a lab load the frontend built into the package under test (a checkout's
+    ``jupyter_agent_tools/labextension``, e.g. a worktree's) before an installed copy: ``JUPYTER_PATH``
+    comes first in JupyterLab's extension path (in a virtual environment the environment's directory
+    comes before the user's). Nothing when the package has none built (an installed wheel has its own)."""
+    built = Path(jupyter_agent_tools.__file__).parent / "labextension"
+    if not (built / "package.json").is_file():
+        return {}
+    shutil.copytree(built, tmp_path / "jupyter-path" / "labextensions" / "jupyter-agent-tools")
+    return {
+        "JUPYTER_PATH": os.pathsep.join(
+            filter(None, [str(tmp_path / "jupyter-path"), os.environ.get("JUPYTER_PATH")])
+        )
+    }
+
+
 @contextmanager
 def running_lab(
     tmp_path: Path, rtc: bool = True, config: dict[str, dict[str, Any]] | None = None
@@ -113,6 +130,7 @@ def running_lab(
     token = secrets.token_hex(16)
     env = {
         **os.environ,
+        **this_frontend(tmp_path),
         "JUPYTER_CONFIG_DIR": str(config_dir),
         "JUPYTER_DATA_DIR": str(tmp_path / "data"),
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),

@@ -330,12 +330,14 @@ def test_the_commands_are_in_the_palette_and_act(lab: dict[str, Any], page: Any)
     )
     assert commands == [
         "agents:approve",
+        "agents:connect-agent",
         "agents:deny",
         "agents:diff",
         "agents:interrupt",
         "agents:open-approval",
         "agents:open-change",
         "agents:open-panel",
+        "agents:revoke-token",
         "agents:stop",
         "agents:undo",
     ], commands

@@ -97,6 +97,39 @@ export interface IDecision {
   reason?: string;
 }
 
+/** An agent token as `GET /api/agent/tokens` lists it (never the token itself), see docs/api.md. */
+export interface IAgentToken {
+  name: string;
+  scopes: string[];
+  paths: string[];
+  status: 'active' | 'expired' | 'revoked';
+  created: string;
+  expires: string | null;
+  /** Kept to the minute by the server. */
+  last_used: string | null;
+  revoked: string | null;
+  /** The actions it asks the person for first (the approval gate). */
+  ask: string[];
+}
+
+/** A new agent token (`POST /api/agent/tokens`, the schema `AgentTokenRequest`). */
+export interface ITokenRequest {
+  name: string;
+  scopes: string[];
+  paths?: string[];
+  ask?: string[];
+  /** Seconds until it expires; absent: never. */
+  expires_in?: number;
+}
+
+/** The answer of `POST /api/agent/tokens`: the record, the token (shown this once), and warnings. */
+export interface ICreatedToken extends IAgentToken {
+  token: string;
+  /** The user it acts as: `agent:NAME`. */
+  user: string;
+  warnings: string[];
+}
+
 /** An event of the server's event bus (`/api/events/subscribe`): its schema and its data. */
 export interface IAgentEvent {
   schema_id: string;
@@ -221,6 +254,29 @@ export class Api {
       method: 'POST',
       body: JSON.stringify(decision)
     });
+  }
+
+  /** The agent tokens, oldest first (the raw answer: see `parseTokens`). */
+  tokens(): Promise<unknown> {
+    return this.request('api/agent/tokens');
+  }
+
+  createToken(request: ITokenRequest): Promise<ICreatedToken> {
+    return this.request('api/agent/tokens', {
+      method: 'POST',
+      body: JSON.stringify(request)
+    });
+  }
+
+  revokeToken(name: string): Promise<IAgentToken> {
+    return this.request(`api/agent/tokens/${encodeURIComponent(name)}`, {
+      method: 'DELETE'
+    });
+  }
+
+  /** The server's contract of its agent routes (OpenAPI 3.1): what a new token may ask for. */
+  contract(): Promise<unknown> {
+    return this.request('api/agent/openapi.json');
   }
 
   stop(session: string): Promise<unknown> {

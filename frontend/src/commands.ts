@@ -3,7 +3,8 @@
  * agent's request, interrupt or stop an agent's session, show a change's diff, undo it, open the notebook
  * at the cell it changed. The panel's and the banner's buttons run them. Without arguments, approve and
  * deny act on the oldest waiting request (after showing it), interrupt and stop on the newest busy
- * session, diff and undo on the newest change (of the current notebook, when one is current).
+ * session, diff and undo on the newest change (of the current notebook, when one is current). "Connect an
+ * agent" makes an agent token (connect.ts); revoking one asks first.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import {
@@ -21,6 +22,7 @@ import { Widget } from '@lumino/widgets';
 
 import { IApproval, IChange, IChangeDetail, ISession } from './api';
 import { approvalInUrl } from './approvals';
+import { connectAgent } from './connect';
 import { cellDiffText, when } from './format';
 import { trans } from './i18n';
 import { AgentModel } from './model';
@@ -35,7 +37,9 @@ export const CommandIds = {
   openChange: 'agents:open-change',
   openApproval: 'agents:open-approval',
   approve: 'agents:approve',
-  deny: 'agents:deny'
+  deny: 'agents:deny',
+  connectAgent: 'agents:connect-agent',
+  revokeToken: 'agents:revoke-token'
 };
 
 /** A command's `describedBy`: its arguments, each a JSON schema. */
@@ -358,10 +362,55 @@ export function addCommands(
       }
     }
   });
+  commands.addCommand(CommandIds.connectAgent, {
+    describedBy: described({}),
+    label: trans.__('Connect an Agent…'),
+    caption: trans.__(
+      'Make an agent token (scopes, paths, what it asks you first) and copy how to connect an agent with it'
+    ),
+    execute: async () => {
+      const created = await connectAgent(
+        model,
+        app.serviceManager.serverSettings.baseUrl
+      );
+      if (created) {
+        app.shell.activateById(panel.id);
+      }
+    }
+  });
+  commands.addCommand(CommandIds.revokeToken, {
+    describedBy: described({
+      name: { type: 'string', description: trans.__('The agent token') }
+    }),
+    label: args =>
+      typeof args.name === 'string'
+        ? trans.__('Revoke Agent Token %1', args.name)
+        : trans.__('Revoke Agent Token'),
+    isEnabled: args =>
+      typeof args.name === 'string' &&
+      model.tokens.some(t => t.name === args.name && t.status === 'active'),
+    execute: async args => {
+      const name = String(args.name);
+      const answer = await showDialog({
+        title: trans.__("Revoke the agent token '%1'?", name),
+        body: trans.__(
+          'The agent using it is refused from now on: its open connections close, its requests waiting for you are withdrawn and its detached runs cancelled.'
+        ),
+        buttons: [
+          Dialog.cancelButton(),
+          Dialog.warnButton({ label: trans.__('Revoke') })
+        ]
+      });
+      if (answer.button.accept) {
+        await model.act(() => model.revokeToken(name));
+      }
+    }
+  });
   if (palette) {
     const category = trans.__('Agents');
     for (const command of [
       CommandIds.openPanel,
+      CommandIds.connectAgent,
       CommandIds.approve,
       CommandIds.deny,
       CommandIds.interrupt,

@@ -13,11 +13,14 @@ import {
   changeOfEvent,
   EXECUTION_EVENT,
   IAgentEvent,
+  IAgentToken,
   IApproval,
   IChange,
   IChangeDetail,
+  ICreatedToken,
   IDecision,
   ISession,
+  ITokenRequest,
   LEDGER_CHANGE_EVENT,
   SESSION_EVENT,
   writtenNotebook
@@ -26,6 +29,12 @@ import { PendingBook } from './approvals';
 import { AgentEvents } from './events';
 import { readable, undone } from './format';
 import { trans } from './i18n';
+import {
+  DEFAULT_CHOICES,
+  ITokenChoices,
+  parseTokens,
+  tokenChoices
+} from './tokens';
 
 /** How long a message of success stays (it also goes at the next action). */
 export const NOTICE_MS = 6000;
@@ -82,6 +91,18 @@ export class AgentModel implements IDisposable {
   }
   get changes(): readonly IChange[] {
     return this._changes;
+  }
+  /** The agent tokens, oldest first, as last read (none while `tokensProblem` says why). */
+  get tokens(): readonly IAgentToken[] {
+    return this._tokens;
+  }
+  /** Why the tokens cannot be listed, as the server said it, or ''. */
+  get tokensProblem(): string {
+    return this._tokensProblem;
+  }
+  /** False when the server said agent tokens are not enabled on it (409: `tokensProblem` says how). */
+  get tokensEnabled(): boolean {
+    return this._tokensEnabled;
   }
   /** What could not be read (the lists). */
   get error(): string {
@@ -197,6 +218,41 @@ export class AgentModel implements IDisposable {
       : trans.__('Approved: %1 (%2)', approval.summary, approval.agent);
   }
 
+  /** A new agent token (the server's answer: the token, shown this once); the list is read again. */
+  async createToken(request: ITokenRequest): Promise<ICreatedToken> {
+    const created = await this.api.createToken(request);
+    void this.loadTokens();
+    return created;
+  }
+
+  /** Revoke the active token of that name; the list is read again (also when the server refused). */
+  async revokeToken(name: string): Promise<string> {
+    try {
+      await this.api.revokeToken(name);
+    } finally {
+      void this.loadTokens();
+    }
+    return trans.__(
+      "Revoked the agent token '%1': it is refused from now on.",
+      name
+    );
+  }
+
+  /** What a new token may have, from the server's contract (read once; the defaults without it). */
+  tokenChoices(): Promise<ITokenChoices> {
+    if (!this._choices) {
+      this._choices = this.api.contract().then(tokenChoices, error => {
+        this._choices = null; // (read again next time)
+        console.warn(
+          'jupyter-agent-tools: the token choices are the defaults',
+          error
+        );
+        return DEFAULT_CHOICES;
+      });
+    }
+    return this._choices;
+  }
+
   detail(change: { path: string; id: string }): Promise<IChangeDetail> {
     return this.api.change(change.path, change.id);
   }
@@ -226,6 +282,21 @@ export class AgentModel implements IDisposable {
       }
     } catch (error) {
       this._error = readable(error);
+    }
+    this._stateChanged.emit();
+  }
+
+  async loadTokens(): Promise<void> {
+    try {
+      this._tokens = parseTokens(await this.api.tokens());
+      this._tokensProblem = '';
+      this._tokensEnabled = true;
+    } catch (error) {
+      this._tokens = [];
+      this._tokensProblem = readable(error);
+      this._tokensEnabled = !(
+        error instanceof ApiError && error.status === 409
+      );
     }
     this._stateChanged.emit();
   }
@@ -294,6 +365,7 @@ export class AgentModel implements IDisposable {
       void this.loadSessions();
       void this.loadChanges();
       void this.loadApprovals();
+      void this.loadTokens();
     }
     this._stateChanged.emit();
   }
@@ -384,6 +456,10 @@ export class AgentModel implements IDisposable {
   private _sessions: ISession[] = [];
   private _pending = new PendingBook();
   private _changes: IChange[] = [];
+  private _tokens: IAgentToken[] = [];
+  private _tokensProblem = '';
+  private _tokensEnabled = true;
+  private _choices: Promise<ITokenChoices> | null = null;
   private _runningPaths = new Set<string>(); // notebooks with a cell marked running
   private _problems = new Map<string, string>();
   private _maxChanges = 20;

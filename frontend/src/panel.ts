@@ -7,9 +7,10 @@
  */
 import { CommandRegistry } from '@lumino/commands';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { IApproval, IChange, ISession } from './api';
+import { IAgentToken, IApproval, IChange, ISession } from './api';
 import {
   beyondBox,
   notebookOf,
@@ -28,6 +29,7 @@ import {
 } from './format';
 import { trans } from './i18n';
 import { AgentModel } from './model';
+import { tokenKey } from './tokens';
 
 /** The command each button of a row runs (see index.ts). */
 export const COMMANDS: { [action: string]: string } = {
@@ -38,7 +40,9 @@ export const COMMANDS: { [action: string]: string } = {
   undo: 'agents:undo',
   approve: 'agents:approve',
   'approve-for': 'agents:approve',
-  deny: 'agents:deny'
+  deny: 'agents:deny',
+  connect: 'agents:connect-agent',
+  revoke: 'agents:revoke-token'
 };
 
 /** "Approve for 10 minutes": this agent, this action, this notebook. */
@@ -58,9 +62,14 @@ export class AgentPanel extends Widget {
     this.title.caption = trans.__('Agents: what AI agents do in this server');
     this.node.addEventListener('click', this._onClick);
     const header = el('div', 'jp-AgentActivity-header');
+    this._connect.dataset.action = 'connect';
+    this._connect.title = trans.__(
+      'Make a token for an agent: its scopes, paths, what it asks you first'
+    );
     header.append(
       el('h2', 'jp-AgentActivity-title', trans.__('Agents')),
-      this._status
+      this._status,
+      this._connect
     );
     this._approvals = new Section(
       'waiting-for-you',
@@ -82,6 +91,11 @@ export class AgentPanel extends Widget {
       trans.__('Recent changes'),
       trans.__('No changes yet.')
     );
+    this._tokens = new Section(
+      'agent-tokens',
+      trans.__('Agent tokens'),
+      trans.__('No agent tokens yet: Connect an agent… makes one.')
+    );
     this.node.append(
       header,
       this._error,
@@ -89,7 +103,8 @@ export class AgentPanel extends Widget {
       this._approvals.node,
       this._sessions.node,
       this._runs.node,
-      this._changes.node
+      this._changes.node,
+      this._tokens.node
     );
     model.stateChanged.connect(this._render, this);
     this._render();
@@ -105,6 +120,12 @@ export class AgentPanel extends Widget {
     super.dispose();
   }
 
+  /** The token list is read again each time the panel is shown (no event tells a token's last use). */
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    void this.model.loadTokens();
+  }
+
   private _onClick = (event: MouseEvent): void => {
     const button = (event.target as HTMLElement).closest<HTMLElement>(
       'button[data-action]'
@@ -113,13 +134,13 @@ export class AgentPanel extends Widget {
       return;
     }
     const row = button.closest<HTMLElement>(
-      '[data-approval-id], [data-session], [data-run], [data-change-id]'
+      '[data-approval-id], [data-session], [data-run], [data-change-id], [data-token]'
     );
     const command = COMMANDS[button.dataset.action ?? ''];
-    if (!row || !command) {
+    if (!command || (!row && button.dataset.action !== 'connect')) {
       return;
     }
-    const args = this._args(row, button.dataset.action!);
+    const args = row ? this._args(row, button.dataset.action!) : {};
     if (!args) {
       return;
     }
@@ -146,6 +167,9 @@ export class AgentPanel extends Widget {
       return action === 'approve-for'
         ? { id, for_seconds: APPROVE_FOR_SECONDS }
         : { id };
+    }
+    if (row.dataset.token) {
+      return { name: row.dataset.token };
     }
     const session = row.dataset.session ?? row.dataset.run;
     if (session) {
@@ -208,6 +232,16 @@ export class AgentPanel extends Widget {
       c => [c, model.problems.get(c.id), minute],
       c => changeRow(c, model.problems.get(c.id))
     );
+    // Agent tokens: the server's list, or why it cannot be listed (409: not enabled on this server).
+    this._tokens.update(
+      model.tokensProblem ? [] : model.tokens,
+      tokenKey,
+      t => [t, minute],
+      tokenRow
+    );
+    // (not enabled on this server: said plainly, it is how the server is set up, not a failure)
+    this._tokens.empty(model.tokensProblem, model.tokensEnabled);
+    this._connect.hidden = !!model.tokensProblem;
     const running = sessions.some(s => s.busy);
     if (running && this._ticker === undefined) {
       this._ticker = setInterval(() => this._tick(), 1000); // elapsed times only
@@ -253,6 +287,12 @@ export class AgentPanel extends Widget {
   private _sessions: Section;
   private _runs: Section;
   private _changes: Section;
+  private _tokens: Section;
+  private _connect = el(
+    'button',
+    'jp-Button jp-mod-small jp-mod-styled jp-mod-accept jp-AgentActivity-connect',
+    trans.__('Connect an agent…')
+  );
   private _ticker: ReturnType<typeof setInterval> | undefined;
 }
 
@@ -270,6 +310,14 @@ class Section {
     this._empty.textContent = empty;
     this.node.append(el('h3', 'jp-AgentActivity-sectionTitle', title));
     this.node.append(this._empty);
+    this._emptyText = empty;
+  }
+
+  /** What shows instead of the list when it is empty: `problem` (as a warning when `warn`), else the
+   * usual text. */
+  empty(problem: string, warn = true): void {
+    this._empty.textContent = problem || this._emptyText;
+    this._empty.classList.toggle('jp-AgentActivity-notice', !!problem && warn);
   }
 
   /** Show `items`; a row is drawn again only when its `shown(item)` changed. */
@@ -315,6 +363,7 @@ class Section {
   private _list = el('ul', 'jp-AgentActivity-list');
   private _empty = el('div', 'jp-AgentActivity-empty');
   private _rows = new Map<string, IRow>();
+  private _emptyText: string;
 }
 
 function approvalRow(a: IApproval): HTMLElement {
@@ -519,6 +568,49 @@ function changeRow(c: IChange, problem: string | undefined): HTMLElement {
   }
   return row;
 }
+function tokenRow(t: IAgentToken): HTMLElement {
+  const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-token');
+  row.dataset.token = t.name;
+  row.dataset.status = t.status;
+  row.append(
+    line(
+      el('strong', 'jp-AgentActivity-name', t.name),
+      el('span', `jp-AgentActivity-state jp-mod-${t.status}`, t.status) // (the server's word)
+    ),
+    line(
+      text(trans.__('scopes: %1', t.scopes.join(', '))),
+      text(
+        t.paths.length
+          ? trans.__('paths: %1', t.paths.join(', '))
+          : trans.__('every file')
+      )
+    )
+  );
+  if (t.ask.length) {
+    row.append(line(text(trans.__('asks you before: %1', t.ask.join(', ')))));
+  }
+  row.append(
+    line(
+      text(
+        t.status === 'revoked' && t.revoked
+          ? trans.__('revoked %1', when(t.revoked))
+          : t.expires
+            ? trans.__('expires %1', new Date(t.expires).toLocaleString())
+            : trans.__('never expires')
+      ),
+      text(
+        t.last_used
+          ? trans.__('last used %1', when(t.last_used))
+          : trans.__('never used')
+      )
+    )
+  );
+  if (t.status === 'active') {
+    row.append(buttons(['revoke', trans.__('Revoke')]));
+  }
+  return row;
+}
+
 function show(node: HTMLElement, content: string): void {
   node.textContent = content;
   node.hidden = !content;
