@@ -1206,7 +1206,14 @@ ANSWER_SCHEMAS["AgentTokenCreated"] = {
     "required": [*ANSWER_SCHEMAS["AgentToken"]["required"], "token", "user", "warnings"],
 }
 ANSWER_SCHEMAS["AgentTokenList"] = _obj(
-    {"tokens": {"type": "array", "items": ref("AgentToken"), "description": "Oldest first."}}
+    {
+        "tokens": {"type": "array", "items": ref("AgentToken"), "description": "Oldest first."},
+        "max_lifetime": {
+            "type": ["number", "null"],
+            "description": "The admin's cap on a new token's expires_in, in seconds "
+            "(AgentIdentityProvider.max_token_lifetime); null: none.",
+        },
+    }
 )
 
 

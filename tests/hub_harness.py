@@ -31,6 +31,7 @@ from typing import Any
 import psutil
 import requests
 import yaml
+from browser import this_frontend
 
 from jupyter_agent_tools.testing.server import PACKAGE_PARENT, free_port, on_a_free_port, wait_serving
 
@@ -62,6 +63,7 @@ c.Spawner.environment = {{
     "AGENT_EVENTS_DIR": "{tmp}/events",
     "TMPDIR": "{tmp}/tmp",
     "JUPYTERLAB_SETTINGS_DIR": "{tmp}/lab-settings",
+    **{frontend!r},
 }}
 # Single-user servers on ports below the range their kernels' ports come from (see free_port).
 from jupyter_agent_tools.testing.server import free_port
@@ -240,6 +242,7 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
     assert proxy is not None, NO_PROXY_REASON
     env["PATH"] = os.pathsep.join([os.path.dirname(proxy), os.path.dirname(sys.executable), env["PATH"]])
     log_path = tmp / "hub.log"
+    frontend = this_frontend(tmp)  # the users' JupyterLab loads the frontend under test
 
     def start(port: int) -> Hub:
         """The hub on ``port`` once its API answers; PortTaken if it or its proxy lost a port."""
@@ -252,6 +255,7 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
             root=hasattr(os, "geteuid") and os.geteuid() == 0,
             pythonpath=pythonpath,
             admin_token=admin_token,
+            frontend=frontend,
         )
         (tmp / "jupyterhub_config.py").write_text(config)
         with open(log_path, "wb") as log:

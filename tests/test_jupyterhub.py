@@ -380,13 +380,11 @@ def test_revoking_an_agent_token_on_the_hub_closes_its_websockets(hub: Hub, toke
 def test_alice_approves_in_her_panel_after_the_hubs_login_in_chromium(
     hub: Hub, tokens: dict[str, str]
 ) -> None:
-    """The person's side in a real browser: alice logs in on the hub's page, her JupyterLab's Agents panel
-    shows the agent's waiting eval under the agent's name, she approves it there, it runs once, and the
-    decision names her (screenshot: ``test-artifacts/hub_approval.png``)."""
+    """The person's side in a real browser: alice logs in on the hub's page, makes her agent's token in her
+    JupyterLab's Agents panel (shown once, with configuration naming her server through the proxy); the
+    panel shows the agent's waiting eval under the agent's name, she approves it there, it runs once, and the
+    decision names her (screenshots: ``test-artifacts/hub_connect_agent.png``, ``hub_approval.png``)."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    bot = make_agent_token(
-        hub, tokens["alice"], {"name": "panel-bot", "scopes": ["read", "execute"], "ask": ["execute"]}
-    )["token"]
     code = "print('approved in the panel', 6 * 7)"
     panel, tab = "#jp-agent-activity", '.jp-SideBar [data-id="jp-agent-activity"]'
     with sync_api.sync_playwright() as playwright:
@@ -404,6 +402,25 @@ def test_alice_approves_in_her_panel_after_the_hubs_login_in_chromium(
             )
             page.locator(tab).click()
             page.wait_for_selector(f'{panel}[data-connected="true"]', state="visible", timeout=60_000)
+            # She makes the agent's token in her panel: read and execute, asking her before it runs code.
+            page.locator(f'{panel} button[data-action="connect"]').click()
+            form = page.locator(".jp-Dialog")
+            form.locator('input[data-field="name"]').fill("panel-bot")
+            # the admin's cap (a day, the docs' z2jh values): the form offers nothing longer
+            assert form.locator('select[data-field="expires"]').input_value() == "86400"
+            form.locator('input[data-scope="execute"]').check()
+            form.locator('input[data-ask="execute"]').check()
+            form.locator("button.jp-mod-accept").click()
+            shown = page.locator('.jp-Dialog [data-snippet="token"] pre')
+            shown.wait_for(timeout=30_000)
+            bot = shown.inner_text().strip()
+            mcp = json.loads(page.locator('.jp-Dialog [data-snippet="mcp"] pre').inner_text())
+            assert bot.startswith("jat_") and mcp["mcpServers"]["jupyter"]["url"] == (
+                hub.server_url("alice") + "api/agent/mcp"
+            ), mcp  # the configuration names her server as the browser reaches it: through the proxy
+            page.screenshot(path=str(ARTIFACTS / "hub_connect_agent.png"))
+            page.locator(".jp-Dialog button.jp-mod-accept").click()
+            page.locator(f'{panel} [data-token="panel-bot"]').wait_for(timeout=30_000)
             with ThreadPoolExecutor(1) as pool:
                 body = {"cells": [{"code": code}], "session": "panel", "approval_wait": 150}
                 call = pool.submit(agent, hub, bot, "POST", "api/agent/eval", body)

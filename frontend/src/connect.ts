@@ -23,8 +23,12 @@ export async function connectAgent(
   model: AgentModel,
   baseUrl: string
 ): Promise<ICreatedToken | null> {
-  const choices = await model.tokenChoices();
-  let form = emptyForm();
+  await model.loadTokens(); // (the server's cap on a lifetime, as it is now)
+  const choices = {
+    ...(await model.tokenChoices()),
+    maxLifetime: model.tokenLimit
+  };
+  let form = emptyForm(choices.maxLifetime);
   let problem = '';
   for (;;) {
     const answer = await launch<ITokenForm>({

@@ -33,6 +33,7 @@ import {
   DEFAULT_CHOICES,
   ITokenChoices,
   parseTokens,
+  tokenLimit,
   tokenChoices
 } from './tokens';
 
@@ -97,6 +98,11 @@ export class AgentModel implements IDisposable {
     return this._tokens;
   }
   /** Why the tokens cannot be listed, as the server said it, or ''. */
+  /** The longest lifetime the server allows a new token, in seconds (null: no cap), as last read. */
+  get tokenLimit(): number | null {
+    return this._tokenLimit;
+  }
+
   get tokensProblem(): string {
     return this._tokensProblem;
   }
@@ -288,7 +294,9 @@ export class AgentModel implements IDisposable {
 
   async loadTokens(): Promise<void> {
     try {
-      this._tokens = parseTokens(await this.api.tokens());
+      const answer = await this.api.tokens();
+      this._tokens = parseTokens(answer);
+      this._tokenLimit = tokenLimit(answer);
       this._tokensProblem = '';
       this._tokensEnabled = true;
     } catch (error) {
@@ -458,6 +466,7 @@ export class AgentModel implements IDisposable {
   private _changes: IChange[] = [];
   private _tokens: IAgentToken[] = [];
   private _tokensProblem = '';
+  private _tokenLimit: number | null = null;
   private _tokensEnabled = true;
   private _choices: Promise<ITokenChoices> | null = null;
   private _runningPaths = new Set<string>(); // notebooks with a cell marked running

@@ -12,6 +12,8 @@ export interface ITokenChoices {
   scopes: string[];
   /** The actions a token may ask the person for first. */
   ask: string[];
+  /** The longest lifetime the server allows, in seconds (its admin's cap); null or absent: no cap. */
+  maxLifetime?: number | null;
 }
 
 /** The choices when the contract cannot be read: those of the server this frontend ships with. */
@@ -72,10 +74,11 @@ export interface IExpiry {
   label: string;
 }
 
-/** The lifetimes the form offers, shortest first. */
-export function expiries(): IExpiry[] {
+/** The lifetimes the form offers, shortest first: with a cap (`maxLifetime`), those within it and the
+ * cap itself. */
+export function expiries(maxLifetime: number | null = null): IExpiry[] {
   const day = 86400;
-  return [
+  const all: IExpiry[] = [
     { seconds: 3600, label: trans.__('1 hour') },
     { seconds: 8 * 3600, label: trans.__('8 hours') },
     { seconds: day, label: trans.__('1 day') },
@@ -83,6 +86,39 @@ export function expiries(): IExpiry[] {
     { seconds: 30 * day, label: trans.__('30 days') },
     { seconds: null, label: trans.__('Never (until revoked)') }
   ];
+  if (maxLifetime === null) {
+    return all;
+  }
+  const within = all.filter(
+    expiry => expiry.seconds !== null && expiry.seconds <= maxLifetime
+  );
+  if (!within.some(expiry => expiry.seconds === maxLifetime)) {
+    within.push({
+      seconds: maxLifetime,
+      label: trans.__(
+        '%1 (the longest this server allows)',
+        lasting(maxLifetime)
+      )
+    });
+  }
+  return within;
+}
+
+/** A number of seconds as the form names a lifetime: days, hours or minutes. */
+function lasting(seconds: number): string {
+  if (seconds % 86400 === 0) {
+    return trans._n('%1 day', '%1 days', seconds / 86400);
+  }
+  if (seconds % 3600 === 0) {
+    return trans._n('%1 hour', '%1 hours', seconds / 3600);
+  }
+  return trans._n('%1 minute', '%1 minutes', Math.round(seconds / 60));
+}
+
+/** The server's cap on a token's lifetime in `GET /api/agent/tokens`'s answer, or null (none). */
+export function tokenLimit(answer: unknown): number | null {
+  const limit = (answer as any)?.max_lifetime;
+  return typeof limit === 'number' && limit > 0 ? limit : null;
 }
 
 /** The lifetime the form starts with. */
@@ -98,14 +134,17 @@ export interface ITokenForm {
   expiresIn: number | null;
 }
 
-/** The form a new token starts from. */
-export function emptyForm(): ITokenForm {
+/** The form a new token starts from (its lifetime within the server's cap, when it has one). */
+export function emptyForm(maxLifetime: number | null = null): ITokenForm {
   return {
     name: '',
     scopes: ['read'],
     paths: '',
     ask: [],
-    expiresIn: DEFAULT_EXPIRY
+    expiresIn:
+      maxLifetime === null
+        ? DEFAULT_EXPIRY
+        : Math.min(DEFAULT_EXPIRY, maxLifetime)
   };
 }
 

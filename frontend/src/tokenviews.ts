@@ -80,7 +80,7 @@ export class TokenForm
       )
     );
     this._expires.dataset.field = 'expires';
-    for (const expiry of expiries()) {
+    for (const expiry of expiries(choices.maxLifetime ?? null)) {
       const option = el('option', '', expiry.label) as HTMLOptionElement;
       option.value = expiry.seconds === null ? '' : String(expiry.seconds);
       option.selected = expiry.seconds === form.expiresIn;

@@ -54,7 +54,8 @@ class TokenListHandler(_TokenRoute):
     async def get(self) -> None:
         store = self.tokens
         now = store.now()
-        self.write_json({"tokens": [record.public(now) for record in store.tokens()]})
+        cap = self.agents.max_token_lifetime or None  # what the panel's form offers
+        self.write_json({"tokens": [record.public(now) for record in store.tokens()], "max_lifetime": cap})
 
     @web.authenticated
     @authorized("write")

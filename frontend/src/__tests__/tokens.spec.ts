@@ -14,6 +14,7 @@ import {
   snippets,
   tokenChoices,
   tokenKey,
+  tokenLimit,
   tokenRequest
 } from '../tokens';
 import { createdNode, TokenForm } from '../tokenviews';
@@ -209,6 +210,32 @@ describe('the form', () => {
     expect(offered).toContain(7 * 86400);
     expect(offered).toContain(30 * 86400);
     expect(offered[offered.length - 1]).toBeNull();
+  });
+
+  it("offers only lifetimes within the server's cap, the cap itself included", () => {
+    expect(expiries(86400).map(e => e.seconds)).toEqual([
+      3600,
+      8 * 3600,
+      86400
+    ]);
+    const odd = expiries(3 * 86400);
+    expect(odd.map(e => e.seconds)).toEqual([3600, 8 * 3600, 86400, 3 * 86400]);
+    expect(odd[odd.length - 1].label).toContain('3 days');
+    expect(emptyForm(86400).expiresIn).toBe(86400); // not the 7 days it starts with otherwise
+    expect(emptyForm(30 * 86400).expiresIn).toBe(7 * 86400);
+    expect(tokenLimit({ tokens: [], max_lifetime: 86400 })).toBe(86400);
+    expect(tokenLimit({ tokens: [], max_lifetime: null })).toBeNull();
+    expect(tokenLimit({ tokens: [] })).toBeNull();
+    const capped = new TokenForm(
+      { ...DEFAULT_CHOICES, maxLifetime: 86400 },
+      emptyForm(86400),
+      ''
+    );
+    const select = capped.node.querySelector('select[data-field="expires"]')!;
+    expect(
+      Array.from(select.querySelectorAll('option')).map(o => o.value)
+    ).toEqual(['3600', '28800', '86400']);
+    expect(capped.getValue().expiresIn).toBe(86400);
   });
 
   it("gives back what it was filled with, and shows the server's refusal", () => {
