@@ -249,6 +249,55 @@ async def test_the_mcp_sdk_signs_in_and_gets_the_scopes_the_person_chose(server:
     assert all(t["expires"] for t in tokens.values())
 
 
+def test_under_a_base_url_the_sdk_finds_the_path_inserted_metadata(tmp_path: Path) -> None:
+    """``base_url=/jupyter/``: the issuer is ``<origin>/jupyter``; the 401 points under the base URL, the
+    authorization server metadata is at the origin with the path inserted (where the SDK looks), at the
+    origin's root (clients that drop the issuer's path), and under the base URL (OpenID's appended form)."""
+    with jupyter_server(root_dir=tmp_path, extra_args=[*AGENT_TOKENS, "--ServerApp.base_url=/jupyter/"]) as s:
+        origin = s.url.rstrip("/")  # (the harness's URL is the origin's)
+        mcp = f"{origin}/jupyter/api/agent/mcp"
+        with httpx.Client() as client:
+            challenge = client.post(mcp, json=PING).headers["WWW-Authenticate"]
+            assert (
+                f'resource_metadata="{origin}/jupyter/.well-known/oauth-protected-resource/api/agent/mcp"'
+                in (challenge)
+            )
+            for path in (
+                "/jupyter/.well-known/oauth-protected-resource/api/agent/mcp",
+                "/.well-known/oauth-protected-resource/jupyter/api/agent/mcp",
+            ):
+                assert client.get(origin + path).json()["resource"] == mcp, path
+            for path in (
+                "/.well-known/oauth-authorization-server/jupyter",
+                "/.well-known/openid-configuration/jupyter",
+                "/jupyter/.well-known/openid-configuration",
+                "/.well-known/oauth-authorization-server",
+            ):
+                found = client.get(origin + path).json()
+                assert found["issuer"] == origin + "/jupyter", path
+                assert found["token_endpoint"] == origin + "/jupyter/api/agent/oauth/token"
+            assert client.get(origin + "/.well-known/oauth-protected-resource").status_code == 404
+
+        async def sign_in() -> str:
+            person = Person(s, [approve("read")])
+            metadata = OAuthClientMetadata(
+                client_name="Sub", redirect_uris=[REDIRECT], token_endpoint_auth_method="none"
+            )
+            provider = OAuthClientProvider(mcp, metadata, Memory(), person.redirect, person.callback)
+            async with (
+                create_mcp_http_client(auth=provider) as http,
+                streamable_http_client(mcp, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                listed = await session.call_tool("file_list", {})
+                assert not listed.is_error, listed
+            return person.location
+
+        location = asyncio.run(sign_in())
+        assert parse_qs(urlsplit(location).query)["iss"] == [origin + "/jupyter"]
+
+
 # -- the flow by hand: every refusal ---------------------------------------------------------------------
 
 
@@ -576,3 +625,66 @@ def test_a_code_lives_sixty_seconds(tmp_path: Path) -> None:
         assert (tmp_path / "jupyter_agent_tools" / "oauth.db").stat().st_mode & 0o777 == 0o600
     finally:
         service.close()
+
+
+def test_a_logged_in_browser_answers_the_consent_form_with_its_xsrf_token(server: Server) -> None:
+    """The person's browser: the login page with the server's token, back to the consent page (the login
+    redirect keeps the whole authorize URL); the form's POST needs the page's XSRF field."""
+    with httpx.Client(base_url=server.url.rstrip("/")) as browser:
+        flow = Flow(server, browser)
+        verifier, challenge = pkce()
+        url = flow.authorize_url(challenge)
+        to_login = browser.get(url, follow_redirects=False)
+        login_path = to_login.headers["Location"]
+        assert to_login.status_code == 302 and login_path.startswith("/login?next=")
+        browser.get(login_path)  # sets the _xsrf cookie
+        xsrf = browser.cookies["_xsrf"]
+        back = browser.post(
+            login_path, data={"password": server.token, "_xsrf": xsrf}, follow_redirects=False
+        )
+        assert back.status_code == 302 and back.headers["Location"] == url.removeprefix(flow.origin)
+        page = browser.get(back.headers["Location"])
+        assert page.status_code == 200 and 'name="_xsrf"' in page.text
+        form = {"request": consent_request_id(page.text), **approve("read")}
+        forged = browser.post(url, data=form, follow_redirects=False)  # another site's form has no _xsrf
+        assert forged.status_code == 403
+        page = browser.get(url)  # (the refused POST answered nothing: a new page, a new request id)
+        form = {"request": consent_request_id(page.text), "_xsrf": xsrf, **approve("read")}
+        answered = browser.post(url, data=form, follow_redirects=False)
+        assert answered.status_code == 302, answered.text
+        code = parse_qs(urlsplit(answered.headers["Location"]).query)["code"][0]
+        assert flow.exchange(code, verifier).status_code == 200
+
+
+BROWSER = """
+import os, re, sys, httpx
+url = sys.argv[1]
+auth = {"Authorization": "token " + os.environ["CONSENTING_TOKEN"]}
+with httpx.Client() as c:
+    page = c.get(url, headers=auth)
+    rid = re.search(r'name="request" value="([^"]+)"', page.text).group(1)
+    form = {"request": rid, "decision": "approve", "scope": ["read"], "lifetime": "1 day"}
+    httpx.get(c.post(url, data=form, headers=auth).headers["Location"])
+"""
+
+
+def test_the_python_example_of_the_guide_signs_in_as_written(server: Server, tmp_path: Path) -> None:
+    """docs/mcp.md's OAuth example, with this server's URL and a free callback port; the "browser" it opens
+    (Python's webbrowser runs $BROWSER) answers the consent page as the logged-in person."""
+    import os
+    import subprocess
+    import sys
+
+    from jupyter_agent_tools.testing.server import free_port
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    found = re.search(r"\*\*The MCP Python SDK's OAuth client\*\*.*?```python\n(.*?)```", guide, re.S)
+    assert found is not None
+    code = found.group(1).replace("http://127.0.0.1:8888/", server.url).replace("33418", str(free_port()))
+    (tmp_path / "browser.py").write_text(BROWSER)
+    env = dict(
+        os.environ, CONSENTING_TOKEN=server.token, BROWSER=f"{sys.executable} {tmp_path / 'browser.py'} %s &"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "is_error=False" in done.stdout and "'entries'" in done.stdout, done.stdout
