@@ -298,6 +298,74 @@ def test_under_a_base_url_the_sdk_finds_the_path_inserted_metadata(tmp_path: Pat
         assert parse_qs(urlsplit(location).query)["iss"] == [origin + "/jupyter"]
 
 
+CIMD_URL = "https://agent.example/oauth/client.json"
+
+
+def test_a_client_id_metadata_document_names_the_app_by_its_host(tmp_path: Path) -> None:
+    """CIMD: the client_id is the URL of the app's metadata document; pinned here (a server without
+    egress), never fetched. The SDK uses it instead of registering, and the consent page names the host."""
+    document = {
+        "client_id": CIMD_URL,
+        "client_name": "Example Agent",
+        "redirect_uris": [REDIRECT],
+        "token_endpoint_auth_method": "none",
+    }
+    config = tmp_path / "pinned.py"
+    config.write_text(
+        f"c.AgentOAuth.client_metadata_documents = {{{CIMD_URL!r}: {document!r}}}\n"
+        "c.AgentOAuth.fetch_client_metadata = False\n"
+    )
+    with jupyter_server(root_dir=tmp_path, extra_args=[*AGENT_TOKENS, f"--config={config}"]) as s:
+        mcp = s.url + "api/agent/mcp"
+        with httpx.Client() as client:
+            found = client.get(s.url + ".well-known/oauth-authorization-server").json()
+            assert found["client_id_metadata_document_supported"] is True
+            other = "https://other.example/client.json"
+            _, challenge = pkce()
+            query = urlencode({"client_id": other, "response_type": "code", "redirect_uri": REDIRECT,
+                               "code_challenge": challenge, "code_challenge_method": "S256"})  # fmt: skip
+            refused = client.get(
+                s.url + "api/agent/oauth/authorize?" + query, headers={"Authorization": f"token {s.token}"}
+            )
+            assert refused.status_code == 401 and "is not pinned" in refused.text
+
+        pages: list[str] = []
+
+        class Looking(Person):
+            async def redirect(self, url: str) -> None:
+                async with httpx.AsyncClient() as client:
+                    pages.append((await client.get(url, headers=self.auth)).text)
+                await super().redirect(url)
+
+        async def sign_in() -> None:
+            person = Looking(s, [approve("read")])
+            metadata = OAuthClientMetadata(
+                client_name="ignored", redirect_uris=[REDIRECT], token_endpoint_auth_method="none"
+            )
+            provider = OAuthClientProvider(
+                mcp, metadata, Memory(), person.redirect, person.callback, client_metadata_url=CIMD_URL
+            )
+            async with (
+                create_mcp_http_client(auth=provider) as http,
+                streamable_http_client(mcp, http_client=http) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                assert not (await session.call_tool("file_list", {})).is_error
+
+        asyncio.run(sign_in())
+        assert "<strong>Example Agent</strong> (from <strong>agent.example</strong>)" in pages[0]
+        assert "unverified" not in pages[0]
+        with httpx.Client() as client:
+            names = [
+                t["name"]
+                for t in client.get(
+                    s.url + "api/agent/tokens", headers={"Authorization": f"token {s.token}"}
+                ).json()["tokens"]
+            ]
+        assert names == ["oauth-example-agent-1"]
+
+
 # -- the flow by hand: every refusal ---------------------------------------------------------------------
 
 
@@ -584,6 +652,53 @@ def test_core_pkce_redirects_and_challenges() -> None:
                 (["read"], [], "", "30 days")):  # fmt: skip
         with pytest.raises(ValueError):
             core.parse_consent(*bad, 7 * 86400)
+
+
+@pytest.mark.quick
+def test_client_metadata_documents_are_checked_and_never_read_from_private_addresses(tmp_path: Path) -> None:
+    from jupyter_agent_tools.auth import AgentIdentityProvider
+    from jupyter_agent_tools.oauth.service import AgentOAuth
+
+    good = {"client_id": CIMD_URL, "client_name": "A", "redirect_uris": [REDIRECT]}
+    assert core.client_from_document(CIMD_URL, good, 0).verified_host == "agent.example"
+    for bad in (
+        {**good, "client_id": "https://agent.example/other.json"},
+        {**good, "token_endpoint_auth_method": "private_key_jwt"},
+        {**good, "redirect_uris": ["http://agent.example/cb"]},
+        ["not", "an", "object"],
+    ):
+        with pytest.raises(core.OAuthError) as e:
+            core.client_from_document(CIMD_URL, bad, 0)
+        assert e.value.error == "invalid_client"
+    assert core.is_metadata_url(CIMD_URL)
+    for url in (
+        "http://agent.example/c.json",
+        "https://agent.example/",
+        "https://u@agent.example/c",
+        "jac_x",
+    ):
+        assert not core.is_metadata_url(url), url
+
+    provider = AgentIdentityProvider(token_db=str(tmp_path / "tokens.db"))
+    service = AgentOAuth(provider=provider, data_dir=str(tmp_path))
+
+    async def look_up(url: str) -> str:
+        with pytest.raises(core.OAuthError) as e:
+            await service.client(url)
+        return e.value.description
+
+    try:
+        for url in ("https://127.0.0.1:9/c.json", "https://localhost:9/c.json", "https://[::1]/c.json",
+                    "https://10.0.0.1/c.json", "https://169.254.169.254/latest/c.json"):  # fmt: skip
+            assert "private, loopback or link-local" in asyncio.run(look_up(url)), url
+    finally:
+        service.close()
+    with pytest.raises(Exception, match="names another client_id"):
+        AgentOAuth(
+            provider=provider,
+            data_dir=str(tmp_path),
+            client_metadata_documents={CIMD_URL: {**good, "client_id": "x"}},
+        )
 
 
 @pytest.mark.quick

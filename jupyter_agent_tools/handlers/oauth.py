@@ -140,7 +140,9 @@ class ServerMetadataHandler(_OAuthHandler):
     def get(self) -> None:
         self.check_active()
         urls = Urls(self)
-        self.answer(authorization_server_metadata(urls.issuer, urls.endpoints(), cimd=False))
+        self.answer(
+            authorization_server_metadata(urls.issuer, urls.endpoints(), cimd=self.oauth.accepts_documents)
+        )
 
 
 class RegisterHandler(_OAuthHandler):

@@ -399,3 +399,45 @@ def parse_consent(
     if seconds is None or seconds > max(max_lifetime, LIFETIMES["1 hour"]):
         raise ValueError("choose how long the app stays connected from the list")
     return Consent(scopes=chosen, paths=globs, ask=asked, lifetime=seconds)
+
+
+# -- client ID metadata documents (CIMD) -------------------------------------------------------------------
+
+MAX_DOCUMENT_BYTES = 5 * 1024
+
+
+def is_metadata_url(client_id: str) -> bool:
+    """Whether a client_id names a client ID metadata document: an https URL with a path, no fragment,
+    no user info."""
+    try:
+        parts = urlsplit(client_id)
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return False
+    return (
+        parts.scheme == "https"
+        and bool(parts.hostname)
+        and parts.path not in ("", "/")
+        and not parts.fragment
+        and "@" not in parts.netloc
+        and len(client_id) <= MAX_URI_LENGTH
+    )
+
+
+def client_from_document(url: str, document: Any, now: float) -> Client:
+    """The client a metadata document describes (its ``client_id`` must be the URL it was read from);
+    public clients only, redirect URIs as for registration."""
+    if not isinstance(document, dict):
+        raise OAuthError("invalid_client", f"the client metadata document at {url} is not a JSON object", 401)
+    if document.get("client_id") != url:
+        raise OAuthError(
+            "invalid_client", f"the client metadata document at {url} names another client_id", 401
+        )
+    try:
+        name, uris = check_registration(document)
+    except OAuthError as e:
+        raise OAuthError(
+            "invalid_client", f"the client metadata document at {url}: {e.description}", 401
+        ) from None
+    host = (urlsplit(url).hostname or "").lower()
+    return Client(url, name or host, uris, now, verified_host=host)

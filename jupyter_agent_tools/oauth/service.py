@@ -19,12 +19,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from traitlets import Bool, Float, Int, Unicode, validate
+from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, validate
 
 from ..auth.identity import AgentTokens
 from ..auth.store import TOKEN_ID_CHARS, token_hash
 from ..errors import AgentToolsError
 from ..traits import Service, at_least, in_range
+from .cimd import fetch_document
 from .core import (
     CODE_LIFETIME,
     MAX_CODES,
@@ -38,6 +39,8 @@ from .core import (
     OAuthError,
     check_challenge,
     check_registration,
+    client_from_document,
+    is_metadata_url,
     new_secret,
     redirect_matches,
     requested_scopes,
@@ -100,6 +103,46 @@ class AgentOAuth(Service):
         "the jupyter_agent_tools directory of the server's data directory (jupyter --data-dir).",
     ).tag(config=True)
 
+    fetch_client_metadata = Bool(
+        True,
+        help="Whether an app whose client_id is an https URL (a client ID metadata document, CIMD) is looked "
+        "up there (https only, public addresses only, no redirects, 5 KB, client_metadata_timeout). False: "
+        "only the documents pinned in client_metadata_documents are accepted (servers without egress).",
+    ).tag(config=True)
+
+    client_metadata_documents = Dict(
+        {},
+        help="Pinned client ID metadata documents, by their URL (the client_id): used as they are, never "
+        "fetched. Each is what the app publishes: {client_id: <the URL>, client_name, redirect_uris, "
+        "token_endpoint_auth_method: 'none'}.",
+    ).tag(config=True)
+
+    client_metadata_timeout = Float(
+        5.0,
+        help="Seconds fetching one client ID metadata document may take (lookup, connection, answer). "
+        "Between 0.5 and 30.",
+    ).tag(config=True)
+
+    @validate("client_metadata_documents")
+    def _valid_documents(self, proposal: Any) -> Any:
+        for url, document in proposal["value"].items():
+            if not is_metadata_url(url):
+                raise TraitError(
+                    f"AgentOAuth.client_metadata_documents: {url!r} is not an https URL with a path"
+                )
+            try:
+                client_from_document(url, document, 0.0)
+            except OAuthError as e:
+                raise TraitError(f"AgentOAuth.client_metadata_documents: {e.description}") from None
+        return proposal["value"]
+
+    @validate("client_metadata_timeout")
+    def _valid_metadata_timeout(self, proposal: Any) -> Any:
+        value = proposal["value"]
+        if not 0.5 <= value <= 30:
+            raise TraitError(f"AgentOAuth.client_metadata_timeout must be between 0.5 and 30, got {value}")
+        return value
+
     @validate("access_token_lifetime")
     def _valid_access_lifetime(self, proposal: Any) -> Any:
         return in_range(proposal, 60, 86400, "seconds")
@@ -131,6 +174,7 @@ class AgentOAuth(Service):
         self.codes = Expiring(CODE_LIFETIME, MAX_CODES, clock)
         self.redeemed = Expiring(CODE_LIFETIME * 10, MAX_CODES, clock)  # code -> grant id: a replay revokes
         self._registrations: deque[float] = deque()
+        self._documents = Expiring(300.0, 100, clock)  # fetched client metadata documents, 5 minutes
         self._issued: dict[str, str] = {}  # id (AgentToken.id) of each access token issued here -> client
         if self.active:
             self._load()
@@ -197,9 +241,16 @@ class AgentOAuth(Service):
 
     # -- authorization -----------------------------------------------------------------------------------
 
+    @property
+    def accepts_documents(self) -> bool:
+        """Whether client ID metadata documents are accepted (the metadata says so to clients)."""
+        return bool(self.fetch_client_metadata or self.client_metadata_documents)
+
     async def client(self, client_id: str | None) -> Client:
         if not client_id:
             raise OAuthError("invalid_request", "client_id is missing")
+        if is_metadata_url(client_id):
+            return await self._document_client(client_id)
         found = await self._call(self.store.client, client_id)
         if found is None:
             raise OAuthError(
@@ -209,6 +260,26 @@ class AgentOAuth(Service):
                 401,
             )
         return found
+
+    async def _document_client(self, url: str) -> Client:
+        """The client an https client_id describes: a pinned document, else the document fetched there
+        (kept 5 minutes)."""
+        pinned = self.client_metadata_documents.get(url)
+        if pinned is not None:
+            return client_from_document(url, pinned, self.clock())
+        if not self.fetch_client_metadata:
+            raise OAuthError(
+                "invalid_client",
+                f"this server reads no client metadata documents from the internet, and {url} is not pinned "
+                "(AgentOAuth.client_metadata_documents)",
+                401,
+            )
+        known: Client | None = self._documents.get(url)
+        if known is None:
+            document = await fetch_document(url, self.client_metadata_timeout)
+            known = client_from_document(url, document, self.clock())
+            self._documents.put(url, known)
+        return known
 
     async def authorization_request(self, params: dict[str, str], resource: str) -> AuthorizationRequest:
         """The checked request of an authorization endpoint's query. Errors about the client or redirect
