@@ -595,6 +595,36 @@ def test_revocation_expiry_and_insufficient_scope(server: Server) -> None:
         assert after.status_code == 400 and after.json()["error"] == "invalid_grant"
 
 
+def test_the_person_lists_and_disconnects_connected_apps(server: Server) -> None:
+    owner = {"Authorization": f"token {server.token}"}
+    with httpx.Client() as client:
+        flow = Flow(server, client)
+        tokens = flow.signed_in("read", "edit")
+        listed = client.get(flow.origin + "/api/agent/oauth/grants", headers=owner)
+        assert listed.status_code == 200
+        mine = [g for g in listed.json()["grants"] if g["client_id"] == flow.client_id]
+        assert len(mine) == 1 and mine[0]["status"] == "active" and mine[0]["scopes"] == ["read", "edit"]
+        assert mine[0]["client_name"] == "Hand <b>made</b>" and mine[0]["verified"] is False
+        assert mine[0]["agent"].startswith("oauth-hand-b-made-b-")
+        assert tokens["access_token"] not in listed.text and tokens["refresh_token"] not in listed.text
+        agent = {"Authorization": f"Bearer {tokens['access_token']}"}
+        assert client.get(flow.origin + "/api/agent/oauth/grants", headers=agent).status_code == 403
+        assert (
+            client.delete(flow.origin + f"/api/agent/oauth/grants/{mine[0]['id']}", headers=agent).status_code
+            == 403
+        )
+
+        gone = client.delete(flow.origin + f"/api/agent/oauth/grants/{mine[0]['id']}", headers=owner)
+        assert gone.status_code == 200 and gone.json()["status"] == "revoked"
+        assert gone.json()["revoked_why"] == "revoked by the person"
+        assert flow.mcp(tokens["access_token"]).status_code == 401
+        refresh = flow.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"])
+        assert refresh.json()["error"] == "invalid_grant"
+        for missing in ("999999", "x", "1" * 40):
+            answer = client.delete(flow.origin + f"/api/agent/oauth/grants/{missing}", headers=owner)
+            assert answer.status_code == 404 and "no connected app" in answer.json()["message"]
+
+
 def test_registration_is_for_public_loopback_or_https_clients(server: Server) -> None:
     url = server.url + "api/agent/oauth/register"
     with httpx.Client() as client:

@@ -32,7 +32,7 @@ from ..oauth.core import (
     redirect_host,
 )
 from ..oauth.service import AgentOAuth
-from .base import acting_username
+from .base import AgentAPIHandler, acting_username
 
 MCP_PATH = "api/agent/mcp"
 OAUTH_PATH = "api/agent/oauth"
@@ -297,6 +297,47 @@ class AuthorizeHandler(JupyterHandler):
         self.finish(PAGE.format(title=html.escape(title), body=body))
 
 
+class _GrantRoute(AgentAPIHandler):
+    """The connected apps, for the person (the server's own credentials; agents are refused)."""
+
+    auth_resource = "agent_tokens"
+
+    @property
+    def signins(self) -> AgentOAuth:
+        if isinstance(self.current_user, AgentUser):
+            raise AgentToolsError(
+                "Agents cannot see or revoke connected apps: use the server's own token.", 403
+            )
+        if not self.app.oauth.active:
+            raise AgentToolsError("OAuth sign-in is not enabled on this server", 404)
+        return self.app.oauth
+
+
+class GrantListHandler(_GrantRoute):
+    """GET: every app signed in through OAuth (newest first), with its scopes, paths, status, last use."""
+
+    route_name = "oauth_grants"
+
+    @web.authenticated
+    @authorized("read")
+    async def get(self) -> None:
+        self.write_json({"grants": await self.signins.grants()})
+
+
+class GrantHandler(_GrantRoute):
+    """DELETE: disconnect an app (its refresh token and access token end, and what the token started)."""
+
+    route_name = "oauth_grant"
+
+    @web.authenticated
+    @authorized("write")
+    async def delete(self, grant_id: str) -> None:
+        signins = self.signins
+        if not grant_id.isdigit() or len(grant_id) > 18:
+            raise AgentToolsError(f"no connected app with id {grant_id!r}", 404)
+        self.write_json(await signins.revoke_grant(int(grant_id)))
+
+
 SCOPE_TEXT = {
     "read": "read notebooks and files",
     "edit": "change notebooks and files",
@@ -323,7 +364,7 @@ button.primary {{ background: #1976d2; color: #fff; border-color: #1976d2; }}
 """
 
 
-def handlers(oauth: AgentOAuth) -> list[tuple[str, Any, dict[str, Any]]]:
+def handlers(oauth: AgentOAuth) -> list[tuple[Any, ...]]:
     """The routes under the server's base URL (the extension prefixes it)."""
     kwargs = {"oauth": oauth}
     return [
@@ -331,6 +372,8 @@ def handlers(oauth: AgentOAuth) -> list[tuple[str, Any, dict[str, Any]]]:
         (rf"/{OAUTH_PATH}/token", TokenHandler, kwargs),
         (rf"/{OAUTH_PATH}/register", RegisterHandler, kwargs),
         (rf"/{OAUTH_PATH}/revoke", RevokeHandler, kwargs),
+        (rf"/{OAUTH_PATH}/grants", GrantListHandler),
+        (rf"/{OAUTH_PATH}/grants/(?P<grant_id>[^/]+)", GrantHandler),
         (rf"/\.well-known/oauth-protected-resource/{MCP_PATH}", ResourceMetadataHandler, kwargs),
         (r"/\.well-known/oauth-authorization-server", ServerMetadataHandler, kwargs),
         (r"/\.well-known/openid-configuration", ServerMetadataHandler, kwargs),

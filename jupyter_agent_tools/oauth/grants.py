@@ -17,7 +17,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .core import OAUTH_NAME_PREFIX, Client, Consent
+from ..auth.store import iso
+from .core import ASK_ACTIONS, OAUTH_NAME_PREFIX, SCOPES, Client, Consent
 
 SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -75,20 +76,24 @@ class Grant:
     def active(self, now: float) -> bool:
         return self.revoked is None and now < self.expires
 
-    def public(self) -> dict[str, Any]:
+    def public(self, now: float) -> dict[str, Any]:
+        """What the person sees of a connected app (never a token)."""
+        status = "revoked" if self.revoked is not None else ("active" if now < self.expires else "expired")
         return {
             "id": self.id,
             "client_id": self.client_id,
             "client_name": self.client_name,
-            "token_name": self.token_name,
-            "user": self.user,
-            "scopes": sorted(self.consent.scopes),
+            "verified": self.client_id.startswith("https://"),
+            "agent": self.token_name,
+            "consented_by": self.user,
+            "scopes": [s for s in SCOPES if s in self.consent.scopes],
             "paths": list(self.consent.paths),
-            "ask": sorted(self.consent.ask),
-            "created": self.created,
-            "expires": self.expires,
-            "last_refresh": self.last_refresh,
-            "revoked": self.revoked,
+            "ask": [a for a in ASK_ACTIONS if a in self.consent.ask],
+            "status": status,
+            "created": iso(self.created),
+            "expires": iso(self.expires),
+            "last_refresh": iso(self.last_refresh),
+            "revoked": iso(self.revoked),
             "revoked_why": self.revoked_why,
         }
 

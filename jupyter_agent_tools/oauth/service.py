@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, validate
 
 from ..auth.identity import AgentTokens
-from ..auth.store import TOKEN_ID_CHARS, token_hash
+from ..auth.store import TOKEN_ID_CHARS, iso, token_hash
 from ..errors import AgentToolsError
 from ..traits import Service, at_least, in_range
 from .cimd import fetch_document
@@ -524,17 +524,25 @@ class AgentOAuth(Service):
     async def grants(self) -> list[dict[str, Any]]:
         """Every grant, newest first (what the person sees as connected apps)."""
         now = self.clock()
+        assert self.provider is not None
+        used = {r.name: r.last_used for r in self.provider.tokens.tokens() if r.last_used is not None}
         out = []
         for grant in reversed(await self._call(self.store.grants)):
-            item = grant.public()
-            item["status"] = "active" if grant.active(now) else ("revoked" if grant.revoked else "expired")
+            item = grant.public(now)
+            item["last_used"] = iso(used.get(grant.token_name))
             out.append(item)
         return out
 
-    async def revoke_grant(self, gid: int) -> None:
-        """The person revokes a connected app (its access token too)."""
+    async def revoke_grant(self, gid: int) -> dict[str, Any]:
+        """The person revokes a connected app (its access token too, which ends what it started); the
+        grant as it is then."""
         async with self._lock:
             grant = await self._call(self.store.grant, gid)
             if grant is None:
-                raise AgentToolsError(f"no connected app with grant id {gid}", 404)
+                raise AgentToolsError(
+                    f"no connected app with id {gid} (GET /api/agent/oauth/grants lists them)", 404
+                )
             await self._revoke_grant(gid, "revoked by the person")
+            after = await self._call(self.store.grant, gid)
+        assert after is not None
+        return after.public(self.clock())
