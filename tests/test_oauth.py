@@ -833,3 +833,36 @@ def test_the_python_example_of_the_guide_signs_in_as_written(server: Server, tmp
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "is_error=False" in done.stdout and "'entries'" in done.stdout, done.stdout
+
+
+@pytest.mark.quick
+def test_sign_in_is_off_without_agent_tokens_behind_a_hub_or_when_disabled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_server.auth.identity import PasswordIdentityProvider
+    from traitlets import TraitError
+
+    from jupyter_agent_tools.auth import AgentIdentityProvider
+    from jupyter_agent_tools.oauth.service import AgentOAuth
+
+    provider = AgentIdentityProvider(token_db=str(tmp_path / "tokens.db"))
+    on = AgentOAuth(provider=provider, data_dir=str(tmp_path))
+    assert on.active
+    on.close()
+    assert not AgentOAuth(provider=PasswordIdentityProvider(), data_dir=str(tmp_path)).active
+    assert not AgentOAuth(provider=provider, data_dir=str(tmp_path), enabled=False).active
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "x")
+    assert not AgentOAuth(provider=provider, data_dir=str(tmp_path)).active
+    monkeypatch.delenv("JUPYTERHUB_API_TOKEN")
+    for bad in ({"access_token_lifetime": 30}, {"max_grant_lifetime": 60}, {"max_clients": 0},
+                {"client_metadata_timeout": 0}):  # fmt: skip
+        with pytest.raises(TraitError, match="AgentOAuth"):
+            AgentOAuth(provider=provider, data_dir=str(tmp_path), **bad)
+    # a grants file that cannot be used: logged; sign-in answers 503, nothing else breaks
+    (tmp_path / "broken").mkdir()
+    broken = AgentOAuth(provider=provider, data_dir=str(tmp_path), grants_db=str(tmp_path / "broken"))
+    assert broken.active
+    with pytest.raises(core.OAuthError) as e:
+        asyncio.run(broken.register({"redirect_uris": [REDIRECT]}))
+    assert e.value.error == "temporarily_unavailable" and e.value.status == 503
+    broken.close()

@@ -96,6 +96,7 @@ class McpHandler(AgentAPIHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         if self._challenge is not None:
             self.set_header("WWW-Authenticate", self._challenge)
+            self.set_header("Access-Control-Expose-Headers", "Mcp-Session-Id, WWW-Authenticate")
         super().write_error(status_code, **kwargs)
 
     def _scope_challenge(self, permissions: list[tuple[str, str]]) -> str | None:
@@ -187,7 +188,7 @@ class McpHandler(AgentAPIHandler):
         await self._send(self.mcp.delete(self._request()))
 
     async def _send(self, answer: Answer) -> None:
-        self.set_header("Access-Control-Expose-Headers", "Mcp-Session-Id")
+        self.set_header("Access-Control-Expose-Headers", "Mcp-Session-Id, WWW-Authenticate")
         for name, value in answer.headers.items():
             self.set_header(name, value)
         if answer.stream is None:

@@ -32,7 +32,7 @@ from ..oauth.core import (
     redirect_host,
 )
 from ..oauth.service import AgentOAuth
-from .base import AgentAPIHandler, acting_username
+from .base import AgentAPIHandler, acting_person
 
 MCP_PATH = "api/agent/mcp"
 OAUTH_PATH = "api/agent/oauth"
@@ -193,7 +193,7 @@ class AuthorizeHandler(JupyterHandler):
     def _person(self) -> str:
         if isinstance(self.current_user, AgentUser):
             raise web.HTTPError(403, "Agents cannot sign apps in: only the person can, in a browser.")
-        return acting_username(self) or "the server's owner"  # type: ignore[arg-type]
+        return acting_person(self)  # type: ignore[arg-type]
 
     @web.authenticated
     @authorized("write")
@@ -321,7 +321,10 @@ class GrantListHandler(_GrantRoute):
     @web.authenticated
     @authorized("read")
     async def get(self) -> None:
-        self.write_json({"grants": await self.signins.grants()})
+        try:
+            self.write_json({"grants": await self.signins.grants()})
+        except OAuthError as e:
+            raise AgentToolsError(e.description, e.status) from None
 
 
 class GrantHandler(_GrantRoute):
@@ -335,7 +338,10 @@ class GrantHandler(_GrantRoute):
         signins = self.signins
         if not grant_id.isdigit() or len(grant_id) > 18:
             raise AgentToolsError(f"no connected app with id {grant_id!r}", 404)
-        self.write_json(await signins.revoke_grant(int(grant_id)))
+        try:
+            self.write_json(await signins.revoke_grant(int(grant_id)))
+        except OAuthError as e:
+            raise AgentToolsError(e.description, e.status) from None
 
 
 SCOPE_TEXT = {

@@ -188,11 +188,19 @@ class AgentOAuth(Service):
             try:
                 self._store = GrantStore(path)
             except GrantStoreError as e:
-                raise AgentToolsError(str(e), 503) from None
+                raise OAuthError("temporarily_unavailable", str(e), 503) from None
         return self._store
 
     def _load(self) -> None:
-        for grant in self.store.grants():
+        """The access tokens issued before a restart (their apps' step-ups and MCP sessions). A grants file
+        that cannot be opened is logged, and sign-in answers 503 naming it until it is fixed: the rest of
+        the extension (and every static token) keeps working."""
+        try:
+            grants = self.store.grants()
+        except (OAuthError, GrantStoreError) as e:
+            self.log.error("OAuth sign-in is unavailable: %s", getattr(e, "description", e))
+            return
+        for grant in grants:
             if grant.access_hash and grant.active(self.clock()):
                 self._issued[grant.access_hash[:TOKEN_ID_CHARS]] = grant.client_id
 
