@@ -24,7 +24,7 @@ from .execution.notebook_run import NotebookRunner
 from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
 from .execution.sessions import EvalSessionManager
-from .handlers import events, server_routes
+from .handlers import events, oauth, server_routes
 from .handlers.approvals import ApprovalHandler, ApprovalListHandler
 from .handlers.artifacts import ArtifactHandler
 from .handlers.changes import (
@@ -57,6 +57,7 @@ from .mcp.server import MAX_SESSIONS as MCP_MAX_SESSIONS
 from .mcp.server import McpServer
 from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
+from .oauth.service import AgentOAuth
 from .runs import RunRegistry
 from .stores import AgentStores
 from .traits import at_least, in_range
@@ -100,6 +101,7 @@ class AgentToolsApp(ExtensionApp):
         RunRegistry,
         ApprovalPolicy,
         AgentStores,
+        AgentOAuth,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
@@ -252,6 +254,7 @@ class AgentToolsApp(ExtensionApp):
     mcp_server: McpServer
     run_registry: RunRegistry
     approval_policy: ApprovalPolicy
+    oauth: AgentOAuth
 
     @classmethod
     def _load_jupyter_server_extension(cls, serverapp: Any) -> None:
@@ -345,6 +348,12 @@ class AgentToolsApp(ExtensionApp):
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )
         self._end_what_tokens_start(getattr(serverapp, "identity_provider", None))
+        # MCP clients sign in with OAuth (the access tokens are agent tokens): only with agent tokens on
+        self.oauth = AgentOAuth(
+            parent=self,
+            provider=getattr(serverapp, "identity_provider", None),
+            data_dir=str(getattr(serverapp, "data_dir", "") or ""),
+        )
         self.mcp_server = McpServer(
             self,
             heartbeat_interval=self.stream_heartbeat_interval,
@@ -403,6 +412,7 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/mcp", McpHandler),
                 (r"/api/agent/changes", ChangesHandler),
                 (r"/api/agent/files", FilesHandler),
+                *oauth.handlers(self.oauth),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
             ]
@@ -414,6 +424,10 @@ class AgentToolsApp(ExtensionApp):
         if getattr(getattr(self.serverapp, "authorizer", None), "applies_agent_scopes", False):
             own += server_routes.HANDLERS
         self.handlers[:0] = own
+        web_app = getattr(self.serverapp, "web_app", None)
+        if web_app is not None and self.oauth.active:
+            # the well-known documents at the origin, whatever the base URL (extension routes are under it)
+            web_app.add_handlers(".*$", oauth.origin_handlers(self.oauth, web_app.settings["base_url"]))
 
     async def _start_jupyter_server_extension(self, serverapp: object) -> None:
         if not hasattr(self, "mcp_server"):  # initialize_settings failed (logged by jupyter_server)
@@ -430,6 +444,7 @@ class AgentToolsApp(ExtensionApp):
         built is stopped, and a step that fails is logged: the server must still exit."""
         registry, evals, ledger = (getattr(self, n, None) for n in ("run_registry", "eval_service", "ledger"))
         approvals = getattr(self, "approval_policy", None)
+        signins = getattr(self, "oauth", None)
         steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = []
         if registry is not None:  # first: its unfinished runs are lost, not failed
             steps.append(("runs", registry.shutdown))
@@ -439,6 +454,8 @@ class AgentToolsApp(ExtensionApp):
             steps.append(("ledger", lambda: asyncio.to_thread(ledger.close)))
         if approvals is not None:
             steps.append(("approvals", lambda: asyncio.to_thread(approvals.stop)))
+        if signins is not None:
+            steps.append(("OAuth grants", lambda: asyncio.to_thread(signins.close)))
         for what, step in steps:
             try:
                 await step()

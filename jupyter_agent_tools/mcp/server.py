@@ -140,6 +140,9 @@ class HttpRequest:
     identity: str = ""  # the acting user, as the approval gate's rules name it (agent:NAME)
     token_ask: frozenset[str] = frozenset()  # what an agent token asks the person for (--ask)
     lab_url: str = ""  # JupyterLab on this server, as the client reached it (an approval's page)
+    # (action, resource) pairs -> the WWW-Authenticate challenge when the caller's OAuth token lacks a
+    # scope they need (its client may sign in again for more: 403 insufficient_scope), else None
+    scope_challenge: Callable[[list[tuple[str, str]]], str | None] | None = None
 
     def header(self, name: str) -> str | None:
         values = self.headers.get(name)
@@ -625,6 +628,17 @@ class McpServer:
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: 'arguments' must be an object", id=msg.id)
         assert msg.id is not None
+        if request.scope_challenge is not None:
+            extra = extra_permissions(arguments) if tool.name == "eval" else ()
+            value = request.scope_challenge([*tool.permissions, *extra])
+            if value is not None:
+                message = (
+                    f"Forbidden: the {tool.name} tool needs a scope this app's sign-in did not grant; "
+                    "sign in again to ask the person for it (insufficient_scope). Nothing was done."
+                )
+                return Answer(
+                    403, error_message(msg.id, INVALID_REQUEST, message), {"WWW-Authenticate": value}
+                )
         if session is not None and msg.id in session.calls:
             raise RpcError(INVALID_REQUEST, f"Invalid Request: id {msg.id!r} is already in use", id=msg.id)
         task = msg.params.get("task")
