@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
+# jsonschema imports its optional checker of the "iri" formats (rfc3987_syntax) with itself, which builds
+# about 40 Lark parsers: 1-2 s of CPU in every process that imports jsonschema (pytest's, and each Jupyter
+# server a test starts), for two formats no schema of Jupyter's or ours uses. The tests' processes (and the
+# servers, which inherit PYTHONPATH) find tests/no_iri/rfc3987_syntax.py first, which raises ImportError:
+# jsonschema then runs as it does without that optional package. Set before anything here imports jsonschema.
+NO_IRI = str(Path(__file__).resolve().parent / "no_iri")
+sys.path.insert(0, NO_IRI)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys(filter(None, [NO_IRI, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
+)
 
-from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec
+import pytest  # noqa: E402
+
+from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec  # noqa: E402
 
 pytest_plugins = [
     "jupyter_server.pytest_plugin",
@@ -69,6 +82,19 @@ SLOW_FIRST = (
     "test_readme.py",
     "test_cli.py",
 )
+
+
+QUICK_MARK = re.compile(rb"mark\.quick\b")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``-m quick`` alone, a test file that marks nothing quick is not even imported: importing the
+    70 others (their servers' and browsers' modules) was a third of the quick tier's time."""
+    if config.getoption("markexpr", "") != "quick" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix != ".py" or QUICK_MARK.search(collection_path.read_bytes()):
+        return None
+    return True
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -176,6 +202,8 @@ def jp_server_cleanup(jp_asyncio_loop: Any) -> Any:
     from jupyter_server.serverapp import ServerApp
 
     yield
+    if not ServerApp.initialized():  # no server in this test (the quick tier's): nothing to stop
+        return
     app = ServerApp.instance()
     cleanup = jp_asyncio_loop.create_task(app._cleanup())
     try:
