@@ -31,6 +31,7 @@ pytest_plugins = [
     "ci_strict",
     "fake_stack",
     "rtc_client",  # the ``connect`` fixture of the collaboration tests
+    "pytester",  # tests/test_ci_strict.py runs pytest in this process
 ]
 
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
