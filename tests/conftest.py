@@ -71,8 +71,8 @@ SERVER_FIXTURES = {
 }
 
 
-# The files that take longest (their seconds in a run on three workers of 2 cores, about) and those that start
-# a server, a lab or a browser once for the module: each worker starts with its share of them
+# The files that take longest (rough seconds on three workers of 2 cores) and those that start a server, a
+# lab or a browser once for the module: each worker starts with its share of them
 # (pytest_collection_modifyitems), so that none waits at the end for a long test that started last, and no
 # steal of pytest-xdist's worksteal (it takes the end of a worker's queue) splits such a module in two.
 SLOW_FIRST = {
@@ -128,8 +128,8 @@ QUICK_MARK = re.compile(rb"mark\.quick\b")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With ``-m quick`` alone, a test file that marks nothing quick is not even imported: importing the
-    70 others (their servers' and browsers' modules) was a third of the quick tier's time."""
+    """With ``-m quick`` alone, a test file that marks nothing quick is not even imported (the 70 others
+    and their servers' and browsers' modules cost the quick tier seconds of collection)."""
     if config.getoption("markexpr", "") != "quick" or not collection_path.name.startswith("test_"):
         return None
     if collection_path.suffix != ".py" or QUICK_MARK.search(collection_path.read_bytes()):
