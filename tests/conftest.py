@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
+# jsonschema imports its optional checker of the "iri" formats (rfc3987_syntax) with itself, which builds
+# about 40 Lark parsers: 1-2 s of CPU in every process that imports jsonschema (pytest's, and each Jupyter
+# server a test starts), for two formats no schema of Jupyter's or ours uses. The tests' processes (and the
+# servers, which inherit PYTHONPATH) find tests/no_iri/rfc3987_syntax.py first, which raises ImportError:
+# jsonschema then runs as it does without that optional package. Set before anything here imports jsonschema.
+NO_IRI = str(Path(__file__).resolve().parent / "no_iri")
+sys.path.insert(0, NO_IRI)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys(filter(None, [NO_IRI, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
+)
 
-from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec
+import pytest  # noqa: E402
+
+from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec  # noqa: E402
 
 pytest_plugins = [
     "jupyter_server.pytest_plugin",
@@ -18,6 +31,7 @@ pytest_plugins = [
     "ci_strict",
     "fake_stack",
     "rtc_client",  # the ``connect`` fixture of the collaboration tests
+    "pytester",  # tests/test_ci_strict.py runs pytest in this process
 ]
 
 # Every server of the suite (in-process or a subprocess, which inherits TMPDIR) keeps its temporary files,
@@ -57,26 +71,76 @@ SERVER_FIXTURES = {
 }
 
 
-# The files whose tests take longest (the slowest tests of `--durations`) go first: on pytest-xdist's
-# workers a long test that starts last makes the whole run wait for it.
-SLOW_FIRST = (
-    "test_crash.py",
-    "test_panel.py",
-    "test_jupyterhub.py",
-    "test_rtc_browser.py",
-    "test_emfile.py",
-    "test_sink_memory.py",
-    "test_readme.py",
-    "test_cli.py",
-)
+# The files that take longest (rough seconds on three workers of 2 cores) and those that start a server, a
+# lab or a browser once for the module: each worker starts with its share of them
+# (pytest_collection_modifyitems), so that none waits at the end for a long test that started last, and no
+# steal of pytest-xdist's worksteal (it takes the end of a worker's queue) splits such a module in two.
+SLOW_FIRST = {
+    "test_cli.py": 120,
+    "test_crash.py": 65,
+    "test_jupyterhub.py": 45,
+    "test_panel.py": 40,
+    "test_readme.py": 40,
+    "test_fuzz.py": 40,
+    "test_rtc_browser.py": 30,
+    "test_emfile.py": 30,
+    "test_approvals_panel.py": 20,
+    "test_no_rtc_browser.py": 20,
+    "test_event_feed_bounds.py": 15,
+    "test_install.py": 15,
+    "test_mcp_inspector.py": 15,
+    "test_fidelity.py": 10,
+    "test_cli_approvals_wait.py": 10,
+    "test_approvals_cli.py": 10,
+    "test_cli_runs.py": 10,
+    "test_file_search.py": 10,
+    "test_create_replace_files.py": 10,
+    "test_names.py": 10,
+}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+def in_lanes(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` reordered for ``workers`` workers of pytest-xdist's worksteal, which first hands each worker
+    an equal run of the list (in order): each run starts with a share of SLOW_FIRST (the longest first, each
+    to the run with the fewest seconds so far), then the other files in their order."""
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path.name, []).append(item)
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    seconds = [0] * workers
+    for name in sorted(SLOW_FIRST.keys() & files.keys(), key=lambda n: (-SLOW_FIRST[n], n)):
+        lane = seconds.index(min(seconds))
+        heads[lane] += files[name]
+        seconds[lane] += SLOW_FIRST[name]
+    rest = [item for item in items if item.path.name not in SLOW_FIRST]
+    ordered: list[pytest.Item] = []
+    left = len(items)
+    for lane in range(workers):
+        size = left // (workers - lane)  # what worksteal sends this worker first
+        left -= size
+        take = max(0, size - len(heads[lane]))
+        ordered += heads[lane] + rest[:take]
+        rest = rest[take:]
+    return ordered + rest
 
-    items.sort(key=rank)  # stable: each file keeps its own order
+
+QUICK_MARK = re.compile(rb"mark\.quick\b")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``-m quick`` alone, a test file that marks nothing quick is not even imported (the 70 others
+    and their servers' and browsers' modules cost the quick tier seconds of collection)."""
+    if config.getoption("markexpr", "") != "quick" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix != ".py" or QUICK_MARK.search(collection_path.read_bytes()):
+        return None
+    return True
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: the runs are of the tests that run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    items[:] = in_lanes(items, workers)
     for item in items:
         if item.get_closest_marker("quick") is None:
             continue
@@ -176,6 +240,8 @@ def jp_server_cleanup(jp_asyncio_loop: Any) -> Any:
     from jupyter_server.serverapp import ServerApp
 
     yield
+    if not ServerApp.initialized():  # no server in this test (the quick tier's): nothing to stop
+        return
     app = ServerApp.instance()
     cleanup = jp_asyncio_loop.create_task(app._cleanup())
     try:

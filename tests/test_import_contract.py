@@ -7,6 +7,7 @@ up a layer fails here instead of drifting into the code.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,8 @@ def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "labextension" not in p.parts)
 
 
-def imported(path: Path) -> set[str]:
+@functools.cache  # each module is parsed once for all the tests here
+def imported(path: Path) -> frozenset[str]:
     """Every module ``path`` imports, absolute (``jupyter_agent_tools.x.y`` for the package's own)."""
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
     package = list(rel.parts[:-1])  # a module's package (an __init__'s is its own folder)
@@ -79,7 +81,7 @@ def imported(path: Path) -> set[str]:
                 module = node.module or ""
             found.add(module)
             found.update(f"{module}.{alias.name}" for alias in node.names)
-    return found
+    return frozenset(found)
 
 
 def name(path: Path) -> str:

@@ -52,9 +52,10 @@ def dev_serve_in(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[
     root.mkdir(exist_ok=True)
     env = {
         **os.environ,
-        "AGENT_TOOLS_VENV": sys.prefix,  # the environment the tests run in: dev.py installs nothing
+        "AGENT_TOOLS_VENV": sys.prefix,  # the environment the tests run in, as it is: dev.py installs nothing
+        "AGENT_TOOLS_INSTALLED": "1",  # however it was installed (no stamp, or an older one)
         "AGENT_TOOLS_PORT": str(free_port()),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         **{f"JUPYTER_{d.upper()}_DIR": str(tmp_path / d) for d in ("config", "data", "runtime")},
     }
     env.pop("JUPYTER_TOKEN", None)
