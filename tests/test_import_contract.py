@@ -20,13 +20,15 @@ PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_agent_tools"
 FRONT_DOORS = ("handlers/", "app.py")
 # Where Tornado may be imported besides the front doors: the adapters to jupyter_server's own Tornado
 # objects (its identity provider and authorizer, the websockets a token opened, the upstream shims) and the
-# gateway's websocket client. Services catch what jupyter_server raises as compat.ServerHTTPError.
+# gateway's websocket client, the OAuth client-metadata fetch (Tornado's HTTP client with its resolver
+# pinned to the checked address). Services catch what jupyter_server raises as compat.ServerHTTPError.
 TORNADO_ADAPTERS = (
     "compat.py",
     "auth/identity.py",
     "auth/authorizer.py",
     "auth/connections.py",
     "execution/gateway.py",
+    "oauth/cimd.py",
 )
 # The pure core: it imports no service, no handler, no Tornado, no jupyter_server.
 PURE_CORE = (
