@@ -272,8 +272,9 @@ class CellExecutor(Service):
                         session,
                         "lost_idle",
                         "the kernel's idle status for a finished execution never arrived (iopub messages "
-                        "were dropped: past KernelService.iopub_buffer_bytes and iopub_spill_bytes, or by "
-                        "a gateway); the cell's output may be incomplete",
+                        "were dropped: past KernelService.iopub_buffer_bytes and iopub_spill_bytes, by a "
+                        "gateway, or by the kernel before the server took them); the cell's output may be "
+                        "incomplete",
                     )
                 ran = Ran(cell, position, execution)
                 done.ran.append(ran)
