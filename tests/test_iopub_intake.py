@@ -21,7 +21,13 @@ import zmq
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
-from jupyter_agent_tools.execution.connection import LocalKernelConnection, MessageQueue, _decode, event
+from jupyter_agent_tools.execution.connection import (
+    LocalKernelConnection,
+    MessageQueue,
+    _decode,
+    drain,
+    event,
+)
 from jupyter_agent_tools.execution.intake import IopubIntake
 
 pytestmark = pytest.mark.timeout(120)
@@ -176,7 +182,7 @@ async def test_intake_keeps_order_through_memory_and_spill_and_drops_one_gap_pas
         (directory,) = os.listdir(tmp_path)
         assert stat.S_IMODE(os.stat(tmp_path / directory).st_mode) == 0o700
         sender.send_multipart([b"small", b""])  # it would fit, but a gap stays one gap until all is taken
-        await settle(5)
+        await settle(6)
         assert intake.dropped == 2
         taken = []
         while intake.next_size() is not None:
@@ -185,6 +191,15 @@ async def test_intake_keeps_order_through_memory_and_spill_and_drops_one_gap_pas
         sender.send_multipart([b"5", b""])
         await asyncio.wait_for(intake.wait(), 10)  # the thread wakes the loop
         assert intake.take() == [b"5", b""] and intake.dropped == 2
+
+        # drain forgets what the intake holds too, spilled or not (left over from earlier executions)
+        for n in range(3):
+            sender.send_multipart([str(n).encode(), b"z" * 99])
+        await settle(3 + 2)
+        queue = MessageQueue(budget=250)
+        queue.intake = intake
+        queue.put_sized({"n": "old"}, 10)
+        assert drain(queue) == 4 and len(intake) == 0 and intake.spill.bytes == 0
 
         # a spilled message that cannot be read back fails its take, and the spill is emptied
         for n in range(4):

@@ -54,8 +54,10 @@ def event(name: str, **data: Any) -> dict[str, Any]:
 
 
 def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
-    """Drop every queued message (left over from earlier executions); return how many."""
-    dropped = 0
+    """Drop every queued message (left over from earlier executions), and those a connection's intake
+    holds for the queue; return how many."""
+    intake = queue.intake if isinstance(queue, MessageQueue) else None
+    dropped = intake.discard() if intake is not None else 0
     while True:
         try:
             queue.get_nowait()
@@ -332,6 +334,7 @@ class LocalKernelConnection:
                 continue
             if not queue.fits(size):
                 await self._wait_for_room(size)
+                continue  # the oldest may be another one now (drain discards what is held)
             try:
                 msg = _decode(session, intake.take(), "iopub")
             except Exception as e:  # a bad message, or a spilled one that could not be read back

@@ -246,6 +246,15 @@ class IopubIntake:
                 self.spill.clear()  # what follows it cannot be trusted either
                 raise
 
+    def discard(self) -> int:
+        """Forget every message held (left over from earlier executions); return how many."""
+        with self._lock:
+            count = len(self.memory) + self.spill.clear()
+            self.memory.clear()
+            self.memory_bytes = 0
+            self._dropping = False
+            return count
+
     async def wait(self) -> None:
         """Wait until a message (or the thread's end) is there to take."""
         self.arrived.clear()
