@@ -242,7 +242,7 @@ class LocalKernelConnection:
         if self._activity is not None:
             self._activity.hold()
         try:
-            self._start_intake(client.iopub_channel.socket)
+            await self._start_intake(client.iopub_channel.socket)
         except BaseException:
             await self.close()
             raise
@@ -288,9 +288,12 @@ class LocalKernelConnection:
 
         return callback
 
-    def _start_intake(self, socket: Any) -> None:
+    async def _start_intake(self, socket: Any) -> None:
         """Hand the iopub socket to a thread of its own (see :class:`~.intake.IopubIntake`)."""
         _detach(socket)  # from now on the intake's thread alone uses it, until close() stops the thread
+        # a check of the socket pyzmq scheduled before (call_later(0)) runs in the next iteration: let it
+        for _ in range(2):
+            await asyncio.sleep(0)
         queue = self.messages
         self.intake = queue.intake = IopubIntake(
             zmq.Socket.shadow(socket.underlying),
