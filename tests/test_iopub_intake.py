@@ -102,20 +102,23 @@ async def test_a_connection_holds_its_budget_while_nobody_reads_spills_the_rest_
         intake = conn.intake
         assert intake is not None
         flushes = 1500  # of 10 KB: 15 MB, 15 times the budget, more messages than the kernel keeps
+        done = tmp_path / "done"
         msg_id = conn.execute(
             f"block = {LINE!r} * 100\nfor _ in range({flushes}):\n    print(block, end='', flush=True)\n"
+            f"open({str(done)!r}, 'w').close()\n"
         )
         held: list[int] = []
-        spilled: list[int] = []
-        directory = None
-        for _ in range(30):  # nobody takes messages for 3 s: the kernel has printed everything by then
+        deadline = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < deadline:  # nobody takes messages meanwhile
             held.append(conn.messages.bytes + intake.memory_bytes)
-            spilled.append(intake.spill.bytes)
-            directory = directory or intake.spill.directory
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
+        held.append(conn.messages.bytes + intake.memory_bytes)
         assert max(held) >= budget // 2, f"the connection took in little: {max(held)} bytes"
         assert max(held) <= budget, f"the connection held {max(held)} bytes in memory"
-        assert max(spilled) >= 10_000 * KB, f"only {max(spilled)} bytes spilled"
+        while intake.spill.bytes < 10_000 * KB and time.monotonic() < deadline:  # the last ones in flight
+            await asyncio.sleep(0.05)
+        assert intake.spill.bytes >= 10_000 * KB, f"only {intake.spill.bytes} bytes spilled"
+        directory = intake.spill.directory
         assert directory is not None and stat.S_IMODE(os.stat(directory).st_mode) == 0o700
         assert os.listdir(directory) == []  # the file has no name while open
         text, types = await _collect(conn, msg_id)
@@ -131,8 +134,9 @@ async def test_a_connection_holds_its_budget_while_nobody_reads_spills_the_rest_
 
 async def test_every_message_arrives_while_the_event_loop_is_held(tmp_path: Path):
     """The regression of issue 42 at its root: the event loop does nothing (held by a blocking sleep)
-    while the kernel prints 20,000 flushed lines; with ZMQ's receive limit at 2 messages, the intake's
-    thread still takes every one before the kernel's pipe (1000 messages) fills up and drops."""
+    while the kernel prints 3,000 flushed blocks of 10 KB, more than the kernel's pipe (1000 messages)
+    and the sockets' buffers hold. A reader on the loop lost the end and the idle; with ZMQ's receive
+    limit still at 2 messages, the intake's thread takes every one, in order."""
     km = AsyncKernelManager()
     await km.start_kernel()
     conn = LocalKernelConnection(_OneKernel(km), "k", iopub_hwm=2, iopub_buffer_bytes=1_000 * KB)
@@ -141,18 +145,18 @@ async def test_every_message_arrives_while_the_event_loop_is_held(tmp_path: Path
         # pyzmq's asyncio socket watched its descriptor on the loop (wait_for_ready awaited it): no more
         fd = conn._client.iopub_channel.socket.FD
         assert not asyncio.get_running_loop().remove_reader(fd)
-        lines, done = 20_000, tmp_path / "done"
+        flushes, done = 3_000, tmp_path / "done"
         msg_id = conn.execute(
-            f"for i in range({lines}):\n    print(f'line {{i}}', flush=True)\n"
+            f"for i in range({flushes}):\n    print(f'{{i:05d}}' + {LINE!r} * 100, end='', flush=True)\n"
             f"open({str(done)!r}, 'w').close()\n"
         )
         deadline = time.monotonic() + 60
         while not done.exists() and time.monotonic() < deadline:
             time.sleep(0.01)  # the event loop is held: nothing on it reads anything
-        time.sleep(0.5)  # the idle after the last line is sent too
+        time.sleep(0.5)  # the idle after the last block is sent too
         assert done.exists()
-        text, _ = await _collect(conn, msg_id)
-        assert text.splitlines() == [f"line {i}" for i in range(lines)]
+        text, _ = await asyncio.wait_for(_collect(conn, msg_id), 60)
+        assert text == "".join(f"{i:05d}" + LINE * 100 for i in range(flushes))
         assert conn.messages.dropped == 0
     finally:
         await conn.close()

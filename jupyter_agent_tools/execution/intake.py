@@ -47,7 +47,8 @@ class Spill:
         self.bytes = 0
         self.directory: str | None = None
         self._fd: int | None = None
-        self._records: deque[tuple[int, int]] = deque()  # (offset in the file, bytes of its frames)
+        # (offset in the file, bytes there, bytes of its frames)
+        self._records: deque[tuple[int, int, int]] = deque()
         self._end = 0
 
     def __len__(self) -> int:
@@ -58,7 +59,7 @@ class Spill:
 
     @property
     def next_size(self) -> int:
-        return self._records[0][1]
+        return self._records[0][2]
 
     def _open(self) -> int:
         if self._fd is None:
@@ -74,28 +75,26 @@ class Spill:
     def push(self, frames: list[bytes], size: int) -> None:
         fd, offset = self._open(), self._end
         header = struct.pack(f"<I{len(frames)}Q", len(frames), *map(len, frames))
-        try:
-            for part in (header, *frames):
-                _write_all(fd, part, self._end)
-                self._end += len(part)
-        except BaseException:
-            self._end = offset  # the record is not kept: its bytes are overwritten by the next
-            raise
-        self._records.append((offset, size))
+        length = len(header) + size
+        _write_all(fd, [header, *frames], offset)  # one system call for the message (the thread keeps up)
+        self._end += length
+        self._records.append((offset, length, size))
         self.bytes += size
 
     def pop(self) -> list[bytes]:
         assert self._fd is not None
-        fd = self._fd
-        offset, size = self._records.popleft()
+        offset, length, size = self._records.popleft()
         self.bytes -= size
         try:
-            (count,) = struct.unpack("<I", _read_all(fd, 4, offset))
-            lengths = struct.unpack(f"<{count}Q", _read_all(fd, 8 * count, offset + 4))
-            position, frames = offset + 4 + 8 * count, []
-            for length in lengths:
-                frames.append(_read_all(fd, length, position))
-                position += length
+            record = memoryview(_read_all(self._fd, length, offset))
+            (count,) = struct.unpack_from("<I", record)
+            lengths = struct.unpack_from(f"<{count}Q", record, 4)
+            position, frames = 4 + 8 * count, []
+            for part in lengths:
+                frames.append(bytes(record[position : position + part]))
+                position += part
+            if position != length:
+                raise OSError("the iopub spill file holds a damaged message")
         finally:
             if not self._records:
                 self.clear()
@@ -121,11 +120,16 @@ class Spill:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def _write_all(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
+def _write_all(fd: int, parts: list[bytes], offset: int) -> None:
+    views = [memoryview(p) for p in parts if p]
+    vectored = hasattr(os, "pwritev")  # not on Windows, nor macOS before 11: a write per part there
+    while views:
+        written = os.pwritev(fd, views, offset) if vectored else os.pwrite(fd, views[0], offset)
+        offset += written
+        while views and written >= len(views[0]):
+            written -= len(views.pop(0))
+        if written:
+            views[0] = views[0][written:]
 
 
 def _read_all(fd: int, size: int, offset: int) -> bytes:
