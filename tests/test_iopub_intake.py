@@ -1,20 +1,34 @@
 """How a kernel connection takes in iopub: bounded in bytes, in order, nothing lost.
 
-The pure part tests :class:`MessageQueue`'s byte accounting; the rest runs a real ipykernel started by
-jupyter_client's ``AsyncKernelManager`` (the connection only needs ``get_kernel`` and restart callbacks
-from the server's kernel manager, so a one-kernel adapter stands in for it).
+The pure part tests :class:`MessageQueue`'s byte accounting and :class:`IopubIntake`'s memory, spill
+and drops over a real ZMQ socket pair; the rest runs a real ipykernel started by jupyter_client's
+``AsyncKernelManager`` (the connection only needs ``get_kernel`` and restart callbacks from the server's
+kernel manager, so a one-kernel adapter stands in for it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import zmq
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
-from jupyter_agent_tools.execution.connection import LocalKernelConnection, MessageQueue, _decode, event
+from jupyter_agent_tools.execution.connection import (
+    LocalKernelConnection,
+    MessageQueue,
+    _decode,
+    drain,
+    event,
+)
+from jupyter_agent_tools.execution.intake import IopubIntake
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -73,29 +87,139 @@ async def _collect(conn: LocalKernelConnection, msg_id: str) -> tuple[str, list[
             return "".join(text), types
 
 
-async def test_a_connection_holds_about_its_budget_while_nobody_reads_and_loses_nothing():
+async def test_a_connection_holds_its_budget_while_nobody_reads_spills_the_rest_and_loses_nothing(tmp_path):
+    """The kernel never waits for a reader (its PUB socket drops what a subscriber does not take, past
+    1000 messages): 1500 messages while nobody takes any all arrive, past the budget through the spill
+    file, which lives in a private directory that is gone once the connection closes."""
     km = AsyncKernelManager()
     await km.start_kernel()
-    budget = 2_000 * KB
-    conn = LocalKernelConnection(_OneKernel(km), "k", iopub_hwm=2, iopub_buffer_bytes=budget)
+    budget = 1_000 * KB
+    conn = LocalKernelConnection(
+        _OneKernel(km), "k", iopub_buffer_bytes=budget, iopub_spill_bytes=64_000 * KB
+    )
     try:
         await conn.start(60)
-        flushes = 300  # of 100 KB: 30 MB, 15 times the budget; the kernel keeps up to 1000 messages
+        intake = conn.intake
+        assert intake is not None
+        flushes = 1500  # of 10 KB: 15 MB, 15 times the budget, more messages than the kernel keeps
+        done = tmp_path / "done"
         msg_id = conn.execute(
-            f"block = {LINE!r} * 1000\nfor _ in range({flushes}):\n    print(block, end='', flush=True)\n"
+            f"block = {LINE!r} * 100\nfor _ in range({flushes}):\n    print(block, end='', flush=True)\n"
+            f"open({str(done)!r}, 'w').close()\n"
         )
         held: list[int] = []
-        for _ in range(30):  # nobody takes messages for 3 s: the kernel has printed everything by then
-            held.append(conn.messages.bytes)
-            await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < deadline:  # nobody takes messages meanwhile
+            held.append(conn.messages.bytes + intake.memory_bytes)
+            await asyncio.sleep(0.05)
+        held.append(conn.messages.bytes + intake.memory_bytes)
         assert max(held) >= budget // 2, f"the connection took in little: {max(held)} bytes"
-        assert max(held) <= budget, f"the connection took in {max(held)} bytes"
+        assert max(held) <= budget, f"the connection held {max(held)} bytes in memory"
+        while intake.spill.bytes < 10_000 * KB and time.monotonic() < deadline:  # the last ones in flight
+            await asyncio.sleep(0.05)
+        assert intake.spill.bytes >= 10_000 * KB, f"only {intake.spill.bytes} bytes spilled"
+        directory = intake.spill.directory
+        assert directory is not None and stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+        assert os.listdir(directory) == []  # the file has no name while open
         text, types = await _collect(conn, msg_id)
-        assert text == LINE * 1000 * flushes  # every byte, in order
+        assert text == LINE * 100 * flushes  # every byte, in order
         assert types[0] == "status" and types.count("stream") == flushes
+        assert conn.messages.dropped == 0 and intake.spill.bytes == 0
     finally:
         await conn.close()
         await km.shutdown_kernel(now=True)
+    assert not os.path.exists(directory)
+    assert not [t for t in threading.enumerate() if t.name.startswith("iopub-")]  # the thread is gone
+
+
+async def test_every_message_arrives_while_the_event_loop_is_held(tmp_path: Path):
+    """The regression of issue 42 at its root: the event loop does nothing (held by a blocking sleep)
+    while the kernel prints 3,000 flushed blocks of 10 KB, more than the kernel's pipe (1000 messages)
+    and the sockets' buffers hold. A reader on the loop lost the end and the idle; with ZMQ's receive
+    limit still at 2 messages, the intake's thread takes every one, in order."""
+    km = AsyncKernelManager()
+    await km.start_kernel()
+    conn = LocalKernelConnection(_OneKernel(km), "k", iopub_hwm=2, iopub_buffer_bytes=1_000 * KB)
+    try:
+        await conn.start(60)
+        # pyzmq's asyncio socket watched its descriptor on the loop (wait_for_ready awaited it): no more
+        fd = conn._client.iopub_channel.socket.FD
+        assert not asyncio.get_running_loop().remove_reader(fd)
+        flushes, done = 3_000, tmp_path / "done"
+        msg_id = conn.execute(
+            f"for i in range({flushes}):\n    print(f'{{i:05d}}' + {LINE!r} * 100, end='', flush=True)\n"
+            f"open({str(done)!r}, 'w').close()\n"
+        )
+        deadline = time.monotonic() + 60
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the event loop is held: nothing on it reads anything
+        time.sleep(0.5)  # the idle after the last block is sent too
+        assert done.exists()
+        text, _ = await asyncio.wait_for(_collect(conn, msg_id), 60)
+        assert text == "".join(f"{i:05d}" + LINE * 100 for i in range(flushes))
+        assert conn.messages.dropped == 0
+    finally:
+        await conn.close()
+        await km.shutdown_kernel(now=True)
+
+
+@pytest.mark.quick
+async def test_intake_keeps_order_through_memory_and_spill_and_drops_one_gap_past_both(tmp_path: Path):
+    context = zmq.Context()
+    sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
+    sender.bind("inproc://intake")
+    receiver.connect("inproc://intake")
+    intake = IopubIntake(receiver, budget=250, spill_bytes=250, spill_parent=str(tmp_path))
+    intake.start()
+
+    async def settle(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while len(intake) + intake.dropped < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+
+    try:
+        for n in range(5):
+            sender.send_multipart([str(n).encode(), b"x" * 99])  # 100 bytes each
+        await settle(5)
+        # two in memory (250 bytes), two spilled behind them (250 bytes), one dropped
+        assert (len(intake.memory), len(intake.spill), intake.dropped) == (2, 2, 1)
+        (directory,) = os.listdir(tmp_path)
+        assert stat.S_IMODE(os.stat(tmp_path / directory).st_mode) == 0o700
+        sender.send_multipart([b"small", b""])  # it would fit, but a gap stays one gap until all is taken
+        await settle(6)
+        assert intake.dropped == 2
+        taken = []
+        while intake.next_size() is not None:
+            taken.append(intake.take()[0])
+        assert taken == [b"0", b"1", b"2", b"3"] and intake.spill.bytes == 0
+        sender.send_multipart([b"5", b""])
+        await asyncio.wait_for(intake.wait(), 10)  # the thread wakes the loop
+        assert intake.take() == [b"5", b""] and intake.dropped == 2
+
+        # drain forgets what the intake holds too, spilled or not (left over from earlier executions)
+        for n in range(3):
+            sender.send_multipart([str(n).encode(), b"z" * 99])
+        await settle(3 + 2)
+        queue = MessageQueue(budget=250)
+        queue.intake = intake
+        queue.put_sized({"n": "old"}, 10)
+        assert drain(queue) == 4 and len(intake) == 0 and intake.spill.bytes == 0
+
+        # a spilled message that cannot be read back fails its take, and the spill is emptied
+        for n in range(4):
+            sender.send_multipart([str(n).encode(), b"y" * 99])
+        await settle(4 + 2)
+        assert len(intake.spill) == 2
+        os.ftruncate(intake.spill._fd, 0)  # type: ignore[arg-type]
+        intake.take(), intake.take()
+        with pytest.raises(OSError, match="ended"):
+            intake.take()
+        assert not intake.spill and intake.next_size() is None
+    finally:
+        await intake.stop()
+        sender.close(), receiver.close()
+        context.term()
+    assert os.listdir(tmp_path) == []  # the spill's directory is removed
 
 
 def _frames(session: Session, msg: dict[str, Any]) -> list[bytes]:

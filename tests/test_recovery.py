@@ -199,41 +199,52 @@ async def test_failed_execute_counts_as_kernel_loss(evaluate, jp_serverapp):
     assert result["cells"][0]["output"] == "False\n"
 
 
-async def test_lost_idle_status_does_not_hang_the_session(evaluate, api, tmp_path):
-    """Block the server's event loop while the kernel floods iopub: ZMQ's high-water marks drop what
-    does not fit (~1000 messages each side, and what the socket buffers hold), the final idle status
-    among them. The call must end shortly after its reply instead of waiting for its timeout.
+class TestLostIdle:
+    """Nothing is lost to a slow reader any more (tests/test_runs_bounds.py::TestOutputUnderLoad); past
+    the connection's bounds (iopub_buffer_bytes, then iopub_spill_bytes) messages are still dropped."""
 
-    The kernel floods only once the loop is blocked, and the loop stays blocked until the flood (and so
-    the idle after it) has been sent: the end of the output is always dropped."""
-    await evaluate("1", session="flood")
-    started, go, done = (str(tmp_path / name) for name in ("started", "go", "done"))
-    code = (
-        "import os, sys, time\n"
-        f"open({started!r}, 'w').close()\n"
-        f"while not os.path.exists({go!r}):\n    time.sleep(0.01)\n"
-        "for i in range(5000):\n    sys.stdout.write(f'{i:04d}' * 1000 + '\\n'); sys.stdout.flush()\n"
-        f"open({done!r}, 'w').close()\n"
-    )
-    call = asyncio.ensure_future(evaluate(code, session="flood", timeout=60))
-    while not os.path.exists(started):
-        await asyncio.sleep(0.01)
-    open(go, "w").close()
-    deadline = time.monotonic() + 30
-    while not os.path.exists(done) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the server shares this event loop: nothing reads iopub meanwhile
-    time.sleep(0.5)  # the reply and the idle after the flood are sent (and the idle dropped)
-    result = await call
-    cell = result["cells"][0]
-    assert result["timed_out"] is False
-    assert cell["status"] == "complete"
-    assert not cell["output"].endswith("4999\n")
-    assert cell["total_lines"] < 5000  # messages were really lost
-    assert result["output"].startswith(OUTPUT_MAY_BE_INCOMPLETE)  # and the answer says so
-    _, listing = await api("GET", "sessions")
-    (entry,) = [s for s in listing["sessions"] if s["name"] == "flood"]
-    assert entry["recoveries"].get("lost_idle") == 1
-    assert (await evaluate("print('next')", session="flood"))["output"] == "next\n"
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {
+            **server_config(),
+            "KernelService": {"iopub_buffer_bytes": 100_000, "iopub_spill_bytes": 1_000_000},
+        }
+
+    async def test_lost_idle_status_does_not_hang_the_session(self, evaluate, api, tmp_path):
+        """Block the server's event loop while the kernel floods iopub past what the connection may hold
+        (its buffer and its spill file, both made small here): the connection drops the rest, the final
+        idle status among them. The call must end shortly after its reply instead of waiting for its timeout.
+
+        The kernel floods only once the loop is blocked, and the loop stays blocked until the flood (and so
+        the idle after it) has been sent: the end of the output is always dropped."""
+        await evaluate("1", session="flood")
+        started, go, done = (str(tmp_path / name) for name in ("started", "go", "done"))
+        code = (
+            "import os, sys, time\n"
+            f"open({started!r}, 'w').close()\n"
+            f"while not os.path.exists({go!r}):\n    time.sleep(0.01)\n"
+            "for i in range(5000):\n    sys.stdout.write(f'{i:04d}' * 1000 + '\\n'); sys.stdout.flush()\n"
+            f"open({done!r}, 'w').close()\n"
+        )
+        call = asyncio.ensure_future(evaluate(code, session="flood", timeout=60))
+        while not os.path.exists(started):
+            await asyncio.sleep(0.01)
+        open(go, "w").close()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the server shares this event loop: nothing reads iopub meanwhile
+        time.sleep(0.5)  # the reply and the idle after the flood are sent (and the idle dropped)
+        result = await call
+        cell = result["cells"][0]
+        assert result["timed_out"] is False
+        assert cell["status"] == "complete"
+        assert not cell["output"].endswith("4999\n")
+        assert cell["total_lines"] < 5000  # messages were really lost
+        assert OUTPUT_MAY_BE_INCOMPLETE in result["output"]  # and the answer says so
+        _, listing = await api("GET", "sessions")
+        (entry,) = [s for s in listing["sessions"] if s["name"] == "flood"]
+        assert entry["recoveries"].get("lost_idle") == 1
+        assert (await evaluate("print('next')", session="flood"))["output"] == "next\n"
 
 
 async def test_a_kernel_that_dies_before_answering_is_started_again_once(evaluate, api, dies_once_kernelspec):

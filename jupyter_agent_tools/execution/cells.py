@@ -34,11 +34,11 @@ from .session import KernelSession
 from .sessions import EvalSessionManager
 from .sink import OutputSink
 
-# The kernel's end-of-output status never reached the server (the kernel dropped iopub messages for a
-# server that fell behind): what the answer and the artifact hold may lack the end of the output.
+# Iopub messages were dropped past what the connection holds (or by a gateway), seen as dropped or as an
+# end-of-output status that never came: what the answer and the artifact hold may lack part of the output.
 OUTPUT_MAY_BE_INCOMPLETE = (
-    "[The kernel's end-of-output status never arrived (it dropped output messages while the server "
-    "fell behind): the end of the output may be missing from this answer and its artifact.]"
+    "[Output messages of the kernel were dropped on their way to the server (more than it holds for a "
+    "reader was waiting): part of the output may be missing from this answer and its artifact.]"
 )
 
 
@@ -272,7 +272,9 @@ class CellExecutor(Service):
                         session,
                         "lost_idle",
                         "the kernel's idle status for a finished execution never arrived (iopub messages "
-                        "were dropped by a slow subscriber); the cell's output may be incomplete",
+                        "were dropped: past KernelService.iopub_buffer_bytes and iopub_spill_bytes, by a "
+                        "gateway, or by the kernel before the server took them); the cell's output may be "
+                        "incomplete",
                     )
                 ran = Ran(cell, position, execution)
                 done.ran.append(ran)
@@ -327,7 +329,7 @@ def eval_answer(
         title = request.cells[r.cell.index].title
         cell_results.append({"index": r.cell.index, "title": title, **r.execution.result_fields()})
         outcomes.append(r.execution.outcome(r.cell.index, title))
-    if any(r.execution.idle_missing for r in ran):
+    if any(r.execution.idle_missing or r.execution.output_lost for r in ran):
         notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
     output = answer_text(outcomes, len(request.cells), notices, error)
     if cancelled and not ran:

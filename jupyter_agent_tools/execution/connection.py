@@ -23,6 +23,7 @@ from jupyter_core.utils import ensure_async
 
 from ..compat import remember_signature
 from .activity import KernelActivity
+from .intake import IopubIntake
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,10 @@ def event(name: str, **data: Any) -> dict[str, Any]:
 
 
 def drain(queue: asyncio.Queue[dict[str, Any]]) -> int:
-    """Drop every queued message (left over from earlier executions); return how many."""
-    dropped = 0
+    """Drop every queued message (left over from earlier executions), and those a connection's intake
+    holds for the queue; return how many."""
+    intake = queue.intake if isinstance(queue, MessageQueue) else None
+    dropped = intake.discard() if intake is not None else 0
     while True:
         try:
             queue.get_nowait()
@@ -68,7 +71,8 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
 
     A message of ``size`` bytes :meth:`fits` while the queue is empty or holds at most ``budget`` bytes
     with it (budget 0: always). ``taken`` is set by every get; ``waiting`` counts pumps holding a message
-    that does not fit yet (ZMQ, then the kernel, hold the rest meanwhile).
+    that does not fit yet (the connection's intake holds the rest meanwhile); ``dropped`` counts the
+    messages the connection could not hold for it (see :class:`~.intake.IopubIntake`).
     """
 
     def __init__(self, budget: int = 0) -> None:
@@ -77,8 +81,13 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         self.bytes = 0
         self.taken = asyncio.Event()
         self.waiting = 0
+        self.intake: IopubIntake | None = None
         self._sizes: deque[int] = deque()
         self._next_size = 0
+
+    @property
+    def dropped(self) -> int:
+        return self.intake.dropped if self.intake is not None else 0
 
     def fits(self, size: int) -> bool:
         return not self.budget or not self.qsize() or self.bytes + size <= self.budget
@@ -108,6 +117,14 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return socket.recv_multipart(zmq.NOBLOCK)
     except zmq.Again:
         return None
+
+
+def _detach(socket: Any) -> None:
+    """Stop the event loop from watching an asyncio ZMQ socket (pyzmq watches its descriptor for good once
+    it was awaited, and would touch the socket from the loop's thread while another thread uses it)."""
+    clear = getattr(socket, "_clear_io_state", None)
+    if clear is not None:
+        clear()
 
 
 # How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
@@ -170,12 +187,14 @@ class LocalKernelConnection:
     Each connection has its own session id (the ZMQ identity), so several clients of one kernel do not
     steal each other's replies, and its channels are always stopped on :meth:`close`.
 
-    Output is taken from the kernel as fast as the server can: the iopub pump moves every message ZMQ
-    has received to :attr:`messages` while it fits in ``iopub_buffer_bytes`` (the executor takes them
-    from there; one message always fits an empty queue), and otherwise holds it until it fits. ZMQ
-    itself holds at most ``iopub_hwm`` messages more: its limit counts messages of any size (a kernel
-    message may be 100 MB), the budget counts bytes. Past both, messages wait in the kernel (which drops
-    them past its own 1000).
+    Output is taken from the kernel as it comes, whatever the event loop does: a thread of the
+    connection's own (:class:`~.intake.IopubIntake`) receives iopub and holds the raw messages in memory
+    while they fit in ``iopub_buffer_bytes`` together with those decoded ahead of them, and past that in a
+    spill file of at most ``iopub_spill_bytes``. The iopub pump, on the event loop, takes them back in
+    order, decodes them and moves them to :attr:`messages` while they fit in the same budget (the
+    executor takes them from there; one message always fits an empty queue). ZMQ itself holds at most
+    ``iopub_hwm`` messages more (its limit counts messages of any size; a kernel message may be 100 MB):
+    the thread keeps up, and the kernel, which never waits for a reader, has nothing to drop.
 
     While it is open, the connection also keeps the kernel's activity for jupyter_server (see
     :mod:`.activity`): the server then reads each iopub message once, not twice.
@@ -188,12 +207,15 @@ class LocalKernelConnection:
         *,
         iopub_hwm: int = 2,
         iopub_buffer_bytes: int = 0,
+        iopub_spill_bytes: int = 1024**3,
         hold_activity: bool = True,
     ):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
         self.iopub_hwm = iopub_hwm
+        self.iopub_spill_bytes = iopub_spill_bytes
         self.messages = MessageQueue(iopub_buffer_bytes)
+        self.intake: IopubIntake | None = None
         self._lost_state = False
         self._pid: int | None = None  # the kernel's process when connected
         self._client: Any = None
@@ -219,7 +241,13 @@ class LocalKernelConnection:
             self._activity = KernelActivity.of(self.kernel_manager, self.kernel_id)
         if self._activity is not None:
             self._activity.hold()
-        for name in ("shell", "iopub", "stdin"):
+        try:
+            await self._start_intake(client.iopub_channel.socket)
+        except BaseException:
+            await self.close()
+            raise
+        self._tasks.append(asyncio.create_task(self._pump_iopub()))
+        for name in ("shell", "stdin"):
             channel = getattr(client, f"{name}_channel")
             self._tasks.append(asyncio.create_task(self._pump(name, channel)))
         for kind in ("restart", "dead"):
@@ -260,31 +288,64 @@ class LocalKernelConnection:
 
         return callback
 
+    async def _start_intake(self, socket: Any) -> None:
+        """Hand the iopub socket to a thread of its own (see :class:`~.intake.IopubIntake`)."""
+        _detach(socket)  # from now on the intake's thread alone uses it, until close() stops the thread
+        # a check of the socket pyzmq scheduled before (call_later(0)) runs in the next iteration: let it
+        for _ in range(2):
+            await asyncio.sleep(0)
+        queue = self.messages
+        self.intake = queue.intake = IopubIntake(
+            zmq.Socket.shadow(socket.underlying),
+            budget=queue.budget,
+            spill_bytes=self.iopub_spill_bytes,
+            held_elsewhere=lambda: (queue.bytes, queue.qsize()),
+            name=f"iopub-{self.kernel_id[:8]}",
+        )
+        self.intake.start()
+
     async def _pump(self, name: str, channel: Any) -> None:
-        """Move the channel's messages to the queue as they come; iopub's wait while they do not fit."""
+        """Move the channel's messages to the queue as they come."""
         socket, session, queue = channel.socket, self._client.session, self.messages
         # the same socket, for receives that never wait
         now: zmq.Socket[Any] = zmq.Socket.shadow(socket.underlying)
-        iopub = name == "iopub"
-        activity = self._activity if iopub else None
         while True:
             try:
                 # copied into bytes as received: ZMQ's buffer goes at once (frames would keep it alive)
                 frames = await socket.recv_multipart()
                 while frames is not None:
-                    size = sum(map(len, frames)) if iopub else 0
-                    if iopub and not queue.fits(size):  # it waits here, undecoded; ZMQ stops behind it
-                        await self._wait_for_room(size)
-                    msg = _decode(session, frames, name)
-                    if activity is not None:
-                        activity.record(msg)
-                    queue.put_sized(msg, size)
+                    queue.put_nowait(_decode(session, frames, name))
                     frames = _recv_now(now)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
                 queue.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
                 return
+
+    async def _pump_iopub(self) -> None:
+        """Move the intake's messages to the queue, decoded, in order, while they fit (they wait in the
+        intake meanwhile, undecoded)."""
+        intake, session, queue, activity = self.intake, self._client.session, self.messages, self._activity
+        assert intake is not None
+        while True:
+            size = intake.next_size()
+            if size is None:
+                if intake.error is not None:
+                    queue.put_nowait(event("disconnected", reason=intake.error))
+                    return
+                await intake.wait()
+                continue
+            if not queue.fits(size):
+                await self._wait_for_room(size)
+                continue  # the oldest may be another one now (drain discards what is held)
+            try:
+                msg = _decode(session, intake.take(), "iopub")
+            except Exception as e:  # a bad message, or a spilled one that could not be read back
+                queue.put_nowait(event("disconnected", reason=f"iopub channel: {e}"))
+                return
+            if activity is not None:
+                activity.record(msg)
+            queue.put_sized(msg, size)
 
     async def _wait_for_room(self, size: int) -> None:
         """Wait until the queue has room for ``size`` bytes; jupyter_server watches the kernel's activity
@@ -337,6 +398,9 @@ class LocalKernelConnection:
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
+        if self.intake is not None:
+            with contextlib.suppress(BaseException):
+                await self.intake.stop()  # before the socket is closed: the thread uses it until then
         if self._activity is not None:
             self._activity.release()
         for callback, kind in self._callbacks:

@@ -81,6 +81,7 @@ class CellExecution:
     kernel_died: bool = False
     settled: bool = True  # reply and idle both arrived (False: the kernel did not settle in time)
     idle_missing: bool = False  # the reply came but its "idle" never did (iopub messages were lost)
+    output_lost: bool = False  # the connection dropped iopub messages meanwhile (past its buffer and spill)
     duration_ms: int = 0
     summary: SinkSummary | None = None
     execution_count: int | None = None  # the kernel's, from the execute_reply
@@ -302,6 +303,7 @@ async def run_cell(
     started = time.monotonic()
     run = _Run(conn, index, sink, emit, output_limits, observer)
     drain(conn.messages)
+    dropped = getattr(conn.messages, "dropped", 0)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
     except Exception:  # the connection is gone (closed websocket, stopped channels): the kernel is lost
@@ -370,6 +372,7 @@ async def run_cell(
                     run.result.kernel_died = True
     finally:
         cancel_wait.cancel()
+    run.result.output_lost = getattr(conn.messages, "dropped", 0) > dropped
     return _finish(run, limits, started)
 
 

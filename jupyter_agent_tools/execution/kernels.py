@@ -66,10 +66,15 @@ class KernelService(Service):
     ).tag(config=True)
     iopub_buffer_bytes = Int(
         16 * 1024 * 1024,
-        help="Bytes of kernel output messages a kernel connection takes in ahead of the code that processes "
-        "them (a message that arrives with room left is taken whole); past it the connection stops reading "
-        "and the kernel holds the rest. Too little makes a kernel that prints fast drop messages (it keeps "
-        "1000 at most); 0: no limit (memory grows with a flood).",
+        help="Bytes of kernel output messages a kernel connection holds in memory ahead of the code that "
+        "processes them (a message that arrives with room left is taken whole); past it they go to a spill "
+        "file (iopub_spill_bytes) and come back in order. 0: no limit (memory grows with a flood).",
+    ).tag(config=True)
+    iopub_spill_bytes = Int(
+        1024**3,
+        help="Bytes of kernel output messages a kernel connection keeps in a spill file on disk once "
+        "iopub_buffer_bytes is full (the kernel never waits for a reader: what is not taken is lost). "
+        "Past both, messages are dropped and logged, and the answer says so. 0: no spill file.",
     ).tag(config=True)
     hold_activity = Bool(
         True,
@@ -90,6 +95,10 @@ class KernelService(Service):
     @validate("iopub_hwm")
     def _valid_iopub_hwm(self, proposal: Any) -> int:
         return in_range(proposal, 1, 100_000, "messages")
+
+    @validate("iopub_spill_bytes")
+    def _valid_iopub_spill(self, proposal: Any) -> int:
+        return in_range(proposal, 0, 1024**4)
 
     @validate("iopub_buffer_bytes")
     def _valid_iopub_buffer(self, proposal: Any) -> int:
@@ -258,6 +267,7 @@ class KernelService(Service):
                 kernel_id,
                 iopub_hwm=self.iopub_hwm,
                 iopub_buffer_bytes=self.iopub_buffer_bytes,
+                iopub_spill_bytes=self.iopub_spill_bytes,
                 hold_activity=self.hold_activity,
             )
         self.connecting.add(kernel_id)
