@@ -116,7 +116,9 @@ class EnterpriseGatewayProcess(KernelGatewayProcess):
 def start_enterprise_gateway(
     max_kernels_per_user: int = 2, cull_idle_timeout: float = 0, cull_interval: float = 1
 ) -> EnterpriseGatewayProcess:
-    """Start Enterprise Gateway on 127.0.0.1 (a free port) with ``TOKEN`` and wait until it answers."""
+    """Start Enterprise Gateway on 127.0.0.1 (a free port) with ``TOKEN`` and wait until it answers. With
+    ``cull_idle_timeout`` it culls kernels idle that long, connected ones too (``cull_connected``: an eval
+    session keeps its kernel's websocket open)."""
     exe = ensure_enterprise_gateway()
     return on_a_free_port(
         lambda port: _start_once(exe, port, max_kernels_per_user, cull_idle_timeout, cull_interval)
@@ -157,6 +159,7 @@ def _start_once(
         cmd += [
             f"--RemoteMappingKernelManager.cull_idle_timeout={cull_idle_timeout:g}",
             f"--RemoteMappingKernelManager.cull_interval={cull_interval:g}",
+            "--RemoteMappingKernelManager.cull_connected=True",
         ]
     log_path = workdir / "gateway.log"
     with open(log_path, "wb") as log_file:

@@ -119,7 +119,7 @@ async def test_b_idle_sessions_cost_no_gateway_requests(
         assert (await evaluate("print(1)", session=name))["output"] == "1\n"
     assert len(kernel_ids(enterprise_gateway)) == 2  # no pooled kernel
     fault_proxy.reset()
-    window = 10.0
+    window = 6.0  # the heartbeat of before (5 s) asks at least once per session in any 6 s
     await asyncio.sleep(window)
     await service.sessions.sweep()  # the sweep of the idle sessions as well (every 30 s)
     requests = [r for r in fault_proxy.requests if r[1] != "/api/kernelspecs"]
@@ -193,3 +193,48 @@ def test_g_a_restarted_server_shuts_down_the_kernels_left_behind(enterprise_gate
         assert "shut down 1 kernel(s) on the gateway that an earlier process of this server started" in log
         assert json.loads((state / "agent_tools_gateway_kernels.json").read_text())["kernels"] == {}
     enterprise_gateway.delete_kernels([person["id"]])
+
+
+class TestCulledAndStopped:
+    """A gateway of their own: one that culls kernels idle 3 s (connected ones too), then is killed."""
+
+    @pytest.fixture(scope="class")
+    def culling_gateway(self) -> Iterator[EnterpriseGatewayProcess]:
+        gateway = start_enterprise_gateway(max_kernels_per_user=2, cull_idle_timeout=3)
+        try:
+            yield gateway
+        finally:
+            gateway.stop()
+
+    @pytest.fixture
+    def gateway_target(self, culling_gateway: EnterpriseGatewayProcess) -> EnterpriseGatewayProcess:
+        return culling_gateway
+
+    async def test_d_a_culled_session_kernel_is_restarted_and_said(self, evaluate, culling_gateway):
+        """(d) The gateway culls an idle session's kernel; the next call runs in a new kernel, answers
+        restarted: true and says the state is gone."""
+        first = await evaluate("x = 1", session="culled")
+        await until(lambda: first["kernel_id"] not in kernel_ids(culling_gateway), timeout=30)
+        again = await evaluate("print('x' in globals())", session="culled")
+        assert again["restarted"] is True
+        assert again["kernel_id"] != first["kernel_id"]
+        assert "Kernel had died and was restarted before this call" in again["output"]
+        assert again["cells"][0]["output"] == "False\n"
+
+    async def test_e_the_gateway_stopped_mid_call(self, evaluate, api, culling_gateway):
+        """(e) The gateway is killed while a cell runs: the call ends with an error and a message (no
+        hang), and the server keeps answering."""
+        call = asyncio.ensure_future(
+            api("POST", "eval", body={"cells": [{"code": "import time\ntime.sleep(60)"}], "session": "e"})
+        )
+        await until(lambda: len(kernel_ids(culling_gateway)) == 1 and culling_gateway.kernel_pids())
+        await asyncio.sleep(1)  # the cell runs
+        culling_gateway.kill()
+        status, answer = await asyncio.wait_for(call, 60)
+        assert status in (200, 502, 503), answer
+        if status == 200:
+            assert answer["error"] or answer["cells"][0]["status"] == "error", answer
+        else:
+            assert answer["message"]
+        status, listing = await api("GET", "sessions")
+        assert status == 200 and all(not s["busy"] for s in listing["sessions"])

@@ -147,9 +147,13 @@ class GatewayKernelConnection:
             return False
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
-            return bool(await ensure_async(kernel.is_alive()))
+            alive = bool(await ensure_async(kernel.is_alive()))
         except Exception:
             return False
+        # jupyter_server's is_alive answers True on the very request that finds the kernel gone (404: its
+        # model becomes None, and only the next call says False); a gateway that culled the kernel does
+        # not close its websocket either (Enterprise Gateway 3.3).
+        return alive and getattr(kernel, "kernel", True) is not None
 
     async def close(self) -> None:
         if self._ws is not None:

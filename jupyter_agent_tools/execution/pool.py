@@ -41,6 +41,7 @@ class KernelPool(Service):
 
     kernels = Instance(KernelService, help="Starts, connects to and shuts down the pooled kernels.")
     size = Int(
+        1,  # the gateway's default: _default_size
         help="Warm kernels of the default kernel spec kept started for per-call evals and new sessions "
         "(0 disables). Default 1; 0 when the kernels run on a gateway (GatewayClient.url set: a pooled "
         "kernel is an idle pod counted against the user's kernel cap). Filling starts at the first eval; "

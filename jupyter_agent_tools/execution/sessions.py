@@ -98,6 +98,7 @@ class EvalSessionManager(Service):
         30.0, help="Seconds between sweeps for idle and dead sessions and expired artifacts (0: no sweep)."
     ).tag(config=True)
     heartbeat_interval = Float(
+        5.0,  # the gateway's default: _default_heartbeat
         help="Seconds between liveness checks of each idle session's kernel; a dead kernel is cleaned up "
         "and restarted on the session's next call (0: no heartbeat). Default 5; 60 when the kernels run on "
         "a gateway (GatewayClient.url set), where a check is an HTTP request to the gateway and a kernel "
