@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,36 +162,46 @@ async def test_f_a_slow_kernel_start_does_not_eat_the_timeout(evaluate):
     assert "kernel_start_seconds" not in again and "A new kernel" not in again["output"]
 
 
-def test_g_a_restarted_server_shuts_down_the_kernels_left_behind(enterprise_gateway, tmp_path):
-    """(g) A server killed with eval kernels on the gateway; the next start of the server (same state
-    directory) shuts them down, and keeps a person's kernel it did not start."""
-    state = tmp_path / "state"
-    args = [
-        f"--GatewayClient.url={enterprise_gateway.url}",
-        f"--GatewayClient.auth_token={enterprise_gateway.token}",
-        f"--AgentStores.state_dir={state}",
-    ]
-    env = {"KERNEL_USERNAME": "restarted-user"}
-    others = kernel_ids(enterprise_gateway)
-    with jupyter_server(tmp_path / "root", extra_args=args, env=env) as first, first.client() as client:
-        answer = client.json("POST", "api/agent/eval", {"cells": [{"code": "print(1)"}], "session": "a"})
-        left = answer["kernel_id"]
-        person = client.json("POST", "api/kernels", {"name": "python3"}, expect=201)
-        first.process.send_signal(signal.SIGKILL)
-        first.process.wait(10)
-    assert kernel_ids(enterprise_gateway) - others == {left, person["id"]}
-    record = json.loads((state / "agent_tools_gateway_kernels.json").read_text())
-    assert list(record["kernels"]) == [left]
-    with jupyter_server(tmp_path / "root", extra_args=args, env=env) as second:
-        deadline = time.monotonic() + 30
-        while left in kernel_ids(enterprise_gateway) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert left not in kernel_ids(enterprise_gateway)
-        assert person["id"] in kernel_ids(enterprise_gateway)
-        log = second.log_path.read_text()
-        assert "shut down 1 kernel(s) on the gateway that an earlier process of this server started" in log
-        assert json.loads((state / "agent_tools_gateway_kernels.json").read_text())["kernels"] == {}
-    enterprise_gateway.delete_kernels([person["id"]])
+class TestRestart:
+    """(g) A server killed with eval kernels on the gateway; its next start shuts them down."""
+
+    @pytest.fixture
+    def left_behind(self, enterprise_gateway, tmp_path) -> dict[str, str]:
+        """A server process (a subprocess, with the state directory below) that started an eval session's
+        kernel and a person's kernel on the gateway, killed: {"left": eval kernel, "person": the other}."""
+        args = [
+            f"--GatewayClient.url={enterprise_gateway.url}",
+            f"--GatewayClient.auth_token={enterprise_gateway.token}",
+            f"--AgentStores.state_dir={tmp_path / 'state'}",
+        ]
+        with (
+            jupyter_server(tmp_path / "first", extra_args=args, env={"KERNEL_USERNAME": "killed"}) as first,
+            first.client() as client,
+        ):
+            answer = client.json("POST", "api/agent/eval", {"cells": [{"code": "print(1)"}], "session": "a"})
+            person = client.json("POST", "api/kernels", {"name": "python3"}, expect=201)
+            first.process.send_signal(signal.SIGKILL)
+            first.process.wait(10)
+        return {"left": answer["kernel_id"], "person": person["id"]}
+
+    @pytest.fixture
+    def jp_server_config(self, gateway_server_config, monkeypatch, tmp_path, left_behind):
+        monkeypatch.setenv("KERNEL_USERNAME", USER)
+        return {**gateway_server_config, "AgentStores": {"state_dir": str(tmp_path / "state")}}
+
+    async def test_g_the_next_start_shuts_down_the_kernels_left_behind(
+        self, left_behind, enterprise_gateway, jp_serverapp, tmp_path
+    ):
+        record = tmp_path / "state" / "agent_tools_gateway_kernels.json"
+        assert list(json.loads(record.read_text())["kernels"]) == [left_behind["left"]]
+        # The server's start hook (pytest-jupyter's server does not run it): the clean-up starts there
+        (extension,) = jp_serverapp.extension_manager.extension_apps["jupyter_agent_tools"]
+        await extension._start_jupyter_server_extension(jp_serverapp)
+        await until(lambda: left_behind["left"] not in kernel_ids(enterprise_gateway), timeout=30)
+        assert left_behind["person"] in kernel_ids(enterprise_gateway)  # not ours: a person's
+        assert json.loads(record.read_text())["kernels"] == {}
+        assert await extension._reaping == [left_behind["left"]]  # what it logged it shut down
+        enterprise_gateway.delete_kernels([left_behind["person"]])
 
 
 class TestCulledAndStopped:
