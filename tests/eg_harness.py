@@ -17,6 +17,7 @@ pod. The ``slow`` spec waits ``SLOW_START`` seconds before the kernel starts (a 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -65,16 +66,23 @@ def cache_dir() -> Path:
 
 
 def ensure_enterprise_gateway() -> Path:
-    """The ``jupyter-enterprisegateway`` executable of the cached install (made now if missing)."""
+    """The ``jupyter-enterprisegateway`` executable of the cached install (made now if missing; test
+    processes running side by side install it once, under a lock)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("util-linux's unshare is needed for the Enterprise Gateway tests' kernel specs")
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / f".{VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _install()
+
+
+def _install() -> Path:
     env_dir = cache_dir() / VERSION
     exe = env_dir / "bin" / "jupyter-enterprisegateway"
     stamp = env_dir / ".installed"
     if stamp.exists() and exe.exists():
         return exe
-    if shutil.which("unshare") is None:
-        pytest.skip("util-linux's unshare is needed for the Enterprise Gateway tests' kernel specs")
     shutil.rmtree(env_dir, ignore_errors=True)
-    env_dir.parent.mkdir(parents=True, exist_ok=True)
     venv.EnvBuilder(with_pip=True).create(env_dir)
     pip = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     try:

@@ -11,6 +11,10 @@ never eval keeps no extra kernel. Pooled kernels hold file descriptors like any 
 while fewer than twice ``KernelService.fd_headroom`` descriptors are free, and the recovery policy shuts
 the pool down (:meth:`KernelPool.release`) before idle sessions when a start runs out of descriptors.
 Pooled kernels are not sessions: listings show only their count (:meth:`KernelPool.describe`).
+
+On a gateway the pool is off unless configured (a pooled kernel is an idle pod counted against the user's
+kernel cap); a configured one gives way: a kernel creation the gateway refuses for its cap releases the pool
+(:func:`~.gateway.watch_kernel_cap`), and a refill refused for it waits as long as after a release.
 """
 
 from __future__ import annotations
