@@ -344,6 +344,7 @@ class AgentToolsApp(ExtensionApp):
             session_manager=serverapp.session_manager,
             notebook_kernels=notebook_kernels,
         )
+        self._on_a_gateway(kernels, sessions, evals.pool)
         self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )
@@ -361,6 +362,28 @@ class AgentToolsApp(ExtensionApp):
             max_batch_answer_bytes=self.mcp_max_batch_answer_bytes,
             max_sessions_per_identity=self.mcp_max_sessions_per_identity,
             log=self.log,
+        )
+
+    def _on_a_gateway(self, kernels: KernelService, sessions: EvalSessionManager, pool: KernelPool) -> None:
+        """Kernels on a remote gateway (GatewayClient.url set): record the kernels started there (for the
+        clean-up of those a process leaves behind), let a kernel the gateway refuses for its per-user cap
+        take the warm pool's place, and say once which defaults changed (docs/admin.md)."""
+        if not kernels.gateway:
+            return
+        from .execution.gateway import RECORD_NAME, watch_kernel_cap
+
+        owned = kernels.own_kernels_on_gateway(AgentStores(parent=self).path(RECORD_NAME))
+        watch_kernel_cap(kernels.kernel_manager, pool.release, self.log)
+        self.log.info(
+            "jupyter_agent_tools: kernels run on a gateway, so: warm pool of %d kernel(s)%s; idle sessions' "
+            "kernels checked every %g s; notebook runs never adopt pooled kernels; a kernel start does not "
+            "count against a call's timeout; kernels started there carry KERNEL_AGENT_TOOLS_SERVER=%s and "
+            "are recorded in %s, where the next start finds those left behind",
+            pool.size,
+            "" if "size" in self.config.get("KernelPool", {}) else " (default on a gateway)",
+            sessions.heartbeat_interval,
+            owned.server_id if owned is not None else "-",
+            owned.path if owned is not None else "-",
         )
 
     def _end_what_tokens_start(self, provider: Any) -> None:
@@ -433,6 +456,8 @@ class AgentToolsApp(ExtensionApp):
         if not hasattr(self, "mcp_server"):  # initialize_settings failed (logged by jupyter_server)
             return
         self.eval_service.sessions.start()
+        # Kernels an earlier process of this server left on the gateway: shut down in the background.
+        self._reaping = asyncio.ensure_future(self.eval_service.kernels.reap_orphans())
         self.ledger.start()
         await self.run_registry.load()  # a previous process's unfinished runs become "lost"
         await self.approval_policy.start()  # requests a previous process left pending expire
@@ -461,5 +486,8 @@ class AgentToolsApp(ExtensionApp):
                 await step()
             except Exception:
                 self.log.exception("jupyter_agent_tools: stopping the %s failed", what)
+        owned = evals.kernels.owned if evals is not None else None
+        if owned is not None:
+            owned.close()  # its last writes (kernels shut down just now) are done first
         if evals is not None and evals.artifacts.owns_root:
             evals.artifacts.remove_all()

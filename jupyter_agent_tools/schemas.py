@@ -679,6 +679,12 @@ ANSWER_SCHEMAS: dict[str, Any] = {
             "error": {**_STR_OR_NULL, "description": "A call-level failure (e.g. restart limit), else null"},
             "output": {"type": "string", "description": "The combined text for a model."},
             "cells": {"type": "array", "items": ref("EvalCellResult"), "description": "The cells that ran."},
+            "kernel_start_seconds": {
+                "type": "number",
+                "description": "Only when the call started a kernel (a new session, a per-call kernel, a "
+                "restart): how long that took. Not counted in the call's timeout; 5 s or more is also said "
+                "in the output.",
+            },
         }
     ),
     "EvalEvent": {
@@ -1469,6 +1475,7 @@ LEDGER_SCHEMAS: dict[str, Any] = {
 ANSWER_SCHEMAS["NotebookChangeResult"]["properties"].update(_RECORDED)
 ANSWER_SCHEMAS["NotebookRunResult"]["properties"].update(_RECORDED)
 ANSWER_SCHEMAS["EvalResult"]["required"].remove("notebook")  # only eval with 'notebook' has it
+ANSWER_SCHEMAS["EvalResult"]["required"].remove("kernel_start_seconds")  # only a call that started one
 ANSWER_SCHEMAS["NotebookRead"]["properties"]["changes_since"] = {
     **ref("ChangesSince"),
     "description": "Only with ?since=<hash>: which cells changed since that version, and by whom",

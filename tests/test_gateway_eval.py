@@ -144,6 +144,7 @@ async def test_creation_timeout_599_is_retried_then_503(api, fault_proxy):
     app_status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "session": "slow"})
     assert app_status == 503
     assert "HTTP 599" in answer["message"]
+    assert "KERNEL_LAUNCH_TIMEOUT" in answer["message"]  # what bounds a start, and what to raise
     assert fault_proxy.kernel_posts == 2
 
 

@@ -38,24 +38,63 @@ from .request import EvalRequest
 from .session import InitSpec, KernelSession, SessionState
 from .sessions import EvalSessionManager
 
+# The init step's error when the working directory does not exist in the kernel (a kernel on a gateway
+# runs where the server's paths may not exist): its value is "<cwd>|<the kernel's working directory>".
+CWD_MISSING = "AgentToolsCwdMissing"
+
 
 def build_init_code(spec: InitSpec) -> str:
-    """The silent init step: cwd, environment, and cwd on ``sys.path``."""
+    """The silent init step: environment, cwd, and cwd on ``sys.path``. A cwd the kernel cannot enter
+    fails the step with a :data:`CWD_MISSING` error, after the environment was set."""
     env = dict(spec.env)
     return (
         "def __agent_tools_init():\n"
         "    import os, sys\n"
         f"    cwd = {spec.cwd!r}\n"
+        f"    os.environ.update({env!r})\n"
         "    try:\n"
         "        os.chdir(cwd)\n"
-        "    except OSError:\n"
-        "        pass\n"
-        f"    os.environ.update({env!r})\n"
+        "    except OSError as e:\n"
+        f"        raise type({CWD_MISSING!r}, (Exception,), {{}})(cwd + '|' + os.getcwd()) from None\n"
         "    if cwd not in sys.path:\n"
         "        sys.path.insert(0, cwd)\n"
-        "__agent_tools_init()\n"
-        "del __agent_tools_init\n"
+        "try:\n"
+        "    __agent_tools_init()\n"
+        "finally:\n"
+        "    del __agent_tools_init\n"
     )
+
+
+def cwd_missing_notice(error: dict[str, Any] | None) -> str | None:
+    """The notice of an init step whose working directory does not exist in the kernel, else None."""
+    if not error or error.get("ename") != CWD_MISSING:
+        return None
+    cwd, _, actual = str(error.get("evalue") or "").partition("|")
+    return (
+        f"[The working directory {cwd} does not exist where this kernel runs (a kernel on a remote gateway "
+        f"sees its own filesystem, not the server's); the code runs in {actual or 'its start directory'} "
+        "instead. Pass paths that exist in the kernel, or have the gateway mount the server's files "
+        "(Enterprise Gateway: EG_MIRROR_WORKING_DIRS).]"
+    )
+
+
+def start_notice(seconds: float, timeout: float) -> str:
+    """The notice of a call that waited for a new kernel longer than its own timeout allows for work."""
+    return (
+        f"[A new kernel was started for this call in {seconds:.1f} s; the call's timeout ({timeout:g} s) "
+        "counts from when it answered.]"
+    )
+
+
+# A kernel start this long (seconds) is told in the answer's text, not only in kernel_start_seconds.
+SLOW_START_SECONDS = 5.0
+
+
+def with_start_time(session: KernelSession, answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` with ``kernel_start_seconds`` when the call started a kernel (not in its timeout)."""
+    if session.start_seconds is not None:
+        answer["kernel_start_seconds"] = round(session.start_seconds, 3)
+    return answer
 
 
 def lost_notice(name: str, gone: dict[str, Any]) -> str:
@@ -412,8 +451,11 @@ class EvalService(Service):
         return task.result()
 
     async def _start_kernel(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
-        """A fresh, initialized kernel for the session (in place of its current one, if any)."""
+        """A fresh, initialized kernel for the session (in place of its current one, if any); how long
+        that took goes to ``session.start_seconds`` (the call's own timeout does not count it)."""
         kernel_name = request.kernel_name or session.kernel_name or self.kernels.default_kernel_name
+        loop = asyncio.get_running_loop()
+        began = loop.time()
 
         async def launch() -> tuple[str, KernelConnection]:
             # A warm pooled kernel when one of this spec is ready; its init step runs just below.
@@ -422,6 +464,7 @@ class EvalService(Service):
 
         await session.start_kernel(kernel_name, launch)
         await self._ensure_init(session, request, cwd)
+        session.start_seconds = (session.start_seconds or 0.0) + loop.time() - began
 
     async def _ensure_init(self, session: KernelSession, request: EvalRequest, cwd: str) -> None:
         spec = self._init_spec(session, request, cwd)
@@ -447,6 +490,7 @@ class EvalService(Service):
                 retry_after=RETRY_AFTER_MOMENT,
             )
         session.init = spec
+        session.cwd_notice = cwd_missing_notice(result.error)
 
     async def _prepare(
         self, session: KernelSession, request: EvalRequest, cwd: str, notices: list[str]
@@ -490,6 +534,7 @@ class EvalService(Service):
             notices.append(lost_notice(session.name, lost))
         answer = functools.partial(eval_answer, session_lost=lost)
         session.cwd = request.cwd
+        session.start_seconds = None
         try:
             restarted = await self._start_unless_cancelled(
                 session, request, self._prepare(session, request, cwd, notices), cancel
@@ -499,11 +544,21 @@ class EvalService(Service):
             raise
         if session.closed or cancel.is_set():  # deleted or interrupted as its kernel became ready
             return answer(session, request, [], notices, restarted=restarted, cancelled=True)
+        self._start_notices(session, request, notices)
         run = await self._run_cells(session, request, emit, cancel, pace, _ReplaceKernel(self, request, cwd))
         notices += run.notices
-        return answer(
-            session, request, run.ran, notices, restarted=restarted or run.restarted, error=run.error
+        return with_start_time(
+            session,
+            answer(session, request, run.ran, notices, restarted=restarted or run.restarted, error=run.error),
         )
+
+    @staticmethod
+    def _start_notices(session: KernelSession, request: EvalRequest, notices: list[str]) -> None:
+        """Tell the caller a slow kernel start (not counted in its timeout) and a cwd the kernel lacks."""
+        if session.start_seconds is not None and session.start_seconds >= SLOW_START_SECONDS:
+            notices.append(start_notice(session.start_seconds, request.timeout))
+        if session.cwd_notice is not None:
+            notices.append(session.cwd_notice)
 
     async def _run_cells(
         self,
@@ -543,8 +598,10 @@ class EvalService(Service):
             await self._start_unless_cancelled(session, request, start, cancel)
             if session.closed or cancel.is_set():  # deleted or interrupted as its kernel became ready
                 return eval_answer(session, request, [], [], restarted=False, cancelled=True)
+            notices: list[str] = []
+            self._start_notices(session, request, notices)
             run = await self._run_cells(session, request, emit, cancel, pace, None)
-            return eval_answer(session, request, run.ran, [], restarted=False)
+            return with_start_time(session, eval_answer(session, request, run.ran, notices, restarted=False))
         except _StillStarting as still:
             still_starting = still.start
             return still.answer

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,6 +51,16 @@ def died_at_start(exc: BaseException) -> bool:
     often it lost its ports: jupyter_client picks free TCP ports, and another process may bind one before
     the kernel does (``Address already in use`` in the kernel's log), which a second start does not meet."""
     return any(isinstance(item, RuntimeError) and "died before replying" in str(item) for item in _chain(exc))
+
+
+def is_kernel_cap(exc: BaseException) -> bool:
+    """Whether a gateway refused a kernel because a kernel limit is reached: Enterprise Gateway answers
+    403 "A max kernels per user limit has been set to N ..." (``EG_MAX_KERNELS_PER_USER``), "A max kernels
+    limit ..." or "Resource Limit" (``EG_MAX_KERNELS``)."""
+    if http_status(exc) != 403:
+        return False
+    text = " ".join(str(item) for item in _chain(exc)) + " " + http_message(exc)
+    return bool(re.search(r"max kernels|resource limit", text, re.IGNORECASE))
 
 
 def http_status(exc: BaseException) -> int | None:

@@ -1,17 +1,34 @@
-"""A kernel connection over a remote gateway's websocket (``jupyter server --gateway-url=...``).
+"""Kernels on a remote gateway (``jupyter server --gateway-url=...``): the connection, the owner record, the
+kernel cap.
 
-The stock ``GatewayKernelClient`` opens its websocket without the gateway's auth headers and gets 401
-from a gateway that requires a token. This connection opens a Tornado websocket with
-``GatewayClient.instance().load_connection_args()`` — what the server's own
-``GatewayWebSocketConnection`` does — and speaks the JSON message protocol on it.
+- :class:`GatewayKernelConnection`: a kernel's messages over its websocket. The stock
+  ``GatewayKernelClient`` opens its websocket without the gateway's auth headers and gets 401 from a
+  gateway that requires a token. This connection opens a Tornado websocket with
+  ``GatewayClient.instance().load_connection_args()`` — what the server's own
+  ``GatewayWebSocketConnection`` does — and speaks the JSON message protocol on it.
+- :class:`OwnedKernels`: the kernels this server started on the gateway, kept in a small JSON file in the
+  stores' directory (:class:`~jupyter_agent_tools.stores.AgentStores`) with the server process that started
+  each. A gateway's kernel listing does not show a kernel's environment (Enterprise Gateway's
+  ``/api/kernels`` does not), so the owner tag the kernels carry (``KERNEL_AGENT_TOOLS_SERVER``,
+  ``KERNEL_AGENT_TOOLS_PROCESS`` in their environment) is for people; the record is what the next process
+  of the server reads at start to shut down the kernels a process that is gone left behind (:meth:`reap`).
+- :func:`watch_kernel_cap`: a kernel creation the gateway refuses for its kernel cap (Enterprise Gateway's
+  403 for ``EG_MAX_KERNELS_PER_USER``) — a person's notebook through ``/api/sessions`` as well as ours —
+  releases the warm pool's kernels and is tried once more: a pooled kernel never takes a user's last slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
+import hashlib
 import json
 import logging
+import os
+import tempfile
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import uuid4
 
@@ -24,7 +41,9 @@ from tornado.escape import url_escape
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from ..stores import Worker, owner_alive, this_process
 from .connection import event
+from .faults import http_status, is_kernel_cap
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +147,13 @@ class GatewayKernelConnection:
             return False
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
-            return bool(await ensure_async(kernel.is_alive()))
+            alive = bool(await ensure_async(kernel.is_alive()))
         except Exception:
             return False
+        # jupyter_server's is_alive answers True on the very request that finds the kernel gone (404: its
+        # model becomes None, and only the next call says False); a gateway that culled the kernel does
+        # not close its websocket either (Enterprise Gateway 3.3).
+        return alive and getattr(kernel, "kernel", True) is not None
 
     async def close(self) -> None:
         if self._ws is not None:
@@ -142,3 +165,165 @@ class GatewayKernelConnection:
             with contextlib.suppress(BaseException):
                 await self._reader
             self._reader = None
+
+
+# -- the kernels this server started ---------------------------------------------------------------
+
+SERVER_ENV = "KERNEL_AGENT_TOOLS_SERVER"  # the server's stable id (kept in the record)
+PROCESS_ENV = "KERNEL_AGENT_TOOLS_PROCESS"  # a hash of the server process's identity (stores.ProcessIdentity)
+RECORD_NAME = "agent_tools_gateway_kernels.json"
+
+
+def process_tag(key: str) -> str:
+    """The owner tag of a server process (a hash of its :attr:`ProcessIdentity.key`: no host names or PIDs
+    in a kernel's environment)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class OwnedKernels:
+    """The kernels this server started on the gateway, by id, with the server process that started each,
+    in the JSON file ``path`` (written atomically in a worker thread: the event loop never waits on it).
+
+    A missing or unreadable file is a fresh start (logged). The file holds ids only: nothing secret.
+    """
+
+    def __init__(self, path: str, logger: logging.Logger | None = None):
+        self.path = path
+        self.log = logger or log
+        self.me = this_process().key
+        self._worker = Worker("agent-tools-gateway-record")
+        self._data = self._read()
+        self.server_id: str = self._data.setdefault("server", uuid4().hex)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {"kernels": {}}
+        except (OSError, ValueError) as e:
+            self.log.warning("the record of gateway kernels %s cannot be read (%s): a new one", self.path, e)
+            return {"kernels": {}}
+        if not isinstance(data, dict) or not isinstance(data.get("kernels"), dict):
+            return {"kernels": {}}
+        data["kernels"] = {str(k): str(v) for k, v in data["kernels"].items()}
+        if not isinstance(data.get("server"), str):
+            data.pop("server", None)
+        return data
+
+    def env(self) -> dict[str, str]:
+        """The owner tag a kernel this server starts carries in its environment."""
+        return {SERVER_ENV: self.server_id, PROCESS_ENV: process_tag(self.me)}
+
+    @property
+    def kernel_ids(self) -> list[str]:
+        return list(self._data["kernels"])
+
+    async def add(self, kernel_id: str) -> None:
+        self._data["kernels"][kernel_id] = self.me
+        await self._save()
+
+    async def discard(self, kernel_id: str) -> None:
+        if self._data["kernels"].pop(kernel_id, None) is not None:
+            await self._save()
+
+    def orphans(self) -> list[str]:
+        """Kernels recorded for a server process that no longer runs (not this one)."""
+        kernels = self._data["kernels"].items()
+        return [k for k, owner in kernels if owner != self.me and not owner_alive(owner, None, 0)]
+
+    async def reap(self, delete: Callable[[str], Awaitable[None]]) -> tuple[list[str], list[str]]:
+        """Shut down the orphans with ``delete`` (a kernel already gone, 404, counts as shut down); those
+        whose shutdown failed (the gateway is down) stay recorded for the next start. (reaped, kept)."""
+        reaped, kept = [], []
+        for kernel_id in self.orphans():
+            try:
+                await delete(kernel_id)
+            except Exception as e:
+                if http_status(e) != 404:
+                    kept.append(kernel_id)
+                    self.log.warning(
+                        "shutting down orphaned gateway kernel %s failed (kept for the next start): %s",
+                        kernel_id,
+                        e,
+                    )
+                    continue
+            reaped.append(kernel_id)
+            self._data["kernels"].pop(kernel_id, None)
+        if reaped:
+            await self._save()
+        return reaped, kept
+
+    async def _save(self) -> None:
+        snapshot = json.dumps(self._data, sort_keys=True)
+        try:
+            await self._worker.run(functools.partial(_write_atomically, self.path, snapshot))
+        except Exception as e:  # a full disk must not fail a kernel start: the record is for clean-up
+            self.log.warning("writing the record of gateway kernels %s failed: %s", self.path, e)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+
+def _write_atomically(path: str, text: str) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".gateway-kernels-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+async def delete_gateway_kernel(kernel_id: str) -> None:
+    """DELETE a kernel on the gateway that this process's kernel manager does not know (an orphan)."""
+    from jupyter_server.gateway.gateway_client import gateway_request
+
+    client = GatewayClient.instance()
+    url = url_path_join(client.url or "", client.kernels_endpoint, url_escape(kernel_id))
+    await gateway_request(url, method="DELETE")
+
+
+# -- the kernel cap ------------------------------------------------------------------------------------
+
+# Set while the warm pool starts a kernel: its own start hitting the cap must not release the pool.
+POOL_START: contextvars.ContextVar[bool] = contextvars.ContextVar("agent_tools_pool_start", default=False)
+CAP_MARK = "_agent_tools_cap_watch"
+
+
+def watch_kernel_cap(
+    kernel_manager: Any, release: Callable[[], Awaitable[list[str]]], logger: logging.Logger
+) -> None:
+    """Wrap the gateway kernel manager's ``start_kernel`` (once): a creation refused for the gateway's kernel
+    cap, not the pool's own, calls ``release()`` (the pool's kernels go) and, when that freed any, is tried
+    once more."""
+    original = kernel_manager.start_kernel
+    if getattr(original, CAP_MARK, False):
+        return
+
+    async def start_kernel(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await original(*args, **kwargs)
+        except Exception as e:
+            if POOL_START.get() or not is_kernel_cap(e):
+                raise
+            released = await release()
+            if not released:
+                raise
+            logger.warning(
+                "the kernel gateway refused a kernel for its kernel cap (%s): shut down %d warm pool "
+                "kernel(s) %s and trying once more",
+                e,
+                len(released),
+                released,
+            )
+        return await original(*args, **kwargs)
+
+    setattr(start_kernel, CAP_MARK, True)
+    kernel_manager.start_kernel = start_kernel

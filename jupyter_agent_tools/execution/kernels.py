@@ -15,7 +15,7 @@ import contextlib
 import errno
 import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from jupyter_client.kernelspec import NoSuchKernel
@@ -29,6 +29,9 @@ from ..traits import Service, at_least, in_range
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
+if TYPE_CHECKING:
+    from .gateway import OwnedKernels
+
 log = logging.getLogger(__name__)
 # How often to look whether a kernel restarted by its manager runs again (restarts take ~0.5-2 s).
 RESTART_POLL_INTERVAL = 0.1
@@ -41,6 +44,19 @@ def is_gateway(kernel_manager: Any) -> bool:
     except ImportError:  # pragma: no cover - very old jupyter_server
         return False
     return isinstance(kernel_manager, GatewayMappingKernelManager)
+
+
+def launch_timeout_hint() -> str:
+    """What bounds a kernel start on a gateway, and what to raise when kernels take longer to start."""
+    from jupyter_server.gateway.gateway_client import GatewayClient
+
+    client = GatewayClient.instance()
+    return (
+        "the gateway did not start the kernel within GatewayClient.request_timeout="
+        f"{client.request_timeout:g} s (KERNEL_LAUNCH_TIMEOUT={GatewayClient.KERNEL_LAUNCH_TIMEOUT} s, the "
+        "gateway's own launch timeout): a kernel that takes longer to start, such as a pod whose image is "
+        "pulled, needs both raised"
+    )
 
 
 class KernelService(Service):
@@ -109,6 +125,8 @@ class KernelService(Service):
         self.started: set[str] = set()  # ids of kernels this extension started and has not shut down
         self.connecting: set[str] = set()  # ids of kernels waited for to answer (killed at server stop)
         self.stopping = False  # the server stops: no kernel is started any more
+        # On a gateway: the kernels this server started, on disk for the next process (see .gateway)
+        self.owned: OwnedKernels | None = None
 
     @property
     def gateway(self) -> bool:
@@ -189,6 +207,8 @@ class KernelService(Service):
             # Unreachable gateways (503) and timeouts (599) are worth retrying later; other 5xx are the
             # gateway's own failure.
             code = 503 if status in (503, 599) else 502
+            if status == 599 and self.gateway:
+                message += f" ({launch_timeout_hint()})"
             return AgentToolsError(
                 f"The {where} could not create a kernel{tried}: HTTP {status}: {message}",
                 code,
@@ -221,7 +241,11 @@ class KernelService(Service):
         if kernel_name:
             kwargs["kernel_name"] = kernel_name
         if self.gateway:
+            if self.owned is not None:  # the owner tag (jupyter_server sends KERNEL_* to the gateway)
+                kwargs["env"] = self.owned.env()
             kernel_id = str(await ensure_async(self.kernel_manager.start_kernel(**kwargs)))
+            if self.owned is not None:
+                await self.owned.add(kernel_id)
         else:
             check_fd_headroom(self.fd_headroom)
             # Choosing the id locally means a failed start can be cleaned up exactly (and only) here.
@@ -331,6 +355,7 @@ class KernelService(Service):
         """Shut a kernel down (``now``: kill it); a kernel already gone is not an error."""
         self.started.discard(kernel_id)
         if kernel_id not in self.kernel_manager:
+            await self._forget_owned(kernel_id)
             return
         await self._let_restart_finish(kernel_id)
         try:
@@ -341,6 +366,40 @@ class KernelService(Service):
                 await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=True))
             # Ours and unreachable (e.g. its gateway is gone): do not keep a dead entry in the manager.
             await self.forget_failed_start(kernel_id)
+            if self.gateway and kernel_id in self.kernel_manager:
+                return  # still recorded: the next start of the server shuts it down
+        await self._forget_owned(kernel_id)
+
+    async def _forget_owned(self, kernel_id: str) -> None:
+        if self.owned is not None:
+            await self.owned.discard(kernel_id)
+
+    def own_kernels_on_gateway(self, path: str) -> OwnedKernels | None:
+        """On a gateway: record the kernels started from now on in the file ``path`` (tagged with this
+        server's id and process) and return the record; None when the server's kernels are local."""
+        if self.gateway and self.owned is None:
+            from .gateway import OwnedKernels
+
+            self.owned = OwnedKernels(path, self.log)
+        return self.owned
+
+    async def reap_orphans(self) -> list[str]:
+        """Shut down the gateway kernels an earlier process of this server started and left behind (its
+        record, see :class:`~.gateway.OwnedKernels`); logged. The ids shut down."""
+        if self.owned is None or not self.owned.orphans():
+            return []
+        from .gateway import delete_gateway_kernel
+
+        reaped, kept = await self.owned.reap(delete_gateway_kernel)
+        if reaped or kept:
+            self.log.warning(
+                "jupyter_agent_tools: shut down %d kernel(s) on the gateway that an earlier process of this "
+                "server started and left behind: %s%s",
+                len(reaped),
+                reaped,
+                f"; {len(kept)} could not be and are tried at the next start: {kept}" if kept else "",
+            )
+        return reaped
 
     async def _let_restart_finish(self, kernel_id: str) -> None:
         """Wait (bounded by ``ready_timeout``) for a start or restart of the kernel that is under way:

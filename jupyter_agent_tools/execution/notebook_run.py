@@ -23,7 +23,7 @@ created, connected): runs use it, and so does eval with ``notebook`` (:meth:`Not
 the front doors call for such a body). Both run their cells through the one cell loop
 (:meth:`~.cells.CellExecutor.run_cells`) with the same policy for the notebook's kernel. A notebook with
 no kernel whose kernelspec is the warm pool's gets a pooled kernel, adopted by jupyter_server as its
-session kernel.
+session kernel (not on a gateway, where a kernel's working directory is set at launch only).
 :meth:`NotebookRunner.kernel` and :meth:`NotebookRunner.kernel_action` describe, interrupt, restart and
 shut down a notebook's kernel (``/api/agent/notebooks/{path}/kernel``).
 """
@@ -408,7 +408,10 @@ class NotebookRunner(Service):
         kernel_name = self._kernel_name(notebook)
         await self.kernels.check_kernel_name(kernel_name)  # 400 listing the installed ones
         await self.notebook_kernels.make_room(path)
-        pooled = await self.pool.take(kernel_name) if self.pool is not None else None
+        # Not on a gateway: a kernel gets its working directory there only at launch (KERNEL_WORKING_DIR),
+        # and a pooled one was launched for the server's root, not the notebook's directory.
+        adopt = self.pool is not None and not self.kernels.gateway
+        pooled = await self.pool.take(kernel_name) if adopt and self.pool is not None else None
         try:
             self.kernels.refuse_if_stopping()  # jupyter_server's own shutdown may have run already
             model = await ensure_async(
@@ -449,7 +452,7 @@ class NotebookRunner(Service):
         cwd = str(self.kernels.kernel_manager.cwd_for_path(api_dir))
         name = self.session_manager.get_kernel_env(path, posixpath.basename(path))["JPY_SESSION_NAME"]
         code = (
-            f"import os as _jat_os\n_jat_os.chdir({cwd!r})\n"
+            f"import os as _jat_os\ntry:\n    _jat_os.chdir({cwd!r})\nexcept OSError:\n    pass\n"
             f"_jat_os.environ['JPY_SESSION_NAME'] = {name!r}\n__session__ = {name!r}\ndel _jat_os\n"
         )
         loop = asyncio.get_running_loop()

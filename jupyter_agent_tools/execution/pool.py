@@ -11,6 +11,10 @@ never eval keeps no extra kernel. Pooled kernels hold file descriptors like any 
 while fewer than twice ``KernelService.fd_headroom`` descriptors are free, and the recovery policy shuts
 the pool down (:meth:`KernelPool.release`) before idle sessions when a start runs out of descriptors.
 Pooled kernels are not sessions: listings show only their count (:meth:`KernelPool.describe`).
+
+On a gateway the pool is off unless configured (a pooled kernel is an idle pod counted against the user's
+kernel cap); a configured one gives way: a kernel creation the gateway refuses for its cap releases the pool
+(:func:`~.gateway.watch_kernel_cap`), and a refill refused for it waits as long as after a release.
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ import contextlib
 import logging
 from typing import Any
 
-from traitlets import Float, Instance, Int, validate
+from traitlets import Float, Instance, Int, default, validate
 
 from ..audit import metrics as audit_metrics
 from ..traits import Service, at_least
 from .connection import KernelConnection
-from .faults import fd_usage
+from .faults import fd_usage, is_kernel_cap
+from .gateway import POOL_START
 from .kernels import KernelService, close_quietly
 
 log = logging.getLogger(__name__)
@@ -40,14 +45,20 @@ class KernelPool(Service):
 
     kernels = Instance(KernelService, help="Starts, connects to and shuts down the pooled kernels.")
     size = Int(
-        1,
+        1,  # the gateway's default: _default_size
         help="Warm kernels of the default kernel spec kept started for per-call evals and new sessions "
-        "(0 disables). Filling starts at the first eval; each pooled kernel runs one call (or one "
-        "session) and is shut down, then the pool starts another. Pooled kernels are not sessions, hold "
-        "file descriptors like any kernel (a refill waits while fewer than 2 x fd_headroom are free) and "
-        "are shut down first when a kernel start runs out of descriptors.",
+        "(0 disables). Default 1; 0 when the kernels run on a gateway (GatewayClient.url set: a pooled "
+        "kernel is an idle pod counted against the user's kernel cap). Filling starts at the first eval; "
+        "each pooled kernel runs one call (or one session) and is shut down, then the pool starts another. "
+        "Pooled kernels are not sessions, hold file descriptors like any kernel (a refill waits while fewer "
+        "than 2 x fd_headroom are free) and are shut down first when a kernel start runs out of descriptors "
+        "or a gateway refuses a kernel for its per-user cap.",
     ).tag(config=True)
     retry_delay = Float(RETRY_DELAY, help="Seconds before a failed refill is tried again (doubling).")
+
+    @default("size")
+    def _default_size(self) -> int:
+        return 0 if self.kernels is not None and self.kernels.gateway else 1
 
     @validate("size")
     def _valid_size(self, proposal: Any) -> int:
@@ -180,8 +191,15 @@ class KernelPool(Service):
         try:
             # Shielded: shutting the pool down waits for a start in progress instead of abandoning a
             # half-started kernel in the manager.
-            kernel_id, connection = await asyncio.shield(self.kernels.launch(kernel_name, ""))
+            token = POOL_START.set(True)  # hitting a gateway's kernel cap must not release the pool itself
+            try:
+                launching = asyncio.ensure_future(self.kernels.launch(kernel_name, ""))
+            finally:
+                POOL_START.reset(token)
+            kernel_id, connection = await asyncio.shield(launching)
         except Exception as e:
+            if is_kernel_cap(e):  # the user's slots are theirs: wait as long as after a release
+                self._paused_until = asyncio.get_running_loop().time() + MAX_RETRY_DELAY
             if not self._closed:  # else killed by the server's stop
                 self.log.warning(
                     "starting a pooled kernel failed (retried later): %s: %s", type(e).__name__, e

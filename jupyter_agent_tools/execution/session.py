@@ -94,6 +94,9 @@ class KernelSession:
         self.predecessor_gone: dict[str, Any] | None = None
         self.connection: KernelConnection | None = None
         self.init: InitSpec | None = None
+        # The init step's notice when its cwd does not exist in the kernel (a remote one): told each call.
+        self.cwd_notice: str | None = None
+        self.start_seconds: float | None = None  # the running call's kernel start(s), not in its timeout
         self.created = self.last_used = time.time()
         self.restarts = 0
         self.executions = 0
@@ -225,7 +228,7 @@ class KernelSession:
         assert self.state is SessionState.READY and self.kernel_id is not None
         connection, self.connection = self.connection, None
         await close_quietly(connection)
-        self.init = None
+        self.init = self.cwd_notice = None
         self.connection = await self.kernels.connect(self.kernel_id)
 
     async def mark_dead(self) -> None:
@@ -252,7 +255,7 @@ class KernelSession:
 
     async def _stop_kernel(self) -> None:
         connection, kernel_id = self.connection, self.kernel_id
-        self.connection, self.kernel_id, self.init = None, None, None
+        self.connection, self.kernel_id, self.init, self.cwd_notice = None, None, None, None
         await close_quietly(connection)
         if kernel_id and self.owns_kernel:
             await self.kernels.shutdown(kernel_id)

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # Named sessions that went (evicted, culled, deleted...) are remembered by name, at most this many, so
 # that a later call naming one is told its state is gone instead of meeting a NameError unexplained.
 GONE_REMEMBERED = 1000
+# Seconds between heartbeats of idle sessions whose kernels run on a gateway (a request each).
+GATEWAY_HEARTBEAT = 60.0
 
 
 def _owned_by(session: KernelSession, owner: str) -> bool:
@@ -96,15 +98,21 @@ class EvalSessionManager(Service):
         30.0, help="Seconds between sweeps for idle and dead sessions and expired artifacts (0: no sweep)."
     ).tag(config=True)
     heartbeat_interval = Float(
-        5.0,
+        5.0,  # the gateway's default: _default_heartbeat
         help="Seconds between liveness checks of each idle session's kernel; a dead kernel is cleaned up "
-        "and restarted on the session's next call (0: no heartbeat).",
+        "and restarted on the session's next call (0: no heartbeat). Default 5; 60 when the kernels run on "
+        "a gateway (GatewayClient.url set), where a check is an HTTP request to the gateway and a kernel "
+        "whose websocket closed is known dead without one: at most one request per idle session a minute.",
     ).tag(config=True)
     audit = Instance(Audit, help="Records lifecycle steps and recoveries (audit events and metrics).")
 
     @default("audit")
     def _default_audit(self) -> Audit:
         return NO_AUDIT
+
+    @default("heartbeat_interval")
+    def _default_heartbeat(self) -> float:
+        return GATEWAY_HEARTBEAT if self.kernels is not None and self.kernels.gateway else 5.0
 
     @validate("max_sessions")
     def _valid_max_sessions(self, proposal: Any) -> int:
@@ -401,7 +409,9 @@ class EvalSessionManager(Service):
                 continue
             connection = session.connection
             args: tuple[float, ...] = ()
-            if connection is not None and not await connection.is_alive():
+            # On a gateway a liveness check is a request to it: the heartbeat alone makes them, at its pace.
+            check = connection is not None and not (self.kernels.gateway and self.heartbeat_interval > 0)
+            if check and connection is not None and not await connection.is_alive():
                 kind, message = "dead_sweeps", "kernel found dead by the sweep; session removed"
                 gone = gone_record("dead", "removed after its kernel was found dead")
             elif self.idle_timeout > 0 and now - session.last_used > self.idle_timeout:
