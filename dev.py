@@ -47,7 +47,12 @@ def run(*args: str | os.PathLike[str], **kwargs: object) -> None:
 
 # Debian packages the tests drive: the browser tests' chromium (Playwright drives this system browser; its own
 # browser download is never used) and tmux for the terminal tests.
-SYSTEM_PACKAGES = {"chromium": "/usr/bin/chromium", "tmux": "/usr/bin/tmux"}
+SYSTEM_PACKAGES = {
+    "chromium": "/usr/bin/chromium",
+    "tmux": "/usr/bin/tmux",
+    "openssh-server": "/usr/sbin/sshd",  # the stores on a real network filesystem: sshfs over loopback
+    "sshfs": "/usr/bin/sshfs",
+}
 
 
 def ensure_system_packages() -> None:
@@ -303,9 +308,16 @@ def test(args: list[str]) -> int:
     quick = "--quick" in args
     args = [a for a in args if a != "--quick"]
     ensure_env("test")
+    gateway: subprocess.Popen[bytes] | None = None
     if not quick:
         ensure_system_packages()
         ensure_proxy()
+        # Enterprise Gateway's own venv (cached; minutes on a new machine), made while the linters run, so
+        # that its install is not test time.
+        gateway = subprocess.Popen(
+            [str(PYTHON), "-c", "import eg_harness; eg_harness.ensure_enterprise_gateway()"],
+            cwd=HERE / "tests",
+        )
     sources = [HERE / "jupyter_agent_tools", HERE / "tests", HERE / "benchmarks", HERE / "dev.py"]
     run(BIN / "ruff", "check", *sources)
     run(BIN / "ruff", "format", "--check", *sources)
@@ -315,6 +327,8 @@ def test(args: list[str]) -> int:
     node_env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     run(BIN / "jlpm", "lint:check", cwd=HERE / "frontend", env=node_env)
     run(BIN / "jlpm", "test", "--silent", cwd=HERE / "frontend", env=node_env)
+    if gateway is not None and gateway.wait() != 0:  # the tests then say why they cannot run
+        print("dev.py: Enterprise Gateway's venv was not made (its tests will say why)", flush=True)
     chose_workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
     selection = ["-m", "quick"] if quick else [] if chose_workers else [*WORKERS]
     # -rs: each skipped test is named with its reason at the end (with CI set a missing piece fails instead)

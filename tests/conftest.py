@@ -77,8 +77,12 @@ SERVER_FIXTURES = {
 # steal of pytest-xdist's worksteal (it takes the end of a worker's queue) splits such a module in two.
 SLOW_FIRST = {
     "test_cli.py": 120,
+    "test_jupyterhub.py": 110,
     "test_crash.py": 65,
-    "test_jupyterhub.py": 45,
+    "test_enterprise_gateway.py": 60,
+    "test_mcp_stdio.py": 45,
+    "test_oauth.py": 30,
+    "test_panel_tokens.py": 30,
     "test_panel.py": 40,
     "test_readme.py": 40,
     "test_fuzz.py": 40,
