@@ -193,6 +193,7 @@ def jupyter_server(
     startup_timeout: float = 60.0,
     profile_to: Path | None = None,
     on_stop: Callable[[Path, Path], None] | None = None,
+    command_prefix: Sequence[str] = (),
 ) -> Iterator[Server]:
     """Start ``python -m jupyter_server`` with the extension enabled; yield it once it answers; stop it.
 
@@ -200,7 +201,8 @@ def jupyter_server(
     port of 127.0.0.1 with a random token, and is terminated (then killed) on exit. Its log is kept in a
     temporary file and printed if it fails to start. With ``profile_to`` the server runs under
     ``pyinstrument`` (a raw session file); ``on_stop(session_file, profile_to)`` then turns it into a
-    report once the server has stopped.
+    report once the server has stopped. ``command_prefix``: words in front of the server's command that
+    end by exec-ing it (the process stays the server's), e.g. ``unshare`` for a mount namespace of its own.
     """
     # A kernel a killed server left behind removes its connection file from the runtime dir when it sees
     # its parent gone, which can race the removal of this directory: that is no failure of the test.
@@ -227,6 +229,7 @@ def jupyter_server(
 
         def start(port: int) -> Server:
             cmd = [
+                *command_prefix,
                 sys.executable,
                 *profiler,
                 "-m",
