@@ -289,7 +289,7 @@ class Agent(threading.Thread):
                     edited = client.json("POST", f"api/agent/notebooks/{self.notebook}", edit)
                     if edited["recorded"]:
                         self.changes.append(int(edited["change_id"]))
-                    else:  # the other pod held the ledger's lock past its wait (Ledger's LOCK_TIMEOUT)
+                    else:  # the other pod held the ledger's lock past its wait (SHARED_LOCK_TIMEOUT)
                         self.unrecorded += 1
         except BaseException as e:  # (the killed pod's agent: its connection drops)
             self.error = e

@@ -51,6 +51,7 @@ from ..stores import (
     Worker,
     alive_owners,
     beat,
+    journal_for,
     leave,
     open_store,
     pid_alive,
@@ -80,8 +81,11 @@ MIB = 1024 * 1024
 MIN_BYTES = 256 * 1024  # the smallest max_bytes: room for the log and a few changes
 # Pages kept free for what a write adds beyond its own bytes (index pages, page headers).
 SLACK_BYTES = 4 * 4096
-# Seconds a write waits for a database another connection holds locked before giving up (not recorded).
+# Seconds a write waits for a database another connection holds locked before giving up (not recorded):
+# on a local disk (WAL, readers never block it), and on a network filesystem, where every reader and
+# writer of the other pod takes the one lock (two pods on one sshfs home lost 1-2 of 50 records at 0.2 s).
 LOCK_TIMEOUT = 0.2
+SHARED_LOCK_TIMEOUT = 2.0
 # Outputs whose JSON is larger than this are stored once, by content hash, and referred to.
 INLINE_OUTPUT_BYTES = 4096
 # Snapshots (notebook versions) kept per notebook, as a multiple of max_changes_per_notebook.
@@ -470,12 +474,13 @@ class Ledger(Service):
                 self._check_file()
             return self._conn
         path = self.db_path
+        shared = journal_for(path, self._options.journal) == "delete"  # a network filesystem: one lock
         conn = open_store(
             path,
             label="change ledger",
             logger=self.log,
             options=self._options,
-            timeout=LOCK_TIMEOUT,
+            timeout=SHARED_LOCK_TIMEOUT if shared else LOCK_TIMEOUT,
             setup=self._setup,
             before_journal=["PRAGMA auto_vacuum = INCREMENTAL"],  # takes effect on a new database only
         )
