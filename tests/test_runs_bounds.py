@@ -192,7 +192,8 @@ class TestOutputUnderLoad:
     prints until it has printed them all, the narrowest way to make "the server falls behind" certain
     rather than likely. Nothing is mocked."""
 
-    LINES = 20_000
+    # Four times what the kernel's pipe (1000) and ZMQ's receive limit (1000) hold while nothing reads.
+    LINES = 8_000
 
     @pytest.fixture
     def jp_server_config(self) -> dict[str, Any]:
