@@ -148,8 +148,12 @@ async def test_every_message_arrives_while_the_event_loop_is_held(tmp_path: Path
         fd = conn._client.iopub_channel.socket.FD
         assert not asyncio.get_running_loop().remove_reader(fd)
         flushes, done = 3_000, tmp_path / "done"
+        # A pause of 20 ms each 100 blocks: the thread's chances to run on a machine loaded past its cores (CI
+        # lost blocks without them); a reader on the held loop still has none, whatever the pace.
         msg_id = conn.execute(
+            "import time\n"
             f"for i in range({flushes}):\n    print(f'{{i:05d}}' + {LINE!r} * 100, end='', flush=True)\n"
+            "    if i % 100 == 99:\n        time.sleep(0.02)\n"
             f"open({str(done)!r}, 'w').close()\n"
         )
         deadline = time.monotonic() + 60

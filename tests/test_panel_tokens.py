@@ -191,8 +191,9 @@ def test_the_person_connects_an_agent_uses_its_token_and_revokes_it(lab: dict[st
     problem = page.locator(f'{DIALOG} .jp-AgentTokens-problem[role="alert"]')
     problem.wait_for(timeout=20_000)
     assert "'name' is 1 to 64 letters" in problem.inner_text(), problem.inner_text()
-    assert page.locator(f'{DIALOG} textarea[data-field="paths"]').input_value() == "reports/**"
-    assert page.locator(f'{DIALOG} select[data-field="expires"]').input_value() == "3600"
+    # (the form is drawn anew around the message: its fields are asked until they hold what was typed)
+    sync_api.expect(page.locator(f'{DIALOG} textarea[data-field="paths"]')).to_have_value("reports/**")
+    sync_api.expect(page.locator(f'{DIALOG} select[data-field="expires"]')).to_have_value("3600")
     page.locator(f'{DIALOG} input[data-field="name"]').fill("reader")
     page.locator(f"{DIALOG} button.jp-mod-accept").click()
 

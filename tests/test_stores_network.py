@@ -64,6 +64,12 @@ def _port() -> int:
         return int(sock.getsockname()[1])
 
 
+def as_the_pods_lock(path: Path) -> sqlite3.Connection:
+    """A connection to a store file that pod b still writes, through the dot-file locks the pods take on
+    sshfs (a plain connection's POSIX locks do not see theirs: it read a file mid-write, disk I/O error)."""
+    return sqlite3.connect(f"file:{path}?vfs=unix-dotfile", uri=True, timeout=30)
+
+
 @pytest.fixture
 def two_mounts(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     """(export, mount 1, mount 2): one directory served by a loopback sshd, mounted twice with sshfs."""
@@ -197,12 +203,12 @@ def test_two_pods_on_two_sshfs_mounts_of_one_home_share_the_stores_safely(
         assert len(set(ids_a) | set(ids_b)) == 2 * count  # distinct ids, from SQLite
         state = export / "state"
         # each pod's pending requests are untouched by the other's start; runs are each pod's own
-        with sqlite3.connect(state / "approvals.db") as conn:
+        with as_the_pods_lock(state / "approvals.db") as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # not WAL on sshfs
             rows = dict(conn.execute("SELECT id, state FROM approvals").fetchall())
         conn.close()
         assert {rows[i] for i in ids_a + ids_b} == {"pending"}
-        with sqlite3.connect(state / "runs.db") as conn:
+        with as_the_pods_lock(state / "runs.db") as conn:
             owners = dict(conn.execute("SELECT id, owner FROM runs").fetchall())
             processes = {o for (o,) in conn.execute("SELECT DISTINCT process FROM runs")}
         conn.close()
