@@ -136,12 +136,12 @@ async def test_a_connection_holds_its_budget_while_nobody_reads_spills_the_rest_
 
 async def test_every_message_arrives_while_the_event_loop_is_held(tmp_path: Path):
     """The regression of issue 42 at its root: the event loop does nothing (held by a blocking sleep)
-    while the kernel prints 3,000 flushed blocks of 10 KB, more than the kernel's pipe (1000 messages),
-    ZMQ's receive limit (1000) and the sockets' buffers hold together. A reader on the loop lost the end and
-    the idle; the intake's thread takes every one, in order."""
+    while the kernel prints 3,000 flushed blocks of 10 KB, more than the kernel's pipe (1000 messages)
+    and the sockets' buffers hold. A reader on the loop lost the end and the idle; with ZMQ's receive
+    limit still at 2 messages, the intake's thread takes every one, in order."""
     km = AsyncKernelManager()
     await km.start_kernel()
-    conn = LocalKernelConnection(_OneKernel(km), "k", iopub_buffer_bytes=1_000 * KB)
+    conn = LocalKernelConnection(_OneKernel(km), "k", iopub_hwm=2, iopub_buffer_bytes=1_000 * KB)
     try:
         await conn.start(60)
         # pyzmq's asyncio socket watched its descriptor on the loop (wait_for_ready awaited it): no more

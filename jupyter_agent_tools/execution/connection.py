@@ -194,8 +194,7 @@ class LocalKernelConnection:
     order, decodes them and moves them to :attr:`messages` while they fit in the same budget (the
     executor takes them from there; one message always fits an empty queue). ZMQ itself holds at most
     ``iopub_hwm`` messages more (its limit counts messages of any size; a kernel message may be 100 MB):
-    what arrives while the thread waits for a CPU, so that the kernel, which never waits for a reader, has
-    nothing to drop.
+    the thread keeps up, and the kernel, which never waits for a reader, has nothing to drop.
 
     While it is open, the connection also keeps the kernel's activity for jupyter_server (see
     :mod:`.activity`): the server then reads each iopub message once, not twice.
@@ -206,7 +205,7 @@ class LocalKernelConnection:
         kernel_manager: Any,
         kernel_id: str,
         *,
-        iopub_hwm: int = 1000,
+        iopub_hwm: int = 2,
         iopub_buffer_bytes: int = 0,
         iopub_spill_bytes: int = 1024**3,
         hold_activity: bool = True,

@@ -75,11 +75,10 @@ class KernelService(Service):
         "as EMFILE (idle sessions are shut down and the start retried once). 0 disables the check.",
     ).tag(config=True)
     iopub_hwm = Int(
-        1000,
+        2,
         help="Most kernel output messages ZMQ receives into the server (per kernel connection) beyond those "
-        "the connection already holds (iopub_buffer_bytes): what arrives while the receiving thread waits "
-        "for a CPU (past it the kernel's messages are dropped). Counted in messages of any size: a kernel "
-        "message may be 100 MB. 1000 is ZMQ's and jupyter_server's default.",
+        "the connection already holds (iopub_buffer_bytes). Counted in messages of any size: a kernel "
+        "message may be 100 MB.",
     ).tag(config=True)
     iopub_buffer_bytes = Int(
         16 * 1024 * 1024,
