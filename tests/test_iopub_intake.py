@@ -104,7 +104,9 @@ async def test_a_connection_holds_its_budget_while_nobody_reads_spills_the_rest_
         flushes = 1500  # of 10 KB: 15 MB, 15 times the budget, more messages than the kernel keeps
         done = tmp_path / "done"
         msg_id = conn.execute(
-            f"block = {LINE!r} * 100\nfor _ in range({flushes}):\n    print(block, end='', flush=True)\n"
+            "import time\n"  # a pause each 100 blocks: the thread gets a CPU on an overloaded machine
+            f"block = {LINE!r} * 100\nfor i in range({flushes}):\n    print(block, end='', flush=True)\n"
+            "    if i % 100 == 99:\n        time.sleep(0.02)\n"
             f"open({str(done)!r}, 'w').close()\n"
         )
         held: list[int] = []
