@@ -269,19 +269,30 @@ class TokenStore:
         waited for outside ``_lock``: lookups on the event loop never wait on it)."""
         self._worker_ident = threading.get_ident()
         try:
-            version = int(self._reader.execute("PRAGMA data_version").fetchone()[0])
-            if version == self._version:
-                return
-            rows = self._reader.execute(
-                "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked, ask "
-                "FROM agent_tokens"
-            ).fetchall()
+            changed = self._changed_rows()
         except sqlite3.Error as e:
             log.warning("agent tokens not read again from %s (kept as they were): %s", self.path, e)
             return
-        with self._lock:
-            self._by_hash = {row[0]: _record(row, self._by_hash.get(row[0])) for row in rows}
-            self._version = version
+        if changed is not None:
+            with self._lock:
+                self._take(*changed)
+
+    def _changed_rows(self) -> tuple[int, list[Any]] | None:
+        """(the file's ``data_version``, every record's row) when another connection changed the file
+        since the last read, else None; raises ``sqlite3.Error``."""
+        version = int(self._reader.execute("PRAGMA data_version").fetchone()[0])
+        if version == self._version:
+            return None
+        rows = self._reader.execute(
+            "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked, ask "
+            "FROM agent_tokens"
+        ).fetchall()
+        return version, rows
+
+    def _take(self, version: int, rows: list[Any]) -> None:
+        """The records as read at ``version`` (under ``_lock``)."""
+        self._by_hash = {row[0]: _record(row, self._by_hash.get(row[0])) for row in rows}
+        self._version = version
 
     def _connect(self, timeout: float) -> sqlite3.Connection:
         return sqlite_connect(self.path, timeout, self._vfs)
@@ -296,19 +307,13 @@ class TokenStore:
         """Read every record again when another connection changed the file since the last read (under
         ``_lock``). A lock held elsewhere keeps the records already read; anything else raises."""
         try:
-            version = int(self._reader.execute("PRAGMA data_version").fetchone()[0])
-            if version == self._version:
-                return
-            rows = self._reader.execute(
-                "SELECT token_hash, name, scopes, paths, created, expires, last_used, revoked, ask "
-                "FROM agent_tokens"
-            ).fetchall()
+            changed = self._changed_rows()
         except sqlite3.Error as e:
             if _locked(e) and self._version >= 0:
                 return
             raise _unavailable(self.path, e, "agent tokens cannot be checked") from None
-        self._by_hash = {row[0]: _record(row, self._by_hash.get(row[0])) for row in rows}
-        self._version = version
+        if changed is not None:
+            self._take(*changed)
 
     def lookup(self, token: str) -> AgentToken | None:
         """The record of ``token`` (active, expired or revoked), or None when it is no agent token of
