@@ -10,13 +10,14 @@ audit events under the hub's user name. Skipped (saying why) only when the proxy
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,25 @@ def tokens(hub: Hub) -> dict[str, str]:
 
 def agent(hub: Hub, token: str, method: str, route: str, body: Any = None) -> tuple[int, Any]:
     return request(method, hub.server_url("alice") + route, body, token)
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(hub: Hub, authorization: str) -> AsyncIterator[Any]:
+    """The official MCP SDK client, initialized, on alice's server through the proxy."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with (
+        create_mcp_http_client(headers={"Authorization": authorization}) as client,
+        streamable_http_client(hub.server_url("alice") + "api/agent/mcp", http_client=client) as (
+            read,
+            write,
+        ),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def test_a_remote_agent_works_on_alices_server_through_the_proxy(hub: Hub, tokens: dict[str, str]) -> None:
@@ -122,21 +142,8 @@ def test_other_users_and_tokens_without_server_access_are_refused(hub: Hub, toke
 
 
 def test_the_mcp_sdk_client_through_the_proxy(hub: Hub, tokens: dict[str, str]) -> None:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
     async def run() -> tuple[Any, Any]:
-        headers = {"Authorization": f"token {tokens['alice']}"}
-        async with (
-            create_mcp_http_client(headers=headers) as client,
-            streamable_http_client(hub.server_url("alice") + "api/agent/mcp", http_client=client) as (
-                read,
-                write,
-            ),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with mcp_session(hub, f"token {tokens['alice']}") as session:
             ran = await session.call_tool("eval", {"cells": [{"code": "print('via mcp')"}], "session": "m"})
             read_back = await session.call_tool("notebook_read", {"path": "a.ipynb"})
             return ran, read_back
@@ -182,19 +189,7 @@ def make_agent_token(hub: Hub, token: str, body: dict[str, Any], server_name: st
 
 async def mcp_calls(hub: Hub, token: str) -> tuple[Any, Any, Any]:
     """An eval, a read inside the token's paths and one outside, through the official MCP SDK client."""
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as client,
-        streamable_http_client(hub.server_url("alice") + "api/agent/mcp", http_client=client) as (
-            read,
-            write,
-        ),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+    async with mcp_session(hub, f"Bearer {token}") as session:
         ran = await session.call_tool("eval", {"cells": [{"code": "1"}], "session": "mcp-agent"})
         inside = await session.call_tool("notebook_read", {"path": "shared/s.ipynb"})
         outside = await session.call_tool("notebook_read", {"path": "a.ipynb"})
