@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import resource
 import sys
 import urllib.parse
@@ -175,7 +176,9 @@ def test_real_exhaustion_without_headroom_check_is_still_recognised():
         finally:
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
         assert status == 200, body
-        assert body["output"] == "c ran\n"
+        # the failed start and its retry may pass the slow-start mark (5 s): then the answer says so first
+        started = r"(\[A new kernel was started for this call in [^\]]+\]\n)?"
+        assert re.fullmatch(started + r"c ran\n", body["output"]), body["output"]
         _, listing, _ = call(server, "GET", "api/agent/sessions")
         assert listing["totals"]["emfile_recoveries"] == 1
         assert [s["name"] for s in listing["sessions"]] == ["c"]

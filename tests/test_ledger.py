@@ -303,7 +303,8 @@ async def test_a_locked_database_does_not_fail_an_edit(jp_root_dir, api, jp_serv
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
     ledger.log.addHandler(handler)
-    holder = sqlite3.connect(ledger.db_path, timeout=0)
+    # the ledger may still be finishing the first change's transaction on its thread: wait for it
+    holder = sqlite3.connect(ledger.db_path, timeout=10)
     try:
         holder.execute("BEGIN EXCLUSIVE")  # another program holds the database locked, for real
         answers = []
