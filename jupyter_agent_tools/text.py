@@ -23,6 +23,7 @@ _ANSI = re.compile(
     re.VERBOSE,
 )
 _ESCAPE_START = re.compile(r"[\x1b\x90\x98\x9b\x9d\x9e\x9f]")
+_HELD_ESCAPE = 1 << 16  # characters: the longest unfinished escape sequence held back for the next chunk
 
 # A trailing escape sequence that is not finished yet: more text could complete it. Anchored at the end.
 _INCOMPLETE_ESCAPE = re.compile(
@@ -59,8 +60,15 @@ def split_incomplete_escape(text: str) -> tuple[str, str]:
     Streaming code holds ``tail`` back and prepends it to the next chunk, so ``"\\x1b[3"`` + ``"1mred"``
     comes out as ``"red"``. ``tail`` is ``""`` when the text does not end inside an escape sequence.
     """
-    start = text.rfind("\n") + 1  # escape sequences never span a newline
-    match = _INCOMPLETE_ESCAPE.search(text, start)
+    # Escape sequences never span a newline, and one longer than _HELD_ESCAPE is not held back: it comes
+    # out cut, as at the end of a stream. Only a window past the last escape start is searched: the
+    # regex alone tries every position of a 100 MB line without a newline (18 s).
+    window = max(len(text) - _HELD_ESCAPE, 0)
+    newline = text.rfind("\n", window)
+    first = _ESCAPE_START.search(text, newline + 1 if newline != -1 else window)
+    if first is None:
+        return text, ""
+    match = _INCOMPLETE_ESCAPE.search(text, first.start())
     if match is None:
         return text, ""
     return text[: match.start()], text[match.start() :]

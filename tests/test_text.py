@@ -112,6 +112,10 @@ def test_sanitize_keeps_unicode() -> None:
         ("\x1b]0;t\nabc", "\x1b]0;t\nabc", ""),  # bodies never span a newline
         ("abc", "abc", ""),
         ("", "", ""),
+        ("x\x1b[31mred\x1b[3", "x\x1b[31mred", "\x1b[3"),  # a finished sequence before the unfinished one
+        ("a\x1b]0;x\x9by", "a", "\x1b]0;x\x9by"),  # an escape start inside a title's body
+        ("y" * 200_000 + "\x1b[3", "y" * 200_000, "\x1b[3"),  # a long line without a newline
+        ("\x1b]8;;" + "u" * 70_000, "\x1b]8;;" + "u" * 70_000, ""),  # longer than is held back: comes out cut
     ],
 )
 def test_split_incomplete_escape(raw: str, head: str, tail: str) -> None:
