@@ -1,4 +1,5 @@
-"""Decode a request body as JSON, refusing what cannot be meant (pure: no I/O, safe in a thread)."""
+"""Decode a request body as JSON, refusing what cannot be meant, and encode a large answer without holding
+the GIL for all of it (pure: no I/O, safe in a thread)."""
 
 from __future__ import annotations
 
@@ -92,3 +93,34 @@ def _unique_keys_stepwise(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _short(key: str) -> str:
     return repr(key) if len(key) <= 80 else repr(key[:77] + "...")
+
+
+def larger_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (JSON-able) holds more than ``limit`` characters of strings and keys, roughly.
+
+    Stops as soon as it knows, so its cost is bounded by ``limit`` however large ``value`` is."""
+    size, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, dict):
+            size += 2 + sum(len(key) + 4 for key in item if isinstance(key, str))
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            size += 2 + len(item)
+            stack.extend(item)
+        else:
+            size += 8
+        if size > limit:
+            return True
+    return False
+
+
+def encode_stepwise(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)``, through the pure-Python encoder (each string still in C).
+
+    For a thread: it returns to the interpreter between values, so the event loop gets the GIL every few
+    milliseconds, where the C encoder keeps it for the whole answer."""
+    encoder = json.JSONEncoder(ensure_ascii=False)
+    return "".join(encoder.iterencode(value, _one_shot=False))

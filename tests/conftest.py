@@ -272,3 +272,23 @@ def dies_once_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
         f"    open({str(marker)!r}, 'w').close()\n    sys.exit(1)\n" + RUN_IPYKERNEL
     )
     return script_kernelspec(jp_kernel_dir, "dies_once", code, "Dies once")
+
+
+# Seconds each test file took (setup, call and teardown of its tests, summed over the workers): the end of
+# a full run names the files that cost the most, so CI's output shows where the suite's time goes.
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or len(_FILE_SECONDS) < 20:  # a worker, or a run of a few files
+        return
+    slowest = sorted(_FILE_SECONDS.items(), key=lambda item: -item[1])[:20]
+    title = f"test time by file (the 20 slowest of {len(_FILE_SECONDS)}, all workers)"
+    terminalreporter.write_sep("=", title)
+    for path, seconds in slowest:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")

@@ -10,10 +10,7 @@ scopes, by ``AgentAuthorizer`` (no scope grants writing ``agent_approvals``) and
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -27,20 +24,6 @@ from ..validation import check
 from .base import AgentAPIHandler, acting_person, acting_username
 
 APPROVAL_ID = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²' and fullwidth digits are no ids)
-
-
-def _encode_one(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False)
-
-
-def _encode_listing(listing: dict[str, list[dict[str, Any]]]) -> str:
-    """``{"pending": [...], "recent": [...]}`` as JSON, each item encoded on its own (so the thread lets
-    the event loop run between items)."""
-    parts = (
-        f"{json.dumps(key)}: [{', '.join(json.dumps(item, ensure_ascii=False) for item in items)}]"
-        for key, items in listing.items()
-    )
-    return "{" + ", ".join(parts) + "}"
 
 
 class _ApprovalRoute(AgentAPIHandler):
@@ -58,14 +41,6 @@ class _ApprovalRoute(AgentAPIHandler):
     def visible(self, approval: Approval) -> bool:
         agent = self.agent
         return agent is None or approval.agent == agent
-
-    async def write_json_off_loop(
-        self, data: dict[str, Any], encode: Callable[[Any], str] = _encode_one
-    ) -> None:
-        """Answer ``data`` as JSON, encoded in a thread (a request's details can be a megabyte)."""
-        text = await asyncio.to_thread(encode, data)
-        self.set_header("Content-Type", "application/json")
-        self.finish(text)
 
     def approval_id(self, raw: str) -> int:
         if not APPROVAL_ID.fullmatch(raw):
@@ -89,7 +64,7 @@ class ApprovalListHandler(_ApprovalRoute):
             "pending": [a.to_json(preview_only=True) for a in self.approvals.pending() if self.visible(a)],
             "recent": [a.to_json(with_details=False) for a in recent],
         }
-        await self.write_json_off_loop(listing, _encode_listing)
+        await self.write_json(listing)
 
 
 class ApprovalHandler(_ApprovalRoute):
@@ -105,7 +80,7 @@ class ApprovalHandler(_ApprovalRoute):
             raise NotFound(
                 f"There is no approval request {approval.id} (GET /api/agent/approvals lists them)."
             )
-        await self.write_json_off_loop(approval.to_json())
+        await self.write_json(approval.to_json())
 
     @web.authenticated
     @authorized("write")
@@ -123,4 +98,4 @@ class ApprovalHandler(_ApprovalRoute):
             for_seconds=body.get("for_seconds"),
             reason=body.get("reason"),
         )
-        self.write_json(approval.to_json())
+        await self.write_json(approval.to_json())

@@ -53,7 +53,7 @@ class ArtifactHandler(AgentAPIHandler):
         except ValueError:
             self.set_header("Content-Range", f"bytes */{total}")
             message = f"Range not satisfiable: artifact {artifact_id} has {total} bytes"
-            self.write_json({"message": message, "reason": "Range Not Satisfiable"}, 416)
+            await self.write_json({"message": message, "reason": "Range Not Satisfiable"}, 416)
             return
         start, stop = wanted or (0, total)
         if wanted is not None:

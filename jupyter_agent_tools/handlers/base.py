@@ -24,7 +24,7 @@ from ..audit import NO_AUDIT, Audit, set_user
 from ..audit.context import OWNER_NAME, current_via, display_name, set_token, set_via
 from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
-from ..body import decode_json_body
+from ..body import decode_json_body, encode_stepwise, larger_than
 from ..errors import AgentToolsError
 
 if TYPE_CHECKING:
@@ -35,6 +35,16 @@ if TYPE_CHECKING:
 # holds the GIL, so more threads would not parse faster, only take more turns from the event loop.
 PARSE_IN_THREAD_BYTES = 64 * 1024
 _PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-json")
+# An answer holding more than this many characters is encoded in that thread too (a notebook read, a run's
+# detail, a listing): encoding 10 MB in C holds the GIL, and so the event loop, for tens of milliseconds.
+ENCODE_IN_THREAD_CHARS = 256 * 1024
+
+
+async def encode_answer(data: Any) -> str:
+    """``data`` as JSON text: on the event loop when it is small, else stepwise in the JSON thread."""
+    if not larger_than(data, ENCODE_IN_THREAD_CHARS):
+        return json.dumps(data, ensure_ascii=False)
+    return await asyncio.get_running_loop().run_in_executor(_PARSER, encode_stepwise, data)
 
 
 # The header a client sends to say which program it is; "cli" is recorded as such in the change ledger.
@@ -226,20 +236,20 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
         if approval is not None and approval.state == "pending":
             self.approval_policy.when_approved(approval, functools.partial(approved, approval))
-            self.write_pending(approval)
+            await self.write_pending(approval)
             return
         answer, status = await (apply(body) if approval is None else approved(approval))
         if answer is None:
             self.set_status(status)
             self.finish()
         else:
-            self.write_json(answer, status)
+            await self.write_json(answer, status)
 
-    def write_pending(self, approval: Approval, **extra: Any) -> None:
+    async def write_pending(self, approval: Approval, **extra: Any) -> None:
         """202: the action waits for the person (``Location``: the approval); it goes on once approved."""
         location = url_path_join(self.base_url, "api/agent/approvals", str(approval.id))
         self.set_header("Location", location)
-        self.write_json(
+        await self.write_json(
             {
                 "approval_id": approval.id,
                 "state": "awaiting_approval",
@@ -265,10 +275,12 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         parse = functools.partial(decode_json_body, body, limit, stepwise=True)
         return await asyncio.get_running_loop().run_in_executor(_PARSER, parse)
 
-    def write_json(self, data: Any, status: int = 200) -> None:
+    async def write_json(self, data: Any, status: int = 200) -> None:
+        """Answer ``data`` as JSON; a large answer is encoded in a thread (see :func:`encode_answer`)."""
+        text = await encode_answer(data)
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(data, ensure_ascii=False))
+        self.finish(text)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """JSON errors; a service's :class:`AgentToolsError` answers its own status and message.

@@ -39,7 +39,7 @@ class NotebookChangesHandler(_LedgerHandler):
     @authorized
     async def get(self, path: str) -> None:
         limit = query_int("limit", self._query("limit"))
-        self.write_json(await self.store.changes(path, limit=limit, before=self._query("before")))
+        await self.write_json(await self.store.changes(path, limit=limit, before=self._query("before")))
 
 
 class NotebookChangeHandler(_LedgerHandler):
@@ -50,7 +50,7 @@ class NotebookChangeHandler(_LedgerHandler):
     @web.authenticated
     @authorized
     async def get(self, path: str, change_id: str) -> None:
-        self.write_json(await self.store.change_detail(path, change_id))
+        await self.write_json(await self.store.change_detail(path, change_id))
 
 
 class NotebookUndoHandler(_LedgerHandler):
@@ -80,4 +80,4 @@ class ChangesHandler(_LedgerHandler):
     async def get(self) -> None:
         arg = functools.partial(self.get_query_argument, default=None)
         limit = query_int("limit", arg("limit"))
-        self.write_json(await self.ledger.recent(since=arg("since"), limit=limit))
+        await self.write_json(await self.ledger.recent(since=arg("since"), limit=limit))

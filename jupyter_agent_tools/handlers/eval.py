@@ -148,24 +148,24 @@ class EvalHandler(AgentAPIHandler):
                 return
             call = functools.partial(self._after_approval, approval, body)
             run = self.runs.start(self.run_kind, await self._check(body), call, approval_id=approval.id)
-            self._answer_detached(run, approval_id=approval.id)
+            await self._answer_detached(run, approval_id=approval.id)
             return
         if approval is not None:
             body = await self._bind(approval, body)
         if detach:
             run = self.runs.start(self.run_kind, await self._check(body), functools.partial(self._call, body))
-            self._answer_detached(run)
+            await self._answer_detached(run)
             return
         self._cancel = cancel = asyncio.Event()
         if streamed:
             await self._stream(body)
         else:
-            self.write_json(await self._call(body, _ignore, cancel))
+            await self.write_json(await self._call(body, _ignore, cancel))
 
-    def _answer_detached(self, run: Run, **extra: Any) -> None:
+    async def _answer_detached(self, run: Run, **extra: Any) -> None:
         location = url_path_join(self.base_url, "api/agent/runs", run.id)
         self.set_header("Location", location)
-        self.write_json({**run.summary(), "location": location, **extra}, status=202)
+        await self.write_json({**run.summary(), "location": location, **extra}, status=202)
 
     async def _stream(self, body: Any, approval: Approval | None = None) -> None:
         app = self.app

@@ -35,4 +35,4 @@ class FilesHandler(AgentAPIHandler):
             start=arg("start", None),
             ignored=(arg("ignored", "") or "").lower() in TRUE_VALUES,
         )
-        self.write_json(answer)
+        await self.write_json(answer)

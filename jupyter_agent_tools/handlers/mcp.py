@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -23,7 +22,7 @@ from ..auth.store import TOKEN_PREFIX
 from ..errors import AgentToolsError
 from ..mcp.server import Answer, HttpRequest, McpServer
 from ..oauth.core import OAUTH_NAME_PREFIX, SCOPES, challenge
-from .base import NO_CREDENTIALS, AgentAPIHandler, acting_username
+from .base import NO_CREDENTIALS, AgentAPIHandler, acting_username, encode_answer
 from .oauth import Urls
 
 SSE = "text/event-stream"
@@ -192,14 +191,14 @@ class McpHandler(AgentAPIHandler):
         for name, value in answer.headers.items():
             self.set_header(name, value)
         if answer.stream is None:
-            self._finish_json(answer.status, answer.body)
+            await self._finish_json(answer.status, answer.body)
             return
         self._cancel = answer.cancel
         streaming = False
         try:
             async for item in answer.stream:
                 if item.final and not streaming:
-                    self._finish_json(item.status, item.message)
+                    await self._finish_json(item.status, item.message)
                     return
                 if not self.accepts_sse:
                     continue  # a client without SSE gets the response alone, when it is ready
@@ -212,7 +211,7 @@ class McpHandler(AgentAPIHandler):
                 if item.message is None:
                     self.write(": keep-alive\n\n")
                 else:
-                    self.write(f"event: message\ndata: {json.dumps(item.message, ensure_ascii=False)}\n\n")
+                    self.write(f"event: message\ndata: {await encode_answer(item.message)}\n\n")
                 await self.flush()
             if not streaming:  # cancelled by the client before anything was sent: an empty stream
                 self.set_status(200)
@@ -227,11 +226,12 @@ class McpHandler(AgentAPIHandler):
     def accepts_sse(self) -> bool:
         return SSE in self.request.headers.get("Accept", "")
 
-    def _finish_json(self, status: int, body: Any) -> None:
-        self.set_status(status)
+    async def _finish_json(self, status: int, body: Any) -> None:
         if body is None:
+            self.set_status(status)
             self.finish()
         elif isinstance(body, bytes):  # encoded by the core (a batch's answers, each measured)
+            self.set_status(status)
             self.finish(body)
         else:
-            self.finish(json.dumps(body, ensure_ascii=False))
+            await self.write_json(body, status)

@@ -62,7 +62,7 @@ class NotebookHandler(AgentAPIHandler):
         )
         answer = await self.store.read(path, view=view, since=arg("since"))
         if not view.text:
-            self.write_json(answer)
+            await self.write_json(answer)
             return
         self.finish(render_text(answer), set_content_type="text/plain; charset=utf-8")
 
@@ -115,7 +115,7 @@ class NotebookOutputHandler(AgentAPIHandler):
         output, answer = await self.store.read_output(path, cell, index)
         mime = self.get_query_argument("mime", None)
         if mime is None:
-            self.write_json(answer)
+            await self.write_json(answer)
             return
 
         def describe() -> str:
@@ -197,7 +197,7 @@ class NotebookKernelHandler(AgentAPIHandler):
     @web.authenticated
     @authorized("read")
     async def get(self, path: str) -> None:
-        self.write_json(await self.runner.kernel(path))
+        await self.write_json(await self.runner.kernel(path))
 
     @web.authenticated
     @authorized("execute")

@@ -322,7 +322,7 @@ class GrantListHandler(_GrantRoute):
     @authorized("read")
     async def get(self) -> None:
         try:
-            self.write_json({"grants": await self.signins.grants()})
+            await self.write_json({"grants": await self.signins.grants()})
         except OAuthError as e:
             raise AgentToolsError(e.description, e.status) from None
 
@@ -339,7 +339,7 @@ class GrantHandler(_GrantRoute):
         if not grant_id.isdigit() or len(grant_id) > 18:
             raise AgentToolsError(f"no connected app with id {grant_id!r}", 404)
         try:
-            self.write_json(await signins.revoke_grant(int(grant_id)))
+            await self.write_json(await signins.revoke_grant(int(grant_id)))
         except OAuthError as e:
             raise AgentToolsError(e.description, e.status) from None
 

@@ -22,7 +22,7 @@ class OpenAPIHandler(AgentAPIHandler):
 
     @web.authenticated
     async def get(self) -> None:
-        self.write_json(openapi_document(self.base_url))
+        await self.write_json(openapi_document(self.base_url))
 
 
 class UnknownRouteHandler(AgentAPIHandler):

@@ -58,7 +58,7 @@ class RunListHandler(_RunRoute):
     @web.authenticated
     @authorized("read")
     async def get(self) -> None:
-        self.write_json({"runs": [run.summary() for run in self.runs.list(self.viewer)]})
+        await self.write_json({"runs": [run.summary() for run in self.runs.list(self.viewer)]})
 
 
 class RunHandler(_RunRoute):
@@ -74,7 +74,7 @@ class RunHandler(_RunRoute):
         wait = self._seconds("wait", 0.0, MAX_STATUS_WAIT)
         if wait and not run.finished:
             await self.runs.wait(run, wait)
-        self.write_json(run.detail())
+        await self.write_json(run.detail())
 
 
 class RunCancelHandler(_RunRoute):
@@ -86,7 +86,7 @@ class RunCancelHandler(_RunRoute):
     @authorized("execute")
     async def post(self, run_id: str) -> None:
         run = self.runs.cancel(run_id, self.viewer)
-        self.write_json({**run.summary(), "cancel_requested": run.cancel_requested})
+        await self.write_json({**run.summary(), "cancel_requested": run.cancel_requested})
 
 
 class _Cursor:

@@ -35,7 +35,7 @@ class SessionListHandler(_EvalRoute):
     @web.authenticated
     @authorized("read")
     async def get(self) -> None:
-        self.write_json(await self.service.listing_with_notebooks())
+        await self.write_json(await self.service.listing_with_notebooks())
 
 
 class SessionHandler(_EvalRoute):
@@ -65,4 +65,4 @@ class SessionInterruptHandler(_EvalRoute):
     @web.authenticated
     @authorized("execute")
     async def post(self, name: str) -> None:
-        self.write_json(await self.service.interrupt_session(name, self.owner))
+        await self.write_json(await self.service.interrupt_session(name, self.owner))

@@ -55,7 +55,9 @@ class TokenListHandler(_TokenRoute):
         store = self.tokens
         now = store.now()
         cap = self.agents.max_token_lifetime or None  # what the panel's form offers
-        self.write_json({"tokens": [record.public(now) for record in store.tokens()], "max_lifetime": cap})
+        await self.write_json(
+            {"tokens": [record.public(now) for record in store.tokens()], "max_lifetime": cap}
+        )
 
     @web.authenticated
     @authorized("write")
@@ -80,7 +82,7 @@ class TokenListHandler(_TokenRoute):
             "user": user,
             "warnings": creation_warnings(record, executes_unasked),
         }
-        self.write_json(answer, status=201)
+        await self.write_json(answer, status=201)
 
 
 class TokenHandler(_TokenRoute):
@@ -94,4 +96,4 @@ class TokenHandler(_TokenRoute):
     async def delete(self, name: str) -> None:
         record = await self.agents.revoke(name)
         self.log.info("agent token %r revoked", record.name)
-        self.write_json(record.public(self.tokens.now()))
+        await self.write_json(record.public(self.tokens.now()))
