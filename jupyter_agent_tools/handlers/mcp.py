@@ -19,10 +19,11 @@ from tornado.iostream import StreamClosedError
 from ..auth.identity import AgentTokens, AgentUser
 from ..auth.scopes import needed
 from ..auth.store import TOKEN_PREFIX
+from ..body import encode_answer
 from ..errors import AgentToolsError
 from ..mcp.server import Answer, HttpRequest, McpServer
 from ..oauth.core import OAUTH_NAME_PREFIX, SCOPES, challenge
-from .base import NO_CREDENTIALS, AgentAPIHandler, acting_username, encode_answer
+from .base import NO_CREDENTIALS, AgentAPIHandler, acting_username
 from .oauth import Urls
 
 SSE = "text/event-stream"
