@@ -25,8 +25,9 @@ from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
 from ..traits import Service, at_least, in_range
-from .cells import CellExecutor, CellLimits, CellsRun, Ran, Told, eval_answer, eval_cells, parse_recorded
+from .cells import CellExecutor, CellHooks, CellLimits, CellsRun, KeepKernel, Ran, Told
 from .connection import KernelConnection
+from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import Emit, noop
 from .kernels import KernelService
 from .messages import OutputLimits
@@ -578,7 +579,7 @@ class EvalService(Service):
             deadline=asyncio.get_running_loop().time() + request.timeout,
             timeout=request.timeout,
             pace=pace,
-            policy=policy,
+            hooks=CellHooks(policy=policy or KeepKernel()),
             total=len(request.cells),
         )
 

@@ -56,8 +56,9 @@ from ..notebook.store import NotebookStore, edit_diff
 from ..notebook.summary import data_size, joined_text
 from ..traits import Service, at_least
 from ..validation import check
-from .cells import Cell, CellExecutor, Ran, Told, eval_answer, eval_cells, parse_recorded
+from .cells import Cell, CellExecutor, CellHooks, Ran, StopRules, Told
 from .connection import KernelConnection
+from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
 from .kernels import KernelService, close_quietly
@@ -274,7 +275,7 @@ class NotebookRunner(Service):
                     deadline=turn.deadline,
                     timeout=request.timeout,
                     pace=pace,
-                    policy=_NotebookKernel(self, lambda cell: f"Cell {cell.index + 1}"),
+                    hooks=CellHooks(policy=_NotebookKernel(self, lambda cell: f"Cell {cell.index + 1}")),
                     total=len(request.cells),
                 )
                 notices = [*turn.notices, *run.notices]
@@ -682,10 +683,8 @@ class NotebookRunner(Service):
             deadline=deadline,
             timeout=request.timeout,
             pace=pace,
-            policy=_NotebookKernel(self, lambda cell: _label(cell, "Cell")),
-            stop_on_error=request.stop_on_error,
-            run_cell=run_one,
-            not_run=not_run,
+            hooks=CellHooks(run_one, not_run, _NotebookKernel(self, lambda cell: _label(cell, "Cell"))),
+            rules=StopRules(on_error=request.stop_on_error, at_deadline=True),
         )
         notices = [*notices, *run.notices]
         cells = [answered[t.index] if t.cell_type == "code" else _not_run(t, "skipped") for t in targets]
