@@ -160,6 +160,31 @@ def _take_image(mime: str, data: str, size: int, include: bool, images: list[Ima
     return f"[{what}: attached as image {len(images)}]"
 
 
+def _ran(result: dict[str, Any], include: bool, label: Callable[[dict[str, Any]], str]) -> ToolResult:
+    """The tool result of an eval or a notebook run: the answer's text, and its structured form with the
+    base64 of each image display taken out (attached as image content when ``include`` and possible, a
+    placeholder line naming the cell either way; the display keeps its MIME type, size and a run's url).
+    A placeholder display (an eval image past max_display_bytes) has no data and stays as it is."""
+    images: list[Image] = []
+    notes: list[str] = []
+    cells = []
+    for cell in result.get("cells", []):
+        displays = []
+        for display in cell.get("displays", []):
+            if display.get("type") == "image" and ("data" in display or "url" in display):
+                display = dict(display)
+                data = display.pop("data", None)
+                mime = str(display.get("mime"))
+                size = int(display.get("bytes") or data_size(mime, str(data or "")))
+                display["bytes"] = size
+                placeholder = _take_image(mime, str(data or ""), size, include and data is not None, images)
+                notes.append(f"{label(cell)}: {placeholder}")
+            displays.append(display)
+        cells.append({**cell, "displays": displays})
+    text = "\n".join([str(result.get("output") or "") or "(no output)", *notes])
+    return ToolResult(text, {**result, "cells": cells}, images, is_error=raised(result))
+
+
 # ---------------------------------------------------------------------------------------------- eval
 
 INCLUDE_IMAGES = {
@@ -246,27 +271,7 @@ async def _eval(call: ToolCall) -> ToolResult:
         )
 
     result = await _run_eval(call.services, body, _progress(call), call.cancel)
-    images: list[Image] = []
-    notes: list[str] = []
-    structured = dict(result)
-    structured["cells"] = []
-    for cell in result.get("cells", []):
-        cell = dict(cell)
-        displays = []
-        for display in cell.get("displays", []):
-            if display.get("type") == "image" and "data" in display:  # (a placeholder has no data)
-                mime, data = str(display.get("mime")), str(display.get("data") or "")
-                size = data_size(mime, data)
-                placeholder = _take_image(mime, data, size, own["include_images"], images)
-                notes.append(f"cell {cell.get('index', 0) + 1}: {placeholder}")
-                display = {"type": "image", "mime": mime, "bytes": size}
-            displays.append(display)
-        cell["displays"] = displays
-        structured["cells"].append(cell)
-    text = str(result.get("output") or "") or "(no output)"
-    if notes:
-        text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images, is_error=raised(result))
+    return _ran(result, own["include_images"], lambda cell: f"cell {cell.get('index', 0) + 1}")
 
 
 # ----------------------------------------------------------------------------------------- notebooks
@@ -628,25 +633,8 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
     result = await call.services.notebook_runner.run(
         own["path"], body, emit=_progress(call), cancel=call.cancel
     )
-    images: list[Image] = []
-    notes: list[str] = []
-    structured = dict(result)
-    structured["cells"] = []
-    for cell in result["cells"]:
-        displays = []
-        for display in cell.get("displays", []):
-            if display.get("type") == "image" and "url" in display:  # an image the cell stored
-                display = dict(display)
-                data = display.pop("data", None)  # base64 goes as image content only
-                mime, size = str(display.get("mime")), int(display.get("bytes") or 0)
-                placeholder = _take_image(mime, str(data or ""), size, data is not None, images)
-                notes.append(f"cell {cell.get('cell_id') or '@' + str(cell.get('index'))}: {placeholder}")
-            displays.append(display)
-        structured["cells"].append({**cell, "displays": displays})
-    text = str(result.get("output") or "") or "(no output)"
-    if notes:
-        text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images, is_error=raised(result))
+    # a run's images carry their data only when include_images was asked (the runner's own option)
+    return _ran(result, True, lambda cell: f"cell {cell.get('cell_id') or '@' + str(cell.get('index'))}")
 
 
 def _notebook_run_input() -> dict[str, Any]:
