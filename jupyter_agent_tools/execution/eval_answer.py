@@ -3,8 +3,9 @@ session, per call, or in a notebook's kernel)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from ..answers import CellResult, EvalAnswer
 from ..audit.events import ExecutionRecord
 from .cells import Cell, Ran
 from .messages import answer_text
@@ -44,20 +45,24 @@ def eval_answer(
     cancelled: bool = False,
     error: str | None = None,
     session_lost: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The answer of an eval request (in a session, per-call or in a notebook's kernel)."""
+    notebook: str | None = None,
+    start_seconds: float | None = None,
+) -> EvalAnswer:
+    """The answer of an eval request (in a session, per-call or in a notebook's kernel: ``notebook``);
+    ``start_seconds``: how long the call's kernel start took, when it started one (not in its timeout)."""
     cell_results = []
     outcomes = []
     for r in ran:
         title = request.cells[r.cell.index].title
-        cell_results.append({"index": r.cell.index, "title": title, **r.execution.result_fields()})
+        fields = {"index": r.cell.index, "title": title, **r.execution.result_fields()}
+        cell_results.append(cast(CellResult, fields))
         outcomes.append(r.execution.outcome(r.cell.index, title))
     if any(r.execution.idle_missing or r.execution.output_lost for r in ran):
         notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
     output = answer_text(outcomes, len(request.cells), notices, error)
     if cancelled and not ran:
         output = "(cancelled before it started)"
-    return {
+    answer: EvalAnswer = {
         "session": session.name if session.mode == "session" else None,
         "mode": session.mode,
         "kernel_id": session.kernel_id,
@@ -69,3 +74,8 @@ def eval_answer(
         "output": output,
         "cells": cell_results,
     }
+    if notebook is not None:
+        answer["notebook"] = notebook
+    if start_seconds is not None:
+        answer["kernel_start_seconds"] = round(start_seconds, 3)
+    return answer

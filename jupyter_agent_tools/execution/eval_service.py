@@ -20,6 +20,7 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
+from ..answers import EvalAnswer
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
@@ -91,13 +92,6 @@ def start_notice(seconds: float, timeout: float) -> str:
 SLOW_START_SECONDS = 5.0
 
 
-def with_start_time(session: KernelSession, answer: dict[str, Any]) -> dict[str, Any]:
-    """``answer`` with ``kernel_start_seconds`` when the call started a kernel (not in its timeout)."""
-    if session.start_seconds is not None:
-        answer["kernel_start_seconds"] = round(session.start_seconds, 3)
-    return answer
-
-
 def lost_notice(name: str, gone: dict[str, Any]) -> str:
     """The notice of a call whose session's earlier incarnation went (see ``EvalSessionManager.gone``)."""
     return (
@@ -110,7 +104,7 @@ class _StillStarting(Exception):
     """The call was cancelled while its session's kernel started: it answers ``answer`` at once, and
     ``start`` goes on in the background, holding the session's turn until it ends."""
 
-    def __init__(self, answer: dict[str, Any], start: asyncio.Future[Any]):
+    def __init__(self, answer: EvalAnswer, start: asyncio.Future[Any]):
         super().__init__("cancelled while the kernel starts")
         self.answer, self.start = answer, start
 
@@ -369,7 +363,7 @@ class EvalService(Service):
         emit: Emit | None = None,
         cancel: asyncio.Event | None = None,
         pace: StreamPace | None = None,
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         """Run an eval request body; return the answer (also emitted last as a ``result`` event).
         ``pace``: the stream client's, when one reads the events as they come.
 
@@ -379,12 +373,12 @@ class EvalService(Service):
             request = parse_recorded(body, self.max_cells, record)
             if request.notebook is not None:  # the front doors give these to NotebookRunner.eval
                 raise AgentToolsError("Eval with 'notebook' runs through NotebookRunner.eval", 501)
-            record.result = await self._run(request, emit, cancel, pace)
-        return record.result
+            record.result = answer = await self._run(request, emit, cancel, pace)
+        return answer
 
     async def _run(
         self, request: EvalRequest, emit: Emit | None, cancel: asyncio.Event | None, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         cwd = await self._resolve_cwd(request.cwd)
         if request.kernel_name:  # before any session is created, evicted or reset
             await self.kernels.check_kernel_name(request.kernel_name)
@@ -402,7 +396,7 @@ class EvalService(Service):
 
     async def _run_session(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         while True:
             session = await self.sessions.acquire(request.session)
             if not await session.take_turn(cancel):
@@ -528,7 +522,7 @@ class EvalService(Service):
         emit: Emit,
         cancel: asyncio.Event,
         pace: StreamPace | None,
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         notices: list[str] = []
         lost, session.predecessor_gone = session.predecessor_gone, None
         if lost is not None:
@@ -548,9 +542,14 @@ class EvalService(Service):
         self._start_notices(session, request, notices)
         run = await self._run_cells(session, request, emit, cancel, pace, _ReplaceKernel(self, request, cwd))
         notices += run.notices
-        return with_start_time(
+        return answer(
             session,
-            answer(session, request, run.ran, notices, restarted=restarted or run.restarted, error=run.error),
+            request,
+            run.ran,
+            notices,
+            restarted=restarted or run.restarted,
+            error=run.error,
+            start_seconds=session.start_seconds,
         )
 
     @staticmethod
@@ -587,7 +586,7 @@ class EvalService(Service):
 
     async def _run_per_call(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         session = self.sessions.open_per_call()
         if not await session.take_turn(cancel):
             await self.sessions.close_per_call(session)
@@ -602,7 +601,9 @@ class EvalService(Service):
             notices: list[str] = []
             self._start_notices(session, request, notices)
             run = await self._run_cells(session, request, emit, cancel, pace, None)
-            return with_start_time(session, eval_answer(session, request, run.ran, notices, restarted=False))
+            return eval_answer(
+                session, request, run.ran, notices, restarted=False, start_seconds=session.start_seconds
+            )
         except _StillStarting as still:
             still_starting = still.start
             return still.answer

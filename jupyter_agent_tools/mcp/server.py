@@ -793,8 +793,8 @@ class McpServer:
         )
         if gate.detachable:
 
-            async def run(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
-                async def start() -> dict[str, Any]:
+            async def run(emit: Emit, cancel: asyncio.Event) -> Mapping[str, Any]:
+                async def start() -> Mapping[str, Any]:
                     arguments = await gate.bind(approval)
                     return await service_call(self.services, tool.name, arguments, emit, cancel)
 
@@ -805,8 +805,8 @@ class McpServer:
             )
         else:
 
-            async def call(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
-                async def start() -> dict[str, Any]:
+            async def call(emit: Emit, cancel: asyncio.Event) -> Mapping[str, Any]:
+                async def start() -> Mapping[str, Any]:
                     try:
                         arguments = await gate.bind(approval)  # 409 when the notebook changed since
                     except AgentToolsError as e:
@@ -884,7 +884,7 @@ class McpServer:
     async def _stream(
         self,
         rid: RequestId,
-        run: Awaitable[dict[str, Any]],
+        run: Awaitable[Mapping[str, Any]],
         progress: _Progress,
         call: _Call,
         session: LegacySession | None,

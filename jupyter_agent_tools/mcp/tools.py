@@ -14,7 +14,7 @@ import asyncio
 import copy
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -160,13 +160,28 @@ def _take_image(mime: str, data: str, size: int, include: bool, images: list[Ima
     return f"[{what}: attached as image {len(images)}]"
 
 
-def _ran(result: dict[str, Any], include: bool, label: Callable[[dict[str, Any]], str]) -> ToolResult:
-    """The tool result of an eval or a notebook run: the answer's text, and its structured form with the
-    base64 of each image display taken out (attached as image content when ``include`` and possible, a
-    placeholder line naming the cell either way; the display keeps its MIME type, size and a run's url).
-    A placeholder display (an eval image past max_display_bytes) has no data and stays as it is."""
+def _ran(result: Mapping[str, Any], include: bool, label: Callable[[dict[str, Any]], str]) -> ToolResult:
+    """The tool result of an eval or a notebook run: the answer's text with a line for each image (what
+    :func:`_images_out` did with it), its structured form without image data, the images attached."""
     images: list[Image] = []
     notes: list[str] = []
+    structured = _images_out(result, include, label, images, notes)
+    text = "\n".join([str(result.get("output") or "") or "(no output)", *notes])
+    return ToolResult(text, structured, images, is_error=raised(result))
+
+
+def _images_out(
+    result: Mapping[str, Any],
+    include: bool,
+    label: Callable[[dict[str, Any]], str],
+    images: list[Image],
+    notes: list[str],
+) -> dict[str, Any]:
+    """An eval's or a notebook run's answer with the base64 of each image display taken out: attached
+    to ``images`` when ``include`` and possible, a placeholder line naming the cell (``label``) in
+    ``notes`` either way; the display keeps its MIME type, its size and a run's url. The one image
+    rewrite of the eval, notebook_run and run_status tools. A placeholder display (an eval image past
+    max_display_bytes) has no data and stays as it is."""
     cells = []
     for cell in result.get("cells", []):
         displays = []
@@ -181,8 +196,7 @@ def _ran(result: dict[str, Any], include: bool, label: Callable[[dict[str, Any]]
                 notes.append(f"{label(cell)}: {placeholder}")
             displays.append(display)
         cells.append({**cell, "displays": displays})
-    text = "\n".join([str(result.get("output") or "") or "(no output)", *notes])
-    return ToolResult(text, {**result, "cells": cells}, images, is_error=raised(result))
+    return {**result, "cells": cells}
 
 
 # ---------------------------------------------------------------------------------------------- eval
@@ -197,14 +211,14 @@ INCLUDE_IMAGES = {
 DETACH = {"type": "boolean", "description": "Return a run_id at once; the run goes on (see run_status)."}
 
 
-def raised(result: dict[str, Any]) -> bool:
+def raised(result: Mapping[str, Any]) -> bool:
     """Whether a run's answer (eval's, a notebook run's) failed: a cell raised, or the call itself did. A
     model reads ``isError: false`` as success; the traceback stays in the text."""
     cells = result.get("cells") or []
     return bool(result.get("error")) or any(cell.get("status") == "error" for cell in cells)
 
 
-def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
+def tool_state(result: Mapping[str, Any], cancel_requested: bool) -> str:
     """The state of a tool call run as an MCP task, from its CallToolResult."""
     if result.get("isError"):
         return "error"
@@ -597,20 +611,22 @@ def _eval_input() -> dict[str, Any]:
     return result
 
 
-def _run_eval(services: Services, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+def _run_eval(
+    services: Services, body: Any, emit: Emit, cancel: asyncio.Event
+) -> Awaitable[Mapping[str, Any]]:
     """An eval's service call (as a detached run calls it: ``emit``, ``cancel``)."""
     return run_eval(services.eval_service, services.notebook_runner, body, emit=emit, cancel=cancel)
 
 
 def _run_notebook(
     runner: NotebookRunner, path: str, body: Any, emit: Emit, cancel: asyncio.Event
-) -> Awaitable[dict[str, Any]]:
+) -> Awaitable[Mapping[str, Any]]:
     return runner.run(path, body, emit=emit, cancel=cancel)
 
 
 def service_call(
     services: Services, tool: str, arguments: dict[str, Any], emit: Emit, cancel: asyncio.Event
-) -> Awaitable[dict[str, Any]]:
+) -> Awaitable[Mapping[str, Any]]:
     """The service call behind an eval or notebook_run tool call, as its detached run makes it."""
     _own, body = options(arguments, {"include_images": ("boolean", False)}, rest=True)
     if tool == "eval":
@@ -677,7 +693,7 @@ async def _run_status(call: ToolCall) -> ToolResult:
         await wait_or_cancelled(registry.wait(run, wait), call.cancel)
     detail = run.detail()
     if run.result is not None:
-        detail["result"] = _without_image_data(run.result)
+        detail["result"] = _images_out(run.result, False, str, [], [])  # their data: only by URL
     lines = [f"Run {run.id}: {run.state}" + (f" ({run.message})" if run.message else "")]
     lines += [f"cell {c['index']}: {c['status']}" for c in detail["cells"]]
     if run.result is not None:
@@ -687,28 +703,13 @@ async def _run_status(call: ToolCall) -> ToolResult:
     return ToolResult("\n".join(lines), detail)
 
 
-def _result_text(kind: str, result: dict[str, Any]) -> str:
+def _result_text(kind: str, result: Mapping[str, Any]) -> str:
     """A finished run's output for a model: an eval's or a notebook run's output, or the text of a tool
     call's result (a call that waited for the person's approval, a task)."""
     if kind == "mcp_tool":
         texts = [str(c.get("text")) for c in result.get("content") or [] if c.get("type") == "text"]
         return ("Error: " if result.get("isError") else "") + "\n".join(texts)
     return str(result.get("output") or "") or "(no output)"
-
-
-def _without_image_data(result: dict[str, Any]) -> dict[str, Any]:
-    """A run's answer with each image's base64 replaced by its size (as the eval tool answers)."""
-    cells = []
-    for cell in result.get("cells", []):
-        displays = []
-        for display in cell.get("displays", []):
-            if display.get("type") == "image" and "data" in display:
-                mime, data = str(display.get("mime")), str(display.get("data") or "")
-                display = {k: v for k, v in display.items() if k != "data"}
-                display["bytes"] = data_size(mime, data)
-            displays.append(display)
-        cells.append({**cell, "displays": displays})
-    return {**result, "cells": cells}
 
 
 def _run_status_output() -> dict[str, Any]:
