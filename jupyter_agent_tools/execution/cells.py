@@ -19,13 +19,13 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from traitlets import Instance
+from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
 from ..stream_events import CellEnd, CellStart, StreamEvent
-from ..traits import Service
+from ..traits import Service, at_least, honour_moved_settings, in_range
 from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
 from .kernels import KernelService
 from .messages import OutputLimits
@@ -37,7 +37,7 @@ from .sink import OutputSink
 
 @dataclass(frozen=True)
 class CellLimits:
-    """What bounds one cell's execution (given from ``EvalService``'s settings)."""
+    """What bounds one cell's execution (built from ``CellExecutor``'s settings)."""
 
     max_output_bytes: int
     interrupt_grace: float
@@ -175,18 +175,90 @@ def noting_output(session: KernelSession, emit: Emit) -> Emit:
     return noting
 
 
+# Settings that were EvalService's until 0.5: c.EvalService.<name> still applies, with a warning.
+MOVED_FROM_EVAL_SERVICE = (
+    "max_output_bytes",
+    "interrupt_grace",
+    "liveness_interval",
+    "max_display_bytes",
+    "max_html_convert_bytes",
+)
+
+
 class CellExecutor(Service):
     """Runs cells on a session's kernel: one cell (:meth:`execute`) and a call's cells (:meth:`run_cells`).
 
-    Given to ``EvalService`` and ``NotebookRunner`` alike (by default ``EvalService`` builds it from its
-    output and interrupt settings, and the application gives that one to the runner)."""
+    Built once by the application and given to ``EvalService`` and ``NotebookRunner`` alike: its
+    settings bound every cell either runs."""
 
     kernels = Instance(
         KernelService, help="Interrupts the kernel when a cell's time is up or it is cancelled."
     )
     artifacts = Instance(ArtifactStore, help="Where spilled outputs live.")
     sessions = Instance(EvalSessionManager, help="Records what happened to a session (lost idle status).")
-    limits = Instance(CellLimits, help="Bounds of one cell's execution.")
+    max_output_bytes = Int(
+        50 * 1024,
+        help="Bytes of output kept visible per cell; past it the tail is kept and the full output is "
+        "spilled to an artifact.",
+    ).tag(config=True)
+    interrupt_grace = Float(
+        5.0,
+        help="Seconds to wait for a kernel to settle after an interrupt (timeout or cancel) before the "
+        "kernel is restarted.",
+    ).tag(config=True)
+    liveness_interval = Float(
+        1.0,
+        help="Seconds without kernel messages after which a running execution checks that its kernel "
+        "is still alive.",
+    ).tag(config=True)
+    max_display_bytes = Int(
+        2 * 1024 * 1024,
+        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
+        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
+        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
+    ).tag(config=True)
+    max_html_convert_bytes = Int(
+        128 * 1024,
+        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
+        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
+        "Converting runs at about 200 KB/s, off the event loop.",
+    ).tag(config=True)
+    limits = Instance(CellLimits, help="Bounds of one cell's execution (default: the settings above).")
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        honour_moved_settings(self, "EvalService", MOVED_FROM_EVAL_SERVICE, "0.5")
+
+    @validate("max_output_bytes")
+    def _valid_output(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @validate("interrupt_grace")
+    def _valid_grace(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
+
+    @validate("liveness_interval")
+    def _valid_liveness(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0, strict=True))
+
+    @validate("max_display_bytes")
+    def _valid_display(self, proposal: Any) -> int:
+        return in_range(proposal, 0, 1024**3)
+
+    @validate("max_html_convert_bytes")
+    def _valid_html(self, proposal: Any) -> int:
+        return in_range(proposal, 1024, 16 * 1024 * 1024)
+
+    @default("limits")
+    def _default_limits(self) -> CellLimits:
+        return CellLimits(
+            max_output_bytes=self.max_output_bytes,
+            interrupt_grace=self.interrupt_grace,
+            liveness_interval=self.liveness_interval,
+            output_limits=OutputLimits(
+                display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
+            ),
+        )
 
     async def execute(
         self,

@@ -25,13 +25,12 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
-from ..traits import Service, at_least, in_range
-from .cells import CellExecutor, CellHooks, CellLimits, CellsRun, KeepKernel, Ran, Told
+from ..traits import Service, at_least
+from .cells import CellExecutor, CellHooks, CellsRun, KeepKernel, Ran, Told
 from .connection import KernelConnection
 from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import Emit, noop
 from .kernels import KernelService
-from .messages import OutputLimits
 from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
@@ -166,42 +165,12 @@ class EvalService(Service):
     recovery = Instance(
         KernelRecovery, help="Restarts dead or wedged kernels (default: one over kernels, sessions)."
     )
-    max_output_bytes = Int(
-        50 * 1024,
-        help="Bytes of output kept visible per cell; past it the tail is kept and the full output is "
-        "spilled to an artifact.",
-    ).tag(config=True)
-    interrupt_grace = Float(
-        5.0,
-        help="Seconds to wait for a kernel to settle after an interrupt (timeout or cancel) before the "
-        "kernel is restarted.",
-    ).tag(config=True)
     max_cells = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
-    liveness_interval = Float(
-        1.0,
-        help="Seconds without kernel messages after which a running execution checks that its kernel "
-        "is still alive.",
-    ).tag(config=True)
     init_timeout = Float(
         60.0,
         help="Seconds the silent init step (cwd, env, sys.path) may take on a new kernel before the call "
         "goes on without it (it is tried again on the next call).",
     ).tag(config=True)
-    max_display_bytes = Int(
-        2 * 1024 * 1024,
-        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
-        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
-        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
-    ).tag(config=True)
-    max_html_convert_bytes = Int(
-        128 * 1024,
-        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
-        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
-        "Converting runs at about 200 KB/s, off the event loop.",
-    ).tag(config=True)
-    output_limits = Instance(
-        OutputLimits, help="Bounds of display data and HTML conversion (default: the two settings above)."
-    )
     audit = Instance(Audit, help="Records every call (default: the session manager's).")
 
     @default("audit")
@@ -211,8 +180,8 @@ class EvalService(Service):
     pool = Instance(KernelPool, help="Warm kernels new per-call and session kernels are taken from.")
     cells = Instance(
         CellExecutor,
-        help="Runs the cells: one cell's execution and the one cell loop (default: one bounded by the "
-        "output and interrupt settings above; the application gives it to the NotebookRunner too).",
+        help="Runs the cells: one cell's execution and the one cell loop (the application builds one and "
+        "gives it to the NotebookRunner too; default: a CellExecutor of this service's collaborators).",
     )
     notebook_kernels = Instance(
         NotebookKernels, allow_none=True, help="The notebooks' kernels, listed with the sessions."
@@ -220,41 +189,17 @@ class EvalService(Service):
 
     @default("cells")
     def _default_cells(self) -> CellExecutor:
-        limits = CellLimits(
-            max_output_bytes=self.max_output_bytes,
-            interrupt_grace=self.interrupt_grace,
-            liveness_interval=self.liveness_interval,
-            output_limits=self.output_limits,
-        )
         return CellExecutor(
-            kernels=self.kernels, artifacts=self.artifacts, sessions=self.sessions, limits=limits, parent=self
+            kernels=self.kernels, artifacts=self.artifacts, sessions=self.sessions, parent=self
         )
 
-    @validate("max_output_bytes", "max_cells")
+    @validate("max_cells")
     def _valid_counts(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-    @validate("interrupt_grace")
-    def _valid_grace(self, proposal: Any) -> float:
-        return float(at_least(proposal, 0))
-
-    @validate("liveness_interval", "init_timeout")
+    @validate("init_timeout")
     def _valid_positive(self, proposal: Any) -> float:
         return float(at_least(proposal, 0, strict=True))
-
-    @validate("max_display_bytes")
-    def _valid_display(self, proposal: Any) -> int:
-        return in_range(proposal, 0, 1024**3)
-
-    @validate("max_html_convert_bytes")
-    def _valid_html(self, proposal: Any) -> int:
-        return in_range(proposal, 1024, 16 * 1024 * 1024)
-
-    @default("output_limits")
-    def _default_output_limits(self) -> OutputLimits:
-        return OutputLimits(
-            display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
-        )
 
     @default("recovery")
     def _default_recovery(self) -> KernelRecovery:
