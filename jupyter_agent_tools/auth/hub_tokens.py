@@ -81,6 +81,13 @@ class HubAgentTokens(Service):
         config=True
     )
 
+    @validate("fetch_timeout")
+    def _valid_timeout(self, proposal: Any) -> Any:
+        value = float(proposal["value"])
+        if not 0.5 <= value <= 60:
+            raise TraitError(f"HubAgentTokens.fetch_timeout must be between 0.5 and 60, got {value}")
+        return value
+
     @validate("issuer")
     def _valid_issuer(self, proposal: Any) -> Any:
         value = str(proposal["value"]).rstrip("/")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import ipaddress
 import os
 import secrets
 import signal
@@ -267,7 +268,24 @@ class HubOAuthApp(Application):
     config_file = Unicode("", help="A Python configuration file (c.HubOAuthService.*, c.AgentOAuth.*)").tag(
         config=True
     )
-    aliases = {"config": "HubOAuthApp.config_file"}
+    ip = Unicode(
+        "",
+        help="The address the service listens on. Empty: the host of its URL (JUPYTERHUB_SERVICE_URL) when "
+        "that is an IP address or localhost, else every interface (a URL like http://hub:10101 names a "
+        "Kubernetes service, not an address of the pod).",
+    ).tag(config=True)
+    aliases = {"config": "HubOAuthApp.config_file", "ip": "HubOAuthApp.ip"}
+
+    def address(self, url: str) -> tuple[str, int]:
+        """Where to listen for the service's ``url``."""
+        where = urlsplit(url)
+        host = where.hostname or ""
+        if not self.ip:
+            try:
+                ipaddress.ip_address(host)
+            except ValueError:
+                host = host if host == "localhost" else ""
+        return self.ip or host, where.port or (443 if where.scheme == "https" else 80)
 
     def start(self) -> None:
         if self.config_file:
@@ -281,9 +299,9 @@ class HubOAuthApp(Application):
         url = os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
         hub_auth = HubOAuth(api_token=os.environ["JUPYTERHUB_API_TOKEN"], cache_max_age=60)
         app = make_app(oauth, prefix, hub_auth)
-        where = urlsplit(url)
+        host, port = self.address(url)
         server = HTTPServer(app, xheaders=True)
-        server.listen(where.port or 80, where.hostname or "")
+        server.listen(port, host)
         self.log.info("agent OAuth service on %s (issuer %s)", url_path_join(url, prefix), oauth.public_url)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
