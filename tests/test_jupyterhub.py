@@ -456,7 +456,10 @@ class HubPerson:
         request_id = re.search(r'name="request" value="([^"]+)"', page.text)
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
         assert request_id and xsrf, page.text[:2000]
-        form = {"request": request_id[1], "_xsrf": xsrf[1], **self.choice}
+        form = {"request": request_id[1], **self.choice}
+        forged = self.browser.post(page.url, data=form, allow_redirects=False, timeout=60)
+        assert forged.status_code == 403, forged.status_code  # a cross-site form has no XSRF token
+        form["_xsrf"] = xsrf[1]
         answered = self.browser.post(page.url, data=form, allow_redirects=False, timeout=60)
         assert answered.status_code == 302, (answered.status_code, answered.text[:2000])
         self.location = answered.headers["Location"]

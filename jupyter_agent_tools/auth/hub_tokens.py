@@ -61,7 +61,7 @@ class HubAgentTokens(Service):
     service_url = Unicode(
         "",
         help="Where this server reads the service's public keys (jwks) and revocation list (revoked): the "
-        "service's base URL as this server reaches it, e.g. http://proxy-public/services/agent-oauth/ on "
+        "service's base URL as this server reaches it, e.g. http://hub:10101/services/agent-oauth/ on "
         "Zero to JupyterHub. Empty: <issuer>/services/agent-oauth/.",
     ).tag(config=True)
 
