@@ -129,8 +129,7 @@ class HubOAuthService(AgentOAuth):
         for: ``resource`` must name one of the person's servers."""
         resource = params.get("resource") or ""
         if not resource:
-            client = await self.client(params.get("client_id"))  # a bad client is shown first
-            del client
+            await self.client(params.get("client_id"))  # an unknown app is shown to the person first
             raise OAuthError(
                 "invalid_target",
                 "name the server to connect in the resource parameter (its MCP URL, "
