@@ -290,3 +290,58 @@ def test_a_server_checks_a_token_minted_from_a_pinned_test_key(monkeypatch: pyte
     # a grant revoked after the token was seen: the next check of watched tokens ends it
     checker._revoked = frozenset({"7"})
     assert checker.status(record) == "revoked"
+
+
+async def sign_in(service: HubOAuthService, resource: str = ALICE) -> dict[str, Any]:
+    """An app registered, alice's consent (read) for ``resource``, the code traded: the token answer."""
+    verifier, challenge = pkce()
+    client = await service.register({"client_name": "Cursor", "redirect_uris": [REDIRECT]})
+    params = {
+        "client_id": client["client_id"],
+        "redirect_uri": REDIRECT,
+        "response_type": "code",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "resource": resource,
+    }
+    request, _ = await service.request_for(params, "alice", HUB)
+    consent = Consent(frozenset({"read"}), (), frozenset(), 86400.0)
+    code = parse_qs(urlsplit(service.decide(request.id, consent, "alice", HUB)).query)["code"][0]
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": REDIRECT,
+        "code_verifier": verifier,
+    }
+    return await service.token({**form, "client_id": client["client_id"]}, "")
+
+
+def test_an_app_revokes_its_grant_with_its_access_token_and_the_person_with_the_apps_page(
+    tmp_path: Path,
+) -> None:
+    """RFC 7009 with the signed access token itself ends the grant (the servers' list names it); alice
+    disconnects another app herself; bob cannot disconnect hers."""
+    service = HubOAuthService(state_dir=str(tmp_path), public_url=HUB, clock=Clock())
+
+    async def run() -> None:
+        first = await sign_in(service)
+        grant = jwt.verify(first["access_token"], jwt.public_keys(service.jwks()))["grant"]
+        await service.revoke({"token": first["access_token"]})
+        assert await service.revoked() == [grant]
+        with pytest.raises(OAuthError):
+            await service.token({"grant_type": "refresh_token", "refresh_token": first["refresh_token"]}, "")
+        second = await sign_in(service, HUB + "/user/alice/lab2/api/agent/mcp")
+        other = jwt.verify(second["access_token"], jwt.public_keys(service.jwks()))["grant"]
+        with pytest.raises(OAuthError) as not_bobs:
+            await service.revoke_own("bob", int(other))
+        assert not_bobs.value.status == 404
+        await service.revoke_own("alice", int(other))
+        assert await service.revoked() == [grant, other]
+        listed = await service.grants_of("alice")
+        assert [(g["status"], g["revoked_why"]) for g in listed] == [
+            ("revoked", "revoked by the person"),
+            ("revoked", "revoked by the app"),
+        ]
+
+    asyncio.run(run())
+    service.close()
