@@ -5,7 +5,10 @@ server's metadata, registers (DCR), sends the person to the consent page (behind
 and trades the code for an access token that IS an agent token (:mod:`jupyter_agent_tools.auth.store`):
 the scopes, paths and ``ask`` the person chose, short-lived, audited as ``agent:oauth-<client>-<n>``. A
 rotating refresh token renews it; reusing a spent one revokes the grant. Only on a server with agent tokens
-(``AgentIdentityProvider`` and ``AgentAuthorizer``) and not behind JupyterHub (whose login is the hub's).
+(``AgentIdentityProvider`` and ``AgentAuthorizer``) and not behind JupyterHub (whose login is the hub's:
+there :class:`jupyter_agent_tools.hub_oauth.service.HubOAuthService`, this class with signed tokens, signs
+apps in for every user's server). The parts that differ are hooks: ``_activates``, ``audience``, ``_mint``,
+``_access_revoked``, ``_revoke_token``.
 """
 
 from __future__ import annotations
