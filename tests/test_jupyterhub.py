@@ -446,8 +446,8 @@ class HubPerson:
     """alice at the hub's consent page, in her browser session (the hub's login, then its OAuth to the
     service): opens the authorize URL, answers the form with ``choice``."""
 
-    def __init__(self, browser: Any, choice: dict[str, Any]):
-        self.browser, self.choice, self.location, self.page = browser, choice, "", ""
+    def __init__(self, browser: Any, choices: list[dict[str, Any]]):
+        self.browser, self.choices, self.location, self.page, self.pages = browser, choices, "", "", 0
 
     def _answer(self, url: str) -> None:
         page = self.browser.get(url, timeout=60)  # the service's login goes through the hub's OAuth
@@ -456,7 +456,8 @@ class HubPerson:
         request_id = re.search(r'name="request" value="([^"]+)"', page.text)
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
         assert request_id and xsrf, page.text[:2000]
-        form = {"request": request_id[1], **self.choice}
+        self.pages += 1
+        form = {"request": request_id[1], **self.choices.pop(0)}
         forged = self.browser.post(page.url, data=form, allow_redirects=False, timeout=60)
         assert forged.status_code == 403, forged.status_code  # a cross-site form has no XSRF token
         form["_xsrf"] = xsrf[1]
@@ -529,7 +530,7 @@ def test_an_mcp_client_signs_in_at_the_hub_for_alices_server_only(hub: Hub) -> N
     (hub.home("alice") / "reports" / "r.txt").write_text("report")
     browser, _ = hub.login("alice")
     choice = {"decision": "approve", "scope": ["read"], "paths": "reports/**", "ask": [], "lifetime": "1 day"}
-    person = HubPerson(browser, choice)
+    person = HubPerson(browser, [choice, {**choice, "scope": ["read", "execute"]}])
     storage = Memory()
     mcp_url = hub.server_url("alice") + "api/agent/mcp"
     metadata = OAuthClientMetadata(
@@ -550,11 +551,17 @@ def test_an_mcp_client_signs_in_at_the_hub_for_alices_server_only(hub: Hub) -> N
             assert not listed.is_error and "r.txt" in str(listed.content), listed
             outside = await session.call_tool("file_list", {"path": ""})  # only reports/** was granted
             assert outside.is_error or "a.ipynb" not in str(outside.content), outside
+            assert person.pages == 1 and storage.tokens.scope == "read"
+            # eval needs execute: 403 insufficient_scope, alice is asked again (a step-up), and it runs
+            ran = await session.call_tool("eval", {"cells": [{"code": "print(6 * 7)"}]})
+            assert person.pages == 2 and not ran.is_error and "42" in str(ran.content), ran
 
     asyncio.run(signed_in())
+    ran = [e for e in hub.events("alice") if e["__schema__"].endswith("/execution/v1")][-1]
+    assert ran["user"].startswith("agent:oauth-hub-agent-sdk-") and ran["on_behalf_of"] == "alice", ran
     assert "Hub Agent (SDK)" in person.page and "alice" in person.page and "unverified app" in person.page
     tokens = storage.tokens
-    assert tokens is not None and tokens.scope == "read" and tokens.refresh_token
+    assert tokens is not None and tokens.scope == "read execute" and tokens.refresh_token
     access = tokens.access_token
     assert access.startswith("eyJ") and access.count(".") == 2
     # the metadata the SDK found: the issuer is the hub's origin
@@ -600,7 +607,7 @@ def test_an_mcp_client_signs_in_at_the_hub_for_alices_server_only(hub: Hub) -> N
     renewed = httpx_post(token_url, form)
     assert renewed.status_code == 200, renewed.text
     fresh = renewed.json()
-    assert fresh["refresh_token"] != tokens.refresh_token and fresh["scope"] == "read"
+    assert fresh["refresh_token"] != tokens.refresh_token and fresh["scope"] == "read execute"
     assert mcp_call(hub, "alice", fresh["access_token"])[0] == 200
     reused = httpx_post(token_url, form)
     assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant"

@@ -126,7 +126,7 @@ class HubAgentTokens(Service):
         self._revoked_read: float | None = None
         self._reading: asyncio.Future[None] | None = None
         self._grants: dict[str, str] = {}  # token hash -> grant id, of the tokens seen (for check_tokens)
-        self._clients: OrderedDict[str, str] = OrderedDict()  # token id -> the grant's owner name
+        self._clients: OrderedDict[str, str] = OrderedDict()  # token id -> the app it was issued to
 
     @property
     def enabled(self) -> bool:
@@ -253,7 +253,7 @@ class HubAgentTokens(Service):
             signed_by=self.issuer,
         )
         self._grants[digest] = grant
-        self._clients[record.id] = f"{claims['client_id']}#{grant}"
+        self._clients[record.id] = claims["client_id"]
         while len(self._clients) > MAX_CLIENTS_KNOWN:
             self._clients.popitem(last=False)
         return record
@@ -268,7 +268,8 @@ class HubAgentTokens(Service):
         self._grants.pop(digest, None)
 
     def client_of(self, token_id: str) -> str | None:
-        """The grant a signed token belongs to (its app's MCP sessions outlive each access token)."""
+        """The app a signed token was issued to (its MCP sessions outlive each access token, and a
+        step-up's new grant, as on a server's own sign-in)."""
         return self._clients.get(token_id)
 
 
