@@ -452,6 +452,7 @@ class HubPerson:
     def _answer(self, url: str) -> None:
         page = self.browser.get(url, timeout=60)  # the service's login goes through the hub's OAuth
         assert page.status_code == 200, (page.status_code, page.url, page.text[:2000])
+        assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]  # no clickjacking
         self.page = page.text
         request_id = re.search(r'name="request" value="([^"]+)"', page.text)
         xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)

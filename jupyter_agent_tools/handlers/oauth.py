@@ -37,6 +37,8 @@ from .base import AgentAPIHandler, acting_person
 MCP_PATH = "api/agent/mcp"
 OAUTH_PATH = "api/agent/oauth"
 FORM = "application/x-www-form-urlencoded"
+# The consent pages' policy (this server's and the hub service's): no script, no frame, inline style only.
+CONSENT_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'"
 
 
 class Urls:
@@ -195,7 +197,7 @@ class AuthorizeHandler(JupyterHandler):
 
     @property
     def content_security_policy(self) -> str:
-        return "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'"
+        return CONSENT_CSP
 
     def _person(self) -> str:
         if isinstance(self.current_user, AgentUser):

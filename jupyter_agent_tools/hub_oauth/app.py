@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import html
 import ipaddress
+import json
 import os
 import secrets
 import signal
@@ -27,7 +28,7 @@ from traitlets import Unicode
 from traitlets.config import Application
 
 from ..errors import AgentToolsError
-from ..handlers.oauth import PAGE, OAuthAnswers, consent_form
+from ..handlers.oauth import CONSENT_CSP, PAGE, OAuthAnswers, consent_form
 from ..oauth.core import AuthorizationRequest, OAuthError, authorization_server_metadata, parse_consent
 from .service import HubOAuthService, server_of
 
@@ -85,8 +86,6 @@ class RevokedHandler(_Public):
 
 class RegisterHandler(_Public):
     async def post(self) -> None:
-        import json
-
         try:
             metadata = json.loads(self.request.body or b"null")
         except ValueError:
@@ -109,11 +108,8 @@ class _Page(_Service, HubOAuthenticated, web.RequestHandler):
     """A page of the person, signed in at the hub."""
 
     def set_default_headers(self) -> None:
-        self.set_header(
-            "Content-Security-Policy",
-            "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'; "
-            "form-action 'self' http: https:",
-        )
+        super().set_default_headers()
+        self.set_header("Content-Security-Policy", CONSENT_CSP)
         self.set_header("Cache-Control", "no-store")
 
     def page(self, title: str, body: str, status: int = 200) -> None:
