@@ -610,8 +610,16 @@ def test_an_mcp_client_signs_in_at_the_hub_for_alices_server_only(hub: Hub) -> N
     fresh = renewed.json()
     assert fresh["refresh_token"] != tokens.refresh_token and fresh["scope"] == "read execute"
     assert mcp_call(hub, "alice", fresh["access_token"])[0] == 200
-    reused = httpx_post(token_url, form)
-    assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant"
+    events_url = hub.server_url("alice").replace("http://", "ws://") + "api/events/subscribe"
+
+    async def revoked_closes_its_websocket() -> Any:
+        auth = {"Authorization": f"Bearer {fresh['access_token']}"}
+        connection = await websocket_connect(HTTPRequest(events_url, headers=auth))
+        reused = httpx_post(token_url, form)  # the spent refresh token again: the grant is revoked
+        assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant"
+        return await asyncio.wait_for(connection.read_message(), 30)  # None: alice's server closed it
+
+    assert asyncio.run(revoked_closes_its_websocket()) is None
     after = httpx_post(token_url, {**form, "refresh_token": fresh["refresh_token"]})
     assert after.status_code == 400 and after.json()["error"] == "invalid_grant", after.text
     status, revoked = request("GET", origin + "/services/agent-oauth/revoked")

@@ -196,14 +196,24 @@ class HubAgentTokens(Service):
                 )
         return self._revoked
 
-    def read_soon(self) -> None:
-        """Read the revocation list in the background when it is due (the provider's periodic check)."""
+    def read_soon(self, then: Callable[[], object]) -> None:
+        """Read the revocation list in the background when it is due, then call ``then`` (the provider's
+        periodic check: a grant revoked meanwhile ends what its tokens started)."""
         due = (
             self._revoked_read is None or self.clock() - self._revoked_read >= self.revocation_check_interval
         )
         if due and (self._reading is None or self._reading.done()):
             self._reading = asyncio.ensure_future(self._read_revoked())
-            self._reading.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+            def done(read: asyncio.Future[None]) -> None:
+                if read.cancelled():
+                    return
+                if read.exception() is not None:
+                    self.log.warning("%s", read.exception())
+                    return
+                then()
+
+            self._reading.add_done_callback(done)
 
     async def check(self, token: str, audience: str) -> AgentToken:
         """The agent token record of a signed access token for ``audience`` (this server's MCP URL);

@@ -300,7 +300,7 @@ class AgentTokens(IdentityProvider):
 
     def _check(self) -> None:
         if any(r.signed_by for r in self._watched.values()):
-            self.hub_tokens.read_soon()  # a revoked grant is then ended by the next check
+            self.hub_tokens.read_soon(self.check_tokens)  # a grant revoked at the hub ends its tokens
         self.check_tokens()
         self._connections.close_late()
         if not self._watched and not self._connections.has_late and self._sweep is not None:
