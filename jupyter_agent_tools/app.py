@@ -15,6 +15,7 @@ from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .audit.feed import EventFeed
+from .auth.hub_tokens import HubAgentTokens
 from .auth.identity import APPROVALS_SETTING, AgentTokens, TokenEnded, adopt_agent_tokens
 from .compat import guard_control_sockets, local_root
 from .execution.cells import CellExecutor
@@ -104,6 +105,7 @@ class AgentToolsApp(ExtensionApp):
         ApprovalPolicy,
         AgentStores,
         AgentOAuth,
+        HubAgentTokens,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
