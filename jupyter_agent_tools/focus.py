@@ -233,11 +233,13 @@ class FocusStore(Service):
 
     # -- agents --------------------------------------------------------------------------------------
 
-    def visible(self, agent: str | None) -> Shared | None:
+    def visible(self, agent: str | None, *, sweep: bool = True) -> Shared | None:
         """The focus the request being served may see: ``agent`` is the caller's token name (None: not an
         agent); the most recently active tab of the server's person that shares with it and whose
-        notebook its paths reach (checked for the request being served, :func:`path_allowed`)."""
-        self._sweep()
+        notebook its paths reach (checked for the request being served, :func:`path_allowed`). Lapsed tabs
+        are swept first unless ``sweep`` is False (a listener asking while it is told of a change)."""
+        if sweep:
+            self._sweep()
         for shared in reversed(self._tabs.values()):
             if self.owner is not None and shared.person != self.owner:
                 continue
@@ -260,7 +262,7 @@ class FocusStore(Service):
 
     def signature(self, agent: str | None) -> tuple[str, int] | None:
         """What ``agent`` would read, as (tab, version): it changed when this changes."""
-        shared = self.visible(agent)
+        shared = self.visible(agent, sweep=False)
         return None if shared is None else (shared.tab, shared.version)
 
     def act(self, agent: str | None, action: dict[str, Any]) -> dict[str, Any]:

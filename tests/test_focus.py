@@ -211,3 +211,76 @@ def _request(url: str, token: str) -> Any:
     from tornado.httpclient import HTTPRequest
 
     return HTTPRequest(url, headers={"Authorization": f"token {token}"})
+
+
+# resources/subscribe is the 2025 era's (the SDK warns that 2026-07-28 has subscriptions/listen instead)
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
+def test_mcp_focus_resource_and_subscribe_follow_within_half_a_second(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    import httpx
+    import mcp_types as types
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    url = server.url + "api/agent/mcp"
+    person = {"Authorization": f"token {server.token}"}
+
+    async def run() -> None:
+        updates: list[float] = []
+        arrived = anyio.Event()
+
+        async def handler(message: Any) -> None:
+            if (
+                isinstance(message, types.ResourceUpdatedNotification)
+                and message.params.uri == "jupyter://focus"
+            ):
+                updates.append(time.monotonic())
+                arrived.set()
+
+        async with (
+            httpx.AsyncClient(base_url=server.url, headers=person, timeout=30) as browser,
+            create_mcp_http_client(headers={"Authorization": f"token {tokens['reporter']}"}) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write, message_handler=handler) as session,
+        ):
+            init = await session.initialize()
+            assert init.capabilities.resources is not None and init.capabilities.resources.subscribe
+            with pytest.raises(Exception, match="Share my focus"):
+                await session.read_resource("jupyter://focus")  # off: says how the person shares it
+            await session.subscribe_resource("jupyter://focus")
+            await anyio.sleep(0.5)  # the session's GET stream is open
+
+            async def published(tab: str, body: dict[str, Any]) -> float:
+                response = await browser.put(f"api/agent/focus/tabs/{tab}", json=body)
+                assert response.status_code == 200, response.text
+                return time.monotonic()
+
+            # the person turns sharing on: the agent hears of it within 0.5 s and reads it
+            for path in ("reports/a.ipynb", "reports/b.ipynb"):
+                updates.clear()
+                arrived = anyio.Event()
+                sent = await published(TAB, focus_body(path))
+                with anyio.fail_after(2):
+                    await arrived.wait()
+                assert updates[0] - sent < 0.5, updates[0] - sent
+                read = await session.read_resource("jupyter://focus")
+                assert json.loads(read.contents[0].text)["path"] == path
+            # a tab shared with another agent, one outside its paths, a heartbeat: no update for this agent
+            updates.clear()
+            await published(OTHER_TAB, focus_body("reports/c.ipynb", ["named"]))
+            await published(THIRD_TAB, focus_body("secret.ipynb"))
+            await published(TAB, focus_body("reports/b.ipynb"))
+            await anyio.sleep(0.6)
+            assert updates == []
+            # the person stops sharing: updated at once, and the read is refused
+            arrived = anyio.Event()
+            for tab in (TAB, OTHER_TAB, THIRD_TAB):
+                assert (await browser.delete(f"api/agent/focus/tabs/{tab}")).status_code == 204
+            with anyio.fail_after(2):
+                await arrived.wait()
+            with pytest.raises(Exception, match="Share my focus"):
+                await session.read_resource("jupyter://focus")
+
+    anyio.run(run)
