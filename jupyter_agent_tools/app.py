@@ -396,7 +396,8 @@ class AgentToolsApp(ExtensionApp):
 
     def _end_what_tokens_start(self, provider: Any) -> None:
         """An agent token that ends (revoked, expired) ends what it started: its approval requests are
-        withdrawn and its grants dropped, then its detached runs cancelled (its websockets: the provider)."""
+        withdrawn and its grants dropped, its detached runs cancelled, its MCP focus subscriptions ended
+        (its websockets: the provider)."""
         if not isinstance(provider, AgentTokens):
             return
         approvals, runs = self.approval_policy, self.run_registry
@@ -404,6 +405,9 @@ class AgentToolsApp(ExtensionApp):
         def ended(token: TokenEnded) -> None:
             approvals.withdraw_token(token.token_id, token.reason)
             runs.cancel_token(token.token_id, token.reason)
+            mcp = getattr(self, "mcp_server", None)
+            if mcp is not None:  # its subscriptions to the person's focus end
+                mcp.end_token(token.token_id)
 
         provider.on_token_ended(ended)
 

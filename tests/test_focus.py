@@ -282,5 +282,12 @@ def test_mcp_focus_resource_and_subscribe_follow_within_half_a_second(
                 await arrived.wait()
             with pytest.raises(Exception, match="Share my focus"):
                 await session.read_resource("jupyter://focus")
+            # the agent's token is revoked: its subscription ends with it (no update of a new focus)
+            status, answer = call(server, "DELETE", "api/agent/tokens/reporter")
+            assert status == 200 and answer["status"] == "revoked", answer
+            updates.clear()
+            await published(TAB, focus_body("reports/a.ipynb"))
+            await anyio.sleep(0.6)
+            assert updates == []
 
     anyio.run(run)

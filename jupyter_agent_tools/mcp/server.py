@@ -31,7 +31,7 @@ from typing import Any
 from .. import __version__
 from ..approvals.gate import Asking, clear, once_approved, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
-from ..audit.context import current_user, set_approver
+from ..audit.context import current_token, current_user, set_approver
 from ..errors import AgentToolsError
 from ..execution.dispatch import extra_permissions
 from ..focus import FOCUS_URI
@@ -356,6 +356,16 @@ class McpServer:
             watch.last = now
             session.outbox.append(notification("notifications/resources/updated", {"uri": FOCUS_URI}))
             session.wake.set()
+
+    def end_token(self, token_id: str) -> None:
+        """An agent token ended (revoked, expired): the focus subscriptions it made end, and their
+        sessions' GET streams close (the token can open no new one)."""
+        for session in self.sessions.values():
+            watch = session.focus
+            if watch is not None and watch.context.run(current_token) == token_id:
+                session.focus = None
+                if session.listening is not None:
+                    session.listening.set()
 
     async def _subscribe(self, msg: Message, request: HttpRequest, session: LegacySession) -> dict[str, Any]:
         """``resources/subscribe`` and ``resources/unsubscribe``: ``jupyter://focus`` only."""
