@@ -291,3 +291,38 @@ def test_mcp_focus_resource_and_subscribe_follow_within_half_a_second(
             assert updates == []
 
     anyio.run(run)
+
+
+def test_mcp_2026_listen_follows_the_focus(server: Server, tokens: dict[str, str]) -> None:
+    """The 2026-07-28 era has no resources/subscribe: ``subscriptions/listen`` (the SDK's Client.listen)."""
+    import httpx
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import ResourceUpdated
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    for tab in (TAB, OTHER_TAB, THIRD_TAB):
+        assert call(server, "DELETE", f"api/agent/focus/tabs/{tab}")[0] == 204
+
+    async def run() -> None:
+        async with (
+            httpx.AsyncClient(
+                base_url=server.url, headers={"Authorization": f"token {server.token}"}
+            ) as browser,
+            create_mcp_http_client(headers={"Authorization": f"token {tokens['helper']}"}) as http,
+            Client(streamable_http_client(server.url + "api/agent/mcp", http_client=http)) as client,
+            client.listen(resource_subscriptions=["jupyter://focus"]) as subscription,
+        ):
+            assert subscription.honored.resource_subscriptions == ["jupyter://focus"]
+            response = await browser.put(f"api/agent/focus/tabs/{TAB}", json=focus_body("reports/a.ipynb"))
+            assert response.status_code == 200, response.text
+            sent = time.monotonic()
+            with anyio.fail_after(2):
+                event = await subscription.__anext__()
+            assert isinstance(event, ResourceUpdated) and event.uri == "jupyter://focus"
+            assert time.monotonic() - sent < 0.5
+            read = await client.read_resource("jupyter://focus")
+            assert json.loads(read.contents[0].text)["path"] == "reports/a.ipynb"
+            assert (await browser.delete(f"api/agent/focus/tabs/{TAB}")).status_code == 204
+
+    anyio.run(run)

@@ -73,12 +73,13 @@ SESSION_HEADER, VERSION_HEADER = "mcp-session-id", "mcp-protocol-version"
 METHOD_HEADER, NAME_HEADER = "mcp-method", "mcp-name"
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
-# resources/subscribe: jupyter://focus only (legacy sessions; the updates come on the session's GET stream)
+# resources/subscribe: jupyter://focus only (legacy sessions; the updates come on the session's GET stream;
+# 2026-07-28: subscriptions/listen)
 CAPABILITIES = {"tools": {"listChanged": False}, "resources": {"subscribe": True, "listChanged": False}}
 SUBSCRIBE_METHODS = ("resources/subscribe", "resources/unsubscribe")
-MAX_WAITING_UPDATES = (
-    16  # notifications kept for a session's GET stream; older ones go (an update is an update)
-)
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"  # stamped in a listen stream's frames
+# notifications kept for a stream not read yet; older ones go (an update is an update)
+MAX_WAITING_UPDATES = 16
 CACHE_TTL_MS = 5 * 60 * 1000  # tools/list and server/discover change only with the server's version
 # What a 2026-07-28 client may cache of each resources/* answer (the revision requires both fields): the
 # templates are fixed, notebooks change at any time; all depend on who asks (an agent token's paths).
@@ -185,13 +186,30 @@ class _Call:
 
 
 @dataclass
+class _Outbox:
+    """Server-initiated messages waiting for a stream (a legacy session's GET stream, a 2026-07-28
+    ``subscriptions/listen`` response), bounded: an update is an update, the oldest go first."""
+
+    messages: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_WAITING_UPDATES))
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def put(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.wake.set()
+
+
+@dataclass(eq=False)  # (kept in a set: one per listen stream)
 class _FocusWatch:
-    """A session's subscription to ``jupyter://focus``: the subscribing request's context (its agent token's
-    paths, which the focus store checks), the agent, and what it saw last."""
+    """A subscription to ``jupyter://focus``: the subscribing request's context (its agent token's paths,
+    which the focus store checks), the agent, what it saw last, where its updates go (with ``meta`` in
+    their params: a listen stream's subscription id) and, for a listen stream, what ends it."""
 
     context: contextvars.Context
     agent: str | None
     last: tuple[str, int] | None
+    outbox: _Outbox
+    meta: dict[str, Any] | None = None
+    cancel: asyncio.Event | None = None
 
 
 @dataclass
@@ -204,8 +222,7 @@ class LegacySession:
     calls: dict[RequestId, _Call] = field(default_factory=dict)
     focus: _FocusWatch | None = None
     # server-initiated messages for the session's GET stream (one stream at a time: ``listening``)
-    outbox: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_WAITING_UPDATES))
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    outbox: _Outbox = field(default_factory=_Outbox)
     listening: asyncio.Event | None = None
 
 
@@ -278,6 +295,7 @@ class McpServer:
         self.sessions: OrderedDict[str, LegacySession] = OrderedDict()
         self._tool_lists: dict[str, list[dict[str, Any]]] = {}
         self._states = RequestStates()
+        self._listens: set[_FocusWatch] = set()  # the 2026-07-28 listen streams open on jupyter://focus
         focus = getattr(services, "focus", None)
         if focus is not None:
             focus.on_change(self._focus_changed)
@@ -326,12 +344,22 @@ class McpServer:
         """The session's waiting messages as they come, a keep-alive each heartbeat interval, until the
         client goes, another GET replaces this one or the session ends."""
         yield Outgoing(None)  # the stream is open (the client sees its headers now)
-        while not cancel.is_set() and self.sessions.get(session.id) is session:
-            if session.outbox:
-                yield Outgoing(session.outbox.popleft())
+        async for item in self._drain(
+            session.outbox, cancel, lambda: self.sessions.get(session.id) is session
+        ):
+            yield item
+
+    async def _drain(
+        self, outbox: _Outbox, cancel: asyncio.Event, alive: Callable[[], bool]
+    ) -> AsyncIterator[Outgoing]:
+        """``outbox``'s messages as they come, a keep-alive each heartbeat interval, until ``cancel`` is set
+        or ``alive()`` is no longer true."""
+        while not cancel.is_set() and alive():
+            if outbox.messages:
+                yield Outgoing(outbox.messages.popleft())
                 continue
-            session.wake.clear()
-            waiters = [asyncio.ensure_future(session.wake.wait()), asyncio.ensure_future(cancel.wait())]
+            outbox.wake.clear()
+            waiters = [asyncio.ensure_future(outbox.wake.wait()), asyncio.ensure_future(cancel.wait())]
             try:
                 done, _ = await asyncio.wait(
                     waiters, timeout=self.heartbeat_interval, return_when=asyncio.FIRST_COMPLETED
@@ -342,30 +370,82 @@ class McpServer:
             if not done:
                 yield Outgoing(None)
 
+    def _focus_watches(self) -> list[_FocusWatch]:
+        legacy = [s.focus for s in self.sessions.values() if s.focus is not None]
+        return legacy + list(self._listens)
+
     def _focus_changed(self) -> None:
-        """A tab's focus changed: each session subscribed to ``jupyter://focus`` whose agent now sees
-        something else than it saw is sent ``notifications/resources/updated`` (others never hear of it)."""
+        """A tab's focus changed: each subscription to ``jupyter://focus`` whose agent now sees something
+        else than it saw is sent ``notifications/resources/updated`` (others never hear of it)."""
         focus = self.services.focus
-        for session in list(self.sessions.values()):
-            watch = session.focus
-            if watch is None:
-                continue
+        for watch in self._focus_watches():
             now = watch.context.run(focus.signature, watch.agent)
             if now == watch.last:
                 continue
             watch.last = now
-            session.outbox.append(notification("notifications/resources/updated", {"uri": FOCUS_URI}))
-            session.wake.set()
+            params: dict[str, Any] = {"uri": FOCUS_URI}
+            if watch.meta is not None:
+                params["_meta"] = watch.meta
+            watch.outbox.put(notification("notifications/resources/updated", params))
 
     def end_token(self, token_id: str) -> None:
-        """An agent token ended (revoked, expired): the focus subscriptions it made end, and their
-        sessions' GET streams close (the token can open no new one)."""
+        """An agent token ended (revoked, expired): the focus subscriptions it made end, and their streams
+        close (the token can open no new one)."""
         for session in self.sessions.values():
             watch = session.focus
             if watch is not None and watch.context.run(current_token) == token_id:
                 session.focus = None
                 if session.listening is not None:
                     session.listening.set()
+        for watch in list(self._listens):
+            if watch.context.run(current_token) == token_id and watch.cancel is not None:
+                watch.cancel.set()
+
+    async def _listen_modern(self, msg: Message, request: HttpRequest) -> Answer:
+        """``subscriptions/listen`` (2026-07-28): an SSE stream that acknowledges what it honors (of
+        ``resourceSubscriptions``: ``jupyter://focus``; nothing else changes here), then sends
+        ``notifications/resources/updated`` for it, until the client closes it."""
+        wanted = msg.params.get("notifications")
+        uris = wanted.get("resourceSubscriptions") if isinstance(wanted, dict) else None
+        if not isinstance(wanted, dict) or not (
+            uris is None or (isinstance(uris, list) and all(isinstance(u, str) for u in uris))
+        ):
+            raise RpcError(
+                INVALID_PARAMS,
+                "Invalid params: 'notifications' must be an object (a SubscriptionFilter), its "
+                "'resourceSubscriptions' a list of URIs",
+                id=msg.id,
+            )
+        if "text/event-stream" not in (request.header("accept") or ""):
+            raise RpcError(
+                INVALID_REQUEST, "Invalid Request: subscriptions/listen answers text/event-stream", id=msg.id
+            )
+        honored: dict[str, Any] = {}
+        meta = {SUBSCRIPTION_ID_KEY: msg.id}
+        cancel = asyncio.Event()
+        watch = None
+        if FOCUS_URI in (uris or ()):
+            await self._authorize(msg, request, "read", "agent_focus", "the person's shared focus")
+            honored["resourceSubscriptions"] = [FOCUS_URI]
+            context = contextvars.copy_context()
+            last = context.run(self.services.focus.signature, request.agent)
+            watch = _FocusWatch(context, request.agent, last, _Outbox(), meta, cancel)
+        return Answer(200, stream=self._listen_stream(watch, honored, meta, cancel), cancel=cancel)
+
+    async def _listen_stream(
+        self, watch: _FocusWatch | None, honored: dict[str, Any], meta: dict[str, Any], cancel: asyncio.Event
+    ) -> AsyncIterator[Outgoing]:
+        acknowledged = {"notifications": honored, "_meta": meta}
+        yield Outgoing(notification("notifications/subscriptions/acknowledged", acknowledged))
+        outbox = watch.outbox if watch is not None else _Outbox()
+        if watch is not None:
+            self._listens.add(watch)
+        try:
+            async for item in self._drain(outbox, cancel, lambda: True):
+                yield item
+        finally:
+            if watch is not None:
+                self._listens.discard(watch)
 
     async def _subscribe(self, msg: Message, request: HttpRequest, session: LegacySession) -> dict[str, Any]:
         """``resources/subscribe`` and ``resources/unsubscribe``: ``jupyter://focus`` only."""
@@ -384,9 +464,8 @@ class McpServer:
             return {}
         await self._authorize(msg, request, "read", "agent_focus", "the person's shared focus")
         context = contextvars.copy_context()  # this request's agent paths: checked at each change
-        session.focus = _FocusWatch(
-            context, request.agent, context.run(self.services.focus.signature, request.agent)
-        )
+        last = context.run(self.services.focus.signature, request.agent)
+        session.focus = _FocusWatch(context, request.agent, last, session.outbox)
         return {}
 
     @staticmethod
@@ -506,6 +585,8 @@ class McpServer:
             if msg.method in RESOURCE_METHODS:
                 result = {**await self._resources(msg, request), **RESOURCE_CACHING[msg.method]}
                 return Answer(200, result_message(msg.id, self._modern_result(result)))
+            if msg.method == "subscriptions/listen":
+                return await self._listen_modern(msg, request)
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
         except RpcError as e:
             return Answer(MODERN_STATUS.get(e.code, 200), e.to_message())
