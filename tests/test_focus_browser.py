@@ -1,9 +1,9 @@
-"""Share my focus in a real browser: one ``jupyter lab`` (agent tokens on, real-time collaboration off, as
-most users run) and one headless Debian Chromium page. The person turns the Agents panel's toggle on; the
-agent's REST read follows the active cell; the panel says who read it; the agent's ``reveal_cell`` scrolls
-the sharing tab to the cell and marks it; the toggle off removes the focus at once; with no tab sharing,
-an agent's action is a notification the person clicks. The screenshot kept in docs/ comes from here
-(``test-artifacts/panel_focus.png``).
+"""Share my focus in a real browser: a ``jupyter lab`` (agent tokens on) without real-time collaboration
+(as most users run) and one with it, and a headless Debian Chromium page on each. The person turns the
+Agents panel's toggle on; the agent's REST read follows the active cell; the panel says who read it; the
+agent's ``reveal_cell`` scrolls the sharing tab to the cell and marks it; the toggle off removes the focus at
+once; with no tab sharing, an agent's action is a notification the person clicks. The screenshot kept in
+docs/ comes from here (``test-artifacts/panel_focus.png``, without collaboration).
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ def jp_server_cleanup() -> None:
     """(Nothing to clean up: the server is a subprocess.)"""
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+@pytest.fixture(scope="module", params=[False, True], ids=["without-rtc", "rtc"])
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("focus")
-    with running_lab(tmp, rtc=False, config={"ServerApp": AGENT_CLASSES}) as running:
+    with running_lab(tmp, rtc=request.param, config={"ServerApp": AGENT_CLASSES}) as running:
+        running["rtc"] = request.param
         cells = [new_markdown_cell("# Sales", id="title")]
         cells += [new_code_cell(f"step_{n} = {n} * 10", id=f"step{n}") for n in range(1, 4)]
         nb = new_notebook(
@@ -121,8 +122,9 @@ def test_share_my_focus_follows_the_cell_and_an_agent_reveals_one(lab: dict[str,
                 "() => document.querySelector('.jp-Notebook .jp-mod-active')?.innerText.includes('step_3')",
                 timeout=10_000,
             )
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "panel_focus.png"))
+            if not lab["rtc"]:
+                ARTIFACTS.mkdir(exist_ok=True)
+                page.screenshot(path=str(ARTIFACTS / "panel_focus.png"))
 
             # off: gone at once; an agent's action then is a notification the person clicks
             page.locator(f'{PANEL} input[data-field="share-focus"]').uncheck()
