@@ -96,6 +96,19 @@ def test_share_my_focus_follows_the_cell_and_an_agent_reveals_one(lab: dict[str,
             wait_until(page, on_cell, 10, f"the agent never read the active cell: {seen}")
             assert time.monotonic() - started < 3
             assert seen["path"] == NOTEBOOK and seen["cell"]["source"] == "step_2 = 2 * 10", seen
+            # the person types and selects in the cell: the agent reads the new source and the selection
+            page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".cm-content").click()
+            page.keyboard.press("End")
+            page.keyboard.type(" + 1")
+            page.keyboard.press("Shift+Home")
+
+            def typed() -> bool:
+                status, answer = focus(lab)
+                seen.update(answer if status == 200 else {})
+                return status == 200 and (answer.get("selection") or {}).get("text") == "step_2 = 2 * 10 + 1"
+
+            wait_until(page, typed, 10, f"the agent never read the edit and the selection: {seen}")
+            assert seen["cell"]["source"] == "step_2 = 2 * 10 + 1", seen
             status_line = page.locator(f"{PANEL} .jp-AgentFocus-status")
             wait_until(
                 page,

@@ -21,6 +21,7 @@ import { Api } from './api';
 import { APPROVAL_URL_PATTERN, asked, pendingCells } from './approvals';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { addCommands, CommandIds } from './commands';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
 import { AgentEvents } from './events';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { FocusSharer } from './share';

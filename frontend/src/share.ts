@@ -257,14 +257,13 @@ export class FocusSharer implements IDisposable {
       return;
     }
     const notebook = panel.content;
+    // (a cell's source or outputs; the kernel's busy then idle after a run, whose outputs are then kept)
     const watched: [ISignal<any, any>, () => void][] = [
       [notebook.activeCellChanged, this._onActiveCell],
+      [notebook.modelContentChanged, this._soon],
       [panel.sessionContext.statusChanged, this._soon],
       [panel.context.pathChanged, this._soon]
     ];
-    if (notebook.model) {
-      watched.push([notebook.model.contentChanged, this._soon]);
-    }
     for (const [signal, slot] of watched) {
       signal.connect(slot, this);
     }
