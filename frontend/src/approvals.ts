@@ -4,7 +4,7 @@
  */
 import { IApproval } from './api';
 import { cellDiffText } from './format';
-import { trans } from './i18n';
+import { TranslationBundle } from '@jupyterlab/translation';
 
 /** How many decided request ids are remembered, so that a late read does not list them again. */
 const GONE_KEPT = 1000;
@@ -111,7 +111,7 @@ export function approvalInUrl(search: string): number | null {
 }
 
 /** What the notification says: `agent:ci-bot wants to run 2 cells in report.ipynb`. */
-export function asked(approval: IApproval): string {
+export function asked(trans: TranslationBundle, approval: IApproval): string {
   return trans.__('%1 wants to %2', approval.agent, approval.summary);
 }
 
@@ -176,7 +176,7 @@ export const BOX_LINES = 14;
 export const BOX_COLUMNS = 100;
 
 /** What says that a part is longer or wider than its box shows, or '' when it all fits. */
-export function beyondBox(text: string): string {
+export function beyondBox(trans: TranslationBundle, text: string): string {
   const lines = text.split('\n');
   const longest = Math.max(...lines.map(l => l.length));
   if (lines.length <= BOX_LINES && longest <= BOX_COLUMNS) {
@@ -193,7 +193,10 @@ export function beyondBox(text: string): string {
  * What warns the person that part of a request is not in view: cut by the server (`truncated` bytes),
  * or only the list's preview read so far. '' when it is all there.
  */
-export function notShown(approval: IApproval): string {
+export function notShown(
+  trans: TranslationBundle,
+  approval: IApproval
+): string {
   if (approval.preview) {
     return trans.__(
       'Only a preview is shown: the full request is being read (approving waits for it).'
@@ -209,7 +212,7 @@ export function notShown(approval: IApproval): string {
 }
 
 /** What a request would do, in full, part by part (its `details`, as docs/approvals.md lists them). */
-export function shown(approval: IApproval): IShown[] {
+export function shown(trans: TranslationBundle, approval: IApproval): IShown[] {
   const details = approval.details ?? {};
   const cells: any[] | null = Array.isArray(details.cells)
     ? details.cells
@@ -246,13 +249,13 @@ export function shown(approval: IApproval): IShown[] {
     : [];
   return [
     ...how,
-    ...edits.map(cell => shownCell(cell, 0)),
-    ...cells.map(shownCell)
+    ...edits.map(cell => shownCell(trans, cell, 0)),
+    ...cells.map((cell, index) => shownCell(trans, cell, index))
   ];
 }
 
 /** One cell of a request, as {@link shown} gives it. */
-function shownCell(cell: any, index: number): IShown {
+function shownCell(trans: TranslationBundle, cell: any, index: number): IShown {
   if (typeof cell.code === 'string') {
     // an eval's cell
     return {
@@ -265,7 +268,7 @@ function shownCell(cell: any, index: number): IShown {
     // an edit's cell (or the change an undo undoes): its diff
     return {
       title: trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', ')),
-      text: cellDiffText(cell),
+      text: cellDiffText(trans, cell),
       diff: typeof cell.diff === 'string'
     };
   }

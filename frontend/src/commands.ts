@@ -25,9 +25,9 @@ import { approvalInUrl } from './approvals';
 import { connectAgent } from './connect';
 import { parseAgents } from './focus';
 import { cellDiffText, when } from './format';
-import { trans } from './i18n';
-import { AgentModel } from './model';
-import { AgentPanel, approvalNode, diffText, el } from './panel';
+import { TranslationBundle } from '@jupyterlab/translation';
+import { IAgentModel } from './agentModel';
+import { AgentPanel, approvalNode, diffText, el, PANEL_ID } from './panel';
 import type { FocusSharer } from './share';
 
 export const CommandIds = {
@@ -52,13 +52,55 @@ function described(properties: { [name: string]: ReadonlyJSONObject }): {
   return { args: { type: 'object', properties } };
 }
 
-export function addCommands(
+/** The panel's commands (the panel plugin's): show it, show a request in it. */
+export function addPanelCommands(
+  trans: TranslationBundle,
   app: JupyterFrontEnd,
-  model: AgentModel,
   panel: AgentPanel,
+  palette: ICommandPalette | null
+): void {
+  const { commands } = app;
+  commands.addCommand(CommandIds.openPanel, {
+    describedBy: described({}),
+    label: trans.__('Open the Agents Panel'),
+    execute: () => app.shell.activateById(panel.id)
+  });
+  commands.addCommand(CommandIds.openApproval, {
+    describedBy: described({
+      id: { type: 'number', description: trans.__('The request') },
+      search: {
+        type: 'string',
+        description: trans.__(
+          "A URL's query naming it (?agent-approval=12), as the router gives it"
+        )
+      }
+    }),
+    label: trans.__('Show a Request in the Agents Panel'),
+    execute: async args => {
+      const id =
+        typeof args.id === 'number'
+          ? args.id
+          : approvalInUrl(String(args.search ?? ''));
+      await app.restored; // (routed at load: the restored layout would hide the panel again)
+      app.shell.activateById(panel.id);
+      if (id !== null) {
+        panel.reveal(id);
+      }
+    }
+  });
+  palette?.addItem({
+    command: CommandIds.openPanel,
+    category: trans.__('Agents')
+  });
+}
+
+/** What the person does with agents' sessions, changes, requests and tokens. */
+export function addCommands(
+  trans: TranslationBundle,
+  app: JupyterFrontEnd,
+  model: IAgentModel,
   tracker: INotebookTracker | null,
-  palette: ICommandPalette | null,
-  focus: FocusSharer | null = null
+  palette: ICommandPalette | null
 ): void {
   const { commands } = app;
   const session = (args: ReadonlyPartialJSONObject): ISession | undefined =>
@@ -94,40 +136,12 @@ export function addCommands(
     }
     const answer = await showDialog({
       title: trans.__('%1 (request %2)', a.summary, a.id),
-      body: new Widget({ node: approvalNode(a) }),
+      body: new Widget({ node: approvalNode(trans, a) }),
       buttons: [Dialog.cancelButton(), Dialog.okButton({ label })]
     });
     return answer.button.accept;
   };
 
-  commands.addCommand(CommandIds.openPanel, {
-    describedBy: described({}),
-    label: trans.__('Open the Agents Panel'),
-    execute: () => app.shell.activateById(panel.id)
-  });
-  commands.addCommand(CommandIds.openApproval, {
-    describedBy: described({
-      id: { type: 'number', description: trans.__('The request') },
-      search: {
-        type: 'string',
-        description: trans.__(
-          "A URL's query naming it (?agent-approval=12), as the router gives it"
-        )
-      }
-    }),
-    label: trans.__('Show a Request in the Agents Panel'),
-    execute: async args => {
-      const id =
-        typeof args.id === 'number'
-          ? args.id
-          : approvalInUrl(String(args.search ?? ''));
-      await app.restored; // (routed at load: the restored layout would hide the panel again)
-      app.shell.activateById(panel.id);
-      if (id !== null) {
-        panel.reveal(id);
-      }
-    }
-  });
   commands.addCommand(CommandIds.approve, {
     describedBy: described({
       id: {
@@ -302,7 +316,7 @@ export function addCommands(
             c.path,
             (detail as IChangeDetail).action
           ),
-          body: new Widget({ node: diffNode(detail) }),
+          body: new Widget({ node: diffNode(trans, detail) }),
           buttons: [Dialog.okButton({ label: trans.__('Close') })]
         });
       }
@@ -374,11 +388,12 @@ export function addCommands(
     ),
     execute: async () => {
       const created = await connectAgent(
+        trans,
         model,
         app.serviceManager.serverSettings.baseUrl
       );
       if (created) {
-        app.shell.activateById(panel.id);
+        app.shell.activateById(PANEL_ID);
       }
     }
   });
@@ -410,6 +425,30 @@ export function addCommands(
       }
     }
   });
+  if (palette) {
+    const category = trans.__('Agents');
+    for (const command of [
+      CommandIds.connectAgent,
+      CommandIds.approve,
+      CommandIds.deny,
+      CommandIds.interrupt,
+      CommandIds.stop,
+      CommandIds.diff,
+      CommandIds.undo
+    ]) {
+      palette.addItem({ command, category });
+    }
+  }
+}
+
+/** "Share my focus" on or off (the focus plugin's). */
+export function addFocusCommand(
+  trans: TranslationBundle,
+  app: JupyterFrontEnd,
+  focus: FocusSharer,
+  palette: ICommandPalette | null
+): void {
+  const { commands } = app;
   commands.addCommand(CommandIds.shareFocus, {
     describedBy: described({
       on: {
@@ -427,12 +466,8 @@ export function addCommands(
     caption: trans.__(
       'Let agents read the notebook, cell and selection you look at in this tab; off again stops it at once'
     ),
-    isEnabled: () => focus !== null,
-    isToggled: () => focus?.sharing ?? false,
+    isToggled: () => focus.sharing,
     execute: async args => {
-      if (!focus) {
-        return;
-      }
       const on = typeof args.on === 'boolean' ? args.on : !focus.sharing;
       if (!on) {
         await focus.stop();
@@ -443,29 +478,20 @@ export function addCommands(
       );
     }
   });
-  focus?.changed.connect(() =>
+  focus.changed.connect(() =>
     commands.notifyCommandChanged(CommandIds.shareFocus)
   );
-  if (palette) {
-    const category = trans.__('Agents');
-    for (const command of [
-      CommandIds.openPanel,
-      CommandIds.shareFocus,
-      CommandIds.connectAgent,
-      CommandIds.approve,
-      CommandIds.deny,
-      CommandIds.interrupt,
-      CommandIds.stop,
-      CommandIds.diff,
-      CommandIds.undo
-    ]) {
-      palette.addItem({ command, category });
-    }
-  }
+  palette?.addItem({
+    command: CommandIds.shareFocus,
+    category: trans.__('Agents')
+  });
 }
 
 /** A change's detail: each cell's unified diff, or its other parts before and after. */
-function diffNode(detail: IChangeDetail): HTMLElement {
+function diffNode(
+  trans: TranslationBundle,
+  detail: IChangeDetail
+): HTMLElement {
   const root = el('div', 'jp-AgentActivity-diff');
   root.append(
     el(
@@ -475,7 +501,7 @@ function diffNode(detail: IChangeDetail): HTMLElement {
         '%1 via %2, %3',
         detail.user ?? trans.__('unknown'),
         detail.via ?? '?',
-        when(detail.time)
+        when(trans, detail.time)
       )
     )
   );
@@ -487,7 +513,7 @@ function diffNode(detail: IChangeDetail): HTMLElement {
         trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', '))
       )
     );
-    root.append(diffText(cellDiffText(cell)));
+    root.append(diffText(cellDiffText(trans, cell)));
   }
   return root;
 }

@@ -10,8 +10,8 @@ import { Widget } from '@lumino/widgets';
 
 import { ICreatedToken } from './api';
 import { readable } from './format';
-import { trans } from './i18n';
-import { AgentModel } from './model';
+import { TranslationBundle } from '@jupyterlab/translation';
+import { IAgentModel } from './agentModel';
 import { emptyForm, ITokenForm, tokenRequest } from './tokens';
 import { createdNode, TokenForm } from './tokenviews';
 
@@ -20,7 +20,8 @@ import { createdNode, TokenForm } from './tokenviews';
  * or the person cancels; then show it. The created token, or null.
  */
 export async function connectAgent(
-  model: AgentModel,
+  trans: TranslationBundle,
+  model: IAgentModel,
   baseUrl: string
 ): Promise<ICreatedToken | null> {
   await model.loadTokens(); // (the server's cap on a lifetime, as it is now)
@@ -33,7 +34,7 @@ export async function connectAgent(
   for (;;) {
     const answer = await launch<ITokenForm>({
       title: trans.__('Connect an agent'),
-      body: new TokenForm(choices, form, problem),
+      body: new TokenForm(trans, choices, form, problem),
       buttons: [
         Dialog.cancelButton(),
         Dialog.okButton({ label: trans.__('Create token') })
@@ -48,23 +49,26 @@ export async function connectAgent(
     try {
       created = await model.createToken(tokenRequest(form));
     } catch (error) {
-      problem = readable(error);
+      problem = readable(trans, error);
       continue;
     }
-    await showCreated(created, baseUrl);
+    await showCreated(trans, created, baseUrl);
     return created;
   }
 }
 
 /** The new token, shown this once, with how to connect an agent and the server's warnings. */
 export function showCreated(
+  trans: TranslationBundle,
   created: ICreatedToken,
   baseUrl: string
 ): Promise<unknown> {
   return launch({
     title: trans.__("Agent token '%1' created", created.name),
     body: new Widget({
-      node: createdNode(created, baseUrl, text => Clipboard.copyToSystem(text))
+      node: createdNode(trans, created, baseUrl, text =>
+        Clipboard.copyToSystem(text)
+      )
     }),
     buttons: [Dialog.okButton({ label: trans.__('Done') })],
     hasClose: false // (Escape or a click outside would lose the token unseen)

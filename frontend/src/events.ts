@@ -11,7 +11,15 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { IAgentEvent } from './api';
 
-export class AgentEvents implements IDisposable {
+/** Where the model hears the server's events: its events, and its connection opening and closing. */
+export interface IAgentEventSource extends IDisposable {
+  /** Every event of the bus that has a schema. */
+  readonly event: ISignal<unknown, IAgentEvent>;
+  /** True when the bus connects (again), false when it drops. */
+  readonly connection: ISignal<unknown, boolean>;
+}
+
+export class AgentEvents implements IAgentEventSource {
   constructor(settings: ServerConnection.ISettings) {
     const connection = this._connection;
     const Base = settings.WebSocket;

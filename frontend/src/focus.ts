@@ -9,7 +9,7 @@
  * in src/__tests__/focus.spec.ts); `FocusSharer` (share.ts) is the part in the page.
  */
 import { EVENTS, IAgentEvent } from './api';
-import { trans } from './i18n';
+import { TranslationBundle } from '@jupyterlab/translation';
 
 export const FOCUS_EVENT = `${EVENTS}focus/v1`;
 /** Milliseconds a burst of changes waits before it is published once. */
@@ -80,7 +80,10 @@ export function parseAgents(text: string): 'all' | string[] {
 }
 
 /** Who it is shared with, in words. */
-export function sharedWith(agents: 'all' | string[]): string {
+export function sharedWith(
+  trans: TranslationBundle,
+  agents: 'all' | string[]
+): string {
   return agents === 'all'
     ? trans.__('every agent')
     : agents.map(a => `agent:${a}`).join(', ');
@@ -165,7 +168,10 @@ export function eventFor(
 }
 
 /** What an action shows the person, in a line. */
-export function describeAction(action: IUiAction): string {
+export function describeAction(
+  trans: TranslationBundle,
+  action: IUiAction
+): string {
   const who = action.user || trans.__('an agent');
   switch (action.action) {
     case 'open_notebook':

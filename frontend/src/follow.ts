@@ -13,7 +13,8 @@ import { Widget } from '@lumino/widgets';
 
 import { IChange } from './api';
 import { changedOnDisk } from './format';
-import { trans } from './i18n';
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { DOMAIN } from './i18n';
 import { CellMarks } from './marks';
 
 export const BANNER_CLASS = 'jp-agent-banner';
@@ -33,7 +34,8 @@ export class NotebookFollower implements IDisposable {
     private readonly tracker: INotebookTracker,
     private readonly contents: Contents.IManager,
     private readonly commands: CommandRegistry,
-    private readonly marks: CellMarks | null
+    private readonly marks: CellMarks | null,
+    private readonly trans: TranslationBundle = nullTranslator.load(DOMAIN)
   ) {
     tracker.widgetAdded.connect(this._onAdded, this);
     tracker.forEach(panel => this._state(panel));
@@ -127,19 +129,19 @@ export class NotebookFollower implements IDisposable {
     const change = state.change;
     const text = document.createElement('span');
     text.className = `${BANNER_CLASS}-text`;
-    text.textContent = changedOnDisk(change);
+    text.textContent = changedOnDisk(this.trans, change);
     const actions: [string, string, () => Promise<void>][] = [
       [
         'reload',
-        trans.__('Reload (drop my unsaved edits)'),
+        this.trans.__('Reload (drop my unsaved edits)'),
         () => this._reload(panel, state)
       ],
-      ['keep', trans.__('Keep mine'), () => this._keep(panel, state)]
+      ['keep', this.trans.__('Keep mine'), () => this._keep(panel, state)]
     ];
     if (change) {
       actions.unshift([
         'diff',
-        trans.__('Show diff'),
+        this.trans.__('Show diff'),
         async () => {
           await this.commands.execute('agents:diff', {
             path: change.path,

@@ -1,9 +1,9 @@
 /** How the frontend says what the server said: pure functions of the routes' answers (unit-tested). */
 import { ApiError, IChange, ISession } from './api';
-import { trans } from './i18n';
+import { TranslationBundle } from '@jupyterlab/translation';
 
 /** The tooltip of a change: who, via which door, when, what. */
-export function describeChange(c: IChange): string {
+export function describeChange(trans: TranslationBundle, c: IChange): string {
   return trans.__(
     'Changed by %1 via %2 at %3: %4 (change %5)',
     c.user ?? trans.__('an unknown user'),
@@ -22,7 +22,10 @@ export function changedCells(c: IChange): string {
 }
 
 /** The banner of a notebook with unsaved edits that an agent changed on disk. */
-export function changedOnDisk(c: IChange | null): string {
+export function changedOnDisk(
+  trans: TranslationBundle,
+  c: IChange | null
+): string {
   if (!c) {
     return trans.__(
       'This notebook changed on disk while it has unsaved edits here.'
@@ -37,7 +40,7 @@ export function changedOnDisk(c: IChange | null): string {
 }
 
 /** Which cell a busy session runs, as the sessions list says it. */
-export function runningCell(s: ISession): string {
+export function runningCell(trans: TranslationBundle, s: ISession): string {
   const cell = s.running_cell;
   if (!cell) {
     return trans.__('starting');
@@ -51,7 +54,7 @@ export function runningCell(s: ISession): string {
 }
 
 /** An error as the person reads it: the server's message, and each conflicting cell of a refused undo. */
-export function readable(error: unknown): string {
+export function readable(trans: TranslationBundle, error: unknown): string {
   if (!(error instanceof ApiError)) {
     return String(error);
   }
@@ -72,6 +75,7 @@ export function readable(error: unknown): string {
 /** What the panel says after an undo: which change it undid and, for an edit run since, whose outputs
  * it cleared (they came from the source undone). */
 export function undone(
+  trans: TranslationBundle,
   c: IChange,
   answer: { outputs_cleared?: string[] }
 ): string {
@@ -90,11 +94,14 @@ export function undone(
 }
 
 /** What a changed cell shows: its source's unified diff, or its other parts before and after. */
-export function cellDiffText(cell: {
-  diff?: string;
-  before?: { [key: string]: any } | null;
-  after?: { [key: string]: any } | null;
-}): string {
+export function cellDiffText(
+  trans: TranslationBundle,
+  cell: {
+    diff?: string;
+    before?: { [key: string]: any } | null;
+    after?: { [key: string]: any } | null;
+  }
+): string {
   if (typeof cell.diff === 'string') {
     return cell.diff;
   }
@@ -119,7 +126,11 @@ export function diffLines(diff: string): [string, string][] {
 }
 
 /** How long ago an ISO time was, roughly (`just now`, `3 min ago`, else the date). */
-export function when(iso: string, now = Date.now()): string {
+export function when(
+  trans: TranslationBundle,
+  iso: string,
+  now = Date.now()
+): string {
   const seconds = Math.max(0, (now - Date.parse(iso)) / 1000);
   if (seconds < 60) {
     return trans.__('just now');
@@ -131,7 +142,11 @@ export function when(iso: string, now = Date.now()): string {
 }
 
 /** The time since an ISO time, to the second (`42 s`, `2 min 5 s`). */
-export function elapsed(iso: string, now = Date.now()): string {
+export function elapsed(
+  trans: TranslationBundle,
+  iso: string,
+  now = Date.now()
+): string {
   const seconds = Math.max(0, Math.floor((now - Date.parse(iso)) / 1000));
   const m = Math.floor(seconds / 60);
   return m

@@ -1,8 +1,10 @@
 /**
- * jupyter-agent-tools' frontend: the "Agents" panel in the left sidebar of JupyterLab and Notebook 7,
- * the requests waiting for the person's decision (in the panel, a count on its tab, a notification each),
- * the marks on cells agents changed or wait to change, an open notebook that follows the file without
- * real-time collaboration, and the commands. It shows what the server's routes and events say.
+ * jupyter-agent-tools' frontend, as JupyterLab plugins sharing the model through the `IAgentModel` token
+ * (agentModel.ts): the model of what the server's routes and events say (`jupyter-agent-tools:plugin`,
+ * whose settings it reads); the "Agents" panel in the left sidebar of JupyterLab and Notebook 7; the
+ * marks on cells agents changed or wait to change; an open notebook that follows the file without
+ * real-time collaboration; a notification for each request waiting for the person's decision; the
+ * commands; "Share my focus". Disabling `jupyter-agent-tools:plugin` disables them all.
  */
 import {
   ILayoutRestorer,
@@ -16,26 +18,33 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { ITranslator } from '@jupyterlab/translation';
 import { LabIcon } from '@jupyterlab/ui-components';
 
+import { IAgentCellMarks, IAgentFocus, IAgentModel } from './agentModel';
 import { Api } from './api';
+// The panel is in the sidebar from the start: activation needs these modules at once.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { APPROVAL_URL_PATTERN, asked, pendingCells } from './approvals';
+import { APPROVAL_URL_PATTERN, asked } from './approvals';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { addCommands, CommandIds } from './commands';
+import {
+  addCommands,
+  addFocusCommand,
+  addPanelCommands,
+  CommandIds
+} from './commands';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { AgentEvents } from './events';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
-import { FocusSharer } from './share';
-// The panel is in the sidebar from the start: activation needs these modules at once.
-// eslint-disable-next-line jupyter/prefer-lazy-imports
 import { NotebookFollower } from './follow';
-import { setTranslator, trans } from './i18n';
+import { translation } from './i18n';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { CellMarks } from './marks';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { AgentModel } from './model';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { AgentPanel } from './panel';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { FocusSharer } from './share';
 
+/** The model's plugin: its id names the settings (schema/plugin.json). */
 const PLUGIN_ID = 'jupyter-agent-tools:plugin';
 
 const ICON = new LabIcon({
@@ -46,71 +55,187 @@ const ICON = new LabIcon({
     '</g></svg>'
 });
 
-const plugin: JupyterFrontEndPlugin<void> = {
+/** Apply the settings to `apply` now and each time they change. */
+function withSettings(
+  registry: ISettingRegistry | null,
+  apply: (settings: ISettingRegistry.ISettings) => void
+): void {
+  registry
+    ?.load(PLUGIN_ID)
+    .then(loaded => {
+      apply(loaded);
+      loaded.changed.connect(apply);
+    })
+    .catch(reason =>
+      console.error('jupyter-agent-tools: settings not loaded', reason)
+    );
+}
+
+/** The model: sessions, changes, requests and tokens, from the server's routes and its event bus. */
+const modelPlugin: JupyterFrontEndPlugin<IAgentModel> = {
   id: PLUGIN_ID,
+  description:
+    'What AI agents do in this server, from its routes and events (the model the other plugins show).',
+  autoStart: true,
+  provides: IAgentModel,
+  optional: [ISettingRegistry, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    settings: ISettingRegistry | null,
+    translator: ITranslator | null
+  ): IAgentModel => {
+    const serverSettings = app.serviceManager.serverSettings;
+    const model = new AgentModel(
+      new Api(serverSettings),
+      new AgentEvents(serverSettings),
+      translation(translator)
+    );
+    withSettings(settings, loaded => {
+      model.maxChanges = loaded.get('maxChanges').composite as number;
+    });
+    return model;
+  }
+};
+
+/** "Share my focus" (off until the person turns it on): this tab's notebook and cell, for agents. */
+const focusPlugin: JupyterFrontEndPlugin<FocusSharer> = {
+  id: 'jupyter-agent-tools:focus',
+  description:
+    'Share my focus: agents may read the notebook and cell this tab shows, while the person allows it.',
+  autoStart: true,
+  provides: IAgentFocus,
+  requires: [IAgentModel, INotebookTracker],
+  optional: [ICommandPalette, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IAgentModel,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null,
+    translator: ITranslator | null
+  ): FocusSharer => {
+    const trans = translation(translator);
+    const focus = new FocusSharer(
+      app.serviceManager.serverSettings,
+      model,
+      tracker,
+      app.commands,
+      trans
+    );
+    addFocusCommand(trans, app, focus, palette);
+    return focus;
+  }
+};
+
+/** The "Agents" sidebar panel, its commands, and the URL that shows a request in it. */
+const panelPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-agent-tools:panel',
   description:
     'The Agents panel: what AI agents do in this server, with Interrupt, Stop, Diff and Undo.',
   autoStart: true,
+  requires: [IAgentModel],
   optional: [
-    INotebookTracker,
-    ISettingRegistry,
+    IAgentFocus,
     ILayoutRestorer,
-    ITranslator,
     ICommandPalette,
-    IRouter
+    IRouter,
+    ITranslator
   ],
   activate: (
     app: JupyterFrontEnd,
-    tracker: INotebookTracker | null,
-    settings: ISettingRegistry | null,
+    model: IAgentModel,
+    focus: FocusSharer | null,
     restorer: ILayoutRestorer | null,
-    translator: ITranslator | null,
     palette: ICommandPalette | null,
-    router: IRouter | null
-  ) => {
-    if (translator) {
-      setTranslator(translator);
-    }
-    const serverSettings = app.serviceManager.serverSettings;
-    const events = new AgentEvents(serverSettings);
-    const model = new AgentModel(new Api(serverSettings), events);
-    // "Share my focus" (off until the person turns it on): this tab's notebook and cell, for agents
-    const focus = tracker
-      ? new FocusSharer(serverSettings, events, tracker, app.commands)
-      : null;
-    const marks = tracker ? new CellMarks(tracker) : null;
-    const follower = tracker
-      ? new NotebookFollower(
-          tracker,
-          app.serviceManager.contents,
-          app.commands,
-          marks
-        )
-      : null;
-    if (marks) {
-      marks.follow(model);
-    }
+    router: IRouter | null,
+    translator: ITranslator | null
+  ): void => {
+    const trans = translation(translator);
+    const panel = new AgentPanel(model, app.commands, focus, trans);
+    panel.title.icon = ICON;
+    addPanelCommands(trans, app, panel, palette);
+    app.shell.add(panel, 'left', { rank: 600 });
+    // A URL naming a request (?agent-approval=12, what an MCP client opens) shows it in the panel.
+    router?.register({
+      command: CommandIds.openApproval,
+      pattern: APPROVAL_URL_PATTERN
+    });
+    restorer?.add(panel, panel.id);
+  }
+};
+
+/** Marks on the cells agents changed, run, or wait to change (the `marks` setting). */
+const marksPlugin: JupyterFrontEndPlugin<CellMarks> = {
+  id: 'jupyter-agent-tools:marks',
+  description:
+    'Marks on the notebook cells agents changed, run, or wait to change.',
+  autoStart: true,
+  provides: IAgentCellMarks,
+  requires: [IAgentModel, INotebookTracker],
+  optional: [ISettingRegistry, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IAgentModel,
+    tracker: INotebookTracker,
+    settings: ISettingRegistry | null,
+    translator: ITranslator | null
+  ): CellMarks => {
+    const marks = new CellMarks(tracker, translation(translator));
+    marks.follow(model);
+    withSettings(settings, loaded => {
+      marks.enabled = loaded.get('marks').composite as boolean;
+    });
+    return marks;
+  }
+};
+
+/** Without real-time collaboration, an open notebook follows the file agents write. */
+const followerPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-agent-tools:follower',
+  description:
+    'An open notebook follows the file when an agent writes it (without real-time collaboration).',
+  autoStart: true,
+  requires: [IAgentModel, INotebookTracker],
+  optional: [IAgentCellMarks, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IAgentModel,
+    tracker: INotebookTracker,
+    marks: CellMarks | null,
+    translator: ITranslator | null
+  ): void => {
+    const follower = new NotebookFollower(
+      tracker,
+      app.serviceManager.contents,
+      app.commands,
+      marks,
+      translation(translator)
+    );
     model.written.connect((_, { path, change }) =>
-      follower?.written(path, change)
+      follower.written(path, change)
     );
-    model.running.connect((_, { path, cellId }) =>
-      marks?.running(path, cellId)
-    );
-    if (marks) {
-      let marked = model.approvals; // (a new list each time it changes)
-      model.stateChanged.connect(() => {
-        if (model.approvals !== marked) {
-          marked = model.approvals;
-          marks.pending(pendingCells(marked));
-        }
-      });
-    }
+  }
+};
+
+/** The requests waiting for the person: a notification each (the marks plugin marks their cells). */
+const approvalsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-agent-tools:approvals',
+  description:
+    "A notification for each agent's request waiting for your decision.",
+  autoStart: true,
+  requires: [IAgentModel],
+  optional: [ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IAgentModel,
+    translator: ITranslator | null
+  ): void => {
+    const trans = translation(translator);
     // A notification for each new request (Review opens the panel); it goes when the request is decided.
     const notices = new Map<number, string>();
     model.asked.connect((_, approval) => {
       notices.set(
         approval.id,
-        Notification.info(asked(approval), {
+        Notification.info(asked(trans, approval), {
           autoClose: false,
           actions: [
             {
@@ -132,40 +257,34 @@ const plugin: JupyterFrontEndPlugin<void> = {
         Notification.dismiss(notice);
       }
     });
-    const panel = new AgentPanel(model, app.commands, focus);
-    panel.title.icon = ICON;
-    panel.disposed.connect(() => {
-      model.dispose();
-      marks?.dispose();
-      follower?.dispose();
-      focus?.dispose();
-    });
-    addCommands(app, model, panel, tracker, palette, focus);
-    app.shell.add(panel, 'left', { rank: 600 });
-    // A URL naming a request (?agent-approval=12, what an MCP client opens) shows it in the panel.
-    router?.register({
-      command: CommandIds.openApproval,
-      pattern: APPROVAL_URL_PATTERN
-    });
-    restorer?.add(panel, 'jp-agent-activity');
-    if (settings) {
-      const apply = (loaded: ISettingRegistry.ISettings) => {
-        if (marks) {
-          marks.enabled = loaded.get('marks').composite as boolean;
-        }
-        model.maxChanges = loaded.get('maxChanges').composite as number;
-      };
-      settings
-        .load(PLUGIN_ID)
-        .then(loaded => {
-          apply(loaded);
-          loaded.changed.connect(apply);
-        })
-        .catch(reason =>
-          console.error('jupyter-agent-tools: settings not loaded', reason)
-        );
-    }
   }
 };
 
-export default plugin;
+/** The commands on agents' sessions, changes, requests and tokens (in the palette under "Agents"). */
+const commandsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-agent-tools:commands',
+  description:
+    "Commands on agents' sessions, changes, requests and tokens: approve, deny, interrupt, stop, diff, undo.",
+  autoStart: true,
+  requires: [IAgentModel],
+  optional: [INotebookTracker, ICommandPalette, ITranslator],
+  activate: (
+    app: JupyterFrontEnd,
+    model: IAgentModel,
+    tracker: INotebookTracker | null,
+    palette: ICommandPalette | null,
+    translator: ITranslator | null
+  ): void => {
+    addCommands(translation(translator), app, model, tracker, palette);
+  }
+};
+
+export default [
+  modelPlugin,
+  focusPlugin,
+  panelPlugin,
+  marksPlugin,
+  followerPlugin,
+  approvalsPlugin,
+  commandsPlugin
+];

@@ -10,12 +10,15 @@ import {
   DisposableSet,
   IDisposable
 } from '@lumino/disposable';
+import { Signal } from '@lumino/signaling';
 
 import { IChange } from './api';
+import { pendingCells } from './approvals';
 import { describeChange } from './format';
-import { trans } from './i18n';
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { DOMAIN } from './i18n';
 import { MarkBook, sourcesAfter } from './markbook';
-import { AgentModel } from './model';
+import { IAgentModel } from './agentModel';
 
 export const CHANGED_CLASS = 'jp-agent-changed';
 export const RUNNING_CLASS = 'jp-agent-running';
@@ -25,6 +28,7 @@ const DISMISS_CLASS = 'jp-agent-changed-dismiss';
 export class CellMarks implements IDisposable {
   constructor(
     private readonly tracker: INotebookTracker,
+    private readonly trans: TranslationBundle = nullTranslator.load(DOMAIN),
     readonly book = new MarkBook()
   ) {
     tracker.widgetAdded.connect(this._onAdded, this);
@@ -51,6 +55,7 @@ export class CellMarks implements IDisposable {
     }
     this._disposed = true;
     this.tracker.widgetAdded.disconnect(this._onAdded, this);
+    Signal.clearData(this);
     for (const watched of this._watched.values()) {
       watched.dispose();
     }
@@ -59,18 +64,27 @@ export class CellMarks implements IDisposable {
 
   /**
    * Mark the changes `model` is told. An open notebook's marks wait for the sources the change left
-   * (its detail): a mark is drawn on a cell only when the cell shows them.
+   * (its detail): a mark is drawn on a cell only when the cell shows them. The cell each notebook run
+   * runs, and the cells requests wait to run or edit, are marked too.
    */
-  follow(model: AgentModel): void {
+  follow(model: IAgentModel): void {
     model.recorded.connect((_, change) => {
       const open = this._enabled && this.isOpen(change.path);
-      this.changed(change, describeChange(change), open);
+      this.changed(change, describeChange(this.trans, change), open);
       if (open) {
         model
           .detail(change)
           .then(detail => sourcesAfter(detail))
           .catch(() => null)
           .then(sources => this.expect(change.path, change.id, sources));
+      }
+    }, this);
+    model.running.connect((_, { path, cellId }) => this.running(path, cellId));
+    let marked = model.approvals; // (a new list each time it changes)
+    model.stateChanged.connect(() => {
+      if (model.approvals !== marked) {
+        marked = model.approvals;
+        this.pending(pendingCells(marked));
       }
     }, this);
   }
@@ -166,7 +180,7 @@ export class CellMarks implements IDisposable {
           dismiss = document.createElement('button');
           dismiss.className = DISMISS_CLASS;
           dismiss.textContent = '\u00d7';
-          const label = trans.__('Dismiss the agent mark');
+          const label = this.trans.__('Dismiss the agent mark');
           dismiss.setAttribute('title', label);
           dismiss.setAttribute('aria-label', label);
           node.appendChild(dismiss);

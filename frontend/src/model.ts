@@ -26,9 +26,11 @@ import {
   writtenNotebook
 } from './api';
 import { PendingBook } from './approvals';
-import { AgentEvents } from './events';
+import type { IAgentModel } from './agentModel';
+import type { IAgentEventSource } from './events';
 import { readable, undone } from './format';
-import { trans } from './i18n';
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { DOMAIN } from './i18n';
 import {
   DEFAULT_CHOICES,
   ITokenChoices,
@@ -40,13 +42,23 @@ import {
 /** How long a message of success stays (it also goes at the next action). */
 export const NOTICE_MS = 6000;
 
-export class AgentModel implements IDisposable {
+/** What the model reads and asks of the server (the `Api` class; a fake in tests). */
+export type AgentApi = Pick<Api, keyof Api>;
+
+export class AgentModel implements IAgentModel, IDisposable {
+  /** `events` is the model's own: it goes with the model. */
   constructor(
-    readonly api: Api,
-    private readonly events: AgentEvents
+    readonly api: AgentApi,
+    private readonly events: IAgentEventSource,
+    private readonly trans: TranslationBundle = nullTranslator.load(DOMAIN)
   ) {
     events.event.connect(this._onEvent, this);
     events.connection.connect(this._onConnection, this);
+  }
+
+  /** Every event of the bus (with a schema), as it arrives. */
+  get event(): ISignal<this, IAgentEvent> {
+    return this._event;
   }
 
   /** Anything shown changed. */
@@ -176,10 +188,10 @@ export class AgentModel implements IDisposable {
       this._setNotice({ text: await action(), ok: true });
     } catch (error) {
       if (problemOf) {
-        this._problems.set(problemOf, readable(error));
+        this._problems.set(problemOf, readable(this.trans, error));
         this._stateChanged.emit();
       } else {
-        this._setNotice({ text: readable(error), ok: false });
+        this._setNotice({ text: readable(this.trans, error), ok: false });
       }
     }
   }
@@ -197,7 +209,11 @@ export class AgentModel implements IDisposable {
   }
 
   async undo(change: IChange): Promise<string> {
-    return undone(change, await this.api.undo(change.path, change.id));
+    return undone(
+      this.trans,
+      change,
+      await this.api.undo(change.path, change.id)
+    );
   }
 
   /** The person's decision on a request; it leaves the pending ones at once (its event follows). */
@@ -212,16 +228,16 @@ export class AgentModel implements IDisposable {
     }
     this._settle(approval.id);
     if (decision.decision === 'deny') {
-      return trans.__('Denied: %1 (%2)', approval.summary, approval.agent);
+      return this.trans.__('Denied: %1 (%2)', approval.summary, approval.agent);
     }
     return decision.for_seconds
-      ? trans.__(
+      ? this.trans.__(
           'Approved: %1 (%2), and its like for %3 min',
           approval.summary,
           approval.agent,
           Math.round(decision.for_seconds / 60)
         )
-      : trans.__('Approved: %1 (%2)', approval.summary, approval.agent);
+      : this.trans.__('Approved: %1 (%2)', approval.summary, approval.agent);
   }
 
   /** A new agent token (the server's answer: the token, shown this once); the list is read again. */
@@ -238,7 +254,7 @@ export class AgentModel implements IDisposable {
     } finally {
       void this.loadTokens();
     }
-    return trans.__(
+    return this.trans.__(
       "Revoked the agent token '%1': it is refused from now on.",
       name
     );
@@ -287,7 +303,7 @@ export class AgentModel implements IDisposable {
         this._running.emit({ path, cellId });
       }
     } catch (error) {
-      this._error = readable(error);
+      this._error = readable(this.trans, error);
     }
     this._stateChanged.emit();
   }
@@ -301,7 +317,7 @@ export class AgentModel implements IDisposable {
       this._tokensEnabled = true;
     } catch (error) {
       this._tokens = [];
-      this._tokensProblem = readable(error);
+      this._tokensProblem = readable(this.trans, error);
       this._tokensEnabled = !(
         error instanceof ApiError && error.status === 409
       );
@@ -322,7 +338,7 @@ export class AgentModel implements IDisposable {
       ].slice(0, this._maxChanges);
       this._error = '';
     } catch (error) {
-      this._error = readable(error);
+      this._error = readable(this.trans, error);
     }
     this._stateChanged.emit();
   }
@@ -334,7 +350,7 @@ export class AgentModel implements IDisposable {
       this._pending.listed((await this.api.approvals()).pending);
       this._error = '';
     } catch (error) {
-      this._error = readable(error);
+      this._error = readable(this.trans, error);
     }
     const now = new Set(this._pending.items.map(a => a.id));
     for (const id of before) {
@@ -357,13 +373,13 @@ export class AgentModel implements IDisposable {
           this._stateChanged.emit();
         }
       } catch (error) {
-        this._error = readable(error); // (decided meanwhile: its event removes it)
+        this._error = readable(this.trans, error); // (decided meanwhile: its event removes it)
         this._stateChanged.emit();
       }
     }
   }
 
-  private _onConnection(_: AgentEvents, connected: boolean): void {
+  private _onConnection(_: unknown, connected: boolean): void {
     if (connected === this._connected) {
       return;
     }
@@ -378,7 +394,8 @@ export class AgentModel implements IDisposable {
     this._stateChanged.emit();
   }
 
-  private _onEvent(_: AgentEvents, event: IAgentEvent): void {
+  private _onEvent(_: unknown, event: IAgentEvent): void {
+    this._event.emit(event);
     if (event.schema_id === LEDGER_CHANGE_EVENT) {
       this._onChange(changeOfEvent(event));
     } else if (event.schema_id === APPROVAL_EVENT) {
@@ -425,7 +442,7 @@ export class AgentModel implements IDisposable {
     try {
       approval = await this.api.approval(id);
     } catch (error) {
-      this._error = readable(error);
+      this._error = readable(this.trans, error);
       this._stateChanged.emit();
       return;
     }
@@ -477,6 +494,7 @@ export class AgentModel implements IDisposable {
   private _sessionsTimer: ReturnType<typeof setTimeout> | undefined;
   private _noticeTimer: ReturnType<typeof setTimeout> | undefined;
   private _stateChanged = new Signal<this, void>(this);
+  private _event = new Signal<this, IAgentEvent>(this);
   private _recorded = new Signal<this, IChange>(this);
   private _asked = new Signal<this, IApproval>(this);
   private _settled = new Signal<this, number>(this);

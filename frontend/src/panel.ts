@@ -28,9 +28,10 @@ import {
   when
 } from './format';
 import { parseAgents, sharedWith } from './focus';
-import { trans } from './i18n';
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { DOMAIN } from './i18n';
 import type { FocusSharer } from './share';
-import { AgentModel } from './model';
+import { IAgentModel } from './agentModel';
 import { tokenKey } from './tokens';
 
 /** The command each button of a row runs (see index.ts). */
@@ -54,51 +55,57 @@ export const APPROVE_FOR_SECONDS = 600;
 /** The sidebar tab's attribute (`data-agent-pending`) with the number of requests waiting. */
 export const PENDING_DATASET_KEY = 'agent-pending';
 
+/** The panel's id (its node's, and its sidebar tab's `data-id`). */
+export const PANEL_ID = 'jp-agent-activity';
+
 export class AgentPanel extends Widget {
   constructor(
-    private readonly model: AgentModel,
+    private readonly model: IAgentModel,
     private readonly commands: CommandRegistry,
-    private readonly focus: FocusSharer | null = null
+    private readonly focus: FocusSharer | null = null,
+    private readonly trans: TranslationBundle = nullTranslator.load(DOMAIN)
   ) {
     super();
-    this.id = 'jp-agent-activity';
+    this.id = PANEL_ID;
     this.addClass('jp-AgentActivity');
-    this.title.caption = trans.__('Agents: what AI agents do in this server');
+    this.title.caption = this.trans.__(
+      'Agents: what AI agents do in this server'
+    );
     this.node.addEventListener('click', this._onClick);
     const header = el('div', 'jp-AgentActivity-header');
     this._connect.dataset.action = 'connect';
-    this._connect.title = trans.__(
+    this._connect.title = this.trans.__(
       'Make a token for an agent: its scopes, paths, what it asks you first'
     );
     header.append(
-      el('h2', 'jp-AgentActivity-title', trans.__('Agents')),
+      el('h2', 'jp-AgentActivity-title', this.trans.__('Agents')),
       this._status,
       this._connect
     );
     this._approvals = new Section(
       'waiting-for-you',
-      trans.__('Waiting for you'),
+      this.trans.__('Waiting for you'),
       ''
     );
     this._sessions = new Section(
       'sessions',
-      trans.__('Sessions'),
-      trans.__('No agent sessions.')
+      this.trans.__('Sessions'),
+      this.trans.__('No agent sessions.')
     );
     this._runs = new Section(
       'runs-in-progress',
-      trans.__('Runs in progress'),
-      trans.__('Nothing running.')
+      this.trans.__('Runs in progress'),
+      this.trans.__('Nothing running.')
     );
     this._changes = new Section(
       'recent-changes',
-      trans.__('Recent changes'),
-      trans.__('No changes yet.')
+      this.trans.__('Recent changes'),
+      this.trans.__('No changes yet.')
     );
     this._tokens = new Section(
       'agent-tokens',
-      trans.__('Agent tokens'),
-      trans.__('No agent tokens yet: Connect an agent… makes one.')
+      this.trans.__('Agent tokens'),
+      this.trans.__('No agent tokens yet: Connect an agent… makes one.')
     );
     this.node.append(
       header,
@@ -125,14 +132,14 @@ export class AgentPanel extends Widget {
     const label = el('label', 'jp-AgentFocus-toggle');
     this._focusToggle.type = 'checkbox';
     this._focusToggle.dataset.field = 'share-focus';
-    label.append(this._focusToggle, text(trans.__('Share my focus')));
-    label.title = trans.__(
+    label.append(this._focusToggle, text(this.trans.__('Share my focus')));
+    label.title = this.trans.__(
       'Let agents read the notebook, cell and selection you look at in this tab (off by default)'
     );
     this._focusAgents.dataset.field = 'focus-agents';
     this._focusAgents.className = 'jp-mod-styled jp-AgentFocus-agents';
-    this._focusAgents.placeholder = trans.__('all agents, or agent names');
-    this._focusAgents.title = trans.__(
+    this._focusAgents.placeholder = this.trans.__('all agents, or agent names');
+    this._focusAgents.title = this.trans.__(
       'Agent token names, separated by commas; empty: every agent'
     );
     this._focusToggle.addEventListener('change', () => {
@@ -158,15 +165,19 @@ export class AgentPanel extends Widget {
     this._focusToggle.checked = focus.sharing;
     const lines = [
       focus.sharing
-        ? trans.__(
+        ? this.trans.__(
             'On: %1 can read the notebook, cell and selection you look at in this tab.',
-            sharedWith(focus.agents)
+            sharedWith(this.trans, focus.agents)
           )
-        : trans.__('Off: agents cannot see what you look at.')
+        : this.trans.__('Off: agents cannot see what you look at.')
     ];
     if (focus.sharing && focus.lastRead) {
       lines.push(
-        trans.__('Read by %1 %2', focus.lastRead.agent, when(focus.lastRead.at))
+        this.trans.__(
+          'Read by %1 %2',
+          focus.lastRead.agent,
+          when(this.trans, focus.lastRead.at)
+        )
       );
     }
     if (focus.problem) {
@@ -257,8 +268,8 @@ export class AgentPanel extends Widget {
     const model = this.model;
     this.node.dataset.connected = String(model.connected);
     this._status.textContent = model.connected
-      ? trans.__('live')
-      : trans.__('reconnecting…');
+      ? this.trans.__('live')
+      : this.trans.__('reconnecting…');
     show(this._error, model.error);
     show(this._notice, model.notice?.text ?? '');
     this._notice.classList.toggle('jp-mod-ok', model.notice?.ok ?? false);
@@ -267,7 +278,7 @@ export class AgentPanel extends Widget {
       approvals,
       a => String(a.id),
       a => a.id, // (a pending request does not change: drawn once, a typed reason kept)
-      approvalRow
+      a => approvalRow(this.trans, a)
     );
     this._approvals.node.hidden = approvals.length === 0;
     const revealed = this._approvals.node.querySelector(
@@ -286,26 +297,26 @@ export class AgentPanel extends Widget {
       sessions.filter(s => s.mode !== 'notebook'), // a notebook's own kernel shows as its run
       s => s.name,
       s => [s, minute],
-      sessionRow
+      s => sessionRow(this.trans, s)
     );
     this._runs.update(
       sessions.filter(s => s.busy),
       s => s.name,
       s => s,
-      runRow
+      s => runRow(this.trans, s)
     );
     this._changes.update(
       model.changes,
       c => c.id,
       c => [c, model.problems.get(c.id), minute],
-      c => changeRow(c, model.problems.get(c.id))
+      c => changeRow(this.trans, c, model.problems.get(c.id))
     );
     // Agent tokens: the server's list, or why it cannot be listed (409: not enabled on this server).
     this._tokens.update(
       model.tokensProblem ? [] : model.tokens,
       tokenKey,
       t => [t, minute],
-      tokenRow
+      t => tokenRow(this.trans, t)
     );
     // (not enabled on this server: said plainly, it is how the server is set up, not a failure)
     this._tokens.empty(model.tokensProblem, model.tokensEnabled);
@@ -332,19 +343,22 @@ export class AgentPanel extends Widget {
     }
     title.dataset = dataset;
     title.caption = count
-      ? trans._n(
+      ? this.trans._n(
           'Agents: %1 request waiting for you',
           'Agents: %1 requests waiting for you',
           count
         )
-      : trans.__('Agents: what AI agents do in this server');
+      : this.trans.__('Agents: what AI agents do in this server');
   }
 
   private _tick(): void {
     const now = Date.now();
     this.node
       .querySelectorAll<HTMLElement>('[data-since]')
-      .forEach(cell => (cell.textContent = elapsed(cell.dataset.since!, now)));
+      .forEach(
+        cell =>
+          (cell.textContent = elapsed(this.trans, cell.dataset.since!, now))
+      );
   }
 
   private _focusToggle = document.createElement('input');
@@ -362,7 +376,7 @@ export class AgentPanel extends Widget {
   private _connect = el(
     'button',
     'jp-Button jp-mod-small jp-mod-styled jp-mod-accept jp-AgentActivity-connect',
-    trans.__('Connect an agent…')
+    this.trans.__('Connect an agent…')
   );
   private _ticker: ReturnType<typeof setInterval> | undefined;
 }
@@ -437,7 +451,7 @@ class Section {
   private _emptyText: string;
 }
 
-function approvalRow(a: IApproval): HTMLElement {
+function approvalRow(trans: TranslationBundle, a: IApproval): HTMLElement {
   const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-approval');
   row.dataset.approvalId = String(a.id);
   const reason = el('input', 'jp-AgentActivity-reason') as HTMLInputElement;
@@ -460,7 +474,7 @@ function approvalRow(a: IApproval): HTMLElement {
     line(
       text(trans.__('asked %1, expires %2', clock(a.created), clock(a.expires)))
     ),
-    approvalNode(a),
+    approvalNode(trans, a),
     reason,
     buttons(
       ['approve', trans.__('Approve'), 'jp-mod-styled jp-mod-accept'],
@@ -478,13 +492,16 @@ function approvalRow(a: IApproval): HTMLElement {
 }
 
 /** What a request would do, in full: each cell's code or diff (monospace, scrollable). */
-export function approvalNode(a: IApproval): HTMLElement {
+export function approvalNode(
+  trans: TranslationBundle,
+  a: IApproval
+): HTMLElement {
   const root = el('div', 'jp-AgentActivity-asked');
-  const warning = notShown(a);
+  const warning = notShown(trans, a);
   if (warning) {
     root.append(el('div', 'jp-AgentActivity-notShown', warning));
   }
-  for (const part of shown(a)) {
+  for (const part of shown(trans, a)) {
     if (part.title) {
       root.append(el('div', 'jp-AgentActivity-partTitle', part.title));
     }
@@ -507,7 +524,7 @@ export function approvalNode(a: IApproval): HTMLElement {
         ? diffText(part.text)
         : codeText(part.text, 'jp-AgentActivity-code')
     );
-    const beyond = beyondBox(part.text);
+    const beyond = beyondBox(trans, part.text);
     if (beyond) {
       root.append(el('div', 'jp-AgentActivity-beyond', beyond));
     }
@@ -551,7 +568,7 @@ function clock(iso: string): string {
   });
 }
 
-function sessionRow(s: ISession): HTMLElement {
+function sessionRow(trans: TranslationBundle, s: ISession): HTMLElement {
   const row = el('li', 'jp-AgentActivity-row');
   row.dataset.session = s.name;
   const state = s.busy ? 'busy' : s.state;
@@ -567,20 +584,20 @@ function sessionRow(s: ISession): HTMLElement {
     line(
       text(`${s.owner ?? trans.__('unknown')} · ${s.mode}`),
       text(trans.__('%1 queued', s.queue_depth)),
-      text(trans.__('active %1', when(s.last_used)))
+      text(trans.__('active %1', when(trans, s.last_used)))
     ),
     buttons(['interrupt', trans.__('Interrupt')], ['stop', trans.__('Stop')])
   );
   return row;
 }
 
-function runRow(s: ISession): HTMLElement {
+function runRow(trans: TranslationBundle, s: ISession): HTMLElement {
   const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-run');
   row.dataset.run = s.name;
   const since = el('span', 'jp-AgentActivity-elapsed');
   if (s.busy_since) {
     since.dataset.since = s.busy_since;
-    since.textContent = elapsed(s.busy_since);
+    since.textContent = elapsed(trans, s.busy_since);
   }
   row.append(
     line(
@@ -592,7 +609,7 @@ function runRow(s: ISession): HTMLElement {
       since
     ),
     line(
-      text(runningCell(s)),
+      text(runningCell(trans, s)),
       text(s.queue_depth ? trans.__('%1 queued', s.queue_depth) : '')
     ),
     buttons(['interrupt', trans.__('Interrupt')])
@@ -600,10 +617,14 @@ function runRow(s: ISession): HTMLElement {
   return row;
 }
 
-function changeRow(c: IChange, problem: string | undefined): HTMLElement {
+function changeRow(
+  trans: TranslationBundle,
+  c: IChange,
+  problem: string | undefined
+): HTMLElement {
   const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-change');
   row.dataset.changeId = c.id;
-  row.title = describeChange(c);
+  row.title = describeChange(trans, c);
   const cells = changedCells(c);
   const actions: [string, string][] = [
     ['open', trans.__('Open')],
@@ -623,7 +644,7 @@ function changeRow(c: IChange, problem: string | undefined): HTMLElement {
           c.via ?? trans.__('?')
         )
       ),
-      text(when(c.time))
+      text(when(trans, c.time))
     ),
     el(
       'div',
@@ -639,7 +660,7 @@ function changeRow(c: IChange, problem: string | undefined): HTMLElement {
   }
   return row;
 }
-function tokenRow(t: IAgentToken): HTMLElement {
+function tokenRow(trans: TranslationBundle, t: IAgentToken): HTMLElement {
   const row = el('li', 'jp-AgentActivity-row jp-AgentActivity-token');
   row.dataset.token = t.name;
   row.dataset.status = t.status;
@@ -664,14 +685,14 @@ function tokenRow(t: IAgentToken): HTMLElement {
     line(
       text(
         t.status === 'revoked' && t.revoked
-          ? trans.__('revoked %1', when(t.revoked))
+          ? trans.__('revoked %1', when(trans, t.revoked))
           : t.expires
             ? trans.__('expires %1', new Date(t.expires).toLocaleString())
             : trans.__('never expires')
       ),
       text(
         t.last_used
-          ? trans.__('last used %1', when(t.last_used))
+          ? trans.__('last used %1', when(trans, t.last_used))
           : trans.__('never used')
       )
     )

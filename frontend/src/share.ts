@@ -12,7 +12,6 @@ import { IDisposable } from '@lumino/disposable';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { IAgentEvent } from './api';
-import { AgentEvents } from './events';
 import {
   DEBOUNCE_MS,
   describeAction,
@@ -24,15 +23,17 @@ import {
   makeTabId,
   selectionText
 } from './focus';
-import { trans } from './i18n';
+import { nullTranslator, TranslationBundle } from '@jupyterlab/translation';
+import { DOMAIN } from './i18n';
 
 /** This page's shared focus: publishes while on, does the agents' UI actions addressed to it. */
 export class FocusSharer implements IDisposable {
   constructor(
     private readonly settings: ServerConnection.ISettings,
-    events: AgentEvents,
+    events: { readonly event: ISignal<unknown, IAgentEvent> },
     private readonly tracker: INotebookTracker,
     private readonly commands: CommandRegistry,
+    private readonly trans: TranslationBundle = nullTranslator.load(DOMAIN),
     readonly tab = makeTabId()
   ) {
     events.event.connect(this._onEvent, this);
@@ -202,7 +203,11 @@ export class FocusSharer implements IDisposable {
     }
     if (index < 0) {
       Notification.warning(
-        trans.__('%1: that cell is not in %2', action.user, action.path ?? '')
+        this.trans.__(
+          '%1: that cell is not in %2',
+          action.user,
+          action.path ?? ''
+        )
       );
       return;
     }
@@ -217,7 +222,7 @@ export class FocusSharer implements IDisposable {
     }, 8000);
   }
 
-  private _onEvent(_: AgentEvents, event: IAgentEvent): void {
+  private _onEvent(_: unknown, event: IAgentEvent): void {
     const found = eventFor(event, this.tab);
     if (!found) {
       return;
@@ -229,8 +234,8 @@ export class FocusSharer implements IDisposable {
     }
     const { action } = found;
     const line = action.message
-      ? `${describeAction(action)}: ${action.message}`
-      : describeAction(action);
+      ? `${describeAction(this.trans, action)}: ${action.message}`
+      : describeAction(this.trans, action);
     if (found.kind === 'do') {
       void this.perform(action).catch(error => console.error(error));
       Notification.info(line, { autoClose: 6000 });
@@ -240,8 +245,8 @@ export class FocusSharer implements IDisposable {
       autoClose: false,
       actions: [
         {
-          label: trans.__('Show'),
-          caption: trans.__('Do what the agent asks to show you'),
+          label: this.trans.__('Show'),
+          caption: this.trans.__('Do what the agent asks to show you'),
           callback: () => void this.perform(action)
         }
       ]

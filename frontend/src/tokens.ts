@@ -5,7 +5,7 @@
  * The server checks everything and says what is wrong (docs/api.md, agent tokens).
  */
 import { IAgentToken, ITokenRequest } from './api';
-import { trans } from './i18n';
+import { TranslationBundle } from '@jupyterlab/translation';
 
 /** What a new token may have, as the server's contract (its `AgentTokenRequest` schema) says. */
 export interface ITokenChoices {
@@ -41,7 +41,7 @@ export function tokenChoices(contract: unknown): ITokenChoices {
 }
 
 /** What a scope allows, in a line (a scope this frontend does not know: its name alone). */
-export function scopeHint(scope: string): string {
+export function scopeHint(trans: TranslationBundle, scope: string): string {
   switch (scope) {
     case 'read':
       return trans.__('read notebooks and files, list sessions and kernels');
@@ -54,7 +54,7 @@ export function scopeHint(scope: string): string {
 }
 
 /** What asking before an action means, in a line. */
-export function askHint(action: string): string {
+export function askHint(trans: TranslationBundle, action: string): string {
   switch (action) {
     case 'edit':
       return trans.__('before it edits a notebook or undoes a change');
@@ -76,7 +76,10 @@ export interface IExpiry {
 
 /** The lifetimes the form offers, shortest first: with a cap (`maxLifetime`), those within it and the
  * cap itself. */
-export function expiries(maxLifetime: number | null = null): IExpiry[] {
+export function expiries(
+  trans: TranslationBundle,
+  maxLifetime: number | null = null
+): IExpiry[] {
   const day = 86400;
   const all: IExpiry[] = [
     { seconds: 3600, label: trans.__('1 hour') },
@@ -97,7 +100,7 @@ export function expiries(maxLifetime: number | null = null): IExpiry[] {
       seconds: maxLifetime,
       label: trans.__(
         '%1 (the longest this server allows)',
-        lasting(maxLifetime)
+        lasting(trans, maxLifetime)
       )
     });
   }
@@ -105,7 +108,7 @@ export function expiries(maxLifetime: number | null = null): IExpiry[] {
 }
 
 /** A number of seconds as the form names a lifetime: days, hours or minutes. */
-function lasting(seconds: number): string {
+function lasting(trans: TranslationBundle, seconds: number): string {
   if (seconds % 86400 === 0) {
     return trans._n('%1 day', '%1 days', seconds / 86400);
   }
@@ -251,6 +254,7 @@ export function curlSnippet(url: string, token: string): string {
 
 /** The three ways to connect an agent, each with its title, in the order the dialog shows them. */
 export function snippets(
+  trans: TranslationBundle,
   baseUrl: string,
   token: string
 ): { kind: string; title: string; text: string }[] {

@@ -7,7 +7,7 @@ import type { Dialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import { ICreatedToken } from './api';
-import { trans } from './i18n';
+import { TranslationBundle } from '@jupyterlab/translation';
 import { el } from './panel';
 import {
   askHint,
@@ -23,7 +23,12 @@ export class TokenForm
   extends Widget
   implements Dialog.IBodyWidget<ITokenForm>
 {
-  constructor(choices: ITokenChoices, form: ITokenForm, problem: string) {
+  constructor(
+    trans: TranslationBundle,
+    choices: ITokenChoices,
+    form: ITokenForm,
+    problem: string
+  ) {
     super();
     this.addClass('jp-AgentTokens-form');
     const node = this.node;
@@ -52,7 +57,7 @@ export class TokenForm
         choices.scopes,
         form.scopes,
         'scope',
-        scopeHint,
+        scope => scopeHint(trans, scope),
         this._scopes
       )
     );
@@ -75,12 +80,12 @@ export class TokenForm
         choices.ask,
         form.ask,
         'ask',
-        askHint,
+        action => askHint(trans, action),
         this._ask
       )
     );
     this._expires.dataset.field = 'expires';
-    for (const expiry of expiries(choices.maxLifetime ?? null)) {
+    for (const expiry of expiries(trans, choices.maxLifetime ?? null)) {
       const option = el('option', '', expiry.label) as HTMLOptionElement;
       option.value = expiry.seconds === null ? '' : String(expiry.seconds);
       option.selected = expiry.seconds === form.expiresIn;
@@ -149,6 +154,7 @@ function boxes(
 
 /** What the answer dialog shows. */
 export function createdNode(
+  trans: TranslationBundle,
   created: ICreatedToken,
   baseUrl: string,
   copy: (text: string) => void
@@ -182,9 +188,11 @@ export function createdNode(
       )
     )
   );
-  root.append(snippetBox('token', trans.__('Token'), created.token, copy));
-  for (const { kind, title, text } of snippets(baseUrl, created.token)) {
-    root.append(snippetBox(kind, title, text, copy));
+  root.append(
+    snippetBox(trans, 'token', trans.__('Token'), created.token, copy)
+  );
+  for (const { kind, title, text } of snippets(trans, baseUrl, created.token)) {
+    root.append(snippetBox(trans, kind, title, text, copy));
   }
   root.append(
     el(
@@ -200,6 +208,7 @@ export function createdNode(
 
 /** A titled box of text with its Copy button. */
 function snippetBox(
+  trans: TranslationBundle,
   kind: string,
   title: string,
   text: string,

@@ -15,6 +15,9 @@ import {
   visibleParts
 } from '../approvals';
 import { approvalNode } from '../panel';
+import { translation } from '../i18n';
+
+const trans = translation(null);
 
 function request(
   id: number,
@@ -90,7 +93,9 @@ describe('PendingBook', () => {
 describe('what a request shows', () => {
   it('says who wants what', () => {
     const a = request(1, {}, { summary: 'run 2 cells in report.ipynb' });
-    expect(asked(a)).toBe('agent:ci-bot wants to run 2 cells in report.ipynb');
+    expect(asked(trans, a)).toBe(
+      'agent:ci-bot wants to run 2 cells in report.ipynb'
+    );
   });
 
   it("shows an eval's code, cell by cell", () => {
@@ -100,7 +105,7 @@ describe('what a request shows', () => {
         { code: 'print(x)', title: 'show' }
       ]
     });
-    expect(shown(a)).toEqual([
+    expect(shown(trans, a)).toEqual([
       { title: 'cell 1', text: 'x = 1', diff: false },
       { title: 'show', text: 'print(x)', diff: false }
     ]);
@@ -114,7 +119,7 @@ describe('what a request shows', () => {
         { id: 'b', index: 1, source: 'y = 2', new: true }
       ]
     });
-    expect(shown(run)).toEqual([
+    expect(shown(trans, run)).toEqual([
       { title: 'cell a', text: 'x = 1', diff: false },
       { title: 'cell b (new)', text: 'y = 2', diff: false }
     ]);
@@ -125,7 +130,7 @@ describe('what a request shows', () => {
         { id: 'c', what: ['metadata'], before: { m: 1 }, after: { m: 2 } }
       ]
     });
-    expect(shown(edit)).toEqual([
+    expect(shown(trans, edit)).toEqual([
       { title: 'cell a: edited', text: '-x = 1\n+x = 2', diff: true },
       {
         title: 'cell c: metadata',
@@ -148,7 +153,7 @@ describe('what a request shows', () => {
       },
       cells: [{ id: 'b', index: 0, source: 'y = 3', source_hash: 'h' }]
     });
-    expect(shown(run)).toEqual([
+    expect(shown(trans, run)).toEqual([
       { title: 'cell a: deleted', text: '-x = 1', diff: true },
       { title: 'cell b: edited', text: '-y = 2\n+y = 3', diff: true },
       { title: 'cell b', text: 'y = 3', diff: false }
@@ -161,11 +166,11 @@ describe('what a request shows', () => {
       path: 'r.ipynb',
       change: { id: '4', cells: [{ id: 'a', what: ['edited'], diff: '+z' }] }
     });
-    expect(shown(undo)).toEqual([
+    expect(shown(trans, undo)).toEqual([
       { title: 'cell a: edited', text: '+z', diff: true }
     ]);
     const kernel = request(2, { path: 'r.ipynb', body: { action: 'restart' } });
-    expect(shown(kernel)).toEqual([
+    expect(shown(trans, kernel)).toEqual([
       { title: '', text: '{\n "action": "restart"\n}', diff: false }
     ]);
   });
@@ -252,7 +257,7 @@ describe("what the person is shown of an agent's text", () => {
   });
 
   it('never puts such a character in the panel, and says how many were marked', () => {
-    const node = approvalNode(request(1, { cells: [{ code: trojan }] }));
+    const node = approvalNode(trans, request(1, { cells: [{ code: trojan }] }));
     const text = node.textContent ?? '';
     for (const raw of [
       '\r',
@@ -272,29 +277,32 @@ describe("what the person is shown of an agent's text", () => {
   });
 
   it('says when code is longer or wider than its box', () => {
-    expect(beyondBox('a = 1\nb = 2')).toBe('');
+    expect(beyondBox(trans, 'a = 1\nb = 2')).toBe('');
     const long = Array.from({ length: 40 }, (_, i) => `x${i} = ${i}`).join(
       '\n'
     );
-    expect(beyondBox(long)).toBe(
+    expect(beyondBox(trans, long)).toBe(
       '40 lines, the longest 8 characters: scroll the box to read it all'
     );
-    expect(beyondBox('x'.repeat(500))).toContain('the longest 500 characters');
-    const node = approvalNode(request(1, { cells: [{ code: long }] }));
+    expect(beyondBox(trans, 'x'.repeat(500))).toContain(
+      'the longest 500 characters'
+    );
+    const node = approvalNode(trans, request(1, { cells: [{ code: long }] }));
     expect(
       node.querySelector('.jp-AgentActivity-beyond')?.textContent
     ).toContain('40 lines');
   });
 
   it('warns when the server cut the request, or only a preview is read', () => {
-    expect(notShown(request(1))).toBe('');
-    expect(notShown(request(1, {}, { truncated: 8000000 }))).toContain(
+    expect(notShown(trans, request(1))).toBe('');
+    expect(notShown(trans, request(1, {}, { truncated: 8000000 }))).toContain(
       '8000000 bytes of what it would do are not shown'
     );
-    expect(notShown(request(1, {}, { preview: true }))).toContain(
+    expect(notShown(trans, request(1, {}, { preview: true }))).toContain(
       'Only a preview'
     );
     const node = approvalNode(
+      trans,
       request(1, { cells: [{ code: 'x' }] }, { truncated: 5 })
     );
     expect(
@@ -304,6 +312,7 @@ describe("what the person is shown of an agent's text", () => {
 
   it('shows where and how an eval runs', () => {
     const parts = shown(
+      trans,
       request(1, {
         cells: [{ code: 'import os', title: null }],
         session: 's',

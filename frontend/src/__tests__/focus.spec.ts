@@ -12,6 +12,9 @@ import {
   selectionText,
   describeAction
 } from '../focus';
+import { translation } from '../i18n';
+
+const trans = translation(null);
 
 describe('makeTabId', () => {
   it('makes ids the server accepts, different each time', () => {
@@ -118,7 +121,7 @@ describe('eventFor', () => {
     expect(eventFor({ schema_id: 'other', tab } as any, tab)).toBeNull();
   });
   it('describes an action in a line', () => {
-    expect(describeAction(action({ tab }) as any)).toBe(
+    expect(describeAction(trans, action({ tab }) as any)).toBe(
       'agent:helper points at cell c1 of a.ipynb'
     );
   });

@@ -10,6 +10,9 @@ import {
   undone,
   when
 } from '../format';
+import { translation } from '../i18n';
+
+const trans = translation(null);
 
 const EVENTS = 'https://events.jupyter.org/jupyter_agent_tools/';
 
@@ -31,7 +34,7 @@ const change: IChange = {
 
 describe('format', () => {
   it('describes a change: who, door, what, id', () => {
-    const text = describeChange(change);
+    const text = describeChange(trans, change);
     expect(text).toMatch(
       /^Changed by agent:analyst via mcp at .+: edit 1 cell \(change 26\)$/
     );
@@ -42,10 +45,10 @@ describe('format', () => {
   });
 
   it('says who changed a notebook under unsaved edits', () => {
-    expect(changedOnDisk(change)).toBe(
+    expect(changedOnDisk(trans, change)).toBe(
       'agent:analyst changed this notebook on disk (change 26: edit 1 cell) while it has unsaved edits here.'
     );
-    expect(changedOnDisk(null)).toMatch(/changed on disk/);
+    expect(changedOnDisk(trans, null)).toMatch(/changed on disk/);
   });
 
   it('says which cell a session runs', () => {
@@ -61,12 +64,12 @@ describe('format', () => {
       queue_depth: 0,
       owner: null
     };
-    expect(runningCell(base)).toBe('starting');
-    expect(runningCell({ ...base, running_cell: { index: 1, of: 3 } })).toBe(
-      'running cell 2 of 3'
-    );
+    expect(runningCell(trans, base)).toBe('starting');
     expect(
-      runningCell({
+      runningCell(trans, { ...base, running_cell: { index: 1, of: 3 } })
+    ).toBe('running cell 2 of 3');
+    expect(
+      runningCell(trans, {
         ...base,
         notebook: 'a.ipynb',
         running_cell: { index: 4, cell_id: 'wait' }
@@ -75,14 +78,14 @@ describe('format', () => {
   });
 
   it('says whose outputs an undo cleared (an edit run since)', () => {
-    expect(undone(change, { outputs_cleared: [] })).toBe(
+    expect(undone(trans, change, { outputs_cleared: [] })).toBe(
       `Undid change 26 (${change.action}) of a.ipynb.`
     );
-    expect(undone(change, { outputs_cleared: ['total'] })).toBe(
+    expect(undone(trans, change, { outputs_cleared: ['total'] })).toBe(
       `Undid change 26 (${change.action}) of a.ipynb. Cleared the outputs of cell total: ` +
         'they came from the source this undid.'
     );
-    expect(undone(change, { outputs_cleared: ['a', 'b'] })).toContain(
+    expect(undone(trans, change, { outputs_cleared: ['a', 'b'] })).toContain(
       'Cleared the outputs of cells a, b:'
     );
   });
@@ -91,10 +94,10 @@ describe('format', () => {
     const error = new ApiError(409, 'Change 3 cannot be undone.', {
       conflicts: [{ id: 'total', what: 'its source changed since' }]
     });
-    expect(readable(error)).toBe(
+    expect(readable(trans, error)).toBe(
       'Cannot undo. Change 3 cannot be undone.\ncell total: its source changed since'
     );
-    expect(readable(new ApiError(0, 'TypeError: failed', null))).toBe(
+    expect(readable(trans, new ApiError(0, 'TypeError: failed', null))).toBe(
       'The server cannot be reached: TypeError: failed'
     );
     // A 409 that is not a refused undo (a request decided already) is said as it is.
@@ -103,7 +106,7 @@ describe('format', () => {
       'Approval 3 is already approved: it cannot be decided again.',
       { message: '...' }
     );
-    expect(readable(decided)).toBe(
+    expect(readable(trans, decided)).toBe(
       'Approval 3 is already approved: it cannot be decided again.'
     );
   });
@@ -119,10 +122,10 @@ describe('format', () => {
 
   it('says times', () => {
     const now = Date.parse('2026-12-04T10:05:30Z');
-    expect(when('2026-12-04T10:05:00Z', now)).toBe('just now');
-    expect(when('2026-12-04T10:00:00Z', now)).toBe('5 min ago');
-    expect(elapsed('2026-12-04T10:05:00Z', now)).toBe('30 s');
-    expect(elapsed('2026-12-04T10:03:00Z', now)).toBe('2 min 30 s');
+    expect(when(trans, '2026-12-04T10:05:00Z', now)).toBe('just now');
+    expect(when(trans, '2026-12-04T10:00:00Z', now)).toBe('5 min ago');
+    expect(elapsed(trans, '2026-12-04T10:05:00Z', now)).toBe('30 s');
+    expect(elapsed(trans, '2026-12-04T10:03:00Z', now)).toBe('2 min 30 s');
   });
 });
 

@@ -18,6 +18,9 @@ import {
   tokenRequest
 } from '../tokens';
 import { createdNode, TokenForm } from '../tokenviews';
+import { translation } from '../i18n';
+
+const trans = translation(null);
 
 const TOKEN = 'jat_4Qm0-x_Yz9';
 const HUB = 'https://hub.example/user/alice/';
@@ -76,7 +79,7 @@ describe('snippets', () => {
   });
 
   it('all three from the base URL, in order', () => {
-    const all = snippets(HUB, TOKEN);
+    const all = snippets(trans, HUB, TOKEN);
     expect(all.map(s => s.kind)).toEqual(['cli', 'mcp', 'curl']);
     for (const s of all) {
       expect(s.text).toContain(TOKEN);
@@ -204,7 +207,7 @@ describe('the form', () => {
   });
 
   it('offers lifetimes from an hour to never', () => {
-    const offered = expiries().map(e => e.seconds);
+    const offered = expiries(trans).map(e => e.seconds);
     expect(offered[0]).toBe(3600);
     expect(offered).toContain(86400);
     expect(offered).toContain(7 * 86400);
@@ -213,12 +216,12 @@ describe('the form', () => {
   });
 
   it("offers only lifetimes within the server's cap, the cap itself included", () => {
-    expect(expiries(86400).map(e => e.seconds)).toEqual([
+    expect(expiries(trans, 86400).map(e => e.seconds)).toEqual([
       3600,
       8 * 3600,
       86400
     ]);
-    const odd = expiries(3 * 86400);
+    const odd = expiries(trans, 3 * 86400);
     expect(odd.map(e => e.seconds)).toEqual([3600, 8 * 3600, 86400, 3 * 86400]);
     expect(odd[odd.length - 1].label).toContain('3 days');
     expect(emptyForm(86400).expiresIn).toBe(86400); // not the 7 days it starts with otherwise
@@ -227,6 +230,7 @@ describe('the form', () => {
     expect(tokenLimit({ tokens: [], max_lifetime: null })).toBeNull();
     expect(tokenLimit({ tokens: [] })).toBeNull();
     const capped = new TokenForm(
+      trans,
       { ...DEFAULT_CHOICES, maxLifetime: 86400 },
       emptyForm(86400),
       ''
@@ -246,7 +250,12 @@ describe('the form', () => {
       ask: ['kernel'],
       expiresIn: null
     };
-    const form = new TokenForm(DEFAULT_CHOICES, filled, "'name' is 1 to 64…");
+    const form = new TokenForm(
+      trans,
+      DEFAULT_CHOICES,
+      filled,
+      "'name' is 1 to 64…"
+    );
     expect(form.getValue()).toEqual(filled);
     expect(form.node.querySelector('[role="alert"]')?.textContent).toBe(
       "'name' is 1 to 64…"
@@ -265,7 +274,7 @@ describe('the form', () => {
       scopes: ['read', 'edit'],
       expiresIn: 3600
     });
-    const fresh = new TokenForm(DEFAULT_CHOICES, emptyForm(), '');
+    const fresh = new TokenForm(trans, DEFAULT_CHOICES, emptyForm(), '');
     expect(fresh.node.querySelector('[role="alert"]')).toBeNull();
     expect(fresh.getValue()).toEqual(emptyForm());
     form.dispose();
@@ -291,7 +300,7 @@ describe('the new token', () => {
 
   it('is shown with the warnings and each way to connect', () => {
     const copied: string[] = [];
-    const node = createdNode(created, HUB, text => copied.push(text));
+    const node = createdNode(trans, created, HUB, text => copied.push(text));
     expect(node.querySelector('[role="alert"]')?.textContent).toBe(
       'it runs code unasked'
     );
