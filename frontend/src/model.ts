@@ -122,9 +122,9 @@ export class AgentModel implements IAgentModel, IDisposable {
   get tokensEnabled(): boolean {
     return this._tokensEnabled;
   }
-  /** What could not be read (the lists). */
+  /** What could not be read (each list's last failure, until it is read again). */
   get error(): string {
-    return this._error;
+    return [...new Set(this._errors.values())].join(' ');
   }
   /** The outcome of the person's last action: `{text, ok}`, or null. */
   get notice(): { text: string; ok: boolean } | null {
@@ -284,7 +284,7 @@ export class AgentModel implements IAgentModel, IDisposable {
   async loadSessions(): Promise<void> {
     try {
       this._sessions = (await this.api.sessions()).sessions;
-      this._error = '';
+      this._errors.delete('sessions');
       // The cell each notebook run runs (null for a notebook whose run ended).
       const running = new Map<string, string | null>();
       for (const path of this._runningPaths) {
@@ -303,7 +303,7 @@ export class AgentModel implements IAgentModel, IDisposable {
         this._running.emit({ path, cellId });
       }
     } catch (error) {
-      this._error = readable(this.trans, error);
+      this._errors.set('sessions', readable(this.trans, error));
     }
     this._stateChanged.emit();
   }
@@ -336,9 +336,9 @@ export class AgentModel implements IAgentModel, IDisposable {
         ...[...arrived.values()].reverse().filter(c => !listed.has(c.id)),
         ...answer.changes
       ].slice(0, this._maxChanges);
-      this._error = '';
+      this._errors.delete('changes');
     } catch (error) {
-      this._error = readable(this.trans, error);
+      this._errors.set('changes', readable(this.trans, error));
     }
     this._stateChanged.emit();
   }
@@ -348,9 +348,9 @@ export class AgentModel implements IAgentModel, IDisposable {
     this._pending.reading();
     try {
       this._pending.listed((await this.api.approvals()).pending);
-      this._error = '';
+      this._errors.delete('approvals');
     } catch (error) {
-      this._error = readable(this.trans, error);
+      this._errors.set('approvals', readable(this.trans, error));
     }
     const now = new Set(this._pending.items.map(a => a.id));
     for (const id of before) {
@@ -373,7 +373,7 @@ export class AgentModel implements IAgentModel, IDisposable {
           this._stateChanged.emit();
         }
       } catch (error) {
-        this._error = readable(this.trans, error); // (decided meanwhile: its event removes it)
+        this._errors.set('approvals', readable(this.trans, error)); // (decided meanwhile: its event removes it)
         this._stateChanged.emit();
       }
     }
@@ -442,7 +442,7 @@ export class AgentModel implements IAgentModel, IDisposable {
     try {
       approval = await this.api.approval(id);
     } catch (error) {
-      this._error = readable(this.trans, error);
+      this._errors.set('approvals', readable(this.trans, error));
       this._stateChanged.emit();
       return;
     }
@@ -489,7 +489,7 @@ export class AgentModel implements IAgentModel, IDisposable {
   private _runningPaths = new Set<string>(); // notebooks with a cell marked running
   private _problems = new Map<string, string>();
   private _maxChanges = 20;
-  private _error = '';
+  private _errors = new Map<'sessions' | 'changes' | 'approvals', string>();
   private _notice: { text: string; ok: boolean } | null = null;
   private _sessionsTimer: ReturnType<typeof setTimeout> | undefined;
   private _noticeTimer: ReturnType<typeof setTimeout> | undefined;
