@@ -281,9 +281,12 @@ export class AgentPanel extends Widget {
       a => approvalRow(this.trans, a)
     );
     this._approvals.node.hidden = approvals.length === 0;
-    const revealed = this._approvals.node.querySelector(
-      `[data-approval-id="${this._revealing}"]`
-    );
+    const revealed =
+      this._revealing === null
+        ? null
+        : this._approvals.node.querySelector(
+            `[data-approval-id="${this._revealing}"]`
+          );
     if (revealed) {
       this._revealing = null;
       revealed.classList.add('jp-mod-revealed');

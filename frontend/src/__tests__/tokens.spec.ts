@@ -240,6 +240,7 @@ describe('the form', () => {
       Array.from(select.querySelectorAll('option')).map(o => o.value)
     ).toEqual(['3600', '28800', '86400']);
     expect(capped.getValue().expiresIn).toBe(86400);
+    capped.dispose();
   });
 
   it("gives back what it was filled with, and shows the server's refusal", () => {
