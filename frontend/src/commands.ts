@@ -18,16 +18,16 @@ import {
   ReadonlyJSONObject,
   ReadonlyPartialJSONObject
 } from '@lumino/coreutils';
-import { Widget } from '@lumino/widgets';
+import * as React from 'react';
 
 import { IApproval, IChange, IChangeDetail, ISession } from './api';
 import { approvalInUrl } from './approvals';
 import { connectAgent } from './connect';
 import { parseAgents } from './focus';
-import { cellDiffText, when } from './format';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { IAgentModel } from './agentModel';
-import { AgentPanel, approvalNode, diffText, el, PANEL_ID } from './panel';
+import { ApprovalDetails, ChangeDiff } from './lists';
+import { AgentPanel, PANEL_ID } from './panel';
 import type { FocusSharer } from './share';
 
 export const CommandIds = {
@@ -136,7 +136,7 @@ export function addCommands(
     }
     const answer = await showDialog({
       title: trans.__('%1 (request %2)', a.summary, a.id),
-      body: new Widget({ node: approvalNode(trans, a) }),
+      body: React.createElement(ApprovalDetails, { trans, approval: a }),
       buttons: [Dialog.cancelButton(), Dialog.okButton({ label })]
     });
     return answer.button.accept;
@@ -316,7 +316,7 @@ export function addCommands(
             c.path,
             (detail as IChangeDetail).action
           ),
-          body: new Widget({ node: diffNode(trans, detail) }),
+          body: React.createElement(ChangeDiff, { trans, detail }),
           buttons: [Dialog.okButton({ label: trans.__('Close') })]
         });
       }
@@ -485,35 +485,4 @@ export function addFocusCommand(
     command: CommandIds.shareFocus,
     category: trans.__('Agents')
   });
-}
-
-/** A change's detail: each cell's unified diff, or its other parts before and after. */
-function diffNode(
-  trans: TranslationBundle,
-  detail: IChangeDetail
-): HTMLElement {
-  const root = el('div', 'jp-AgentActivity-diff');
-  root.append(
-    el(
-      'div',
-      'jp-AgentActivity-diffHeader',
-      trans.__(
-        '%1 via %2, %3',
-        detail.user ?? trans.__('unknown'),
-        detail.via ?? '?',
-        when(trans, detail.time)
-      )
-    )
-  );
-  for (const cell of detail.cells) {
-    root.append(
-      el(
-        'h4',
-        '',
-        trans.__('cell %1: %2', cell.id ?? '?', cell.what.join(', '))
-      )
-    );
-    root.append(diffText(cellDiffText(trans, cell)));
-  }
-  return root;
 }

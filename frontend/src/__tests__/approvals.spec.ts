@@ -14,10 +14,29 @@ import {
   unshownCount,
   visibleParts
 } from '../approvals';
-import { approvalNode } from '../panel';
+import { ReactWidget } from '@jupyterlab/apputils';
+import { TranslationBundle } from '@jupyterlab/translation';
+import { Widget } from '@lumino/widgets';
+import * as React from 'react';
+
+import { ApprovalDetails } from '../lists';
+import { drawn } from './fakes';
 import { translation } from '../i18n';
 
 const trans = translation(null);
+
+/** What the panel shows of a request (the component, drawn into a widget's node). */
+async function approvalNode(
+  trans: TranslationBundle,
+  approval: IApproval
+): Promise<HTMLElement> {
+  const widget = ReactWidget.create(
+    React.createElement(ApprovalDetails, { trans, approval })
+  );
+  Widget.attach(widget, document.body);
+  await drawn();
+  return widget.node.firstElementChild as HTMLElement;
+}
 
 function request(
   id: number,
@@ -256,8 +275,11 @@ describe("what the person is shown of an agent's text", () => {
     expect(visibleParts('plain\tcode\n')).toEqual([['plain\tcode\n', false]]);
   });
 
-  it('never puts such a character in the panel, and says how many were marked', () => {
-    const node = approvalNode(trans, request(1, { cells: [{ code: trojan }] }));
+  it('never puts such a character in the panel, and says how many were marked', async () => {
+    const node = await approvalNode(
+      trans,
+      request(1, { cells: [{ code: trojan }] })
+    );
     const text = node.textContent ?? '';
     for (const raw of [
       '\r',
@@ -276,7 +298,7 @@ describe("what the person is shown of an agent's text", () => {
     );
   });
 
-  it('says when code is longer or wider than its box', () => {
+  it('says when code is longer or wider than its box', async () => {
     expect(beyondBox(trans, 'a = 1\nb = 2')).toBe('');
     const long = Array.from({ length: 40 }, (_, i) => `x${i} = ${i}`).join(
       '\n'
@@ -287,13 +309,16 @@ describe("what the person is shown of an agent's text", () => {
     expect(beyondBox(trans, 'x'.repeat(500))).toContain(
       'the longest 500 characters'
     );
-    const node = approvalNode(trans, request(1, { cells: [{ code: long }] }));
+    const node = await approvalNode(
+      trans,
+      request(1, { cells: [{ code: long }] })
+    );
     expect(
       node.querySelector('.jp-AgentActivity-beyond')?.textContent
     ).toContain('40 lines');
   });
 
-  it('warns when the server cut the request, or only a preview is read', () => {
+  it('warns when the server cut the request, or only a preview is read', async () => {
     expect(notShown(trans, request(1))).toBe('');
     expect(notShown(trans, request(1, {}, { truncated: 8000000 }))).toContain(
       '8000000 bytes of what it would do are not shown'
@@ -301,7 +326,7 @@ describe("what the person is shown of an agent's text", () => {
     expect(notShown(trans, request(1, {}, { preview: true }))).toContain(
       'Only a preview'
     );
-    const node = approvalNode(
+    const node = await approvalNode(
       trans,
       request(1, { cells: [{ code: 'x' }] }, { truncated: 5 })
     );

@@ -3,6 +3,7 @@
  * (`AgentApi`), its event source (`IAgentEventSource`), and a WebSocket class for `AgentEvents` (a
  * server connection setting). Shared by the model's, the panel's and the marks' tests.
  */
+import { MessageLoop } from '@lumino/messaging';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import {
@@ -122,6 +123,13 @@ export class FakeApi implements AgentApi {
 /** Wait for the model's reads (promises and its 50 ms burst timer) to settle. */
 export function settle(ms = 0): Promise<void> {
   return new Promise(resolve => setTimeout(resolve, ms));
+}
+
+/** What the widgets were asked to draw is drawn: lumino's pending update requests now, then React's
+ * rendering (scheduled: a macrotask later). */
+export async function drawn(): Promise<void> {
+  MessageLoop.flush();
+  await settle(20);
 }
 
 /** Every emission of `signal`, in order. */

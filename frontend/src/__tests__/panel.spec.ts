@@ -12,6 +12,7 @@ import {
   approval,
   change,
   changeEvent,
+  drawn,
   FakeApi,
   FakeSource,
   session,
@@ -53,6 +54,7 @@ describe('AgentPanel from a model', () => {
     Widget.attach(panel, document.body);
     source.connection.emit(true);
     await settle();
+    await drawn();
   });
 
   afterEach(() => {
@@ -94,9 +96,10 @@ describe('AgentPanel from a model', () => {
     expect(panel.title.caption).toBe('Agents: 1 request waiting for you');
   });
 
-  it('draws a new change on top and keeps the rows that did not change', () => {
+  it('draws a new change on top and keeps the rows that did not change', async () => {
     const [newest, older] = rows(panel, 'recent-changes');
     source.event.emit(changeEvent(change('3')));
+    await drawn();
     const now = rows(panel, 'recent-changes');
     expect(now.map(r => r.dataset.changeId)).toEqual(['3', '2', '1']);
     expect(now[1]).toBe(newest);
@@ -110,6 +113,7 @@ describe('AgentPanel from a model', () => {
     reason.value = 'not now';
     api.pending = [approval(4), approval(5)];
     await model.loadApprovals();
+    await drawn();
     const [first, second] = rows(panel, 'waiting-for-you');
     expect(first.querySelector('input')).toBe(reason);
     expect(reason.value).toBe('not now');
@@ -126,6 +130,7 @@ describe('AgentPanel from a model', () => {
       event: 'denied',
       approval_id: 5
     });
+    await drawn();
     expect(rows(panel, 'waiting-for-you')).toEqual([]);
     expect(
       panel.node.querySelector<HTMLElement>('[data-section="waiting-for-you"]')
@@ -152,6 +157,7 @@ describe('AgentPanel from a model', () => {
 
   it('says when the bus is lost, what could not be read, and a refused undo on its change', async () => {
     source.connection.emit(false);
+    await drawn();
     expect(panel.node.dataset.connected).toBe('false');
     expect(
       panel.node.querySelector('.jp-AgentActivity-status')?.textContent
@@ -159,6 +165,7 @@ describe('AgentPanel from a model', () => {
 
     api.failing.set('changes', new Error('the ledger is locked'));
     await model.loadChanges();
+    await drawn();
     const error = panel.node.querySelector<HTMLElement>(
       '.jp-AgentActivity-notice.jp-mod-error'
     )!;
@@ -167,6 +174,7 @@ describe('AgentPanel from a model', () => {
 
     api.failing.set('undo', new Error('cell changed since'));
     await model.act(() => model.undo(model.change('1')!), '1');
+    await drawn();
     const row = rows(panel, 'recent-changes')[1];
     expect(row.dataset.changeId).toBe('1');
     expect(row.querySelector('.jp-AgentActivity-problem')?.textContent).toBe(
@@ -181,9 +189,11 @@ describe('AgentPanel from a model', () => {
       scrolled.push(this.dataset.approvalId ?? '');
     };
     panel.reveal(6);
+    await drawn();
     expect(scrolled).toEqual([]);
     api.pending = [approval(4), approval(6)];
     await model.loadApprovals();
+    await drawn();
     const revealed = rows(panel, 'waiting-for-you').filter(r =>
       r.classList.contains('jp-mod-revealed')
     );
