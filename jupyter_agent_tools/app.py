@@ -18,12 +18,12 @@ from .audit.feed import EventFeed
 from .auth.identity import APPROVALS_SETTING, AgentTokens, TokenEnded, adopt_agent_tokens
 from .compat import guard_control_sockets, local_root
 from .execution.eval_service import EvalService
-from .execution.kernels import KernelService
-from .execution.notebook_kernels import NotebookKernels
+from .execution.kernel_service import KernelService
 from .execution.notebook_run import NotebookRunner
 from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
-from .execution.sessions import EvalSessionManager
+from .execution.run_kernels import NotebookKernels
+from .execution.session_manager import EvalSessionManager
 from .handlers import events, oauth, server_routes
 from .handlers.approvals import ApprovalHandler, ApprovalListHandler
 from .handlers.artifacts import ArtifactHandler
@@ -59,8 +59,8 @@ from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
 from .oauth.service import AgentOAuth
 from .runs import RunRegistry
+from .service import at_least, in_range
 from .stores import AgentStores
-from .traits import at_least, in_range
 
 GIB = 1024**3
 
@@ -168,14 +168,14 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     kernel_service_class = Type(
-        default_value="jupyter_agent_tools.execution.kernels.KernelService",
+        default_value="jupyter_agent_tools.execution.kernel_service.KernelService",
         klass=KernelService,
         help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
         "Built with parent=the app and kernel_manager; its settings are c.KernelService.*.",
     ).tag(config=True)
 
     session_manager_class = Type(
-        default_value="jupyter_agent_tools.execution.sessions.EvalSessionManager",
+        default_value="jupyter_agent_tools.execution.session_manager.EvalSessionManager",
         klass=EvalSessionManager,
         help="The class that keeps, evicts and sweeps the eval sessions (a subclass of EvalSessionManager). "
         "Built with parent=the app and kernels, artifacts, audit; its settings are c.EvalSessionManager.*.",

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from traitlets import Enum, Float, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .traits import at_least
+from .service import at_least
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_token, set_approver
 from ..auth.paths import PathScope, place
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, Conflict, NotFound, Unavailable
+from ..service import Service, at_least, in_range, trait_name
 from ..stores import AgentStores, Worker, store_options
-from ..traits import Service, at_least, in_range, trait_name
 from .policy import (
     AGENT_PREFIX,
     EVERYWHERE,

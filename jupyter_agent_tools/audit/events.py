@@ -26,12 +26,12 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool
 
 from ..compat import event_listeners
-from ..traits import Service
+from ..service import Service
 from . import metrics
 from .context import AGENT_PREFIX, current_user
 
 if TYPE_CHECKING:
-    from ..execution.session import KernelSession
+    from ..execution.kernel_session import KernelSession
 
 SCHEMA_DIR = Path(__file__).parent / "event_schemas"
 SCHEMA_BASE = "https://events.jupyter.org/jupyter_agent_tools"

@@ -26,7 +26,7 @@ from ..compat import registered_metric
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
     from ..execution.pool import KernelPool
-    from ..execution.sessions import EvalSessionManager
+    from ..execution.session_manager import EvalSessionManager
 
 PREFIX = "jupyter_agent_"
 M = TypeVar("M", Counter, Histogram)

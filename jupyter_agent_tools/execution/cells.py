@@ -23,15 +23,15 @@ from traitlets import Instance
 
 from ..artifacts import ArtifactStore
 from ..audit.events import ExecutionRecord
+from ..service import Service
 from ..stream_events import CellEnd, CellStart, StreamEvent
-from ..traits import Service
 from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
-from .kernels import KernelService
+from .kernel_service import KernelService
+from .kernel_session import KernelSession
 from .messages import OutputLimits, answer_text
 from .pace import StreamPace
 from .request import EvalRequest, parse_eval_request
-from .session import KernelSession
-from .sessions import EvalSessionManager
+from .session_manager import EvalSessionManager
 from .sink import OutputSink
 
 # Iopub messages were dropped past what the connection holds (or by a gateway), seen as dropped or as an

@@ -3,11 +3,11 @@
 The kernel is the one a person sees: the jupyter_server session of the notebook's path (what JupyterLab
 creates when it opens the notebook), created the way JupyterLab would when there is none, so a person
 who opens the notebook afterwards shares the agent's state. The run goes through the same session
-lifecycle as eval (:class:`~.session.KernelSession` in mode ``notebook``, which never owns the kernel)
+lifecycle as eval (:class:`~.kernel_session.KernelSession` in mode ``notebook``, which never owns the kernel)
 and the same recovery policy, but never re-runs a cell silently: a kernel that dies or is restarted
 ends the run and the answer says which cells did not complete. A cell that does not stop after the
 interrupt gets the notebook's kernel restarted in place (same id, as JupyterLab's "Restart Kernel"), and
-the answer names it. Kernels this module started are shut down when unused (:mod:`.notebook_kernels`).
+the answer names it. Kernels this module started are shut down when unused (:mod:`.run_kernels`).
 
 Outputs are built as JupyterLab stores them (:mod:`..notebook.outputs`, bounded per output and per
 cell; what does not fit goes to an artifact as it arrives) and written through the notebook store
@@ -54,21 +54,21 @@ from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore, edit_diff
 from ..notebook.summary import data_size, joined_text
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from ..validation import check
 from .cells import Cell, CellExecutor, Ran, Told, eval_answer, eval_cells, parse_recorded
 from .connection import KernelConnection
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
-from .kernels import KernelService, close_quietly
+from .kernel_service import KernelService, close_quietly
+from .kernel_session import KernelSession, SessionState
 from .messages import Iopub, answer_text
-from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import KernelRecovery
 from .request import EvalRequest, RunRequest, parse_run_request
-from .session import KernelSession, SessionState
-from .sessions import EvalSessionManager
+from .run_kernels import NotebookKernels
+from .session_manager import EvalSessionManager
 
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.

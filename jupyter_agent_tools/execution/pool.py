@@ -27,11 +27,11 @@ from typing import Any
 from traitlets import Float, Instance, Int, default, validate
 
 from ..audit import metrics as audit_metrics
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from .connection import KernelConnection
 from .faults import fd_usage, is_kernel_cap
 from .gateway import POOL_START
-from .kernels import KernelService, close_quietly
+from .kernel_service import KernelService, close_quietly
 
 log = logging.getLogger(__name__)
 

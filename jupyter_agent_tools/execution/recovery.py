@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 from traitlets import Float, Instance, validate
 
 from ..errors import Unavailable
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from .connection import KernelConnection
 from .faults import died_at_start, fd_usage, http_message, http_status, is_fd_exhaustion
-from .kernels import KernelService
+from .kernel_service import KernelService
+from .kernel_session import KernelSession, SessionState
 from .pool import KernelPool
-from .session import KernelSession, SessionState
-from .sessions import EvalSessionManager
+from .session_manager import EvalSessionManager
 
 RERUNS_AFTER_DEATH = 1
 Started = TypeVar("Started")

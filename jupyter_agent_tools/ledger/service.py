@@ -45,6 +45,7 @@ from ..audit.context import current_approver, current_user, current_via, display
 from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
+from ..service import Service, at_least, in_range
 from ..stores import (
     OWNERS_SCHEMA,
     AgentStores,
@@ -58,7 +59,6 @@ from ..stores import (
     store_options,
     this_process,
 )
-from ..traits import Service, at_least, in_range
 from .changes import (
     PARTS,
     CellChange,

@@ -39,7 +39,7 @@ from ..ledger.changes import diff as change_of
 from ..ledger.changes import summarize
 from ..ledger.service import ChangeGroup, Ledger, Recorded, cell_bodies, check_hash
 from ..ledger.undo import check_undo, inverse
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from ..validation import check
 from . import disk
 from .create import new_notebook as build_notebook

@@ -33,9 +33,9 @@ from traitlets import Float, Instance, Int, Unicode, default, validate
 from ..artifacts import ArtifactStore
 from ..audit.context import current_token, current_user, display_name
 from ..errors import AgentToolsError, NotFound, Unavailable
+from ..service import Service, at_least
 from ..stores import AgentStores, store_options
 from ..stream_events import Emit, StreamEvent
-from ..traits import Service, at_least
 from .log import RunLog
 from .records import FINAL_STATES, RunRecords
 

@@ -25,7 +25,7 @@ from traitlets import Bool, Float, Int, validate
 
 from ..compat import forget_kernel, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Unavailable
-from ..traits import Service, at_least, in_range
+from ..service import Service, at_least, in_range
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 

@@ -26,9 +26,9 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, validate
 
 from ..auth.context import path_allowed
-from ..traits import Service, at_least
-from .session import KernelSession
-from .sessions import EvalSessionManager
+from ..service import Service, at_least
+from .kernel_session import KernelSession
+from .session_manager import EvalSessionManager
 
 
 @dataclass

@@ -14,7 +14,7 @@ At the cap, a new session evicts an idle session (:meth:`_victim`): the caller's
 identity's only while that identity holds more than its fair share (:meth:`fair_share`: ``max_sessions``
 divided by the identities holding sessions, the caller included, at least 1). What
 happens to a session itself (its kernel, its state) is the session's own business
-(:class:`~.session.KernelSession`): the manager only calls its methods.
+(:class:`~.kernel_session.KernelSession`): the manager only calls its methods.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from ..audit import metrics as audit_metrics
 from ..audit.context import display_name
 from ..auth.context import may_see
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, AgentToolsError, Conflict, Unavailable
-from ..traits import Service, at_least
-from .kernels import KernelService
-from .session import KernelSession
+from ..service import Service, at_least
+from .kernel_service import KernelService
+from .kernel_session import KernelSession
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class EvalSessionManager(Service):
             self.artifacts.running_calls = self.running_calls
             self.artifacts.session_owner = self.owner_of
         self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
-        # More upkeep at each sweep (the kernels notebook runs started: .notebook_kernels)
+        # More upkeep at each sweep (the kernels notebook runs started: .run_kernels)
         self.sweepers: list[Callable[[], Awaitable[object]]] = []
 
     def start(self) -> None:
@@ -387,7 +387,7 @@ class EvalSessionManager(Service):
 
         Its name (``nb-`` and a hash of the path) names its artifact directory; ``notebook`` is the path.
         """
-        self.start()  # the sweep also shuts down kernels the runs started (see .notebook_kernels)
+        self.start()  # the sweep also shuts down kernels the runs started (see .run_kernels)
         session = self.notebooks.get(path)
         if session is None or session.closed:
             name = "nb-" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
