@@ -16,7 +16,8 @@ from .artifacts import ArtifactStore
 from .audit import Audit
 from .audit.feed import EventFeed
 from .auth.identity import APPROVALS_SETTING, AgentTokens, TokenEnded, adopt_agent_tokens
-from .compat import guard_control_sockets, local_root
+from .compat import install as install_compat
+from .compat import local_root
 from .execution.eval_service import EvalService
 from .execution.kernel_service import KernelService
 from .execution.notebook_run import NotebookRunner
@@ -265,7 +266,9 @@ class AgentToolsApp(ExtensionApp):
 
         First, agent tokens are put in front of a server's own identity provider when it has one
         (JupyterHub's): even if the rest fails to load, an agent token is then refused here, never handed on
-        to the hub's API."""
+        to the hub's API. Before anything, the upstream patches are applied, once per process
+        (:func:`.compat.install`)."""
+        install_compat()
         adopt_agent_tokens(serverapp)
         try:
             super()._load_jupyter_server_extension(serverapp)
@@ -285,7 +288,6 @@ class AgentToolsApp(ExtensionApp):
         them through the configuration, so only collaborators are passed here."""
         assert self.serverapp is not None
         serverapp = self.serverapp
-        guard_control_sockets()  # a dead kernel's control socket must not freeze the server (compat.py)
         self.audit = audit = Audit(parent=self, event_logger=getattr(serverapp, "event_logger", None))
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it

@@ -21,7 +21,7 @@ import zmq
 from jupyter_client.session import json_unpacker
 from jupyter_core.utils import ensure_async
 
-from ..compat import remember_signature
+from ..compat import detach_from_loop, remember_signature
 from .activity import KernelActivity
 from .intake import IopubIntake
 
@@ -117,14 +117,6 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return socket.recv_multipart(zmq.NOBLOCK)
     except zmq.Again:
         return None
-
-
-def _detach(socket: Any) -> None:
-    """Stop the event loop from watching an asyncio ZMQ socket (pyzmq watches its descriptor for good once
-    it was awaited, and would touch the socket from the loop's thread while another thread uses it)."""
-    clear = getattr(socket, "_clear_io_state", None)
-    if clear is not None:
-        clear()
 
 
 # How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
@@ -290,7 +282,9 @@ class LocalKernelConnection:
 
     async def _start_intake(self, socket: Any) -> None:
         """Hand the iopub socket to a thread of its own (see :class:`~.intake.IopubIntake`)."""
-        _detach(socket)  # from now on the intake's thread alone uses it, until close() stops the thread
+        # From now on the intake's thread alone uses it, until close() stops the thread: the loop would
+        # otherwise touch the socket from its own thread.
+        detach_from_loop(socket)
         # a check of the socket pyzmq scheduled before (call_later(0)) runs in the next iteration: let it
         for _ in range(2):
             await asyncio.sleep(0)

@@ -41,6 +41,7 @@ from tornado.escape import url_escape
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from ..compat import wrap_once
 from ..stores import Worker, owner_alive, this_process
 from .connection import event
 from .faults import http_status, is_kernel_cap
@@ -294,7 +295,7 @@ async def delete_gateway_kernel(kernel_id: str) -> None:
 
 # Set while the warm pool starts a kernel: its own start hitting the cap must not release the pool.
 POOL_START: contextvars.ContextVar[bool] = contextvars.ContextVar("agent_tools_pool_start", default=False)
-CAP_MARK = "_agent_tools_cap_watch"
+CAP_MARK = "kernel cap"  # the key of its wrap (compat.wrap_once)
 
 
 def watch_kernel_cap(
@@ -303,27 +304,26 @@ def watch_kernel_cap(
     """Wrap the gateway kernel manager's ``start_kernel`` (once): a creation refused for the gateway's kernel
     cap, not the pool's own, calls ``release()`` (the pool's kernels go) and, when that freed any, is tried
     once more."""
-    original = kernel_manager.start_kernel
-    if getattr(original, CAP_MARK, False):
-        return
 
-    async def start_kernel(*args: Any, **kwargs: Any) -> Any:
-        try:
+    def wrap(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def start_kernel(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await original(*args, **kwargs)
+            except Exception as e:
+                if POOL_START.get() or not is_kernel_cap(e):
+                    raise
+                released = await release()
+                if not released:
+                    raise
+                logger.warning(
+                    "the kernel gateway refused a kernel for its kernel cap (%s): shut down %d warm pool "
+                    "kernel(s) %s and trying once more",
+                    e,
+                    len(released),
+                    released,
+                )
             return await original(*args, **kwargs)
-        except Exception as e:
-            if POOL_START.get() or not is_kernel_cap(e):
-                raise
-            released = await release()
-            if not released:
-                raise
-            logger.warning(
-                "the kernel gateway refused a kernel for its kernel cap (%s): shut down %d warm pool "
-                "kernel(s) %s and trying once more",
-                e,
-                len(released),
-                released,
-            )
-        return await original(*args, **kwargs)
 
-    setattr(start_kernel, CAP_MARK, True)
-    kernel_manager.start_kernel = start_kernel
+        return start_kernel
+
+    wrap_once(kernel_manager, "start_kernel", CAP_MARK, wrap)

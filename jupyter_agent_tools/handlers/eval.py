@@ -18,6 +18,7 @@ from tornado.iostream import StreamClosedError
 from ..approvals import Approval
 from ..approvals.actions import describe_eval
 from ..approvals.gate import once_approved, without_gate_fields
+from ..compat import response_finished
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
 from ..execution.dispatch import extra_permissions, run_eval
@@ -212,7 +213,7 @@ class EvalHandler(AgentAPIHandler):
             if not run.done():
                 self._client_gone()
                 await asyncio.gather(run, return_exceptions=True)
-        if not self._finished:
+        if not response_finished(self):
             self.finish()
 
 
