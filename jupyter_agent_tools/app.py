@@ -273,6 +273,8 @@ class AgentToolsApp(ExtensionApp):
         try:
             super()._load_jupyter_server_extension(serverapp)
         except Exception as e:
+            # broad: whatever fails the load (a bad setting, a service that cannot start) drops the gate's
+            # setting; re-raised
             serverapp.web_app.settings.pop(APPROVALS_SETTING, None)
             serverapp.log.critical(
                 "\n%s\n jupyter_agent_tools did NOT load: %s\n Agent tokens are refused on every route until "
@@ -486,7 +488,7 @@ class AgentToolsApp(ExtensionApp):
         for what, step in steps:
             try:
                 await step()
-            except Exception:
+            except Exception:  # broad: one shutdown step failing in any way must not skip the others; logged
                 self.log.exception("jupyter_agent_tools: stopping the %s failed", what)
         owned = evals.kernels.owned if evals is not None else None
         if owned is not None:

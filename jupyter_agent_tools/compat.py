@@ -80,7 +80,7 @@ def pending_ready(kernel_manager: Any, kernel_id: str) -> asyncio.Future[Any] | 
     """The kernel's ``ready`` future while it is not done (its start runs, or was cancelled), else None."""
     try:
         ready = getattr(kernel_manager.get_kernel(kernel_id), "ready", None)
-    except Exception:
+    except (KeyError, web.HTTPError):
         return None
     return ready if isinstance(ready, asyncio.Future) and not ready.done() else None
 
@@ -181,7 +181,7 @@ def guard_control_sockets() -> None:
     def _connect_control_socket(self: Any) -> None:
         socket = self._control_socket
         if socket is not None and not _can_send(socket, zmq):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(zmq.ZMQError):
                 self._close_control_socket()
             self._control_socket = None
         original(self)
@@ -193,7 +193,7 @@ def guard_control_sockets() -> None:
 def _can_send(socket: Any, zmq: Any) -> bool:
     try:
         return not socket.closed and bool(socket.get(zmq.EVENTS) & zmq.POLLOUT)
-    except Exception:  # its context was terminated, or it was closed meanwhile
+    except zmq.ZMQError:  # its context was terminated, or it was closed meanwhile
         return False
 
 

@@ -705,6 +705,7 @@ class Worker:
             try:
                 func()
             except Exception as e:
+                # broad: periodic store work failing any way must not end the timer; logged
                 log.debug("periodic store work failed: %s", e)
 
         self._timer = threading.Timer(seconds, tick)

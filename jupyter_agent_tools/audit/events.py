@@ -136,6 +136,8 @@ class Audit(Service):
         try:
             logger.emit(schema_id=schema_id, data=data)
         except Exception:
+            # broad: jupyter_events' validation, handlers and listeners must not fail the audited action;
+            # logged
             self.log.exception("audit event %s was not recorded: %r", schema_id, data)
 
     # -- notebooks --------------------------------------------------------------------------------
@@ -192,6 +194,7 @@ class Audit(Service):
         try:
             yield record
         except Exception as e:
+            # broad: any failure of the recorded call is recorded as its outcome, then re-raised
             self.execution(record, error=e)
             raise
         self.execution(record)

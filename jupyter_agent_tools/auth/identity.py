@@ -266,7 +266,9 @@ class AgentTokens(IdentityProvider):
             for listener in list(self._listeners):
                 try:
                     listener(token)
-                except Exception:  # one listener failing must not keep the others from ending theirs
+                except Exception:
+                    # broad: one listener failing in any way must not keep the others from ending theirs;
+                    # logged
                     log.exception("ending what agent token %r started failed", token.name)
         return ended
 

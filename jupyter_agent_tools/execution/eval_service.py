@@ -429,6 +429,7 @@ class EvalService(Service):
             try:
                 await start
             except BaseException:
+                # broad: a cancelled call's kernel start, cancelled or failed any way: only cleaned up
                 self.log.debug("session %s: a cancelled call's kernel start failed", session.name)
                 if session.mode == "session":
                     await self.sessions.discard_if_never_started(session)

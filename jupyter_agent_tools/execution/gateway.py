@@ -101,7 +101,8 @@ class GatewayKernelConnection:
         while True:
             try:
                 raw = await self._ws.read_message()
-            except Exception as e:  # the connection broke
+            except Exception as e:
+                # broad: the connection broke (closed stream, websocket error): a disconnect event
                 self.messages.put_nowait(event("disconnected", reason=str(e)))
                 return
             if raw is None:
@@ -149,7 +150,7 @@ class GatewayKernelConnection:
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
             alive = bool(await ensure_async(kernel.is_alive()))
-        except Exception:
+        except Exception:  # broad: gateway HTTP errors, timeouts or a kernel gone from the manager: not alive
             return False
         # jupyter_server's is_alive answers True on the very request that finds the kernel gone (404: its
         # model becomes None, and only the next call says False); a gateway that culled the kernel does
@@ -159,10 +160,12 @@ class GatewayKernelConnection:
     async def close(self) -> None:
         if self._ws is not None:
             ws, self._ws = self._ws, None
+            # broad: closing a websocket that already broke may fail any way: it is closed either way
             with contextlib.suppress(Exception):
                 ws.close()
         if self._reader is not None:
             self._reader.cancel()
+            # broad: awaiting the cancelled reader: its CancelledError or its own failure
             with contextlib.suppress(BaseException):
                 await self._reader
             self._reader = None
@@ -241,6 +244,7 @@ class OwnedKernels:
             try:
                 await delete(kernel_id)
             except Exception as e:
+                # broad: a gateway's HTTP or connection error keeps the kernel for the next clean-up; logged
                 if http_status(e) != 404:
                     kept.append(kernel_id)
                     self.log.warning(
@@ -259,7 +263,8 @@ class OwnedKernels:
         snapshot = json.dumps(self._data, sort_keys=True)
         try:
             await self._worker.run(functools.partial(_write_atomically, self.path, snapshot))
-        except Exception as e:  # a full disk must not fail a kernel start: the record is for clean-up
+        except Exception as e:
+            # broad: a full disk must not fail a kernel start: the record is for clean-up; logged
             self.log.warning("writing the record of gateway kernels %s failed: %s", self.path, e)
 
     def close(self) -> None:
@@ -310,6 +315,8 @@ def watch_kernel_cap(
             try:
                 return await original(*args, **kwargs)
             except Exception as e:
+                # broad: any start failure is looked at; only the gateway's kernel cap is handled, the rest
+                # re-raised
                 if POOL_START.get() or not is_kernel_cap(e):
                     raise
                 released = await release()

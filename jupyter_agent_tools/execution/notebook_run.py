@@ -47,6 +47,7 @@ from traitlets import Instance, Int, default, validate
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
+from ..compat import ServerHTTPError
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import cells_hash, join_source, source_hash
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
@@ -424,6 +425,8 @@ class NotebookRunner(Service):
                 )
             )
         except Exception as e:
+            # broad: any failure to make the session cleans up the pooled kernel, then is translated and
+            # raised
             if pooled is not None:
                 await close_quietly(pooled[1])
                 await self.kernels.shutdown(pooled[0])
@@ -439,7 +442,7 @@ class NotebookRunner(Service):
         (auto-restarted by its manager on death, as one JupyterLab started), connected already, and
         moved into the notebook's directory once attached (:meth:`_settle_pooled`)."""
         self.kernels.started.discard(kernel_id)
-        with contextlib.suppress(Exception):  # a gateway kernel has no restarter here
+        with contextlib.suppress(KeyError, ServerHTTPError):  # a gateway kernel has no restarter here
             start = getattr(self.kernels.kernel_manager.get_kernel(kernel_id), "start_restarter", None)
             if callable(start):
                 start()
@@ -491,6 +494,7 @@ class NotebookRunner(Service):
         except AgentToolsError:
             raise
         except Exception as e:
+            # broad: any failure to attach forgets the kernel the run started, then is re-raised
             if created:  # a kernel this run started and nobody else knows: do not leave it behind
                 await self.notebook_kernels.discard(path)
             raise Unavailable(
@@ -534,7 +538,7 @@ class NotebookRunner(Service):
         kernel_id, kernel_name = found
         try:
             model = await ensure_async(self.kernels.kernel_manager.kernel_model(kernel_id))
-        except Exception:  # gone between the two looks
+        except (KeyError, ServerHTTPError):  # gone between the two looks
             return answer
         connections = int(model.get("connections") or 0)
         attached = session is not None and session.kernel_id == kernel_id
@@ -597,6 +601,7 @@ class NotebookRunner(Service):
         except AgentToolsError:
             raise
         except Exception as e:
+            # broad: any kernel manager failure becomes an answer with a status (KernelService.translate)
             raise self.kernels.translate(e) from e
         answer = await self.kernel(path)
         answer.update(
@@ -621,7 +626,7 @@ class NotebookRunner(Service):
         await session.drop_kernel()  # disconnect; the next run attaches to the restarted kernel
         try:
             await self.kernels.restart(kernel_id)
-        except Exception as e:
+        except Exception as e:  # broad: a failed restart (any manager error) is logged; the recovery goes on
             self.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
             return (
                 f"[{cell} did not stop after the interrupt, so the notebook's kernel {kernel_id} was "

@@ -378,6 +378,7 @@ class EvalSessionManager(Service):
         try:
             await session.close()
         except Exception:
+            # broad: a per-call kernel's shutdown failing any way must not stop the others; logged
             self.log.warning("shutting down per-call kernel %s failed", session.kernel_id, exc_info=True)
 
     # -- notebook sessions --------------------------------------------------------------------------
@@ -429,7 +430,7 @@ class EvalSessionManager(Service):
         for sweeper in list(self.sweepers):
             try:
                 await sweeper()
-            except Exception:
+            except Exception:  # broad: a sweep step failing any way must not end the periodic sweep; logged
                 self.log.exception("agent sweep step %r failed", sweeper)
 
     async def heartbeat(self) -> None:
@@ -462,6 +463,7 @@ class EvalSessionManager(Service):
             try:
                 await work()
             except Exception:
+                # broad: a background session task failing any way is logged, never lost silently
                 self.log.exception("agent session %s failed", what)
 
     async def shutdown(self) -> None:
@@ -469,6 +471,7 @@ class EvalSessionManager(Service):
         for task in (self._sweeper, self._heartbeat):
             if task is not None:
                 task.cancel()
+                # broad: awaiting the cancelled sweep or heartbeat: cancelled or failed, shutdown goes on
                 with contextlib.suppress(BaseException):
                     await task
         self._sweeper = self._heartbeat = None

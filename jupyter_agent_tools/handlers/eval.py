@@ -206,6 +206,7 @@ class EvalHandler(AgentAPIHandler):
             await asyncio.gather(run, return_exceptions=True)
             return
         except Exception as e:
+            # broad: after the stream started any failure becomes its last event; before, it is re-raised
             if not writer.started:
                 raise
             self.write(ndjson_line(error_event(e, self.log)))

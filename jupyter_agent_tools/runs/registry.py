@@ -312,6 +312,7 @@ class RunRegistry(Service):
             message = "the server stopped while this run ran"
             state = "lost"
         except Exception as e:
+            # broad: a run's call failing any way becomes the run's failed state and its last event
             status = getattr(e, "status_code", None)  # tornado's HTTPError from the kernel manager or gateway
             if isinstance(status, int) and 400 <= status < 600:
                 message = getattr(e, "log_message", None) or f"HTTP {status}"
