@@ -331,8 +331,10 @@ def test(args: list[str]) -> int:
         print("dev.py: Enterprise Gateway's venv was not made (its tests will say why)", flush=True)
     chose_workers = any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args)
     selection = ["-m", "quick"] if quick else [] if chose_workers else [*WORKERS]
-    # -rs: each skipped test is named with its reason at the end (with CI set a missing piece fails instead)
-    return subprocess.call([str(PYTHON), "-m", "pytest", "-rs", *selection, *args], cwd=HERE)
+    # -rs: each skipped test is named with its reason at the end (with CI set a missing piece fails instead);
+    # the 25 slowest tests are named too (and the time per file: tests/conftest.py), to see where it goes
+    durations = [] if quick else ["--durations=25"]
+    return subprocess.call([str(PYTHON), "-m", "pytest", "-rs", *durations, *selection, *args], cwd=HERE)
 
 
 def bench(args: list[str]) -> int:

@@ -15,9 +15,11 @@ from .approvals import ApprovalPolicy
 from .artifacts import ArtifactStore
 from .audit import Audit
 from .audit.feed import EventFeed
+from .auth.hub_tokens import HubAgentTokens
 from .auth.identity import APPROVALS_SETTING, AgentTokens, TokenEnded, adopt_agent_tokens
 from .compat import install as install_compat
 from .compat import local_root
+from .execution.cells import CellExecutor
 from .execution.eval_service import EvalService
 from .execution.kernel_service import KernelService
 from .execution.notebook_run import NotebookRunner
@@ -93,6 +95,7 @@ class AgentToolsApp(ExtensionApp):
         EvalSessionManager,
         KernelPool,
         KernelRecovery,
+        CellExecutor,
         EvalService,
         NotebookRunner,
         NotebookKernels,
@@ -103,6 +106,7 @@ class AgentToolsApp(ExtensionApp):
         ApprovalPolicy,
         AgentStores,
         AgentOAuth,
+        HubAgentTokens,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
@@ -322,33 +326,37 @@ class AgentToolsApp(ExtensionApp):
         notebook_kernels = NotebookKernels(
             parent=self, session_manager=serverapp.session_manager, sessions=sessions
         )
-        self.eval_service = cast("type[EvalService]", self.eval_service_class)(
+        # Built once here and given to eval and notebook runs alike: the warm pool, the recovery policy
+        # and the cell executor (the one cell loop and execution path, bounded by c.CellExecutor.*).
+        pool = KernelPool(parent=self, kernels=kernels)
+        recovery = KernelRecovery(parent=self, kernels=kernels, sessions=sessions, pool=pool)
+        cells = CellExecutor(parent=self, kernels=kernels, artifacts=artifacts, sessions=sessions)
+        self.eval_service = evals = cast("type[EvalService]", self.eval_service_class)(
             parent=self,
             sessions=sessions,
             kernels=kernels,
             artifacts=artifacts,
             contents_manager=serverapp.contents_manager,
-            pool=KernelPool(parent=self, kernels=kernels),
+            pool=pool,
+            recovery=recovery,
+            cells=cells,
             notebook_kernels=notebook_kernels,
         )
-        evals = self.eval_service
-        # Eval and notebook runs share the cell executor (the one cell loop and execution path, bounded by
-        # the EvalService settings it was built from), the recovery policy and the warm pool.
         self.notebook_runner = cast("type[NotebookRunner]", self.notebook_runner_class)(
             parent=self,
             sessions=sessions,
             kernels=kernels,
-            recovery=evals.recovery,
+            recovery=recovery,
             artifacts=artifacts,
             audit=audit,
-            pool=evals.pool,
-            cells=evals.cells,
-            max_cells=evals.max_cells,
+            pool=pool,
+            cells=cells,
+            max_cells=evals.max_cells,  # eval with "notebook" takes as many cells as any eval
             store=self.notebook_store,
             session_manager=serverapp.session_manager,
             notebook_kernels=notebook_kernels,
         )
-        self._on_a_gateway(kernels, sessions, evals.pool)
+        self._on_a_gateway(kernels, sessions, pool)
         self.run_registry = cast("type[RunRegistry]", self.run_registry_class)(
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )

@@ -1,11 +1,14 @@
 """Decode a request body as JSON, refusing what cannot be meant, and encode a large answer without holding
-the GIL for all of it (pure: no I/O, safe in a thread)."""
+the GIL for all of it (no I/O; large ones in the JSON thread, off the event loop)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import json.scanner
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .errors import AgentToolsError, BadRequest
@@ -124,3 +127,28 @@ def encode_stepwise(value: Any) -> str:
     milliseconds, where the C encoder keeps it for the whole answer."""
     encoder = json.JSONEncoder(ensure_ascii=False)
     return "".join(encoder.iterencode(value, _one_shot=False))
+
+
+# Parsing JSON costs about 1 ms per 10-30 KB (more with many small values): bodies larger than this are
+# parsed in a thread, so that a 10 MB one does not hold the event loop for seconds. One thread: parsing
+# holds the GIL, so more threads would not parse faster, only take more turns from the event loop.
+PARSE_IN_THREAD_BYTES = 64 * 1024
+JSON_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-json")
+# An answer holding more than this many characters is encoded in that thread too (a notebook read, a run's
+# detail, a listing): encoding 10 MB in C holds the GIL, and so the event loop, for tens of milliseconds.
+ENCODE_IN_THREAD_CHARS = 256 * 1024
+
+
+async def decode_off_loop(body: bytes, max_bytes: int = 0) -> Any:
+    """:func:`decode_json_body`, in the JSON thread when ``body`` is large (the loop keeps serving)."""
+    if len(body) <= PARSE_IN_THREAD_BYTES or (max_bytes and len(body) > max_bytes):
+        return decode_json_body(body, max_bytes)
+    parse = functools.partial(decode_json_body, body, max_bytes, stepwise=True)
+    return await asyncio.get_running_loop().run_in_executor(JSON_THREAD, parse)
+
+
+async def encode_answer(data: Any) -> str:
+    """``data`` as JSON text: on the event loop when it is small, else stepwise in the JSON thread."""
+    if not larger_than(data, ENCODE_IN_THREAD_CHARS):
+        return json.dumps(data, ensure_ascii=False)
+    return await asyncio.get_running_loop().run_in_executor(JSON_THREAD, encode_stepwise, data)

@@ -44,3 +44,25 @@ class Service(LoggingConfigurable):
         if parent is not None and getattr(parent, "log", None) is not None:
             return parent.log
         return logging.getLogger(type(self).__module__)
+
+
+def honour_moved_settings(service: Service, old_section: str, names: tuple[str, ...], since: str) -> None:
+    """Settings that moved to ``service``'s class from ``c.<old_section>.<name>``: a value set there still
+    applies, with a deprecation warning naming the new place, unless ``c.<Class>.<name>`` is set too
+    (jupyter_server's ``_deprecated_traits``, across classes). Call it at the end of ``__init__``."""
+    if old_section not in service.config:
+        return
+    old = service.config[old_section]
+    new = type(service).__name__
+    mine = service.config.get(new, {})
+    for name in names:
+        if name in old and name not in mine:
+            service.log.warning(
+                "c.%s.%s is deprecated since jupyter-agent-tools %s: set c.%s.%s (the value is used there)",
+                old_section,
+                name,
+                since,
+                new,
+                name,
+            )
+            setattr(service, name, old[name])

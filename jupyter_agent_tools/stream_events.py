@@ -9,7 +9,7 @@ on ``event["type"]`` and mypy checks what they read. The wire shape is the dict 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypedDict
 
 # (An event's optional fields are those of a ``total=False`` subclass: NotRequired is Python 3.11's.)
@@ -100,7 +100,7 @@ class Result(TypedDict):
     """The last event of a call that answered: the JSON answer."""
 
     type: Literal["result"]
-    result: dict[str, Any]
+    result: Mapping[str, Any]  # an EvalAnswer, a RunAnswer (jupyter_agent_tools.answers)
 
 
 class _Error(TypedDict):

@@ -20,6 +20,7 @@ from jupyter_server.services.contents.filemanager import FileContentsManager
 
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.audit import Audit
+from jupyter_agent_tools.execution.cells import CellExecutor
 from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.kernel_session import KernelSession
 from jupyter_agent_tools.execution.pool import KernelPool
@@ -100,6 +101,13 @@ def fake_stack(
         cleanup_interval=0,
     )
     pool = KernelPool(kernels=kernels, size=pool_size, retry_delay=0.01)
+    cells = CellExecutor(
+        kernels=kernels,
+        artifacts=artifacts,
+        sessions=sessions,
+        liveness_interval=0.05,
+        interrupt_grace=interrupt_grace,
+    )
     service = EvalService(
         sessions=sessions,
         kernels=kernels,
@@ -107,8 +115,7 @@ def fake_stack(
         contents_manager=FileContentsManager(root_dir=str(root)),
         pool=pool,
         recovery=KernelRecovery(kernels=kernels, sessions=sessions, pool=pool, retry_backoff=0),
-        liveness_interval=0.05,
-        interrupt_grace=interrupt_grace,
+        cells=cells,
     )
     return Stack(service, manager, audit)
 

@@ -70,8 +70,24 @@ from jupyter_agent_tools.testing.server import free_port
 c.Spawner.pre_spawn_hook = lambda spawner: setattr(spawner, "port", free_port())
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
-c.JupyterHub.services = [{{"name": "tester", "api_token": "{admin_token}"}}]
+c.JupyterHub.services = [
+    {{"name": "tester", "api_token": "{admin_token}"}},
+    # docs/admin.md's agent OAuth service: MCP clients sign in here for one user's server
+    {{
+        "name": "agent-oauth",
+        "url": "http://127.0.0.1:{oauth_port}",
+        "command": [{python!r}, "-m", "jupyter_agent_tools.hub_oauth"],
+        "cwd": "{tmp}",
+        "oauth_no_confirm": True,
+    }},
+]
+c.Proxy.extra_routes = {{
+    "/.well-known/oauth-authorization-server": "http://127.0.0.1:{oauth_port}",
+    "/.well-known/openid-configuration": "http://127.0.0.1:{oauth_port}",
+}}
 c.JupyterHub.load_roles = [
+    # every user may sign in at the agent OAuth service (docs/admin.md)
+    {{"name": "user", "scopes": ["self", "access:services!service=agent-oauth"]}},
     {{
         "name": "tester",
         "scopes": ["admin:users", "admin:servers", "tokens", "read:users"],
@@ -228,7 +244,6 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
     for sub in ("home", "events", "singleuser-config", "tmp"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
     (tmp / "singleuser-config" / "jupyter_server_config.py").write_text(SINGLEUSER_CONFIG)
-    (tmp / "singleuser-config" / "jupyter_server_config.json").write_text(json.dumps(z2jh_settings()))
     notification = tmp / "lab-settings" / "@jupyterlab" / "apputils-extension"  # no news toast (no network)
     notification.mkdir(parents=True, exist_ok=True)
     (notification / "notification.jupyterlab-settings").write_text(
@@ -246,8 +261,16 @@ def running_hub(tmp: Path, startup_timeout: float = 90) -> Iterator[Hub]:
 
     def start(port: int) -> Hub:
         """The hub on ``port`` once its API answers; PortTaken if it or its proxy lost a port."""
+        settings = z2jh_settings()  # the documented values, with this hub's URL as the OAuth issuer
+        settings["HubAgentTokens"].update(  # (and the revocation list read every second, for the tests)
+            issuer=f"http://127.0.0.1:{port}",
+            service_url=f"http://127.0.0.1:{port}/services/agent-oauth/",
+            revocation_check_interval=1.0,
+        )
+        (tmp / "singleuser-config" / "jupyter_server_config.json").write_text(json.dumps(settings))
         config = HUB_CONFIG.format(
             port=port,
+            oauth_port=free_port(),
             hub_port=free_port(),
             proxy_api_port=free_port(),
             tmp=tmp,

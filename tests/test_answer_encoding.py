@@ -11,8 +11,8 @@ from typing import Any
 import nbformat
 import pytest
 
+from jupyter_agent_tools import body
 from jupyter_agent_tools.body import encode_stepwise, larger_than
-from jupyter_agent_tools.handlers import base
 
 VALUES: list[Any] = [
     {},
@@ -62,7 +62,7 @@ async def test_a_large_answer_is_encoded_in_the_json_thread(
         threads.append(threading.current_thread().name)
         return encode_stepwise(value)
 
-    monkeypatch.setattr(base, "encode_stepwise", recorded)  # the real encoder, its thread noted
+    monkeypatch.setattr(body, "encode_stepwise", recorded)  # the real encoder, its thread noted
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
     nbformat.write(nb, str(jp_root_dir / "nb.ipynb"))
     big = "x = '" + "é" * 300_000 + "'"

@@ -32,7 +32,7 @@ def jp_server_config(artifacts_root: Path) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "ArtifactStore": {"root_dir": str(artifacts_root), "max_bytes": CAP},
-        "EvalService": {"max_output_bytes": 1024},
+        "CellExecutor": {"max_output_bytes": 1024},
         "EvalSessionManager": {"max_sessions": 3},
     }
 

@@ -66,7 +66,7 @@ c.ServerApp.authorizer_class = HeaderDenies
 c.EventLogger.handlers = [logging.FileHandler({events!r})]
 c.EvalSessionManager.max_sessions = 1
 c.EvalSessionManager.heartbeat_interval = 0
-c.EvalService.max_output_bytes = 64
+c.CellExecutor.max_output_bytes = 64
 c.Audit.include_code = {include_code!r}
 """
 

@@ -46,7 +46,7 @@ def jp_server_config() -> dict[str, Any]:
         },
         "AgentAuthorizer": {"authorizer_class": DenyOne},
         "EvalSessionManager": {"max_sessions": 2},
-        "EvalService": {"max_output_bytes": 256},
+        "CellExecutor": {"max_output_bytes": 256},
         # one action the person must approve, so that _setup leaves a request waiting for the routes
         "ApprovalPolicy": {
             "rules": [{"who": "*", "actions": ["kernel"], "paths": ["gate.ipynb"], "decision": "ask"}]

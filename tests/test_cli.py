@@ -50,7 +50,7 @@ SHOW_IMAGE = (
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("cli-root")
     (root / "sub" / "deeper").mkdir(parents=True)
-    with jupyter_server(root_dir=root, extra_args=[f"--EvalService.max_output_bytes={MAX_OUTPUT}"]) as s:
+    with jupyter_server(root_dir=root, extra_args=[f"--CellExecutor.max_output_bytes={MAX_OUTPUT}"]) as s:
         yield s
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from traitlets.config import Config, LoggingConfigurable
 
 from jupyter_agent_tools.app import AgentToolsApp
 from jupyter_agent_tools.artifacts import ArtifactStore
-from jupyter_agent_tools.execution.cells import CellLimits
+from jupyter_agent_tools.execution.cells import CellExecutor, CellLimits
 from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.executor import ExecutionLimits, run_cell
 from jupyter_agent_tools.execution.kernel_service import KernelService
@@ -60,13 +61,13 @@ DOCUMENTED = {
     ("KernelService", "iopub_spill_bytes"): (7_000_000, "kernels"),
     ("KernelService", "iopub_buffer_bytes"): (3_000_000, "kernels"),
     ("KernelService", "hold_activity"): (False, "kernels"),
-    ("EvalService", "max_output_bytes"): (4096, "eval"),
-    ("EvalService", "interrupt_grace"): (2.5, "eval"),
+    ("CellExecutor", "max_output_bytes"): (4096, "cells"),
+    ("CellExecutor", "interrupt_grace"): (2.5, "cells"),
     ("EvalService", "max_cells"): (5, "eval"),
-    ("EvalService", "liveness_interval"): (0.25, "eval"),
+    ("CellExecutor", "liveness_interval"): (0.25, "cells"),
     ("EvalService", "init_timeout"): (30.0, "eval"),
-    ("EvalService", "max_display_bytes"): (5000, "eval"),
-    ("EvalService", "max_html_convert_bytes"): (4096, "eval"),
+    ("CellExecutor", "max_display_bytes"): (5000, "cells"),
+    ("CellExecutor", "max_html_convert_bytes"): (4096, "cells"),
     ("KernelPool", "size"): (0, "pool"),
     ("KernelRecovery", "retry_backoff"): (0.3, "recovery"),
     ("NotebookRunner", "max_output_bytes_stored"): (2048, "runner"),
@@ -109,6 +110,7 @@ def services(app: AgentToolsApp) -> dict[str, Any]:
         "kernels": app.eval_service.kernels,
         "artifacts": app.eval_service.artifacts,
         "pool": app.eval_service.pool,
+        "cells": app.eval_service.cells,
         "runner": app.notebook_runner,
         "notebook_kernels": app.notebook_runner.notebook_kernels,
         "audit": app.audit,
@@ -137,8 +139,8 @@ async def test_documented_values_reach_the_services(jp_serverapp, tmp_path):
         target = found[service]
         assert section in [cls.__name__ for cls in type(target).__mro__], (section, service)
         assert getattr(target, name) == value, f"{section}.{name} did not reach {service}"
-    assert app.eval_service.output_limits.display_bytes == 5000
-    assert app.eval_service.output_limits.html_convert_bytes == 4096
+    assert app.eval_service.cells.limits.output_limits.display_bytes == 5000
+    assert app.eval_service.cells.limits.output_limits.html_convert_bytes == 4096
     assert app.eval_service.artifacts.root == tmp_path / "artifacts"
     assert not app.eval_service.artifacts.owns_root  # a configured directory is not removed at stop
     assert app.mcp_server.heartbeat_interval == 2.0
@@ -150,7 +152,7 @@ async def test_services_are_configurables_of_the_app(jp_serverapp):
         assert isinstance(service, LoggingConfigurable), name
         assert service.parent is app, name
         assert service.log is app.log, name
-    assert app.eval_service.recovery.parent is app.eval_service
+    assert app.eval_service.recovery.parent is app  # built once by the application, given to both
 
 
 def test_a_setting_is_declared_on_one_class_only():
@@ -250,13 +252,13 @@ INVALID = [
     (EvalSessionManager, "idle_timeout", -1.0, "at least 0"),
     (EvalSessionManager, "cleanup_interval", -0.5, "at least 0"),
     (EvalSessionManager, "heartbeat_interval", -1.0, "at least 0"),
-    (EvalService, "interrupt_grace", -1.0, "at least 0"),
-    (EvalService, "max_output_bytes", 0, "at least 1"),
+    (CellExecutor, "interrupt_grace", -1.0, "at least 0"),
+    (CellExecutor, "max_output_bytes", 0, "at least 1"),
     (EvalService, "max_cells", 0, "at least 1"),
     (EvalService, "init_timeout", 0.0, "greater than 0"),
-    (EvalService, "liveness_interval", 0.0, "greater than 0"),
-    (EvalService, "max_display_bytes", -1, "between 0 and"),
-    (EvalService, "max_html_convert_bytes", 100, "between 1024 and"),
+    (CellExecutor, "liveness_interval", 0.0, "greater than 0"),
+    (CellExecutor, "max_display_bytes", -1, "between 0 and"),
+    (CellExecutor, "max_html_convert_bytes", 100, "between 1024 and"),
     (NotebookRunner, "max_output_bytes_stored", 0, "at least 1"),
     (NotebookRunner, "max_cell_bytes_stored", 0, "at least 1"),
     (KernelRecovery, "retry_backoff", -1.0, "at least 0"),
@@ -305,7 +307,7 @@ def test_invalid_value_raises_trait_error_naming_the_trait(cls, name, value, bou
         (KernelPool, "size", 0),
         (NotebookKernels, "idle_timeout", 0.0),
         (Ledger, "max_changes_per_notebook", 0),
-        (EvalService, "max_display_bytes", 0),
+        (CellExecutor, "max_display_bytes", 0),
         (AgentToolsApp, "max_body_bytes", 0),
     ],
 )
@@ -362,7 +364,8 @@ def test_services_are_built_from_keywords(tmp_path):
     assert (artifacts.root, artifacts.retention) == (tmp_path / "a", 24 * 3600.0)
     assert (sessions.kernels, sessions.artifacts, sessions.max_sessions) == (kernels, artifacts, 2)
     assert service.recovery.kernels is kernels and service.recovery.sessions is sessions
-    assert service.max_cells == 3 and service.output_limits.display_bytes == 2 * 1024 * 1024
+    assert service.max_cells == 3 and service.cells.limits.output_limits.display_bytes == 2 * 1024 * 1024
+    assert service.cells.kernels is kernels and service.cells.sessions is sessions
     assert sessions.log.name == "jupyter_agent_tools.execution.session_manager"
     with pytest.raises(TypeError):
         EvalSessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings
@@ -395,10 +398,33 @@ async def test_eval_and_runs_are_given_one_cell_executor_and_hold_not_each_other
     no NotebookRunner (a body with 'notebook' is routed to the runner by the front doors)."""
     app = agent_app(jp_serverapp)
     evals, runner = app.eval_service, app.notebook_runner
-    assert runner.cells is evals.cells
+    assert runner.cells is evals.cells and runner.pool is evals.pool and runner.recovery is evals.recovery
     assert evals.cells.limits.max_output_bytes == 4096 and evals.cells.limits.interrupt_grace == 2.5
     assert runner.max_cells == evals.max_cells == 5
     assert evals.notebook_kernels is runner.notebook_kernels
     assert "notebooks" not in EvalService.class_traits()
     source = inspect.getsource(inspect.getmodule(EvalService))  # type: ignore[arg-type]
     assert ".notebook_run import" not in source and "self.notebooks" not in source
+
+
+def test_the_cell_limits_set_the_old_way_still_apply_with_a_warning(caplog):
+    """Issue 47.1: the cell limits moved from c.EvalService.* to c.CellExecutor.* (they bound notebook
+    runs too); the old names still work, each with a deprecation warning naming the new one, and the new
+    name wins where both are set."""
+    config = Config(
+        {
+            "EvalService": {"max_output_bytes": 777, "interrupt_grace": 1.5, "max_cells": 4},
+            "CellExecutor": {"interrupt_grace": 0.5},
+        }
+    )
+    with caplog.at_level(logging.WARNING):
+        executor = CellExecutor(config=config)
+    assert executor.max_output_bytes == 777 and executor.limits.max_output_bytes == 777
+    assert executor.interrupt_grace == 0.5  # c.CellExecutor's own value wins
+    warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert warned == [
+        "c.EvalService.max_output_bytes is deprecated since jupyter-agent-tools 0.5: set "
+        "c.CellExecutor.max_output_bytes (the value is used there)"
+    ]
+    with pytest.raises(TraitError, match=r"^CellExecutor\.max_output_bytes must be at least 1"):
+        CellExecutor(config=Config({"EvalService": {"max_output_bytes": 0}}))

@@ -199,7 +199,8 @@ class TestRestart:
         await extension._start_jupyter_server_extension(jp_serverapp)
         await until(lambda: left_behind["left"] not in kernel_ids(enterprise_gateway), timeout=30)
         assert left_behind["person"] in kernel_ids(enterprise_gateway)  # not ours: a person's
-        assert json.loads(record.read_text())["kernels"] == {}
+        # the record is rewritten once the gateway answered the shutdown, after the kernel left its list
+        await until(lambda: json.loads(record.read_text())["kernels"] == {}, timeout=10)
         assert await extension._reaping == [left_behind["left"]]  # what it logged it shut down
         enterprise_gateway.delete_kernels([left_behind["person"]])
 

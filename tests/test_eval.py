@@ -20,7 +20,7 @@ def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "EvalSessionManager": {"max_sessions": 2},
-        "EvalService": {"interrupt_grace": 10.0},
+        "CellExecutor": {"interrupt_grace": 10.0},
     }
 
 

@@ -549,14 +549,12 @@ async def test_route_large_file_edit(api, jp_root_dir, large_notebook: str) -> N
     path.write_text(large_notebook)
     status, body = await api("GET", "notebooks", "large.ipynb")
     assert status == 200 and len(body["cells"]) == 300
-    started = time.perf_counter()
+    # (how long it takes against nbformat's round trip: benchmarks/bench_notebook_edit.py, not here)
     status, answer = await api(
         "POST", "notebooks", "large.ipynb", body={"action": "edit", "cell_id": "cell-7", "content": "changed"}
     )
-    took = time.perf_counter() - started
     assert status == 200, answer
     assert changed_lines(large_notebook, path.read_text()) == 4  # 3 source lines became 1
-    assert took < 10 * round_trip_seconds(large_notebook), took
 
 
 # ------------------------------------------------------------------------------- random layouts and ops

@@ -70,7 +70,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         extra_args=[
             "--EvalSessionManager.max_sessions=2",
             "--AgentToolsApp.max_body_bytes=65536",
-            "--EvalService.interrupt_grace=5",
+            "--CellExecutor.interrupt_grace=5",
             # agent tokens on, so the token routes are fuzzed for real
             "--ServerApp.identity_provider_class=jupyter_agent_tools.auth.AgentIdentityProvider",
             "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",

@@ -17,11 +17,12 @@ pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_agent_tools"
 
 # The front doors and their wiring: they may import anything.
-FRONT_DOORS = ("handlers/", "app.py")
+FRONT_DOORS = ("handlers/", "app.py", "hub_oauth/app.py")  # (the hub's OAuth service's web application)
 # Where Tornado may be imported besides the front doors: the adapters to jupyter_server's own Tornado
 # objects (its identity provider and authorizer, the websockets a token opened, the upstream shims) and the
 # gateway's websocket client, the OAuth client-metadata fetch (Tornado's HTTP client with its resolver
-# pinned to the checked address). Services catch what jupyter_server raises as compat.ServerHTTPError.
+# pinned to the checked address), the reads of the hub OAuth service's keys and revocation list. Services
+# catch what jupyter_server raises as compat.ServerHTTPError.
 TORNADO_ADAPTERS = (
     "compat.py",
     "auth/identity.py",
@@ -29,6 +30,7 @@ TORNADO_ADAPTERS = (
     "auth/connections.py",
     "execution/gateway.py",
     "oauth/cimd.py",
+    "auth/hub_tokens.py",
 )
 # The pure core: it imports no service, no handler, no Tornado, no jupyter_server.
 PURE_CORE = (
@@ -47,6 +49,7 @@ PURE_CORE = (
     "text.py",
     "sequences.py",
     "errors.py",
+    "oauth/jwt.py",
 )
 SERVICES = (
     "execution.eval_service",

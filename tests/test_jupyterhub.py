@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import nbformat
 import pytest
@@ -435,3 +437,201 @@ def test_alice_approves_in_her_panel_after_the_hubs_login_in_chromium(
     assert status == 200 and answer["output"] == "approved in the panel 42\n", answer
     decided = agent(hub, tokens["alice"], "GET", f"api/agent/approvals/{approval_id}")[1]
     assert decided["state"] == "approved" and decided["decided_by"] == "alice", decided
+
+
+# -- MCP clients sign in at the hub's agent OAuth service (issue 45 B) -------------------------------------
+
+
+class HubPerson:
+    """alice at the hub's consent page, in her browser session (the hub's login, then its OAuth to the
+    service): opens the authorize URL, answers the form with ``choice``."""
+
+    def __init__(self, browser: Any, choices: list[dict[str, Any]]):
+        self.browser, self.choices, self.location, self.page, self.pages = browser, choices, "", "", 0
+
+    def _answer(self, url: str) -> None:
+        page = self.browser.get(url, timeout=60)  # the service's login goes through the hub's OAuth
+        assert page.status_code == 200, (page.status_code, page.url, page.text[:2000])
+        assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]  # no clickjacking
+        self.page = page.text
+        request_id = re.search(r'name="request" value="([^"]+)"', page.text)
+        xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)
+        assert request_id and xsrf, page.text[:2000]
+        self.pages += 1
+        form = {"request": request_id[1], **self.choices.pop(0)}
+        forged = self.browser.post(page.url, data=form, allow_redirects=False, timeout=60)
+        assert forged.status_code == 403, forged.status_code  # a cross-site form has no XSRF token
+        form["_xsrf"] = xsrf[1]
+        answered = self.browser.post(page.url, data=form, allow_redirects=False, timeout=60)
+        assert answered.status_code == 302, (answered.status_code, answered.text[:2000])
+        self.location = answered.headers["Location"]
+
+    async def redirect(self, url: str) -> None:
+        await asyncio.to_thread(self._answer, url)
+
+    async def callback(self) -> Any:
+        from mcp.client.auth import AuthorizationCodeResult
+
+        query = parse_qs(urlsplit(self.location).query)
+        assert "code" in query, self.location
+        return AuthorizationCodeResult(code=query["code"][0], state=query["state"][0], iss=query["iss"][0])
+
+
+class Memory:
+    def __init__(self) -> None:
+        self.tokens: Any = None
+        self.client: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self.tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        return self.client
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.client = client_info
+
+
+INIT = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+
+
+def mcp_call(hub: Hub, user: str, token: str) -> tuple[int, Any, str]:
+    """A raw MCP initialize to ``user``'s server with a bearer token: (status, JSON, WWW-Authenticate)."""
+    import httpx
+
+    answer = httpx.post(
+        hub.server_url(user) + "api/agent/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT},
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+        timeout=60,
+    )
+    try:
+        body = answer.json()
+    except ValueError:
+        body = answer.text
+    return answer.status_code, body, answer.headers.get("WWW-Authenticate", "")
+
+
+def test_an_mcp_client_signs_in_at_the_hub_for_alices_server_only(hub: Hub) -> None:
+    """The official SDK's OAuthClientProvider: alice's server's 401 -> its metadata names the hub's service
+    -> metadata at the hub's origin (the proxy's extra route) -> registration -> alice consents (read, under
+    reports/) after the hub's login -> a signed token for her server's MCP URL. A read tool works there;
+    the same token is refused on bob's server (audience), tampered or expired; its refresh token rotates,
+    and reusing a spent one revokes the grant, which alice's server then refuses."""
+    from mcp import ClientSession
+    from mcp.client.auth import OAuthClientProvider
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.auth import OAuthClientMetadata
+
+    (hub.home("alice") / "reports").mkdir(exist_ok=True)
+    (hub.home("alice") / "reports" / "r.txt").write_text("report")
+    browser, _ = hub.login("alice")
+    choice = {"decision": "approve", "scope": ["read"], "paths": "reports/**", "ask": [], "lifetime": "1 day"}
+    person = HubPerson(browser, [choice, {**choice, "scope": ["read", "execute"]}])
+    storage = Memory()
+    mcp_url = hub.server_url("alice") + "api/agent/mcp"
+    metadata = OAuthClientMetadata(
+        client_name="Hub Agent (SDK)",
+        redirect_uris=["http://127.0.0.1:33418/callback"],
+        token_endpoint_auth_method="none",
+    )
+    provider = OAuthClientProvider(mcp_url, metadata, storage, person.redirect, person.callback)
+
+    async def signed_in() -> None:
+        async with (
+            create_mcp_http_client(auth=provider) as http,
+            streamable_http_client(mcp_url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = await session.call_tool("file_list", {"path": "reports"})
+            assert not listed.is_error and "r.txt" in str(listed.content), listed
+            outside = await session.call_tool("file_list", {"path": ""})  # only reports/** was granted
+            assert outside.is_error or "a.ipynb" not in str(outside.content), outside
+            assert person.pages == 1 and storage.tokens.scope == "read"
+            # eval needs execute: 403 insufficient_scope, alice is asked again (a step-up), and it runs
+            ran = await session.call_tool("eval", {"cells": [{"code": "print(6 * 7)"}]})
+            assert person.pages == 2 and not ran.is_error and "42" in str(ran.content), ran
+
+    asyncio.run(signed_in())
+    ran = [e for e in hub.events("alice") if e["__schema__"].endswith("/execution/v1")][-1]
+    assert ran["user"].startswith("agent:oauth-hub-agent-sdk-") and ran["on_behalf_of"] == "alice", ran
+    assert "Hub Agent (SDK)" in person.page and "alice" in person.page and "unverified app" in person.page
+    tokens = storage.tokens
+    assert tokens is not None and tokens.scope == "read execute" and tokens.refresh_token
+    access = tokens.access_token
+    assert access.startswith("eyJ") and access.count(".") == 2
+    # the metadata the SDK found: the issuer is the hub's origin
+    origin = hub.url.rstrip("/")
+    status, found = request("GET", origin + "/.well-known/oauth-authorization-server")
+    assert status == 200 and found["issuer"] == origin, found
+    assert found["token_endpoint"] == origin + "/services/agent-oauth/token"
+    assert found["code_challenge_methods_supported"] == ["S256"]
+    status, resource = request(
+        "GET", hub.server_url("alice") + ".well-known/oauth-protected-resource/api/agent/mcp"
+    )
+    assert status == 200 and resource["authorization_servers"] == [origin], resource
+    assert resource["resource"] == mcp_url
+
+    # the agent is itself on alice's server: its name, its scope (edit is refused)
+    assert mcp_call(hub, "alice", access)[0] == 200
+    # refused on bob's server: the token is for alice's (its audience)
+    status, answer, challenge = mcp_call(hub, "bob", access)
+    assert status == 401 and 'error="invalid_token"' in challenge, (status, answer, challenge)
+    assert "not for this server" in answer["message"], answer
+    # a tampered signature, and an expired token signed with the service's own key
+    head, body, signature = access.split(".")
+    flipped = signature[:-2] + ("A" if signature[-2] != "A" else "B") + signature[-1]
+    status, answer, challenge = mcp_call(hub, "alice", f"{head}.{body}.{flipped}")
+    assert status == 401 and "signature" in answer["message"], answer
+    from jupyter_agent_tools.oauth import jwt
+
+    key = jwt.load_private_key((hub.tmp / "jupyter-agent-oauth" / "signing_key.pem").read_bytes())
+    claims = json.loads(jwt.b64decode(body))
+    old = {**claims, "iat": claims["iat"] - 7200, "exp": claims["iat"] - 3600}
+    status, answer, _ = mcp_call(hub, "alice", jwt.sign(old, key, jwt.public_jwk(key)["kid"]))
+    assert status == 401 and "expired" in answer["message"], answer
+    forged = jwt.sign({**claims, "aud": hub.server_url("bob") + "api/agent/mcp"}, key, "another-key")
+    assert mcp_call(hub, "bob", forged)[0] == 401
+
+    # refresh: rotation, and the reuse of a spent refresh token revokes the grant
+    token_url = origin + "/services/agent-oauth/token"
+    form = {
+        "grant_type": "refresh_token",
+        "refresh_token": tokens.refresh_token,
+        "client_id": storage.client.client_id,
+    }
+    renewed = httpx_post(token_url, form)
+    assert renewed.status_code == 200, renewed.text
+    fresh = renewed.json()
+    assert fresh["refresh_token"] != tokens.refresh_token and fresh["scope"] == "read execute"
+    assert mcp_call(hub, "alice", fresh["access_token"])[0] == 200
+    events_url = hub.server_url("alice").replace("http://", "ws://") + "api/events/subscribe"
+
+    async def revoked_closes_its_websocket() -> Any:
+        auth = {"Authorization": f"Bearer {fresh['access_token']}"}
+        connection = await websocket_connect(HTTPRequest(events_url, headers=auth))
+        reused = httpx_post(token_url, form)  # the spent refresh token again: the grant is revoked
+        assert reused.status_code == 400 and reused.json()["error"] == "invalid_grant"
+        return await asyncio.wait_for(connection.read_message(), 30)  # None: alice's server closed it
+
+    assert asyncio.run(revoked_closes_its_websocket()) is None
+    after = httpx_post(token_url, {**form, "refresh_token": fresh["refresh_token"]})
+    assert after.status_code == 400 and after.json()["error"] == "invalid_grant", after.text
+    status, revoked = request("GET", origin + "/services/agent-oauth/revoked")
+    assert status == 200 and claims["grant"] in revoked["revoked"]
+    deadline = time.monotonic() + 10  # alice's server reads the revocation list every second (the test's)
+    while mcp_call(hub, "alice", fresh["access_token"])[0] == 200 and time.monotonic() < deadline:
+        time.sleep(0.25)
+    status, answer, _ = mcp_call(hub, "alice", fresh["access_token"])
+    assert status == 401 and "revoked" in answer["message"], answer
+
+
+def httpx_post(url: str, form: dict[str, str]) -> Any:
+    import httpx
+
+    return httpx.post(url, data=form, timeout=60)

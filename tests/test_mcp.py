@@ -77,7 +77,7 @@ def jp_server_config() -> dict[str, Any]:
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}, "authorizer_class": DenyOne},
         "AgentToolsApp": {"max_body_bytes": 64 * 1024, "stream_heartbeat_interval": 0.3},
         "EvalSessionManager": {"max_sessions": 3},
-        "EvalService": {"max_output_bytes": 1024},
+        "CellExecutor": {"max_output_bytes": 1024},
     }
 
 

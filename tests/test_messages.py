@@ -11,7 +11,7 @@ import pytest
 from samples import PNG_1PX
 
 from jupyter_agent_tools.execution import messages
-from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.cells import CellExecutor
 from jupyter_agent_tools.execution.messages import (
     STATUS_MIMES,
     CellOutcome,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
 def limits(**given: int) -> OutputLimits:
     """The service's default limits (its traits' defaults), but those ``given``."""
-    traits = EvalService.class_traits()
+    traits = CellExecutor.class_traits()
     return OutputLimits(
         **{
             "display_bytes": traits["max_display_bytes"].default_value,

@@ -21,7 +21,7 @@ def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "NotebookRunner": {"max_output_bytes_stored": 4096},
-        "EvalService": {"interrupt_grace": 2.0},
+        "CellExecutor": {"interrupt_grace": 2.0},
     }
 
 

@@ -29,7 +29,7 @@ def jp_server_config(jp_root_dir: Path) -> dict[str, Any]:
     return {
         **collaboration_config(jp_root_dir),
         "LiveDocuments": {"mode": "auto"},
-        "EvalService": {"interrupt_grace": 2.0},
+        "CellExecutor": {"interrupt_grace": 2.0},
     }
 
 

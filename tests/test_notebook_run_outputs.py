@@ -34,7 +34,7 @@ def jp_server_config() -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "NotebookRunner": {"max_output_bytes_stored": 4096, "max_cell_bytes_stored": CELL_BYTES},
-        "EvalService": {"interrupt_grace": 2.0},
+        "CellExecutor": {"interrupt_grace": 2.0},
     }
 
 

@@ -44,7 +44,7 @@ def silent_kernelspec(jp_kernel_dir: Path, tmp_path: Path) -> str:
 def jp_server_config(silent_kernelspec: str) -> dict[str, Any]:
     return {
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
-        "EvalService": {"interrupt_grace": INTERRUPT_TIMEOUT},
+        "CellExecutor": {"interrupt_grace": INTERRUPT_TIMEOUT},
         "KernelService": {"ready_timeout": READY_TIMEOUT},
         # the silent process ignores shutdown requests: do not wait long for it at teardown
         "KernelManager": {"shutdown_wait_time": 1.0},

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.execution.cells import OUTPUT_MAY_BE_INCOMPLETE
+from jupyter_agent_tools.execution.eval_answer import OUTPUT_MAY_BE_INCOMPLETE
 from jupyter_agent_tools.testing.kernelspecs import RUN_IPYKERNEL, script_kernelspec
 
 pytestmark = pytest.mark.timeout(180)

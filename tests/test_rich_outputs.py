@@ -19,7 +19,7 @@ from test_eval import stream
 
 from jupyter_agent_tools.api_document import openapi_document
 from jupyter_agent_tools.execution import messages
-from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.cells import CellExecutor
 from jupyter_agent_tools.execution.messages import OutputLimits, RichOutput, bounded_html_to_text
 
 pytestmark = pytest.mark.timeout(240)
@@ -88,7 +88,7 @@ async def test_big_html_is_converted_off_the_event_loop_cut_and_saved(evaluate, 
     # The baseline, measured here under the same load: how long the server's conversion of this HTML
     # takes. Done on the event loop, it would stall the loop at least that long.
     started = time.monotonic()
-    traits = EvalService.class_traits()
+    traits = CellExecutor.class_traits()
     limits = OutputLimits(
         display_bytes=traits["max_display_bytes"].default_value,
         html_convert_bytes=traits["max_html_convert_bytes"].default_value,

@@ -22,7 +22,7 @@ from traitlets.config import Config
 
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.errors import NotFound
-from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.cells import CellExecutor
 from jupyter_agent_tools.execution.session_manager import EvalSessionManager
 
 NOT_PLAIN_NAMES = [".", "..", "...", ".hidden", "../x", "a/b", "%2e%2e"]
@@ -41,7 +41,7 @@ def jp_server_config(private: Path) -> dict[str, Any]:
         "ServerApp": {"jpserver_extensions": {"jupyter_agent_tools": True}},
         "ArtifactStore": {"root_dir": str(private / "artifacts")},
         "EvalSessionManager": {"max_sessions": 2, "heartbeat_interval": 0},
-        "EvalService": {"max_output_bytes": 1024, "interrupt_grace": 1.0},
+        "CellExecutor": {"max_output_bytes": 1024, "interrupt_grace": 1.0},
         # No warm pool here: these tests count a server's kernels and pause its kernel launches.
         "KernelPool": {"size": 0},
     }
@@ -145,8 +145,8 @@ def test_artifact_store_confines_every_path(private):
 
 
 def test_output_limit_below_one_byte_is_refused_at_start():
-    with pytest.raises(TraitError, match=r"EvalService\.max_output_bytes must be at least 1"):
-        EvalService(config=Config({"EvalService": {"max_output_bytes": 0}}))
+    with pytest.raises(TraitError, match=r"CellExecutor\.max_output_bytes must be at least 1"):
+        CellExecutor(config=Config({"CellExecutor": {"max_output_bytes": 0}}))
     with pytest.raises(TraitError, match=r"EvalSessionManager\.max_sessions must be at least 1"):
         EvalSessionManager(config=Config({"EvalSessionManager": {"max_sessions": 0}}))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,8 +144,8 @@ async def once_approved(
     approval: Approval,
     emit: Emit,
     cancel: asyncio.Event,
-    start: Callable[[], Awaitable[dict[str, Any]]],
-) -> dict[str, Any]:
+    start: Callable[[], Awaitable[Mapping[str, Any]]],
+) -> Mapping[str, Any]:
     """The work of a run that waits for the person (HTTP and MCP alike): an ``approval`` event says it
     waits; once approved another says who approved it and ``start()`` runs. Denied or expired:
     :class:`ApprovalDenied`; cancelled meanwhile: 409, nothing ran, and the request is withdrawn."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import zip_longest
@@ -88,7 +88,7 @@ class ExecutionRecord:
     code: list[str] = field(default_factory=list)
     session: str | None = None
     path: str | None = None
-    result: dict[str, Any] | None = None
+    result: Mapping[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
 
 
@@ -366,7 +366,7 @@ class Audit(Service):
         metrics.REQUEST_ERRORS.labels(route=route, status_code=str(status)).inc()
 
 
-def execution_status(result: dict[str, Any] | None, error: BaseException | None) -> str:
+def execution_status(result: Mapping[str, Any] | None, error: BaseException | None) -> str:
     """ok, error, timeout, cancelled or failed (see the execution schema)."""
     if error is not None or result is None:
         return "failed"

@@ -29,6 +29,7 @@ from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.auth.identity import IdentityProvider, PasswordIdentityProvider, User
+from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Unicode
@@ -40,6 +41,7 @@ from ..errors import AgentToolsError
 from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
 from ..stores import AgentStores, tagged
 from .connections import AgentConnections
+from .hub_tokens import HubAgentTokens, HubTokensUnavailable, TokenInvalid
 from .paths import PathScope
 from .store import TOKEN_PREFIX, AgentToken, TokenStore, iso
 
@@ -191,6 +193,7 @@ class AgentTokens(IdentityProvider):
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)
         self._tokens: TokenStore | None = None
+        self._hub_tokens: HubAgentTokens | None = None
         self._connections = AgentConnections()
         self._listeners: list[TokenListener] = []
         self._watched: dict[str, AgentToken] = {}  # tokens used here, by hash, until they end
@@ -210,6 +213,14 @@ class AgentTokens(IdentityProvider):
             )  # (per server: a hub's named server's file name carries its name, see _per_server)
             self._tokens = TokenStore(path, write_timeout=self.token_db_timeout, options=stores.options())
         return self._tokens
+
+    @property
+    def hub_tokens(self) -> HubAgentTokens:
+        """The checker of access tokens the hub's OAuth service signs (``c.HubAgentTokens.*``; off until
+        its issuer is set)."""
+        if self._hub_tokens is None:
+            self._hub_tokens = HubAgentTokens(parent=self, clock=lambda: self.tokens.now())
+        return self._hub_tokens
 
     def lifetime(self, asked: float | None) -> float | None:
         """The seconds a new token lives (None: until revoked), for ``asked`` under the admin's cap."""
@@ -250,13 +261,14 @@ class AgentTokens(IdentityProvider):
         ended = []
         for digest, record in list(self._watched.items()):
             try:
-                status = self.tokens.status_of(digest)
+                status = self.hub_tokens.status(record) if record.signed_by else self.tokens.status_of(digest)
             except AgentToolsError as e:  # the token file cannot be read now: the next check tries again
                 log.warning("agent tokens not checked: %s", e)
                 break
             if status == "active":
                 continue
             del self._watched[digest]
+            self.hub_tokens.forget(digest)
             timer = self._expiries.pop(digest, None)
             if timer is not None:
                 timer.cancel()
@@ -287,6 +299,8 @@ class AgentTokens(IdentityProvider):
             self._sweep.start()
 
     def _check(self) -> None:
+        if any(r.signed_by for r in self._watched.values()):
+            self.hub_tokens.read_soon(self.check_tokens)  # a grant revoked at the hub ends its tokens
         self.check_tokens()
         self._connections.close_late()
         if not self._watched and not self._connections.has_late and self._sweep is not None:
@@ -309,7 +323,26 @@ class AgentTokens(IdentityProvider):
                 metrics.AGENT_REQUESTS.labels(agent="", outcome="unknown").inc()
                 raise _refusal(handler, 403, UNKNOWN_TOKEN)
             return self._agent_user(handler, record)
+        if token and self.hub_tokens.accepts(token):
+            return self._signed_user(handler, token)
         return super().get_user(handler)
+
+    async def _signed_user(self, handler: web.RequestHandler, token: str) -> AgentUser:
+        """The agent of an access token the hub's OAuth service signed for this server: checked there
+        (:class:`~.hub_tokens.HubAgentTokens`), then decided here like every agent token."""
+        self._by_agent_token.add(handler)
+        audience = f"{handler.request.protocol}://{handler.request.host}" + url_path_join(
+            handler.settings.get("base_url", "/"), "api/agent/mcp"
+        )
+        try:
+            record = await self.hub_tokens.check(token, audience)
+        except TokenInvalid as e:
+            handler._signed_token_refused = True  # type: ignore[attr-defined]  # MCP: 401 invalid_token
+            metrics.AGENT_REQUESTS.labels(agent="", outcome="unknown").inc()
+            raise _refusal(handler, 403, f"This access token is not accepted here: {e}.") from None
+        except HubTokensUnavailable as e:
+            raise _refusal(handler, 503, str(e)) from None
+        return self._agent_user(handler, record)
 
     def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
         self._by_agent_token.add(handler)  # first: even a refusal's page must not carry the server's token
@@ -322,6 +355,9 @@ class AgentTokens(IdentityProvider):
             when = iso(record.revoked if status == "revoked" else record.expires)
             verb = "expired" if status == "expired" else f"was {status}"
             message = f"The agent token {record.name!r} {verb} at {when}; {HOW_TO_RENEW}."
+            if record.signed_by:
+                handler._signed_token_refused = True  # type: ignore[attr-defined]
+                message = f"The access token of {record.name!r} {verb} at {when}: sign in again."
             raise _refusal(handler, 403, message)
         policy = handler.settings.get(APPROVALS_SETTING)
         if policy is None:  # fail closed: nothing would apply the rules, the ask lists, the read denials
@@ -348,7 +384,8 @@ class AgentTokens(IdentityProvider):
                 "does not check permissions, so the token's scopes could not apply.",
                 reason=REFUSED_NOT_FOR_AGENTS,
             )
-        self.tokens.touch(record)
+        if not record.signed_by:  # (a signed token is in no token file: its grant's use is the hub's)
+            self.tokens.touch(record)
         self._watch(record)
         self._connections.add(record.token_hash, handler)
         metrics.AGENT_REQUESTS.labels(agent=record.name, outcome="authenticated").inc()

@@ -106,6 +106,7 @@ class AgentToken:
     revoked: float | None = None
     path_scope: PathScope | None = None
     ask: frozenset[str] = frozenset()  # the actions it asks the person for first (the approval gate)
+    signed_by: str | None = None  # a token the hub's OAuth service signed (its issuer): in no token file
 
     @property
     def effective_scopes(self) -> frozenset[str]:

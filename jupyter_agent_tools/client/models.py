@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from ..answers import CellError as CellError
+from ..answers import CellResult as CellResult
+from ..answers import EvalAnswer
 from ..stream_events import RunEvent
 
 
@@ -39,40 +42,8 @@ class Cell(TypedDict, total=False):
     title: str | None
 
 
-class CellError(TypedDict):
-    ename: str
-    evalue: str
-    traceback: list[str]
-
-
-class CellResult(TypedDict):
-    index: int
-    title: str | None
-    status: str  # complete | error | cancelled
-    output: str
-    exit_code: int
-    error: CellError | None
-    displays: list[dict[str, Any]]
-    duration_ms: int
-    stdin_requested: bool
-    truncated: bool
-    total_bytes: int
-    total_lines: int
-    output_bytes: int
-    output_lines: int
-    artifact_id: str | None
-
-
-class EvalResult(TypedDict):
-    session: str | None
-    mode: str
-    kernel_id: str | None
-    cancelled: bool
-    timed_out: bool
-    restarted: bool
-    error: str | None
-    output: str
-    cells: list[CellResult]
+# What the server answers, typed once for the server and this client (jupyter_agent_tools.answers).
+EvalResult = EvalAnswer
 
 
 class NotebookCell(TypedDict, total=False):

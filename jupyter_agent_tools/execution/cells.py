@@ -4,10 +4,12 @@
 its silent init step, a notebook run's cells). :meth:`CellExecutor.run_cells` runs a call's cells in
 order, as nbclient's one ``async_execute`` does: the ``cell_start``/``cell_end`` events, the session's
 progress, which cells run after a failure, and what is done after a cell whose kernel died or that would
-not stop. What differs between its callers comes in as hooks: ``run_cell`` (a notebook run stores the
+not stop. What differs between its callers comes in as :class:`CellHooks`, which the loop calls always (a
+default does nothing, as nbclient's ``run_hook`` with no hook): ``run_cell`` (a notebook run stores the
 cell's outputs), ``not_run`` (a run names the cells it did not run) and a :class:`KernelPolicy` (an eval
 session re-runs the call in a new kernel; a notebook's kernel is let go or restarted in place; a per-call
-kernel is simply closed).
+kernel is simply closed); and as :class:`StopRules`, data, not the presence of a hook. An eval's answer is
+built from what the loop did in :mod:`.eval_answer`.
 """
 
 from __future__ import annotations
@@ -19,32 +21,23 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from traitlets import Instance
+from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
-from ..audit.events import ExecutionRecord
-from ..service import Service
+from ..service import Service, at_least, honour_moved_settings, in_range
 from ..stream_events import CellEnd, CellStart, StreamEvent
 from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
 from .kernel_service import KernelService
 from .kernel_session import KernelSession
-from .messages import OutputLimits, answer_text
+from .messages import OutputLimits
 from .pace import StreamPace
-from .request import EvalRequest, parse_eval_request
 from .session_manager import EvalSessionManager
 from .sink import OutputSink
-
-# Iopub messages were dropped past what the connection holds (or by a gateway), seen as dropped or as an
-# end-of-output status that never came: what the answer and the artifact hold may lack part of the output.
-OUTPUT_MAY_BE_INCOMPLETE = (
-    "[Output messages of the kernel were dropped on their way to the server (more than it holds for a "
-    "reader was waiting): part of the output may be missing from this answer and its artifact.]"
-)
 
 
 @dataclass(frozen=True)
 class CellLimits:
-    """What bounds one cell's execution (given from ``EvalService``'s settings)."""
+    """What bounds one cell's execution (built from ``CellExecutor``'s settings)."""
 
     max_output_bytes: int
     interrupt_grace: float
@@ -122,6 +115,44 @@ class KernelPolicy(Protocol):
 RunCell = Callable[[Cell, int, Emit], Awaitable[tuple[CellExecution, int | None]]]
 
 
+class KeepKernel:
+    """The policy that does nothing after a cell (a per-call kernel is closed after the call anyway)."""
+
+    async def after(
+        self, session: KernelSession, ran: Ran, reruns: int, cancel: asyncio.Event
+    ) -> Told | None:
+        return None
+
+
+def ignore_not_run(cell: Cell) -> None:
+    """The ``not_run`` hook of a caller that does not name the cells it did not run."""
+
+
+@dataclass(frozen=True)
+class CellHooks:
+    """What the loop calls, always, for what differs between its callers (nbclient's hooks).
+
+    ``run_cell``: runs one cell and gives the execution count its ``cell_end`` names (None: the loop's
+    :meth:`CellExecutor.execute`, with no count); ``not_run``: each cell the loop does not start;
+    ``policy``: after each cell that ran, what is done to a kernel that died or would not stop."""
+
+    run_cell: RunCell | None = None
+    not_run: Callable[[Cell], None] = ignore_not_run
+    policy: KernelPolicy = field(default_factory=KeepKernel)
+
+
+@dataclass(frozen=True)
+class StopRules:
+    """When the loop stops starting cells (a cancelled call or cell always stops it).
+
+    ``on_error``: a cell that did not complete stops the call (a notebook run's ``stop_on_error``);
+    ``at_deadline``: no cell starts once the call's time is up (a notebook run, which names those cells
+    not run); otherwise such a cell starts and times out at once, and the answer says so (eval)."""
+
+    on_error: bool = True
+    at_deadline: bool = False
+
+
 @dataclass
 class CellsRun:
     """What :meth:`CellExecutor.run_cells` did: the cells that ran (of the last pass, after a re-run),
@@ -144,18 +175,90 @@ def noting_output(session: KernelSession, emit: Emit) -> Emit:
     return noting
 
 
+# Settings that were EvalService's until 0.5: c.EvalService.<name> still applies, with a warning.
+MOVED_FROM_EVAL_SERVICE = (
+    "max_output_bytes",
+    "interrupt_grace",
+    "liveness_interval",
+    "max_display_bytes",
+    "max_html_convert_bytes",
+)
+
+
 class CellExecutor(Service):
     """Runs cells on a session's kernel: one cell (:meth:`execute`) and a call's cells (:meth:`run_cells`).
 
-    Given to ``EvalService`` and ``NotebookRunner`` alike (by default ``EvalService`` builds it from its
-    output and interrupt settings, and the application gives that one to the runner)."""
+    Built once by the application and given to ``EvalService`` and ``NotebookRunner`` alike: its
+    settings bound every cell either runs."""
 
     kernels = Instance(
         KernelService, help="Interrupts the kernel when a cell's time is up or it is cancelled."
     )
     artifacts = Instance(ArtifactStore, help="Where spilled outputs live.")
     sessions = Instance(EvalSessionManager, help="Records what happened to a session (lost idle status).")
-    limits = Instance(CellLimits, help="Bounds of one cell's execution.")
+    max_output_bytes = Int(
+        50 * 1024,
+        help="Bytes of output kept visible per cell; past it the tail is kept and the full output is "
+        "spilled to an artifact.",
+    ).tag(config=True)
+    interrupt_grace = Float(
+        5.0,
+        help="Seconds to wait for a kernel to settle after an interrupt (timeout or cancel) before the "
+        "kernel is restarted.",
+    ).tag(config=True)
+    liveness_interval = Float(
+        1.0,
+        help="Seconds without kernel messages after which a running execution checks that its kernel "
+        "is still alive.",
+    ).tag(config=True)
+    max_display_bytes = Int(
+        2 * 1024 * 1024,
+        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
+        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
+        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
+    ).tag(config=True)
+    max_html_convert_bytes = Int(
+        128 * 1024,
+        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
+        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
+        "Converting runs at about 200 KB/s, off the event loop.",
+    ).tag(config=True)
+    limits = Instance(CellLimits, help="Bounds of one cell's execution (default: the settings above).")
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        honour_moved_settings(self, "EvalService", MOVED_FROM_EVAL_SERVICE, "0.5")
+
+    @validate("max_output_bytes")
+    def _valid_output(self, proposal: Any) -> int:
+        return int(at_least(proposal, 1))
+
+    @validate("interrupt_grace")
+    def _valid_grace(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0))
+
+    @validate("liveness_interval")
+    def _valid_liveness(self, proposal: Any) -> float:
+        return float(at_least(proposal, 0, strict=True))
+
+    @validate("max_display_bytes")
+    def _valid_display(self, proposal: Any) -> int:
+        return in_range(proposal, 0, 1024**3)
+
+    @validate("max_html_convert_bytes")
+    def _valid_html(self, proposal: Any) -> int:
+        return in_range(proposal, 1024, 16 * 1024 * 1024)
+
+    @default("limits")
+    def _default_limits(self) -> CellLimits:
+        return CellLimits(
+            max_output_bytes=self.max_output_bytes,
+            interrupt_grace=self.interrupt_grace,
+            liveness_interval=self.liveness_interval,
+            output_limits=OutputLimits(
+                display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
+            ),
+        )
 
     async def execute(
         self,
@@ -224,49 +327,31 @@ class CellExecutor(Service):
         deadline: float,
         timeout: float,
         pace: StreamPace | None,
-        policy: KernelPolicy | None = None,
-        stop_on_error: bool = True,
+        hooks: CellHooks | None = None,
+        rules: StopRules | None = None,
         total: int | None = None,
-        run_cell: RunCell | None = None,
-        not_run: Callable[[Cell], None] | None = None,
     ) -> CellsRun:
-        """The one cell loop: each cell in order, until one fails (``stop_on_error``; a cancelled one
-        always stops the call) or the call is cancelled. A caller that names the cells it did not run
-        (``not_run``) gets them, and no cell is started past the deadline; without it a cell started
-        late times out at once, and the answer says so.
-        After each cell ``policy`` says what is done to a kernel that died or would not stop; what it
-        tells is a notice of the answer and a ``restart`` event, and the call then stops (or, asked to,
-        runs its cells again from the first). ``run_cell`` runs one cell (default: :meth:`execute`) and
-        gives the execution count its ``cell_end`` names; ``total``: the call's cells, for its progress."""
+        """The one cell loop: each cell in order until ``rules`` stop it or the call is cancelled; every
+        cell not started goes to ``hooks.not_run``. After each cell ``hooks.policy`` says what is done to
+        a kernel that died or would not stop; what it tells is a notice of the answer and a ``restart``
+        event, and the call then stops (or, asked to, runs its cells again from the first). ``total``:
+        the call's cells, for the session's progress."""
         emit = noting_output(session, emit)
         loop = asyncio.get_running_loop()
+        hooks, rules = hooks or CellHooks(), rules or StopRules()
+        run_cell = hooks.run_cell or self._executing(session, deadline, timeout, cancel, pace)
         done = CellsRun()
         reruns = 0
         while True:
             done.ran = []
             stopped = rerun = False
             for position, cell in enumerate(cells):
-                if not_run is None and (stopped or cancel.is_set()):
-                    break
-                if not_run is not None and (stopped or cancel.is_set() or loop.time() >= deadline):
-                    not_run(cell)
+                if stopped or cancel.is_set() or (rules.at_deadline and loop.time() >= deadline):
+                    hooks.not_run(cell)
                     continue
                 emit(cell.start_event())
                 session.cell_started(cell.index, cell.cell_id, total)
-                if run_cell is None:
-                    execution = await self.execute(
-                        session,
-                        cell.code,
-                        index=cell.index,
-                        deadline=deadline,
-                        timeout=timeout,
-                        cancel=cancel,
-                        emit=emit,
-                        pace=pace,
-                    )
-                    execution_count = None
-                else:
-                    execution, execution_count = await run_cell(cell, position, emit)
+                execution, execution_count = await run_cell(cell, position, emit)
                 if execution.idle_missing:
                     self.sessions.record(
                         session,
@@ -279,7 +364,7 @@ class CellExecutor(Service):
                 ran = Ran(cell, position, execution)
                 done.ran.append(ran)
                 emit(cell.end_event(execution, execution_count))
-                told = await policy.after(session, ran, reruns, cancel) if policy is not None else None
+                told = await hooks.policy.after(session, ran, reruns, cancel)
                 if told is not None:
                     done.restarted = stopped = True
                     if told.notice is not None:
@@ -289,60 +374,33 @@ class CellExecutor(Service):
                         await told.then()
                     done.error = told.error
                     rerun = told.rerun
-                elif execution.status != "complete" and (stop_on_error or execution.cancelled):
+                elif execution.status != "complete" and (rules.on_error or execution.cancelled):
                     stopped = True
             if not rerun:
                 return done
             reruns += 1
 
+    def _executing(
+        self,
+        session: KernelSession,
+        deadline: float,
+        timeout: float,
+        cancel: asyncio.Event,
+        pace: StreamPace | None,
+    ) -> RunCell:
+        """The loop's own ``run_cell``: :meth:`execute` on the session's kernel, no execution count."""
 
-def parse_recorded(body: Any, max_cells: int, record: ExecutionRecord) -> EvalRequest:
-    """An eval body parsed, its record filled in as far as it is known (mode, code, session)."""
-    if isinstance(body, dict) and body.get("mode") in ("session", "per-call"):
-        record.mode = body["mode"]
-    request = parse_eval_request(body, max_cells)
-    record.code = [cell.code for cell in request.cells]
-    record.session = request.session if request.mode == "session" else None
-    return request
+        async def run_cell(cell: Cell, position: int, emit: Emit) -> tuple[CellExecution, int | None]:
+            execution = await self.execute(
+                session,
+                cell.code,
+                index=cell.index,
+                deadline=deadline,
+                timeout=timeout,
+                cancel=cancel,
+                emit=emit,
+                pace=pace,
+            )
+            return execution, None
 
-
-def eval_cells(request: EvalRequest) -> list[Cell]:
-    """An eval request's cells, as the loop runs them."""
-    return [Cell(index, cell.code, cell.title) for index, cell in enumerate(request.cells)]
-
-
-def eval_answer(
-    session: KernelSession,
-    request: EvalRequest,
-    ran: list[Ran],
-    notices: list[str],
-    *,
-    restarted: bool,
-    cancelled: bool = False,
-    error: str | None = None,
-    session_lost: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The answer of an eval request (in a session, per-call or in a notebook's kernel)."""
-    cell_results = []
-    outcomes = []
-    for r in ran:
-        title = request.cells[r.cell.index].title
-        cell_results.append({"index": r.cell.index, "title": title, **r.execution.result_fields()})
-        outcomes.append(r.execution.outcome(r.cell.index, title))
-    if any(r.execution.idle_missing or r.execution.output_lost for r in ran):
-        notices = [*notices, OUTPUT_MAY_BE_INCOMPLETE]
-    output = answer_text(outcomes, len(request.cells), notices, error)
-    if cancelled and not ran:
-        output = "(cancelled before it started)"
-    return {
-        "session": session.name if session.mode == "session" else None,
-        "mode": session.mode,
-        "kernel_id": session.kernel_id,
-        "cancelled": cancelled or any(r.execution.cancelled for r in ran),
-        "timed_out": any(r.execution.timed_out for r in ran),
-        "restarted": restarted,
-        "session_lost": session_lost,
-        "error": error,
-        "output": output,
-        "cells": cell_results,
-    }
+        return run_cell

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
+from ..answers import EvalAnswer
 from ..stream_events import Emit
 from .eval_service import EvalService
 from .notebook_run import NotebookRunner
@@ -34,7 +35,7 @@ def run_eval(
     emit: Emit,
     cancel: asyncio.Event,
     pace: StreamPace | None = None,
-) -> Awaitable[dict[str, Any]]:
+) -> Awaitable[EvalAnswer]:
     """The service call of an eval body (answer and events as the service gives them)."""
     if isinstance(body, dict) and "notebook" in body:
         return runner.eval(body, emit=emit, cancel=cancel, pace=pace)

@@ -20,17 +20,18 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
+from ..answers import EvalAnswer
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
-from ..service import Service, at_least, in_range
-from .cells import CellExecutor, CellLimits, CellsRun, Ran, Told, eval_answer, eval_cells, parse_recorded
+from ..service import Service, at_least
+from .cells import CellExecutor, CellHooks, CellsRun, KeepKernel, Ran, Told
 from .connection import KernelConnection
+from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import Emit, noop
 from .kernel_service import KernelService
 from .kernel_session import InitSpec, KernelSession, SessionState
-from .messages import OutputLimits
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
@@ -90,13 +91,6 @@ def start_notice(seconds: float, timeout: float) -> str:
 SLOW_START_SECONDS = 5.0
 
 
-def with_start_time(session: KernelSession, answer: dict[str, Any]) -> dict[str, Any]:
-    """``answer`` with ``kernel_start_seconds`` when the call started a kernel (not in its timeout)."""
-    if session.start_seconds is not None:
-        answer["kernel_start_seconds"] = round(session.start_seconds, 3)
-    return answer
-
-
 def lost_notice(name: str, gone: dict[str, Any]) -> str:
     """The notice of a call whose session's earlier incarnation went (see ``EvalSessionManager.gone``)."""
     return (
@@ -109,7 +103,7 @@ class _StillStarting(Exception):
     """The call was cancelled while its session's kernel started: it answers ``answer`` at once, and
     ``start`` goes on in the background, holding the session's turn until it ends."""
 
-    def __init__(self, answer: dict[str, Any], start: asyncio.Future[Any]):
+    def __init__(self, answer: EvalAnswer, start: asyncio.Future[Any]):
         super().__init__("cancelled while the kernel starts")
         self.answer, self.start = answer, start
 
@@ -171,42 +165,12 @@ class EvalService(Service):
     recovery = Instance(
         KernelRecovery, help="Restarts dead or wedged kernels (default: one over kernels, sessions)."
     )
-    max_output_bytes = Int(
-        50 * 1024,
-        help="Bytes of output kept visible per cell; past it the tail is kept and the full output is "
-        "spilled to an artifact.",
-    ).tag(config=True)
-    interrupt_grace = Float(
-        5.0,
-        help="Seconds to wait for a kernel to settle after an interrupt (timeout or cancel) before the "
-        "kernel is restarted.",
-    ).tag(config=True)
     max_cells = Int(100, help="Most cells accepted in one eval request.").tag(config=True)
-    liveness_interval = Float(
-        1.0,
-        help="Seconds without kernel messages after which a running execution checks that its kernel "
-        "is still alive.",
-    ).tag(config=True)
     init_timeout = Float(
         60.0,
         help="Seconds the silent init step (cwd, env, sys.path) may take on a new kernel before the call "
         "goes on without it (it is tried again on the next call).",
     ).tag(config=True)
-    max_display_bytes = Int(
-        2 * 1024 * 1024,
-        help="Bytes of display data (images as base64, JSON as text) a cell's answer carries inline; a "
-        "display past it becomes a placeholder {type, mime, bytes, omitted: true, artifact_id} and its "
-        "data is saved as an artifact. 0: every image and JSON display is a placeholder.",
-    ).tag(config=True)
-    max_html_convert_bytes = Int(
-        128 * 1024,
-        help="Bytes of an HTML output converted to markdown text (the text shown for outputs that only "
-        "have HTML); a longer HTML is cut there, with a notice, and saved whole as an artifact. "
-        "Converting runs at about 200 KB/s, off the event loop.",
-    ).tag(config=True)
-    output_limits = Instance(
-        OutputLimits, help="Bounds of display data and HTML conversion (default: the two settings above)."
-    )
     audit = Instance(Audit, help="Records every call (default: the session manager's).")
 
     @default("audit")
@@ -216,8 +180,8 @@ class EvalService(Service):
     pool = Instance(KernelPool, help="Warm kernels new per-call and session kernels are taken from.")
     cells = Instance(
         CellExecutor,
-        help="Runs the cells: one cell's execution and the one cell loop (default: one bounded by the "
-        "output and interrupt settings above; the application gives it to the NotebookRunner too).",
+        help="Runs the cells: one cell's execution and the one cell loop (the application builds one and "
+        "gives it to the NotebookRunner too; default: a CellExecutor of this service's collaborators).",
     )
     notebook_kernels = Instance(
         NotebookKernels, allow_none=True, help="The notebooks' kernels, listed with the sessions."
@@ -225,41 +189,17 @@ class EvalService(Service):
 
     @default("cells")
     def _default_cells(self) -> CellExecutor:
-        limits = CellLimits(
-            max_output_bytes=self.max_output_bytes,
-            interrupt_grace=self.interrupt_grace,
-            liveness_interval=self.liveness_interval,
-            output_limits=self.output_limits,
-        )
         return CellExecutor(
-            kernels=self.kernels, artifacts=self.artifacts, sessions=self.sessions, limits=limits, parent=self
+            kernels=self.kernels, artifacts=self.artifacts, sessions=self.sessions, parent=self
         )
 
-    @validate("max_output_bytes", "max_cells")
+    @validate("max_cells")
     def _valid_counts(self, proposal: Any) -> int:
         return int(at_least(proposal, 1))
 
-    @validate("interrupt_grace")
-    def _valid_grace(self, proposal: Any) -> float:
-        return float(at_least(proposal, 0))
-
-    @validate("liveness_interval", "init_timeout")
+    @validate("init_timeout")
     def _valid_positive(self, proposal: Any) -> float:
         return float(at_least(proposal, 0, strict=True))
-
-    @validate("max_display_bytes")
-    def _valid_display(self, proposal: Any) -> int:
-        return in_range(proposal, 0, 1024**3)
-
-    @validate("max_html_convert_bytes")
-    def _valid_html(self, proposal: Any) -> int:
-        return in_range(proposal, 1024, 16 * 1024 * 1024)
-
-    @default("output_limits")
-    def _default_output_limits(self) -> OutputLimits:
-        return OutputLimits(
-            display_bytes=self.max_display_bytes, html_convert_bytes=self.max_html_convert_bytes
-        )
 
     @default("recovery")
     def _default_recovery(self) -> KernelRecovery:
@@ -368,7 +308,7 @@ class EvalService(Service):
         emit: Emit | None = None,
         cancel: asyncio.Event | None = None,
         pace: StreamPace | None = None,
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         """Run an eval request body; return the answer (also emitted last as a ``result`` event).
         ``pace``: the stream client's, when one reads the events as they come.
 
@@ -378,12 +318,12 @@ class EvalService(Service):
             request = parse_recorded(body, self.max_cells, record)
             if request.notebook is not None:  # the front doors give these to NotebookRunner.eval
                 raise AgentToolsError("Eval with 'notebook' runs through NotebookRunner.eval", 501)
-            record.result = await self._run(request, emit, cancel, pace)
-        return record.result
+            record.result = answer = await self._run(request, emit, cancel, pace)
+        return answer
 
     async def _run(
         self, request: EvalRequest, emit: Emit | None, cancel: asyncio.Event | None, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         cwd = await self._resolve_cwd(request.cwd)
         if request.kernel_name:  # before any session is created, evicted or reset
             await self.kernels.check_kernel_name(request.kernel_name)
@@ -401,7 +341,7 @@ class EvalService(Service):
 
     async def _run_session(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         while True:
             session = await self.sessions.acquire(request.session)
             if not await session.take_turn(cancel):
@@ -528,7 +468,7 @@ class EvalService(Service):
         emit: Emit,
         cancel: asyncio.Event,
         pace: StreamPace | None,
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         notices: list[str] = []
         lost, session.predecessor_gone = session.predecessor_gone, None
         if lost is not None:
@@ -548,9 +488,14 @@ class EvalService(Service):
         self._start_notices(session, request, notices)
         run = await self._run_cells(session, request, emit, cancel, pace, _ReplaceKernel(self, request, cwd))
         notices += run.notices
-        return with_start_time(
+        return answer(
             session,
-            answer(session, request, run.ran, notices, restarted=restarted or run.restarted, error=run.error),
+            request,
+            run.ran,
+            notices,
+            restarted=restarted or run.restarted,
+            error=run.error,
+            start_seconds=session.start_seconds,
         )
 
     @staticmethod
@@ -579,7 +524,7 @@ class EvalService(Service):
             deadline=asyncio.get_running_loop().time() + request.timeout,
             timeout=request.timeout,
             pace=pace,
-            policy=policy,
+            hooks=CellHooks(policy=policy or KeepKernel()),
             total=len(request.cells),
         )
 
@@ -587,7 +532,7 @@ class EvalService(Service):
 
     async def _run_per_call(
         self, request: EvalRequest, cwd: str, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         session = self.sessions.open_per_call()
         if not await session.take_turn(cancel):
             await self.sessions.close_per_call(session)
@@ -602,7 +547,9 @@ class EvalService(Service):
             notices: list[str] = []
             self._start_notices(session, request, notices)
             run = await self._run_cells(session, request, emit, cancel, pace, None)
-            return with_start_time(session, eval_answer(session, request, run.ran, notices, restarted=False))
+            return eval_answer(
+                session, request, run.ran, notices, restarted=False, start_seconds=session.start_seconds
+            )
         except _StillStarting as still:
             still_starting = still.start
             return still.answer

@@ -33,7 +33,7 @@ Saver = Callable[[str], str | None]  # saves text as a new artifact: its id, or 
 
 @dataclass(frozen=True)
 class OutputLimits:
-    """Bounds on a cell's rich outputs: the values of ``EvalService.max_display_bytes`` and
+    """Bounds on a cell's rich outputs: the values of ``CellExecutor.max_display_bytes`` and
     ``max_html_convert_bytes`` (no defaults here: the traits are the one place they are set)."""
 
     display_bytes: int  # display data (images, JSON) inlined per cell

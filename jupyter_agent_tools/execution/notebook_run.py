@@ -38,12 +38,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Instance, Int, default, validate
 
+from ..answers import EvalAnswer, RunAnswer
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
@@ -57,8 +58,9 @@ from ..notebook.store import NotebookStore, edit_diff
 from ..notebook.summary import data_size, joined_text
 from ..service import Service, at_least
 from ..validation import check
-from .cells import Cell, CellExecutor, Ran, Told, eval_answer, eval_cells, parse_recorded
+from .cells import Cell, CellExecutor, CellHooks, Ran, StopRules, Told
 from .connection import KernelConnection
+from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
 from .kernel_service import KernelService, close_quietly
@@ -187,15 +189,15 @@ class NotebookRunner(Service):
         emit: Emit | None = None,
         cancel: asyncio.Event | None = None,
         pace: StreamPace | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunAnswer:
         """Run the cells a request names; return the answer (also emitted last as a ``result`` event).
         ``pace``: the stream client's, when one reads the events as they come.
 
         The run is recorded when it ends (:meth:`Audit.execution`, mode ``notebook``), failed or not.
         """
         with self.audit.executing("notebook") as record:
-            record.result = await self._run(path, body, emit, cancel, pace, record)
-        return record.result
+            record.result = answer = await self._run(path, body, emit, cancel, pace, record)
+        return answer
 
     async def _run(
         self,
@@ -205,7 +207,7 @@ class NotebookRunner(Service):
         cancel: asyncio.Event | None,
         pace: StreamPace | None,
         record: ExecutionRecord,
-    ) -> dict[str, Any]:
+    ) -> RunAnswer:
         request = parse_run_request(body)
         edit = parse_edit_request({"ops": list(request.ops)}, self.store.max_ops) if request.ops else None
         emit = emit or noop
@@ -227,17 +229,13 @@ class NotebookRunner(Service):
             record.code = [t.source for t in targets if t.cell_type == "code"]
             async with self.attached(path, notebook, request.timeout, cancel, record) as turn:
                 if turn.cancelled:
-                    result = self._answer(path, None, turn.session, [], [], cancelled=True)
+                    part = _RunPart.cancelled_before(turn.session)
                 else:
-                    result = await self._run_targets(
+                    part = await self._run_targets(
                         path, turn.session, targets, request, emit, cancel, pace, turn.notices, turn.deadline
                     )
-            if edited is not None:
-                result["edit"] = edited
-                if result["hash"] is None:
-                    result["hash"] = edited["hash"]
-        if group is not None and (not turn.cancelled or edited is not None):
-            result.update(group.fields())  # known once the group ended
+        recorded = group.fields() if group is not None and (not turn.cancelled or edited is not None) else {}
+        result = _run_answer(path, part, edited, recorded)  # the ledger's fields: known once the group ended
         emit({"type": "result", "result": result})
         return result
 
@@ -248,24 +246,24 @@ class NotebookRunner(Service):
         emit: Emit | None = None,
         cancel: asyncio.Event | None = None,
         pace: StreamPace | None = None,
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         """Run an eval body with ``notebook`` in that notebook's kernel (found or started as a run does),
         in the turn runs of that notebook take; the file is not written. The answer is eval's, with
         ``notebook``; recorded as an eval call in mode ``notebook``."""
         with self.audit.executing("session") as record:
             request = parse_recorded(body, self.max_cells, record)
             record.mode, record.session, record.path = "notebook", None, request.notebook
-            record.result = await self._eval(request, emit or noop, cancel or asyncio.Event(), pace)
-        return record.result
+            record.result = answer = await self._eval(request, emit or noop, cancel or asyncio.Event(), pace)
+        return answer
 
     async def _eval(
         self, request: EvalRequest, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None
-    ) -> dict[str, Any]:
+    ) -> EvalAnswer:
         path, notebook = await self.readable(request.notebook or "")
         async with self.attached(path, notebook, request.timeout, cancel) as turn:
             session = turn.session
             if turn.cancelled:
-                result = eval_answer(session, request, [], [], restarted=False, cancelled=True)
+                result = eval_answer(session, request, [], [], restarted=False, cancelled=True, notebook=path)
             else:
                 run = await self.cells.run_cells(
                     session,
@@ -275,12 +273,13 @@ class NotebookRunner(Service):
                     deadline=turn.deadline,
                     timeout=request.timeout,
                     pace=pace,
-                    policy=_NotebookKernel(self, lambda cell: f"Cell {cell.index + 1}"),
+                    hooks=CellHooks(policy=_NotebookKernel(self, lambda cell: f"Cell {cell.index + 1}")),
                     total=len(request.cells),
                 )
                 notices = [*turn.notices, *run.notices]
-                result = eval_answer(session, request, run.ran, notices, restarted=run.restarted)
-        result["notebook"] = path
+                result = eval_answer(
+                    session, request, run.ran, notices, restarted=run.restarted, notebook=path
+                )
         emit({"type": "result", "result": result})
         return result
 
@@ -652,7 +651,7 @@ class NotebookRunner(Service):
         pace: StreamPace | None,
         notices: list[str],
         deadline: float,
-    ) -> dict[str, Any]:
+    ) -> _RunPart:
         kernel_id = session.kernel_id  # the notebook's kernel keeps its id when it is restarted
         code_cells = [t for t in targets if t.cell_type == "code"]
         by_index = {t.index: t for t in code_cells}
@@ -687,10 +686,8 @@ class NotebookRunner(Service):
             deadline=deadline,
             timeout=request.timeout,
             pace=pace,
-            policy=_NotebookKernel(self, lambda cell: _label(cell, "Cell")),
-            stop_on_error=request.stop_on_error,
-            run_cell=run_one,
-            not_run=not_run,
+            hooks=CellHooks(run_one, not_run, _NotebookKernel(self, lambda cell: _label(cell, "Cell"))),
+            rules=StopRules(on_error=request.stop_on_error, at_deadline=True),
         )
         notices = [*notices, *run.notices]
         cells = [answered[t.index] if t.cell_type == "code" else _not_run(t, "skipped") for t in targets]
@@ -700,18 +697,20 @@ class NotebookRunner(Service):
                 "their output is below and in this answer.]"
             )
         output = answer_text(outcomes, len(code_cells), notices)
-        result = self._answer(path, hash_, session, cells, [], restarted=run.restarted)
-        result["kernel_id"] = kernel_id
-        result["output"] = output
-        result["outputs_error"] = not_written[0] if not_written else None
-        result["cancelled"] = cancel.is_set() or any(c["status"] == "cancelled" for c in cells)
-        result["timed_out"] = any(c.get("timed_out") for c in cells)
-        for cell in cells:
-            cell.pop("timed_out", None)
-        if result["hash"] is None:
+        timed_out = any([c.pop("timed_out", False) for c in cells])  # popped from every cell
+        if hash_ is None:
             with contextlib.suppress(AgentToolsError):  # the notebook went away: see outputs_error
-                _, _, result["hash"], _ = await self.store.load(path)
-        return result
+                _, _, hash_, _ = await self.store.load(path)
+        return _RunPart(
+            kernel_id,
+            hash_,
+            cells,
+            output,
+            outputs_error=not_written[0] if not_written else None,
+            cancelled=cancel.is_set() or any(c["status"] == "cancelled" for c in cells),
+            timed_out=timed_out,
+            restarted=run.restarted,
+        )
 
     async def _run_one(
         self,
@@ -829,29 +828,45 @@ class NotebookRunner(Service):
             return False, None, False
         return written, hash_, bool(notes.get("live"))
 
-    def _answer(
-        self,
-        path: str,
-        hash_: str | None,
-        session: KernelSession,
-        cells: list[dict[str, Any]],
-        notices: list[str],
-        *,
-        restarted: bool = False,
-        cancelled: bool = False,
-    ) -> dict[str, Any]:
-        return {
-            "path": path,
-            "kernel_id": session.kernel_id,
-            "hash": hash_,
-            "cancelled": cancelled,
-            "timed_out": False,
-            "restarted": restarted,
-            "error": None,
-            "output": "(cancelled before it started)" if cancelled else "\n".join(notices),
-            "outputs_error": None,
-            "cells": cells,
-        }
+
+@dataclass(frozen=True)
+class _RunPart:
+    """What running a notebook's cells gave: the part of the run's answer known when the cells end."""
+
+    kernel_id: str | None
+    hash: str | None
+    cells: list[dict[str, Any]]
+    output: str
+    outputs_error: str | None = None
+    cancelled: bool = False
+    timed_out: bool = False
+    restarted: bool = False
+
+    @classmethod
+    def cancelled_before(cls, session: KernelSession) -> _RunPart:
+        return cls(session.kernel_id, None, [], "(cancelled before it started)", cancelled=True)
+
+
+def _run_answer(
+    path: str, part: _RunPart, edited: dict[str, Any] | None, recorded: dict[str, Any]
+) -> RunAnswer:
+    """A notebook run's answer, built once it is all known: the cells' part, the edit it made first
+    (whose hash is the notebook's when no output was written), the change ledger's fields."""
+    answer: RunAnswer = {
+        "path": path,
+        "kernel_id": part.kernel_id,
+        "hash": part.hash if part.hash is not None or edited is None else edited["hash"],
+        "cancelled": part.cancelled,
+        "timed_out": part.timed_out,
+        "restarted": part.restarted,
+        "error": None,
+        "output": part.output,
+        "outputs_error": part.outputs_error,
+        "cells": part.cells,
+    }
+    if edited is not None:
+        answer["edit"] = edited
+    return cast(RunAnswer, {**answer, **recorded})
 
 
 @dataclass

@@ -146,7 +146,7 @@ def compact_line(line: str) -> str:
 
 class OutputSink:
     """Sanitizes streamed output, counts it, keeps the tail within ``max_bytes`` (the value of
-    ``EvalService.max_output_bytes``) and spills the rest."""
+    ``CellExecutor.max_output_bytes``) and spills the rest."""
 
     def __init__(self, max_bytes: int, open_artifact: ArtifactOpener | None = None) -> None:
         if max_bytes < 1:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from http.client import responses
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,29 +22,12 @@ from ..audit import NO_AUDIT, Audit, set_user
 from ..audit.context import OWNER_NAME, current_via, display_name, set_token, set_via
 from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
-from ..body import decode_json_body, encode_stepwise, larger_than
+from ..body import decode_off_loop, encode_answer
 from ..compat import cached_user
 from ..errors import AgentToolsError
 
 if TYPE_CHECKING:
     from ..app import AgentToolsApp  # the application imports the handlers: only for the type
-
-# Parsing JSON costs about 1 ms per 10-30 KB (more with many small values): bodies larger than this are
-# parsed in a thread, so that a 10 MB one does not hold the event loop for seconds. One thread: parsing
-# holds the GIL, so more threads would not parse faster, only take more turns from the event loop.
-PARSE_IN_THREAD_BYTES = 64 * 1024
-_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-tools-json")
-# An answer holding more than this many characters is encoded in that thread too (a notebook read, a run's
-# detail, a listing): encoding 10 MB in C holds the GIL, and so the event loop, for tens of milliseconds.
-ENCODE_IN_THREAD_CHARS = 256 * 1024
-
-
-async def encode_answer(data: Any) -> str:
-    """``data`` as JSON text: on the event loop when it is small, else stepwise in the JSON thread."""
-    if not larger_than(data, ENCODE_IN_THREAD_CHARS):
-        return json.dumps(data, ensure_ascii=False)
-    return await asyncio.get_running_loop().run_in_executor(_PARSER, encode_stepwise, data)
-
 
 # The header a client sends to say which program it is; "cli" is recorded as such in the change ledger.
 CLIENT_HEADER = "X-Agent-Client"
@@ -270,11 +251,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         """The request body parsed as JSON, or a 4xx that says what is wrong with it (see
         :func:`decode_json_body`). A large body is parsed in a thread, so the server keeps answering
         everyone else meanwhile."""
-        body, limit = self.request.body, self.max_body_bytes
-        if len(body) <= PARSE_IN_THREAD_BYTES or (limit and len(body) > limit):
-            return decode_json_body(body, limit)
-        parse = functools.partial(decode_json_body, body, limit, stepwise=True)
-        return await asyncio.get_running_loop().run_in_executor(_PARSER, parse)
+        return await decode_off_loop(self.request.body, self.max_body_bytes)
 
     async def write_json(self, data: Any, status: int = 200) -> None:
         """Answer ``data`` as JSON; a large answer is encoded in a thread (see :func:`encode_answer`)."""

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -65,7 +65,7 @@ class EvalHandler(AgentAPIHandler):
 
     def _call(
         self, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
-    ) -> Awaitable[dict[str, Any]]:
+    ) -> Awaitable[Mapping[str, Any]]:
         """The service call this route streams: an eval (in a notebook's kernel, with ``notebook``: its
         runner's); a notebook run in the subclass."""
         return run_eval(self.service, self.app.notebook_runner, body, emit=emit, cancel=cancel, pace=pace)
@@ -117,10 +117,10 @@ class EvalHandler(AgentAPIHandler):
 
     async def _after_approval(
         self, approval: Approval, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
-    ) -> dict[str, Any]:
+    ) -> Mapping[str, Any]:
         """The call, once the person approved it (an ``approval`` event says it is waiting meanwhile)."""
 
-        async def start() -> dict[str, Any]:
+        async def start() -> Mapping[str, Any]:
             return await self._call(await self._bind(approval, body), emit, cancel, pace)
 
         return await once_approved(self.approval_policy, approval, emit, cancel, start)
@@ -179,7 +179,7 @@ class EvalHandler(AgentAPIHandler):
             ready.set()
 
         self._cancel = cancel = self._cancel or asyncio.Event()
-        call: Awaitable[dict[str, Any]]
+        call: Awaitable[Mapping[str, Any]]
         if approval is not None:  # the stream says it waits for the person, then runs once approved
             call = self._after_approval(approval, body, emit, cancel, pace)
         else:

@@ -19,10 +19,11 @@ from tornado.iostream import StreamClosedError
 from ..auth.identity import AgentTokens, AgentUser
 from ..auth.scopes import needed
 from ..auth.store import TOKEN_PREFIX
+from ..body import encode_answer
 from ..errors import AgentToolsError
 from ..mcp.server import Answer, HttpRequest, McpServer
 from ..oauth.core import OAUTH_NAME_PREFIX, SCOPES, challenge
-from .base import NO_CREDENTIALS, AgentAPIHandler, acting_username, encode_answer
+from .base import NO_CREDENTIALS, AgentAPIHandler, acting_username
 from .oauth import Urls
 
 SSE = "text/event-stream"
@@ -66,6 +67,8 @@ class McpHandler(AgentAPIHandler):
     def _signed_in_token_ended(self) -> bool:
         """Whether the request's token is an access token issued through OAuth sign-in that expired or
         was revoked."""
+        if getattr(self, "_signed_token_refused", False):  # signed by the hub's service, and refused
+            return True
         provider = self.identity_provider
         token = provider.get_token(self) or ""
         if not isinstance(provider, AgentTokens) or not token.startswith(TOKEN_PREFIX):
@@ -82,7 +85,18 @@ class McpHandler(AgentAPIHandler):
 
     def _oauth_on(self) -> bool:
         signin = getattr(self.app, "oauth", None)
-        return bool(signin is not None and signin.active)
+        return bool(signin is not None and (signin.active or signin.hub_issuer))
+
+    def _client_of(self, user: Any) -> str | None:
+        """The app an agent's access token was issued to through OAuth sign-in (here, or by the hub's
+        service), else None."""
+        if not isinstance(user, AgentUser):
+            return None
+        client = self.app.oauth.client_of(user.token_id)
+        provider = self.identity_provider
+        if client is None and isinstance(provider, AgentTokens) and provider.hub_tokens.enabled:
+            client = provider.hub_tokens.client_of(user.token_id)
+        return client
 
     def _sent_nothing(self) -> bool:
         """No credentials at all: no Authorization header, no token parameter, no login cookie."""
@@ -102,11 +116,7 @@ class McpHandler(AgentAPIHandler):
         """The ``insufficient_scope`` challenge for an OAuth-issued token that lacks a scope these
         permissions need (its client can sign in again for more, a step-up); None otherwise."""
         user = self.current_user
-        if (
-            not isinstance(user, AgentUser)
-            or not self._oauth_on()
-            or self.app.oauth.client_of(user.token_id) is None
-        ):
+        if not isinstance(user, AgentUser) or not self._oauth_on() or self._client_of(user) is None:
             return None
         scopes = (needed(resource, action) for action, resource in permissions)
         missing = {s for s in scopes if s is not None} - set(user.scopes)
@@ -161,7 +171,7 @@ class McpHandler(AgentAPIHandler):
         identity), else the logged-in user (a login cookie, JupyterHub). An app signed in through OAuth is
         its client: its access tokens change hourly and with a step-up, its sessions stay its own."""
         user = self.current_user
-        client = self.app.oauth.client_of(user.token_id) if isinstance(user, AgentUser) else None
+        client = self._client_of(user)
         if client is not None:  # a signed-in app renews its token hourly, or signs in again for more scopes
             return "oauth:" + client
         if self.token_authenticated:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -148,7 +148,7 @@ class NotebookRunHandler(EvalHandler):
 
     def _call(
         self, body: Any, emit: Emit, cancel: asyncio.Event, pace: StreamPace | None = None
-    ) -> Awaitable[dict[str, Any]]:
+    ) -> Awaitable[Mapping[str, Any]]:
         return self.runner.run(self._path, body, emit=emit, cancel=cancel, pace=pace)
 
     async def _check(self, body: Any) -> str | None:

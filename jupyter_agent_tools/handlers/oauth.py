@@ -38,6 +38,8 @@ from .base import AgentAPIHandler, acting_person
 MCP_PATH = "api/agent/mcp"
 OAUTH_PATH = "api/agent/oauth"
 FORM = "application/x-www-form-urlencoded"
+# The consent pages' policy (this server's and the hub service's): no script, no frame, inline style only.
+CONSENT_CSP = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'"
 
 
 class Urls:
@@ -68,13 +70,9 @@ class Urls:
         return {name: self.endpoint(name) for name in ("authorize", "token", "register", "revoke")}
 
 
-class _OAuthHandler(JupyterHandler):
-    """A public OAuth endpoint: JSON answers, errors as ``{"error", "error_description"}``."""
-
-    oauth: AgentOAuth
-
-    def initialize(self, oauth: AgentOAuth) -> None:
-        self.oauth = oauth
+class OAuthAnswers(web.RequestHandler):
+    """A public OAuth endpoint's answers: JSON, errors as ``{"error", "error_description"}``, CORS, form
+    parameters each once. Mixed into this server's handlers and the hub service's (:mod:`..hub_oauth`)."""
 
     def check_xsrf_cookie(self) -> None:
         return None  # public endpoints: no cookie is read, so no cross-site request can use one
@@ -90,10 +88,6 @@ class _OAuthHandler(JupyterHandler):
     def options(self, *args: Any) -> None:
         self.set_status(204)
         self.finish()
-
-    def check_active(self) -> None:
-        if not self.oauth.active:
-            raise web.HTTPError(404, "OAuth sign-in is not enabled on this server")
 
     def answer(self, body: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -124,14 +118,29 @@ class _OAuthHandler(JupyterHandler):
         return out
 
 
+class _OAuthHandler(OAuthAnswers, JupyterHandler):
+    """A public OAuth endpoint of this server."""
+
+    oauth: AgentOAuth
+
+    def initialize(self, oauth: AgentOAuth) -> None:
+        self.oauth = oauth
+
+    def check_active(self) -> None:
+        if not self.oauth.active:
+            raise web.HTTPError(404, "OAuth sign-in is not enabled on this server")
+
+
 class ResourceMetadataHandler(_OAuthHandler):
     """RFC 9728: the MCP endpoint's protected resource metadata."""
 
     @allow_unauthenticated
     def get(self) -> None:
-        self.check_active()
         urls = Urls(self)
-        self.answer(protected_resource_metadata(urls.resource, urls.issuer))
+        hub = self.oauth.hub_issuer  # a hub's single-user server: the hub's service signs apps in
+        if not hub:
+            self.check_active()
+        self.answer(protected_resource_metadata(urls.resource, hub or urls.issuer))
 
 
 class ServerMetadataHandler(_OAuthHandler):
@@ -189,7 +198,7 @@ class AuthorizeHandler(JupyterHandler):
 
     @property
     def content_security_policy(self) -> str:
-        return "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'; base-uri 'none'"
+        return CONSENT_CSP
 
     def _person(self) -> str:
         if isinstance(self.current_user, AgentUser):
@@ -252,44 +261,7 @@ class AuthorizeHandler(JupyterHandler):
         self.redirect(target)
 
     def _consent(self, request: AuthorizationRequest, error: str = "", status: int = 200) -> None:
-        e = html.escape
-        client = request.client
-        name = e(client.name or "An app")
-        if client.verified_host:
-            who = f"<strong>{name}</strong> (from <strong>{e(client.verified_host)}</strong>)"
-        else:
-            who = f"<strong>{name}</strong> <span class='warn'>(unverified app: it named itself)</span>"
-        wanted = request.scopes or frozenset({"read"})
-        scope_boxes = "".join(
-            f"<label><input type='checkbox' name='scope' value='{s}'{' checked' if s in wanted else ''}> "
-            f"{s}: {e(SCOPE_TEXT[s])}</label>"
-            for s in SCOPES
-        )
-        ask_boxes = "".join(
-            f"<label><input type='checkbox' name='ask' value='{a}'> {a}</label>" for a in ASK_ACTIONS
-        )
-        cap = self.oauth.max_grant_lifetime
-        options = "".join(
-            f"<option value='{e(label)}'{' selected' if label == '1 day' else ''}>{e(label)}</option>"
-            for label, seconds in LIFETIMES.items()
-            if seconds <= max(cap, 3600)
-        )
-        problem = f"<p class='error'>{e(error)}</p>" if error else ""
-        body = f"""
-<p>{who} asks to use this Jupyter server as an agent.</p>
-<p>Your answer goes to {e(redirect_host(request.redirect_uri))}.</p>
-{problem}
-<form method="post" action="">
-{self.xsrf_form_html()}
-<input type="hidden" name="request" value="{e(request.id)}">
-<fieldset><legend>It may</legend>{scope_boxes}</fieldset>
-<fieldset><legend>Only these paths (one glob per line, e.g. <code>reports/**</code>; empty: all)</legend>
-<textarea name="paths" rows="3" cols="40"></textarea></fieldset>
-<fieldset><legend>Ask me first before</legend>{ask_boxes}</fieldset>
-<fieldset><legend>Stay connected for</legend><select name="lifetime">{options}</select></fieldset>
-<p><button type="submit" name="decision" value="approve" class="primary">Allow</button>
-<button type="submit" name="decision" value="deny">Deny</button></p>
-</form>"""
+        body = consent_form(request, self.oauth.max_grant_lifetime, self.xsrf_form_html(), error)
         self._page("Connect an agent", body, status=status)
 
     def _page(self, title: str, body: str, status: int = 200) -> None:
@@ -343,6 +315,56 @@ class GrantHandler(_GrantRoute):
             await self.write_json(await signins.revoke_grant(int(grant_id)))
         except OAuthError as e:
             raise AgentToolsError(e.description, e.status) from None
+
+
+def consent_form(
+    request: AuthorizationRequest,
+    max_lifetime: float,
+    xsrf_html: str,
+    error: str = "",
+    target: str = "this Jupyter server",
+) -> str:
+    """The consent page's body: who asks (its metadata document's host, or unverified), where the answer
+    goes, and the person's choices (scopes, paths, ask first, how long). Shared with the hub's service."""
+    e = html.escape
+    client = request.client
+    name = e(client.name or "An app")
+    if client.verified_host:
+        who = f"<strong>{name}</strong> (from <strong>{e(client.verified_host)}</strong>)"
+    else:
+        who = f"<strong>{name}</strong> <span class='warn'>(unverified app: it named itself)</span>"
+    wanted = request.scopes or frozenset({"read"})
+    scope_boxes = "".join(
+        f"<label><input type='checkbox' name='scope' value='{s}'{' checked' if s in wanted else ''}> "
+        f"{s}: {e(SCOPE_TEXT[s])}</label>"
+        for s in SCOPES
+    )
+    ask_boxes = "".join(
+        f"<label><input type='checkbox' name='ask' value='{a}'> {a}</label>" for a in ASK_ACTIONS
+    )
+    cap = max_lifetime
+    options = "".join(
+        f"<option value='{e(label)}'{' selected' if label == '1 day' else ''}>{e(label)}</option>"
+        for label, seconds in LIFETIMES.items()
+        if seconds <= max(cap, 3600)
+    )
+    problem = f"<p class='error'>{e(error)}</p>" if error else ""
+    body = f"""
+<p>{who} asks to use {e(target)} as an agent.</p>
+<p>Your answer goes to {e(redirect_host(request.redirect_uri))}.</p>
+{problem}
+<form method="post" action="">
+{xsrf_html}
+<input type="hidden" name="request" value="{e(request.id)}">
+<fieldset><legend>It may</legend>{scope_boxes}</fieldset>
+<fieldset><legend>Only these paths (one glob per line, e.g. <code>reports/**</code>; empty: all)</legend>
+<textarea name="paths" rows="3" cols="40"></textarea></fieldset>
+<fieldset><legend>Ask me first before</legend>{ask_boxes}</fieldset>
+<fieldset><legend>Stay connected for</legend><select name="lifetime">{options}</select></fieldset>
+<p><button type="submit" name="decision" value="approve" class="primary">Allow</button>
+<button type="submit" name="decision" value="deny">Deny</button></p>
+</form>"""
+    return body
 
 
 SCOPE_TEXT = {

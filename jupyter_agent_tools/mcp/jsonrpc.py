@@ -6,6 +6,7 @@ Pure: no I/O, no Tornado. MCP narrows JSON-RPC: an id is a string or an integer 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -84,7 +85,7 @@ def error_message(id: RequestId | None, code: int, message: str, data: Any = Non
     return {"jsonrpc": "2.0", "id": id, "error": error}
 
 
-def result_message(id: RequestId | None, result: dict[str, Any]) -> dict[str, Any]:
+def result_message(id: RequestId | None, result: Mapping[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id, "result": result}
 
 

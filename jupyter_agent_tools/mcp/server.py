@@ -18,7 +18,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import json
 import logging
 import secrets
 import time
@@ -31,6 +30,7 @@ from .. import __version__
 from ..approvals.gate import Asking, clear, once_approved, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
 from ..audit.context import current_user, set_approver
+from ..body import encode_answer
 from ..errors import AgentToolsError
 from ..execution.dispatch import extra_permissions
 from ..runs.registry import Viewer
@@ -452,7 +452,7 @@ class McpServer:
             else:
                 answer = await self._batch_item(item, request, session)
             if answer is not None:
-                answers.append(json.dumps(answer, ensure_ascii=False).encode())
+                answers.append((await encode_answer(answer)).encode())
                 size += len(answers[-1])
             await asyncio.sleep(0)  # other requests are served between items
         return Answer(200, b"[" + b",".join(answers) + b"]") if answers else Answer(202)
@@ -793,8 +793,8 @@ class McpServer:
         )
         if gate.detachable:
 
-            async def run(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
-                async def start() -> dict[str, Any]:
+            async def run(emit: Emit, cancel: asyncio.Event) -> Mapping[str, Any]:
+                async def start() -> Mapping[str, Any]:
                     arguments = await gate.bind(approval)
                     return await service_call(self.services, tool.name, arguments, emit, cancel)
 
@@ -805,8 +805,8 @@ class McpServer:
             )
         else:
 
-            async def call(emit: Emit, cancel: asyncio.Event) -> dict[str, Any]:
-                async def start() -> dict[str, Any]:
+            async def call(emit: Emit, cancel: asyncio.Event) -> Mapping[str, Any]:
+                async def start() -> Mapping[str, Any]:
                     try:
                         arguments = await gate.bind(approval)  # 409 when the notebook changed since
                     except AgentToolsError as e:
@@ -885,7 +885,7 @@ class McpServer:
     async def _stream(
         self,
         rid: RequestId,
-        run: Awaitable[dict[str, Any]],
+        run: Awaitable[Mapping[str, Any]],
         progress: _Progress,
         call: _Call,
         session: LegacySession | None,

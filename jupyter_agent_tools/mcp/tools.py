@@ -14,7 +14,7 @@ import asyncio
 import copy
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -160,6 +160,45 @@ def _take_image(mime: str, data: str, size: int, include: bool, images: list[Ima
     return f"[{what}: attached as image {len(images)}]"
 
 
+def _ran(result: Mapping[str, Any], include: bool, label: Callable[[dict[str, Any]], str]) -> ToolResult:
+    """The tool result of an eval or a notebook run: the answer's text with a line for each image (what
+    :func:`_images_out` did with it), its structured form without image data, the images attached."""
+    images: list[Image] = []
+    notes: list[str] = []
+    structured = _images_out(result, include, label, images, notes)
+    text = "\n".join([str(result.get("output") or "") or "(no output)", *notes])
+    return ToolResult(text, structured, images, is_error=raised(result))
+
+
+def _images_out(
+    result: Mapping[str, Any],
+    include: bool,
+    label: Callable[[dict[str, Any]], str],
+    images: list[Image],
+    notes: list[str],
+) -> dict[str, Any]:
+    """An eval's or a notebook run's answer with the base64 of each image display taken out: attached
+    to ``images`` when ``include`` and possible, a placeholder line naming the cell (``label``) in
+    ``notes`` either way; the display keeps its MIME type, its size and a run's url. The one image
+    rewrite of the eval, notebook_run and run_status tools. A placeholder display (an eval image past
+    max_display_bytes) has no data and stays as it is."""
+    cells = []
+    for cell in result.get("cells", []):
+        displays = []
+        for display in cell.get("displays", []):
+            if display.get("type") == "image" and ("data" in display or "url" in display):
+                display = dict(display)
+                data = display.pop("data", None)
+                mime = str(display.get("mime"))
+                size = int(display.get("bytes") or data_size(mime, str(data or "")))
+                display["bytes"] = size
+                placeholder = _take_image(mime, str(data or ""), size, include and data is not None, images)
+                notes.append(f"{label(cell)}: {placeholder}")
+            displays.append(display)
+        cells.append({**cell, "displays": displays})
+    return {**result, "cells": cells}
+
+
 # ---------------------------------------------------------------------------------------------- eval
 
 INCLUDE_IMAGES = {
@@ -172,14 +211,14 @@ INCLUDE_IMAGES = {
 DETACH = {"type": "boolean", "description": "Return a run_id at once; the run goes on (see run_status)."}
 
 
-def raised(result: dict[str, Any]) -> bool:
+def raised(result: Mapping[str, Any]) -> bool:
     """Whether a run's answer (eval's, a notebook run's) failed: a cell raised, or the call itself did. A
     model reads ``isError: false`` as success; the traceback stays in the text."""
     cells = result.get("cells") or []
     return bool(result.get("error")) or any(cell.get("status") == "error" for cell in cells)
 
 
-def tool_state(result: dict[str, Any], cancel_requested: bool) -> str:
+def tool_state(result: Mapping[str, Any], cancel_requested: bool) -> str:
     """The state of a tool call run as an MCP task, from its CallToolResult."""
     if result.get("isError"):
         return "error"
@@ -246,27 +285,7 @@ async def _eval(call: ToolCall) -> ToolResult:
         )
 
     result = await _run_eval(call.services, body, _progress(call), call.cancel)
-    images: list[Image] = []
-    notes: list[str] = []
-    structured = dict(result)
-    structured["cells"] = []
-    for cell in result.get("cells", []):
-        cell = dict(cell)
-        displays = []
-        for display in cell.get("displays", []):
-            if display.get("type") == "image" and "data" in display:  # (a placeholder has no data)
-                mime, data = str(display.get("mime")), str(display.get("data") or "")
-                size = data_size(mime, data)
-                placeholder = _take_image(mime, data, size, own["include_images"], images)
-                notes.append(f"cell {cell.get('index', 0) + 1}: {placeholder}")
-                display = {"type": "image", "mime": mime, "bytes": size}
-            displays.append(display)
-        cell["displays"] = displays
-        structured["cells"].append(cell)
-    text = str(result.get("output") or "") or "(no output)"
-    if notes:
-        text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images, is_error=raised(result))
+    return _ran(result, own["include_images"], lambda cell: f"cell {cell.get('index', 0) + 1}")
 
 
 # ----------------------------------------------------------------------------------------- notebooks
@@ -592,20 +611,22 @@ def _eval_input() -> dict[str, Any]:
     return result
 
 
-def _run_eval(services: Services, body: Any, emit: Emit, cancel: asyncio.Event) -> Awaitable[dict[str, Any]]:
+def _run_eval(
+    services: Services, body: Any, emit: Emit, cancel: asyncio.Event
+) -> Awaitable[Mapping[str, Any]]:
     """An eval's service call (as a detached run calls it: ``emit``, ``cancel``)."""
     return run_eval(services.eval_service, services.notebook_runner, body, emit=emit, cancel=cancel)
 
 
 def _run_notebook(
     runner: NotebookRunner, path: str, body: Any, emit: Emit, cancel: asyncio.Event
-) -> Awaitable[dict[str, Any]]:
+) -> Awaitable[Mapping[str, Any]]:
     return runner.run(path, body, emit=emit, cancel=cancel)
 
 
 def service_call(
     services: Services, tool: str, arguments: dict[str, Any], emit: Emit, cancel: asyncio.Event
-) -> Awaitable[dict[str, Any]]:
+) -> Awaitable[Mapping[str, Any]]:
     """The service call behind an eval or notebook_run tool call, as its detached run makes it."""
     _own, body = options(arguments, {"include_images": ("boolean", False)}, rest=True)
     if tool == "eval":
@@ -628,25 +649,8 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
     result = await call.services.notebook_runner.run(
         own["path"], body, emit=_progress(call), cancel=call.cancel
     )
-    images: list[Image] = []
-    notes: list[str] = []
-    structured = dict(result)
-    structured["cells"] = []
-    for cell in result["cells"]:
-        displays = []
-        for display in cell.get("displays", []):
-            if display.get("type") == "image" and "url" in display:  # an image the cell stored
-                display = dict(display)
-                data = display.pop("data", None)  # base64 goes as image content only
-                mime, size = str(display.get("mime")), int(display.get("bytes") or 0)
-                placeholder = _take_image(mime, str(data or ""), size, data is not None, images)
-                notes.append(f"cell {cell.get('cell_id') or '@' + str(cell.get('index'))}: {placeholder}")
-            displays.append(display)
-        structured["cells"].append({**cell, "displays": displays})
-    text = str(result.get("output") or "") or "(no output)"
-    if notes:
-        text = "\n".join([text, *notes])
-    return ToolResult(text, structured, images, is_error=raised(result))
+    # a run's images carry their data only when include_images was asked (the runner's own option)
+    return _ran(result, True, lambda cell: f"cell {cell.get('cell_id') or '@' + str(cell.get('index'))}")
 
 
 def _notebook_run_input() -> dict[str, Any]:
@@ -689,7 +693,7 @@ async def _run_status(call: ToolCall) -> ToolResult:
         await wait_or_cancelled(registry.wait(run, wait), call.cancel)
     detail = run.detail()
     if run.result is not None:
-        detail["result"] = _without_image_data(run.result)
+        detail["result"] = _images_out(run.result, False, str, [], [])  # their data: only by URL
     lines = [f"Run {run.id}: {run.state}" + (f" ({run.message})" if run.message else "")]
     lines += [f"cell {c['index']}: {c['status']}" for c in detail["cells"]]
     if run.result is not None:
@@ -699,28 +703,13 @@ async def _run_status(call: ToolCall) -> ToolResult:
     return ToolResult("\n".join(lines), detail)
 
 
-def _result_text(kind: str, result: dict[str, Any]) -> str:
+def _result_text(kind: str, result: Mapping[str, Any]) -> str:
     """A finished run's output for a model: an eval's or a notebook run's output, or the text of a tool
     call's result (a call that waited for the person's approval, a task)."""
     if kind == "mcp_tool":
         texts = [str(c.get("text")) for c in result.get("content") or [] if c.get("type") == "text"]
         return ("Error: " if result.get("isError") else "") + "\n".join(texts)
     return str(result.get("output") or "") or "(no output)"
-
-
-def _without_image_data(result: dict[str, Any]) -> dict[str, Any]:
-    """A run's answer with each image's base64 replaced by its size (as the eval tool answers)."""
-    cells = []
-    for cell in result.get("cells", []):
-        displays = []
-        for display in cell.get("displays", []):
-            if display.get("type") == "image" and "data" in display:
-                mime, data = str(display.get("mime")), str(display.get("data") or "")
-                display = {k: v for k, v in display.items() if k != "data"}
-                display["bytes"] = data_size(mime, data)
-            displays.append(display)
-        cells.append({**cell, "displays": displays})
-    return {**result, "cells": cells}
 
 
 def _run_status_output() -> dict[str, Any]:

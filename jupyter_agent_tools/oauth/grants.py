@@ -20,7 +20,7 @@ from typing import Any
 from ..auth.store import iso
 from .core import ASK_ACTIONS, OAUTH_NAME_PREFIX, SCOPES, Client, Consent
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the MCP URL a grant is for (resource)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS clients (
     client_id TEXT PRIMARY KEY,
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS grants (
     access_hash TEXT,
     last_refresh REAL,
     revoked REAL,
-    revoked_why TEXT
+    revoked_why TEXT,
+    resource TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS refresh_tokens (
     token_hash TEXT PRIMARY KEY,
@@ -72,6 +73,7 @@ class Grant:
     last_refresh: float | None
     revoked: float | None
     revoked_why: str | None
+    resource: str = ""  # the MCP URL its access tokens are for (on a hub: one user's server)
 
     def active(self, now: float) -> bool:
         return self.revoked is None and now < self.expires
@@ -100,13 +102,13 @@ class Grant:
 
 _GRANT_COLUMNS = (
     "id, client_id, client_name, user, token_name, scopes, paths, ask, created, expires, access_hash, "
-    "last_refresh, revoked, revoked_why"
+    "last_refresh, revoked, revoked_why, resource"
 )
 
 
 def _grant(row: tuple[Any, ...]) -> Grant:
     (gid, client_id, client_name, user, token_name, scopes, paths, ask, created, expires, access_hash,
-     last_refresh, revoked, revoked_why) = row  # fmt: skip
+     last_refresh, revoked, revoked_why, resource) = row  # fmt: skip
     consent = Consent(
         scopes=frozenset(s for s in scopes.split(",") if s),
         paths=tuple(json.loads(paths)),
@@ -115,7 +117,7 @@ def _grant(row: tuple[Any, ...]) -> Grant:
     )
     return Grant(
         gid, client_id, client_name, user, token_name, consent, created, expires, access_hash, last_refresh,
-        revoked, revoked_why,
+        revoked, revoked_why, resource or "",
     )  # fmt: skip
 
 
@@ -148,8 +150,12 @@ class GrantStore:
             self._db = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=timeout
             )
-            if int(self._db.execute("PRAGMA user_version").fetchone()[0]) != SCHEMA_VERSION:
+            version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+            if version != SCHEMA_VERSION:
                 self._db.executescript(_SCHEMA)
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(grants)")}
+                if "resource" not in columns:  # a version 1 file
+                    self._db.execute("ALTER TABLE grants ADD COLUMN resource TEXT NOT NULL DEFAULT ''")
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except (OSError, sqlite3.Error) as e:
             raise GrantStoreError(f"the OAuth grants file {path} cannot be used: {e}") from None
@@ -197,9 +203,16 @@ class GrantStore:
     # -- grants -----------------------------------------------------------------------------------------
 
     def add_grant(
-        self, client: Client, user: str, consent: Consent, created: float, expires: float, name_part: str
+        self,
+        client: Client,
+        user: str,
+        consent: Consent,
+        created: float,
+        expires: float,
+        name_part: str,
+        resource: str = "",
     ) -> Grant:
-        """A new grant; its token name is ``oauth-<name_part>-<its id>``."""
+        """A new grant for ``resource``; its token name is ``oauth-<name_part>-<its id>``."""
         scopes, paths, ask = (
             ",".join(sorted(consent.scopes)),
             json.dumps(list(consent.paths)),
@@ -207,8 +220,8 @@ class GrantStore:
         )
         rows = self._run(
             "INSERT INTO grants (client_id, client_name, user, token_name, scopes, paths, ask, created, "
-            "expires) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?) RETURNING id",
-            (client.client_id, client.name, user, scopes, paths, ask, created, expires),
+            "expires, resource) VALUES (?, ?, ?, '', ?, ?, ?, ?, ?, ?) RETURNING id",
+            (client.client_id, client.name, user, scopes, paths, ask, created, expires, resource),
         )
         gid = int(rows[0][0])
         self._run(
@@ -228,6 +241,12 @@ class GrantStore:
     def grant_of_access(self, access_hash: str) -> Grant | None:
         rows = self._run(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE access_hash = ?", (access_hash,))
         return _grant(rows[0]) if rows else None
+
+    def revoked_since(self, since: float) -> list[int]:
+        """The ids of the grants revoked at or after ``since``."""
+        return [
+            int(r[0]) for r in self._run("SELECT id FROM grants WHERE revoked >= ? ORDER BY id", (since,))
+        ]
 
     def set_access(self, gid: int, access_hash: str, now: float | None = None) -> None:
         self._run("UPDATE grants SET access_hash = ?, last_refresh = ? WHERE id = ?", (access_hash, now, gid))

@@ -5,7 +5,10 @@ server's metadata, registers (DCR), sends the person to the consent page (behind
 and trades the code for an access token that IS an agent token (:mod:`jupyter_agent_tools.auth.store`):
 the scopes, paths and ``ask`` the person chose, short-lived, audited as ``agent:oauth-<client>-<n>``. A
 rotating refresh token renews it; reusing a spent one revokes the grant. Only on a server with agent tokens
-(``AgentIdentityProvider`` and ``AgentAuthorizer``) and not behind JupyterHub (whose login is the hub's).
+(``AgentIdentityProvider`` and ``AgentAuthorizer``) and not behind JupyterHub (whose login is the hub's:
+there :class:`jupyter_agent_tools.hub_oauth.service.HubOAuthService`, this class with signed tokens, signs
+apps in for every user's server). The parts that differ are hooks: ``_activates``, ``audience``, ``_mint``,
+``_access_revoked``, ``_revoke_token``.
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ class AgentOAuth(Service):
     ):
         super().__init__(**kwargs)
         self.provider: AgentTokens | None = provider if isinstance(provider, AgentTokens) else None
-        self.active = bool(self.enabled and self.provider is not None and not behind_hub(provider))
+        self.active = self._activates(provider)
         self.clock = clock
         self._data_dir = data_dir
         self._store: GrantStore | None = None
@@ -180,6 +183,25 @@ class AgentOAuth(Service):
             self._load()
 
     # -- plumbing ----------------------------------------------------------------------------------------
+
+    def _activates(self, provider: Any) -> bool:
+        """Whether sign-in is on: a server with agent tokens, not behind a hub (whose service signs in,
+        :mod:`jupyter_agent_tools.hub_oauth`)."""
+        return bool(self.enabled and self.provider is not None and not behind_hub(provider))
+
+    @property
+    def hub_issuer(self) -> str:
+        """The hub's agent OAuth service MCP clients are sent to, on a single-user server configured for
+        it (``c.HubAgentTokens.issuer``); empty otherwise."""
+        if self.active or self.provider is None:
+            return ""
+        hub = self.provider.hub_tokens
+        return hub.issuer if hub.enabled else ""
+
+    def audience(self, resource: str, request_resource: str | None) -> str:
+        """The MCP URL a code or refresh token is redeemed for: this server's (a hub service's: the one
+        the person signed in for)."""
+        return resource
 
     @property
     def store(self) -> GrantStore:
@@ -376,6 +398,7 @@ class AgentOAuth(Service):
                 raise OAuthError("invalid_grant", "redirect_uri differs from the authorization request's")
             if not verifier_matches(form.get("code_verifier"), request.challenge):
                 raise OAuthError("invalid_grant", "code_verifier does not match the code_challenge (PKCE)")
+            resource = self.audience(resource, request.resource)
             if not same_resource(form.get("resource"), resource):
                 raise OAuthError("invalid_target", f"this server issues tokens for {resource} only")
             now = self.clock()
@@ -388,6 +411,7 @@ class AgentOAuth(Service):
                 now,
                 now + lifetime,
                 token_name_part(request.client.name),
+                resource,
             )
             self.redeemed.put(code, grant.id)
             if request.client.verified_host is None:  # a registered client is one installation: the new
@@ -405,19 +429,11 @@ class AgentOAuth(Service):
             )
             return await self._issue(grant)
 
-    async def _issue(self, grant: Grant) -> dict[str, Any]:
-        """A new access token (an agent token named after the grant; the previous one is revoked) and a
-        new refresh token for ``grant``."""
+    async def _mint(self, grant: Grant, lifetime: float) -> tuple[str, str]:
+        """A new access token for ``grant`` living ``lifetime`` seconds, and its SHA-256: an agent token
+        named after the grant (the previous one is revoked)."""
         assert self.provider is not None
         tokens = self.provider.tokens
-        now = self.clock()
-        lifetime = min(self.access_token_lifetime, grant.expires - now)
-        cap = getattr(self.provider, "max_token_lifetime", 0) or 0
-        if cap:
-            lifetime = min(lifetime, cap)
-        if lifetime < 60:
-            await self._revoke_grant(grant.id, "it expired")
-            raise OAuthError("invalid_grant", "this app's connection expired: sign in again")
         if grant.access_hash is not None:
             await self._revoke_token(grant.token_name)
         consent = grant.consent
@@ -429,10 +445,24 @@ class AgentOAuth(Service):
             raise OAuthError(
                 "server_error", f"the access token could not be made: {e.message}", 500
             ) from None
+        return access, record.token_hash
+
+    async def _issue(self, grant: Grant) -> dict[str, Any]:
+        """A new access token (:meth:`_mint`) and a new refresh token for ``grant``."""
+        now = self.clock()
+        lifetime = min(self.access_token_lifetime, grant.expires - now)
+        cap = getattr(self.provider, "max_token_lifetime", 0) or 0
+        if cap:
+            lifetime = min(lifetime, cap)
+        if lifetime < 60:
+            await self._revoke_grant(grant.id, "it expired")
+            raise OAuthError("invalid_grant", "this app's connection expired: sign in again")
+        access, digest = await self._mint(grant, lifetime)
+        consent = grant.consent
         refresh = new_secret(REFRESH_PREFIX)
         await self._call(self.store.add_refresh, grant.id, secret_hash(refresh))
-        await self._call(self.store.set_access, grant.id, record.token_hash, now)
-        self._issued[record.id] = grant.client_id
+        await self._call(self.store.set_access, grant.id, digest, now)
+        self._issued[digest[:TOKEN_ID_CHARS]] = grant.client_id
         return {
             "access_token": access,
             "token_type": "Bearer",
@@ -445,8 +475,6 @@ class AgentOAuth(Service):
         refresh = form.get("refresh_token") or ""
         if not refresh:
             raise OAuthError("invalid_request", "refresh_token is missing")
-        if not same_resource(form.get("resource"), resource):
-            raise OAuthError("invalid_target", f"this server issues tokens for {resource} only")
         digest = secret_hash(refresh)
         async with self._lock:
             found = await self._call(self.store.refresh, digest)
@@ -458,6 +486,9 @@ class AgentOAuth(Service):
                 raise OAuthError("invalid_grant", "this refresh token is unknown")
             if form.get("client_id") and form.get("client_id") != grant.client_id:
                 raise OAuthError("invalid_grant", "this refresh token was issued to another client")
+            resource = self.audience(resource, grant.resource)
+            if not same_resource(form.get("resource"), resource):
+                raise OAuthError("invalid_target", f"this server issues tokens for {resource} only")
             if spent is not None:
                 if grant.revoked is None:
                     self.log.warning(

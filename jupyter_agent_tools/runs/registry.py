@@ -24,7 +24,7 @@ import concurrent.futures
 import contextlib
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ from ..stream_events import Emit, StreamEvent
 from .log import RunLog
 from .records import FINAL_STATES, RunRecords
 
-Call = Callable[[Emit, asyncio.Event], Awaitable[dict[str, Any]]]
+Call = Callable[[Emit, asyncio.Event], Awaitable[Mapping[str, Any]]]
 STATES = ("queued", "awaiting_approval", "running", *FINAL_STATES)
 ARTIFACT_SESSION = "_runs"  # the artifact store's directory for run event logs
 MAX_WAIT = 600.0
@@ -72,7 +72,7 @@ class Run:
     ended: float | None = None
     message: str | None = None  # why it ended as it did, when the answer does not say
     cells: dict[int, dict[str, Any]] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
+    result: Mapping[str, Any] | None = None
     log: RunLog | None = None
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_requested: bool = False
@@ -112,7 +112,7 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def final_state(result: dict[str, Any], cancel_requested: bool) -> str:
+def final_state(result: Mapping[str, Any], cancel_requested: bool) -> str:
     """The state a run ends in, from its answer."""
     cells = result.get("cells") or []
     stopped = bool(result.get("cancelled")) or any(c.get("status") == "cancelled" for c in cells)
@@ -255,7 +255,7 @@ class RunRegistry(Service):
         kind: str,
         target: str | None,
         call: Call,
-        state_of: Callable[[dict[str, Any], bool], str] = final_state,
+        state_of: Callable[[Mapping[str, Any], bool], str] = final_state,
         approval_id: int | None = None,
     ) -> Run:
         """Start ``call(emit, cancel)`` as a run of the acting user; it goes on whoever waits for it.
@@ -298,7 +298,7 @@ class RunRegistry(Service):
         run.task = asyncio.ensure_future(self._drive(run, call, state_of))
         return run
 
-    async def _drive(self, run: Run, call: Call, state_of: Callable[[dict[str, Any], bool], str]) -> None:
+    async def _drive(self, run: Run, call: Call, state_of: Callable[[Mapping[str, Any], bool], str]) -> None:
         def emit(event: StreamEvent) -> None:
             self._event(run, event)
 
