@@ -803,6 +803,7 @@ def _paths() -> dict[str, Any]:
             },
         },
         **_files_paths(),
+        **_focus_paths(),
         "/api/agent/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",
@@ -811,6 +812,93 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json("The OpenAPI document.", {"type": "object"}),
                     "403": FORBIDDEN,
+                },
+            }
+        },
+    }
+
+
+def _focus_paths() -> dict[str, Any]:
+    """Share my focus: the person's tabs publish what they show; agents read it and point the person."""
+    tab = {
+        "name": "tab",
+        "in": "path",
+        "required": True,
+        "description": "The browser tab's id (8 to 64 letters, digits, '_' or '-'), made by the page.",
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{8,64}$"},
+    }
+    return {
+        "/api/agent/focus": {
+            "get": {
+                "operationId": "readFocus",
+                "summary": "What the person looks at, when they share it with you",
+                "description": "The notebook, active cell (source cut, outputs summarized as a notebook "
+                "read summarizes them), selected text and kernel state of the most recently active "
+                "JupyterLab tab that shares its focus with the caller and whose notebook is inside an agent "
+                "token's paths. Off by default: the person turns it on in the Agents panel ('Share my "
+                "focus') for every agent or named ones. Held in memory only. Each read by an agent is told "
+                "to the person's Agents panel.",
+                "tags": ["focus"],
+                "x-authorization": {"resource": "agent_focus", "action": "read"},
+                "responses": {
+                    "200": _json("The shared focus.", ref("Focus")),
+                    "403": _error(
+                        "Nothing is shared with the caller (or only a notebook outside its paths): the "
+                        "message says how the person shares it; or the token lacks the read scope."
+                    ),
+                },
+            }
+        },
+        "/api/agent/focus/tabs/{tab}": {
+            "parameters": [tab],
+            "put": {
+                "operationId": "publishFocus",
+                "summary": "A browser tab publishes its focus (the person only)",
+                "description": "Called by the Agents panel while its person shares their focus: on every "
+                "change (debounced) and as a heartbeat; kept FocusStore.ttl seconds unless published "
+                "again. Agent tokens are refused.",
+                "tags": ["focus"],
+                "x-authorization": {"resource": "agent_focus", "action": "write"},
+                "requestBody": _body(ref("FocusPublish"), "What the tab shows, and who may read it."),
+                "responses": {
+                    "200": _json("Kept.", ref("FocusShared")),
+                    "400": _error("A bad tab id, or the body is invalid (agents, path, cell, selection)."),
+                    "403": _error("An agent token, or a person other than the server's (JupyterHub)."),
+                    "413": _error(
+                        "The body is larger than FocusStore.max_publish_bytes (or max_body_bytes)."
+                    ),
+                },
+            },
+            "delete": {
+                "operationId": "stopFocus",
+                "summary": "The tab stops sharing its focus (the person only): it goes at once",
+                "tags": ["focus"],
+                "x-authorization": {"resource": "agent_focus", "action": "write"},
+                "responses": {
+                    "204": {"description": "Gone (also when it was not shared)."},
+                    "400": _error("A bad tab id."),
+                    "403": _error("An agent token."),
+                },
+            },
+        },
+        "/api/agent/focus/actions": {
+            "post": {
+                "operationId": "focusAction",
+                "summary": "Show the person something in JupyterLab (allow-listed UI actions)",
+                "description": "open_notebook (path), reveal_cell (path and cell_id or cell_index: scrolls "
+                "to the cell and marks it), show_change (path, change_id: its diff), open_approval "
+                "(approval_id). Done by the tab that shares its focus with the caller; without one, every "
+                "JupyterLab page of the server shows it as a notification the person clicks. Never any "
+                "other command.",
+                "tags": ["focus"],
+                "x-authorization": {"resource": "agent_ui", "action": "write"},
+                "requestBody": _body(ref("FocusAction"), "The action and what it names."),
+                "responses": {
+                    "200": _json("Where it went.", ref("FocusActionResult")),
+                    "400": _error("Not an allowed action, or it lacks what it needs."),
+                    "403": FORBIDDEN,
+                    "404": _error("The notebook is outside the agent token's paths (or not a notebook)."),
+                    "413": TOO_LARGE,
                 },
             }
         },
@@ -1047,6 +1135,10 @@ def _document() -> dict[str, Any]:
             },
             {"name": "changes", "description": "The change ledger: review and undo what was changed."},
             {"name": "files", "description": "Find notebooks and files."},
+            {
+                "name": "focus",
+                "description": "What the person looks at, when they share it; UI actions for the person.",
+            },
             {"name": "meta", "description": "The API contract."},
         ],
         "paths": _paths(),

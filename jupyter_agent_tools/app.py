@@ -27,6 +27,7 @@ from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
 from .execution.run_kernels import NotebookKernels
 from .execution.session_manager import EvalSessionManager
+from .focus import FocusStore
 from .handlers import events, oauth, server_routes
 from .handlers.approvals import ApprovalHandler, ApprovalListHandler
 from .handlers.artifacts import ArtifactHandler
@@ -39,6 +40,7 @@ from .handlers.changes import (
 from .handlers.contents_save import watch_contents_removals, watch_contents_saves
 from .handlers.eval import EvalHandler
 from .handlers.files import FilesHandler
+from .handlers.focus import FocusActionHandler, FocusHandler, FocusTabHandler
 from .handlers.mcp import McpHandler
 from .handlers.notebooks import (
     NOTEBOOK_PATH_REGEX,
@@ -107,6 +109,7 @@ class AgentToolsApp(ExtensionApp):
         AgentStores,
         AgentOAuth,
         HubAgentTokens,
+        FocusStore,
     ]
 
     # -- the front door: request bodies, streams, MCP (the handlers read these) --
@@ -260,6 +263,7 @@ class AgentToolsApp(ExtensionApp):
     run_registry: RunRegistry
     approval_policy: ApprovalPolicy
     oauth: AgentOAuth
+    focus: FocusStore
 
     @classmethod
     def _load_jupyter_server_extension(cls, serverapp: Any) -> None:
@@ -361,6 +365,10 @@ class AgentToolsApp(ExtensionApp):
             parent=self, artifacts=artifacts, root_dir=str(getattr(serverapp, "root_dir", "") or "")
         )
         self._end_what_tokens_start(getattr(serverapp, "identity_provider", None))
+        # what the person looks at, when they share it: in memory only (docs/panel.md, "Share my focus")
+        self.focus = FocusStore(
+            parent=self, audit=audit, root_dir=getattr(serverapp.contents_manager, "root_dir", None)
+        )
         # MCP clients sign in with OAuth (the access tokens are agent tokens): only with agent tokens on
         self.oauth = AgentOAuth(
             parent=self,
@@ -400,7 +408,8 @@ class AgentToolsApp(ExtensionApp):
 
     def _end_what_tokens_start(self, provider: Any) -> None:
         """An agent token that ends (revoked, expired) ends what it started: its approval requests are
-        withdrawn and its grants dropped, then its detached runs cancelled (its websockets: the provider)."""
+        withdrawn and its grants dropped, its detached runs cancelled, its MCP focus subscriptions ended
+        (its websockets: the provider)."""
         if not isinstance(provider, AgentTokens):
             return
         approvals, runs = self.approval_policy, self.run_registry
@@ -408,6 +417,9 @@ class AgentToolsApp(ExtensionApp):
         def ended(token: TokenEnded) -> None:
             approvals.withdraw_token(token.token_id, token.reason)
             runs.cancel_token(token.token_id, token.reason)
+            mcp = getattr(self, "mcp_server", None)
+            if mcp is not None:  # its subscriptions to the person's focus end
+                mcp.end_token(token.token_id)
 
         provider.on_token_ended(ended)
 
@@ -447,6 +459,9 @@ class AgentToolsApp(ExtensionApp):
                 (r"/api/agent/mcp", McpHandler),
                 (r"/api/agent/changes", ChangesHandler),
                 (r"/api/agent/files", FilesHandler),
+                (r"/api/agent/focus", FocusHandler),
+                (r"/api/agent/focus/tabs/(?P<tab>[^/]+)", FocusTabHandler),
+                (r"/api/agent/focus/actions", FocusActionHandler),
                 *oauth.handlers(self.oauth),
                 # Last: every other path under /api/agent (the server's own 404 page is HTML).
                 (r"/api/agent(?:/.*)?", UnknownRouteHandler),
@@ -471,6 +486,7 @@ class AgentToolsApp(ExtensionApp):
         # Kernels an earlier process of this server left on the gateway: shut down in the background.
         self._reaping = asyncio.ensure_future(self.eval_service.kernels.reap_orphans())
         self.ledger.start()
+        self.focus.start()
         await self.run_registry.load()  # a previous process's unfinished runs become "lost"
         await self.approval_policy.start()  # requests a previous process left pending expire
 
@@ -482,6 +498,9 @@ class AgentToolsApp(ExtensionApp):
         registry, evals, ledger = (getattr(self, n, None) for n in ("run_registry", "eval_service", "ledger"))
         approvals = getattr(self, "approval_policy", None)
         signins = getattr(self, "oauth", None)
+        focus = getattr(self, "focus", None)
+        if focus is not None:
+            focus.stop_sweeping()
         steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = []
         if registry is not None:  # first: its unfinished runs are lost, not failed
             steps.append(("runs", registry.shutdown))

@@ -1646,6 +1646,132 @@ KERNEL_SCHEMAS: dict[str, Any] = {
     ),
 }
 
+# ------------------------------------------------------------------------------------------ shared focus
+
+FOCUS_UI_ACTIONS = ("open_notebook", "reveal_cell", "show_change", "open_approval")
+_POSITION = _obj(
+    {"line": {"type": "integer", "minimum": 0}, "column": {"type": "integer", "minimum": 0}},
+    additionalProperties=False,
+)
+FOCUS_SCHEMAS: dict[str, Any] = {
+    "FocusPublish": {
+        "type": "object",
+        "description": "What a browser tab shows, published while its person shares their focus.",
+        "properties": {
+            "agents": {
+                "description": "Who may read it: 'all' (every agent) or agent token names.",
+                "oneOf": [
+                    {"const": "all"},
+                    {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": TOKEN_NAME_PATTERN},
+                        "maxItems": 100,
+                    },
+                ],
+            },
+            "path": {
+                "type": ["string", "null"],
+                "maxLength": 4096,
+                "pattern": NO_NUL_PATTERN,
+                "description": "The notebook the tab shows (root-relative), or null (none).",
+            },
+            "cell": {
+                "type": ["object", "null"],
+                "description": "The active cell; the server cuts its source and summarizes its outputs.",
+                "properties": {
+                    "id": {"type": ["string", "null"], "maxLength": 256},
+                    "index": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+                    "cell_type": {"type": "string", "enum": list(CELL_TYPES)},
+                    "source": {"type": "string"},
+                    "execution_count": {"type": ["integer", "null"]},
+                    "outputs": {"type": "array", "items": {"type": "object"}, "maxItems": 10_000},
+                },
+                "required": ["index"],
+                "additionalProperties": False,
+            },
+            "selection": {
+                "type": ["object", "null"],
+                "description": "The text selected in the active cell (cut by the server).",
+                "properties": {"text": {"type": "string"}, "start": _POSITION, "end": _POSITION},
+                "required": ["text"],
+                "additionalProperties": False,
+            },
+            "kernel": {
+                "type": ["object", "null"],
+                "description": "The notebook's kernel as the page sees it.",
+                "properties": {
+                    "name": {"type": ["string", "null"], "maxLength": 256},
+                    "status": {"type": ["string", "null"], "maxLength": 64},
+                    "execution_count": {"type": ["integer", "null"]},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "additionalProperties": False,
+        "x-errors": {"type": 'Request body must be a JSON object like {"agents": "all", "path": "a.ipynb"}'},
+    },
+    "FocusAction": {
+        "type": "object",
+        "description": "An allow-listed UI action an agent asks JupyterLab to do for the person.",
+        "properties": {
+            "action": {
+                "type": "string",
+                "enum": list(FOCUS_UI_ACTIONS),
+                "x-errors": {"enum": f"'action' must be one of {', '.join(FOCUS_UI_ACTIONS)}; got {{value}}"},
+            },
+            "path": {"type": "string", "maxLength": 4096, "pattern": NO_NUL_PATTERN},
+            "cell_id": {"type": "string", "maxLength": 256},
+            "cell_index": {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+            "change_id": {"type": "string", "maxLength": 128},
+            "approval_id": {"type": "integer", "minimum": 0},
+            "message": {"type": "string", "maxLength": 500, "description": "Shown to the person with it."},
+        },
+        "required": ["action"],
+        "additionalProperties": False,
+        "x-errors": {"type": 'Request body must be a JSON object like {"action": "reveal_cell", ...}'},
+    },
+}
+ANSWER_SCHEMAS["Focus"] = _obj(
+    {
+        "tab": {"type": "string", "description": "The browser tab's id."},
+        "path": {**_STR_OR_NULL, "description": "The notebook the person looks at (null: none)."},
+        "cell": {
+            "type": ["object", "null"],
+            "description": "The active cell: id, index, cell_type, source (cut), execution_count, outputs "
+            "(summarized as a notebook read summarizes them), outputs_omitted.",
+        },
+        "selection": {"type": ["object", "null"], "description": "The selected text (cut), start, end."},
+        "kernel": {"type": ["object", "null"], "description": "name, status, execution_count."},
+        "updated": {"type": "string", "description": "When it last changed (ISO 8601, UTC)."},
+        "shared_with": {
+            "description": "'all' or the agent token names it is shared with.",
+            "anyOf": [{"const": "all"}, {"type": "array", "items": _STR}],
+        },
+    },
+    description="What the person looks at in a JupyterLab tab that shares it.",
+)
+ANSWER_SCHEMAS["FocusShared"] = _obj(
+    {
+        "tab": _STR,
+        "updated": _STR,
+        "ttl": {"type": "number", "description": "Seconds it is kept unless published again."},
+    },
+    description="The tab's focus as kept.",
+)
+ANSWER_SCHEMAS["FocusActionResult"] = _obj(
+    {
+        "delivered": {
+            "type": "string",
+            "enum": ["tab", "notification", "none"],
+            "description": "tab: to the tab sharing its focus with you; notification: to every page, as a "
+            "notification; none: no page is open.",
+        },
+        "action": _STR,
+        "message": _STR,
+    },
+    description="Where the UI action went.",
+)
+
 SCHEMAS: dict[str, Any] = {
     **KERNEL_SCHEMAS,
     **NOTEBOOK_SCHEMAS,
@@ -1653,6 +1779,7 @@ SCHEMAS: dict[str, Any] = {
     **RUN_SCHEMAS,
     **TOKEN_SCHEMAS,
     **APPROVAL_SCHEMAS,
+    **FOCUS_SCHEMAS,
     **ANSWER_SCHEMAS,
     **LEDGER_SCHEMAS,
     **DETACHED_SCHEMAS,

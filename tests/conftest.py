@@ -100,6 +100,8 @@ SLOW_FIRST = {
     "test_file_search.py": 10,
     "test_create_replace_files.py": 10,
     "test_names.py": 10,
+    "test_focus_browser.py": 30,
+    "test_focus.py": 10,
 }
 
 

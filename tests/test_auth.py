@@ -105,6 +105,8 @@ READ_CONTENTS, WRITE_CONTENTS = ("read", "contents"), ("write", "contents")
 EXECUTE_KERNELS, READ_KERNELS = ("execute", "kernels"), ("read", "kernels")
 READ_TOKENS, WRITE_TOKENS = ("read", "agent_tokens"), ("write", "agent_tokens")
 READ_APPROVALS, WRITE_APPROVALS = ("read", "agent_approvals"), ("write", "agent_approvals")
+READ_FOCUS, WRITE_FOCUS, WRITE_UI = ("read", "agent_focus"), ("write", "agent_focus"), ("write", "agent_ui")
+TAB = "tab-auth0001"
 ROUTES = [
     ("GET", "api/agent/notebooks/nb.ipynb", None, {READ_CONTENTS}),
     ("POST", "api/agent/notebooks/nb.ipynb", {"action": "insert", "content": "z"}, {WRITE_CONTENTS}),
@@ -137,6 +139,10 @@ ROUTES = [
     ("GET", "api/agent/runs/{run}", None, {READ_KERNELS}),
     ("GET", "api/agent/runs/{run}/events", None, {READ_KERNELS}),
     ("POST", "api/agent/runs/{run}/cancel", {}, {EXECUTE_KERNELS}),
+    ("PUT", f"api/agent/focus/tabs/{TAB}", {"agents": "all", "path": "nb.ipynb"}, {WRITE_FOCUS}),
+    ("GET", "api/agent/focus", None, {READ_FOCUS}),
+    ("POST", "api/agent/focus/actions", {"action": "open_notebook", "path": "nb.ipynb"}, {WRITE_UI}),
+    ("DELETE", f"api/agent/focus/tabs/{TAB}", None, {WRITE_FOCUS}),
 ]
 PAIRS = [
     ("read", "contents"),
@@ -147,13 +153,16 @@ PAIRS = [
     ("write", "agent_tokens"),
     ("read", "agent_approvals"),
     ("write", "agent_approvals"),
+    ("read", "agent_focus"),
+    ("write", "agent_focus"),
+    ("write", "agent_ui"),
 ]
 
 
 def _doc_path(url: str) -> str:
     url = url.replace("nb.ipynb", "{path}").replace("keep", "{name}").replace("{artifact}", "{artifact_id}")
     url = url.replace("tokens/bot", "tokens/{name}").replace("{approval}", "{approval_id}")
-    url = url.replace("/changes/1", "/changes/{change_id}").replace("{run}", "{run_id}")
+    url = url.replace("/changes/1", "/changes/{change_id}").replace("{run}", "{run_id}").replace(TAB, "{tab}")
     return "/" + url.replace("/cells/@0/outputs/0", "/cells/{cell}/outputs/{n}")
 
 
@@ -189,6 +198,9 @@ async def _setup(http, auth: dict[str, str]) -> dict[str, str]:
     assert status == 202, run
     status, ended, _ = await http("GET", f"api/agent/runs/{run['run_id']}?wait=60", None, auth)
     assert status == 200 and ended["state"] == "complete", ended
+    # a focus shared, so that reading it works whichever route is denied
+    status, answer, _ = await http("PUT", f"api/agent/focus/tabs/{TAB}-s", {"path": "nb.ipynb"}, auth)
+    assert status == 200, answer
     gated = {"action": "interrupt", "approval_wait": 0}  # the kernel of gate.ipynb: the person must approve
     status, waiting, _ = await http("POST", "api/agent/notebooks/gate.ipynb/kernel", gated, auth)
     assert status == 202, waiting

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 PACKAGE = Path(__file__).resolve().parent.parent / "jupyter_agent_tools"
 MARKER = "# broad:"
 BROAD = ("Exception", "BaseException")
-# After round 4 (issue 47): 79 = 71 ``except Exception``/``suppress(Exception)`` (of 90 before it) + 8 of
+# After round 4 (issue 47): 80 = 72 ``except Exception``/``suppress(Exception)`` (of 92 on main) + 8 of
 # BaseException. A new one needs its comment; this bound says when the count grows, so that it grows on
 # purpose (raise it in the same commit).
-MAX_BROAD = 79
+MAX_BROAD = 80
 
 
 def _names(node: ast.expr | None) -> list[str]:

@@ -126,6 +126,10 @@ OPERATIONS = [
     ("GET", "/api/agent/approvals"),
     ("GET", "/api/agent/approvals/{approval_id}"),
     ("POST", "/api/agent/approvals/{approval_id}"),
+    ("GET", "/api/agent/focus"),
+    ("PUT", "/api/agent/focus/tabs/{tab}"),
+    ("DELETE", "/api/agent/focus/tabs/{tab}"),
+    ("POST", "/api/agent/focus/actions"),
 ]
 CASES = [
     pytest.param(method, path, mode, fixed, id=f"{method} {path} {mode.value}{' target' if fixed else ''}")

@@ -487,6 +487,7 @@ async def test_sdk_modern_client_every_method(url, jp_auth_header, notebook) -> 
         assert {str(t.uri_template) for t in templates.resource_templates} == {
             "jupyter://notebooks/{+path}",
             "jupyter://notebooks/{+path}/cells/{cell}/outputs/{n}",
+            "jupyter://focus",
         }
         notebook_text = await client.read_resource(uri)
         assert "# Title" in notebook_text.contents[0].text and notebook_text.ttl_ms == 0
@@ -540,7 +541,7 @@ async def test_sdk_legacy_session_every_method(url, jp_auth_header, notebook) ->
         listed = await session.list_resources()
         assert [str(r.uri) for r in listed.resources] == [uri]
         templates = await session.list_resource_templates()
-        assert len(templates.resource_templates) == 2
+        assert len(templates.resource_templates) == 3
         read = await session.read_resource(uri)
         assert "# Title" in read.contents[0].text
         with pytest.raises(Exception, match="Method not found"):

@@ -23,10 +23,12 @@ import { Widget } from '@lumino/widgets';
 import { IApproval, IChange, IChangeDetail, ISession } from './api';
 import { approvalInUrl } from './approvals';
 import { connectAgent } from './connect';
+import { parseAgents } from './focus';
 import { cellDiffText, when } from './format';
 import { trans } from './i18n';
 import { AgentModel } from './model';
 import { AgentPanel, approvalNode, diffText, el } from './panel';
+import type { FocusSharer } from './share';
 
 export const CommandIds = {
   openPanel: 'agents:open-panel',
@@ -39,7 +41,8 @@ export const CommandIds = {
   approve: 'agents:approve',
   deny: 'agents:deny',
   connectAgent: 'agents:connect-agent',
-  revokeToken: 'agents:revoke-token'
+  revokeToken: 'agents:revoke-token',
+  shareFocus: 'agents:share-focus'
 };
 
 /** A command's `describedBy`: its arguments, each a JSON schema. */
@@ -54,7 +57,8 @@ export function addCommands(
   model: AgentModel,
   panel: AgentPanel,
   tracker: INotebookTracker | null,
-  palette: ICommandPalette | null
+  palette: ICommandPalette | null,
+  focus: FocusSharer | null = null
 ): void {
   const { commands } = app;
   const session = (args: ReadonlyPartialJSONObject): ISession | undefined =>
@@ -406,10 +410,47 @@ export function addCommands(
       }
     }
   });
+  commands.addCommand(CommandIds.shareFocus, {
+    describedBy: described({
+      on: {
+        type: 'boolean',
+        description: trans.__('On or off (default: the other way round)')
+      },
+      agents: {
+        type: 'string',
+        description: trans.__(
+          'Agent token names, separated by commas (default: every agent)'
+        )
+      }
+    }),
+    label: trans.__('Share My Focus with Agents'),
+    caption: trans.__(
+      'Let agents read the notebook, cell and selection you look at in this tab; off again stops it at once'
+    ),
+    isEnabled: () => focus !== null,
+    isToggled: () => focus?.sharing ?? false,
+    execute: async args => {
+      if (!focus) {
+        return;
+      }
+      const on = typeof args.on === 'boolean' ? args.on : !focus.sharing;
+      if (!on) {
+        await focus.stop();
+        return;
+      }
+      await focus.share(
+        typeof args.agents === 'string' ? parseAgents(args.agents) : 'all'
+      );
+    }
+  });
+  focus?.changed.connect(() =>
+    commands.notifyCommandChanged(CommandIds.shareFocus)
+  );
   if (palette) {
     const category = trans.__('Agents');
     for (const command of [
       CommandIds.openPanel,
+      CommandIds.shareFocus,
       CommandIds.connectAgent,
       CommandIds.approve,
       CommandIds.deny,

@@ -21,7 +21,10 @@ import { Api } from './api';
 import { APPROVAL_URL_PATTERN, asked, pendingCells } from './approvals';
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { addCommands, CommandIds } from './commands';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
 import { AgentEvents } from './events';
+// eslint-disable-next-line jupyter/prefer-lazy-imports
+import { FocusSharer } from './share';
 // The panel is in the sidebar from the start: activation needs these modules at once.
 // eslint-disable-next-line jupyter/prefer-lazy-imports
 import { NotebookFollower } from './follow';
@@ -69,10 +72,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       setTranslator(translator);
     }
     const serverSettings = app.serviceManager.serverSettings;
-    const model = new AgentModel(
-      new Api(serverSettings),
-      new AgentEvents(serverSettings)
-    );
+    const events = new AgentEvents(serverSettings);
+    const model = new AgentModel(new Api(serverSettings), events);
+    // "Share my focus" (off until the person turns it on): this tab's notebook and cell, for agents
+    const focus = tracker
+      ? new FocusSharer(serverSettings, events, tracker, app.commands)
+      : null;
     const marks = tracker ? new CellMarks(tracker) : null;
     const follower = tracker
       ? new NotebookFollower(
@@ -127,14 +132,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
         Notification.dismiss(notice);
       }
     });
-    const panel = new AgentPanel(model, app.commands);
+    const panel = new AgentPanel(model, app.commands, focus);
     panel.title.icon = ICON;
     panel.disposed.connect(() => {
       model.dispose();
       marks?.dispose();
       follower?.dispose();
+      focus?.dispose();
     });
-    addCommands(app, model, panel, tracker, palette);
+    addCommands(app, model, panel, tracker, palette, focus);
     app.shell.add(panel, 'left', { rank: 600 });
     // A URL naming a request (?agent-approval=12, what an MCP client opens) shows it in the panel.
     router?.register({

@@ -27,7 +27,9 @@ import {
   runningCell,
   when
 } from './format';
+import { parseAgents, sharedWith } from './focus';
 import { trans } from './i18n';
+import type { FocusSharer } from './share';
 import { AgentModel } from './model';
 import { tokenKey } from './tokens';
 
@@ -42,7 +44,8 @@ export const COMMANDS: { [action: string]: string } = {
   'approve-for': 'agents:approve',
   deny: 'agents:deny',
   connect: 'agents:connect-agent',
-  revoke: 'agents:revoke-token'
+  revoke: 'agents:revoke-token',
+  'share-focus': 'agents:share-focus'
 };
 
 /** "Approve for 10 minutes": this agent, this action, this notebook. */
@@ -54,7 +57,8 @@ export const PENDING_DATASET_KEY = 'agent-pending';
 export class AgentPanel extends Widget {
   constructor(
     private readonly model: AgentModel,
-    private readonly commands: CommandRegistry
+    private readonly commands: CommandRegistry,
+    private readonly focus: FocusSharer | null = null
   ) {
     super();
     this.id = 'jp-agent-activity';
@@ -100,6 +104,7 @@ export class AgentPanel extends Widget {
       header,
       this._error,
       this._notice,
+      this._focusNode(),
       this._approvals.node,
       this._sessions.node,
       this._runs.node,
@@ -107,7 +112,69 @@ export class AgentPanel extends Widget {
       this._tokens.node
     );
     model.stateChanged.connect(this._render, this);
+    focus?.changed.connect(this._renderFocus, this);
     this._render();
+    this._renderFocus();
+  }
+
+  /** "Share my focus": the toggle, whom it is shared with, and who read it (hidden without notebooks). */
+  private _focusNode(): HTMLElement {
+    const section = el('div', 'jp-AgentActivity-section jp-AgentFocus');
+    section.dataset.section = 'share-focus';
+    section.hidden = !this.focus;
+    const label = el('label', 'jp-AgentFocus-toggle');
+    this._focusToggle.type = 'checkbox';
+    this._focusToggle.dataset.field = 'share-focus';
+    label.append(this._focusToggle, text(trans.__('Share my focus')));
+    label.title = trans.__(
+      'Let agents read the notebook, cell and selection you look at in this tab (off by default)'
+    );
+    this._focusAgents.dataset.field = 'focus-agents';
+    this._focusAgents.className = 'jp-mod-styled jp-AgentFocus-agents';
+    this._focusAgents.placeholder = trans.__('all agents, or agent names');
+    this._focusAgents.title = trans.__(
+      'Agent token names, separated by commas; empty: every agent'
+    );
+    this._focusToggle.addEventListener('change', () => {
+      void this.commands.execute(COMMANDS['share-focus'], {
+        on: this._focusToggle.checked,
+        agents: this._focusAgents.value
+      });
+    });
+    this._focusAgents.addEventListener('change', () => {
+      if (this.focus?.sharing) {
+        void this.focus.share(parseAgents(this._focusAgents.value));
+      }
+    });
+    section.append(label, this._focusAgents, this._focusStatus);
+    return section;
+  }
+
+  private _renderFocus(): void {
+    const focus = this.focus;
+    if (!focus) {
+      return;
+    }
+    this._focusToggle.checked = focus.sharing;
+    const lines = [
+      focus.sharing
+        ? trans.__(
+            'On: %1 can read the notebook, cell and selection you look at in this tab.',
+            sharedWith(focus.agents)
+          )
+        : trans.__('Off: agents cannot see what you look at.')
+    ];
+    if (focus.sharing && focus.lastRead) {
+      lines.push(
+        trans.__('Read by %1 %2', focus.lastRead.agent, when(focus.lastRead.at))
+      );
+    }
+    if (focus.problem) {
+      lines.push(focus.problem);
+    }
+    this._focusStatus.textContent = lines.join(' ');
+    this._focusStatus.classList.toggle('jp-mod-on', focus.sharing);
+    this.node.dataset.sharingFocus = String(focus.sharing);
   }
 
   dispose(): void {
@@ -115,6 +182,7 @@ export class AgentPanel extends Widget {
       return;
     }
     this.model.stateChanged.disconnect(this._render, this);
+    this.focus?.changed.disconnect(this._renderFocus, this);
     this.node.removeEventListener('click', this._onClick);
     clearInterval(this._ticker);
     super.dispose();
@@ -279,6 +347,9 @@ export class AgentPanel extends Widget {
       .forEach(cell => (cell.textContent = elapsed(cell.dataset.since!, now)));
   }
 
+  private _focusToggle = document.createElement('input');
+  private _focusAgents = document.createElement('input');
+  private _focusStatus = el('div', 'jp-AgentFocus-status');
   private _status = el('span', 'jp-AgentActivity-status');
   private _error = el('div', 'jp-AgentActivity-notice jp-mod-error');
   private _approvals: Section;

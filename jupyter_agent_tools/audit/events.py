@@ -42,7 +42,8 @@ RECOVERY = f"{SCHEMA_BASE}/recovery/v1"
 REFUSAL = f"{SCHEMA_BASE}/refusal/v1"
 LEDGER_CHANGE = f"{SCHEMA_BASE}/ledger_change/v1"
 APPROVAL = f"{SCHEMA_BASE}/approval/v1"
-SCHEMA_IDS = (NOTEBOOK_CHANGE, EXECUTION, SESSION, RECOVERY, REFUSAL, LEDGER_CHANGE, APPROVAL)
+FOCUS = f"{SCHEMA_BASE}/focus/v1"
+SCHEMA_IDS = (NOTEBOOK_CHANGE, EXECUTION, SESSION, RECOVERY, REFUSAL, LEDGER_CHANGE, APPROVAL, FOCUS)
 
 # The outcome of each kind of recovery as EvalSessionManager.record() reports it (a retry reports its
 # end too).

@@ -34,6 +34,10 @@ RULES: dict[str, dict[str, str]] = {
     "config": {"read": "read"},
     # an agent reads its own approval requests; deciding (write) is a person's, never an agent's
     "agent_approvals": {"read": "read"},
+    # an agent reads the focus the person shares with it; publishing it (write) is the person's browser's
+    "agent_focus": {"read": "read"},
+    # an agent points the person at something (open a notebook, reveal a cell): allow-listed UI actions
+    "agent_ui": {"write": "read"},
 }
 # Resources whose routes name a file: an agent with path globs reaches only those inside them.
 PATH_RESOURCES = frozenset({"contents", "nbconvert"})

@@ -441,8 +441,9 @@ class Relay:
             self.say("the MCP session had ended (did the server restart?): opened a new one")
 
     async def _listen(self, session: str) -> None:
-        """Relay what the server sends on the session's GET stream. This server has none (405), so this
-        ends at once there; a server that has one is heard."""
+        """Relay what the server sends on the session's GET stream (this server's: the updates of the
+        session's resource subscriptions, ``jupyter://focus``); a server without one answers 405, and this
+        ends at once."""
         if self.server is None:
             return
         headers = {**self._headers(self.server, None, True), "Accept": "text/event-stream"}

@@ -30,7 +30,8 @@ SSE = "text/event-stream"
 
 
 class McpHandler(AgentAPIHandler):
-    """POST takes JSON-RPC messages; GET is 405 (no server-initiated stream); DELETE ends a session."""
+    """POST takes JSON-RPC messages; GET opens a legacy session's stream of updates (its resource
+    subscriptions); DELETE ends a session."""
 
     route_name = "mcp"
     via = "mcp"
@@ -159,6 +160,7 @@ class McpHandler(AgentAPIHandler):
             self._owner(),
             authorize,
             identity=acting_username(self) or "",
+            agent=user.agent if isinstance(user, AgentUser) else None,
             token_ask=getattr(user, "ask", frozenset()),
             lab_url=f"{self.request.protocol}://{self.request.host}{url_path_join(self.base_url, 'lab')}",
             scope_challenge=self._scope_challenge,

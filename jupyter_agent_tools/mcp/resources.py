@@ -7,6 +7,9 @@ specification). Pure: the same services the tools call, no Tornado.
   file listing's ``next_start``).
 - ``jupyter://notebooks/{+path}/cells/{cell}/outputs/{n}``: one output of a cell in full, one content per
   MIME type: text types as text, others (images) as base64 ``blob``. ``cell`` is an id or ``@index``.
+- ``jupyter://focus``: what the person looks at in JupyterLab when they share it with the caller (JSON, as
+  ``GET /api/agent/focus`` answers it); ``resources/subscribe`` to it sends
+  ``notifications/resources/updated`` when it changes (:mod:`jupyter_agent_tools.focus`).
 
 Paths in URIs are percent-encoded per segment; every path goes through the notebook store or the file
 listing, which check it (root, hidden files, an agent token's globs) as for the tools.
@@ -15,12 +18,14 @@ listing, which check it (root, hidden files, an agent token's globs) as for the 
 from __future__ import annotations
 
 import base64
+import json
 import re
 import urllib.parse
 from typing import Any
 
 from ..errors import BadRequest
 from ..files import list_files
+from ..focus import FOCUS_URI
 from ..notebook.reading import ReadView, output_body, render_text
 from ..notebook.summary import is_textual
 from .tools import Services
@@ -46,6 +51,16 @@ TEMPLATES = [
         "title": "One output of a cell",
         "description": "One output in full: one content per MIME type, images as blobs. 'cell' is the cell's "
         "id or @index, 'n' the output's index.",
+    },
+    {
+        "uriTemplate": FOCUS_URI,
+        "name": "focus",
+        "title": "What the person looks at",
+        "description": "The notebook, active cell (source, outputs summarized), selected text and kernel "
+        "state of the person's JupyterLab tab, when they share their focus with you (off by default: the "
+        "Agents panel's 'Share my focus'). resources/subscribe to it: notifications/resources/updated on "
+        "change.",
+        "mimeType": "application/json",
     },
 ]
 
@@ -107,6 +122,14 @@ async def list_resources(services: Services, cursor: str | None) -> dict[str, An
     if page["next_start"] is not None:
         result["nextCursor"] = page["next_start"]
     return result
+
+
+def read_focus(services: Services, agent: str | None) -> dict[str, Any]:
+    """``{"contents": [...]}`` of ``jupyter://focus`` for ``agent`` (its token name; None: not an agent):
+    a 403 :class:`AgentToolsError` saying how the person shares it when nothing is shared with it."""
+    answer = services.focus.read(agent)
+    text = json.dumps(answer, ensure_ascii=False)
+    return {"contents": [{"uri": FOCUS_URI, "mimeType": "application/json", "text": text}]}
 
 
 async def read_resource(services: Services, uri: str) -> dict[str, Any]:

@@ -18,10 +18,11 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import logging
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +30,11 @@ from typing import Any
 from .. import __version__
 from ..approvals.gate import Asking, clear, once_approved, refusal, wait_seconds, without_gate_fields
 from ..approvals.records import Approval
-from ..audit.context import current_user, set_approver
+from ..audit.context import current_token, current_user, set_approver
 from ..body import encode_answer
 from ..errors import AgentToolsError
 from ..execution.dispatch import extra_permissions
+from ..focus import FOCUS_URI
 from ..runs.registry import Viewer
 from ..stream_events import Emit
 from ..streaming import TaskSource, pump
@@ -57,7 +59,7 @@ from .jsonrpc import (
     result_message,
 )
 from .request_state import ApprovalState, InvalidRequestState, RequestStates, arguments_digest
-from .resources import TEMPLATES, ResourceNotFound, list_resources, read_resource
+from .resources import TEMPLATES, ResourceNotFound, list_resources, read_focus, read_resource
 from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, service_call, tool_state, wait_or_cancelled
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
@@ -71,7 +73,13 @@ SESSION_HEADER, VERSION_HEADER = "mcp-session-id", "mcp-protocol-version"
 METHOD_HEADER, NAME_HEADER = "mcp-method", "mcp-name"
 NAMED_METHODS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 RESOURCE_METHODS = ("resources/list", "resources/read", "resources/templates/list")
-CAPABILITIES = {"tools": {"listChanged": False}, "resources": {"subscribe": False, "listChanged": False}}
+# resources/subscribe: jupyter://focus only (legacy sessions; the updates come on the session's GET stream;
+# 2026-07-28: subscriptions/listen)
+CAPABILITIES = {"tools": {"listChanged": False}, "resources": {"subscribe": True, "listChanged": False}}
+SUBSCRIBE_METHODS = ("resources/subscribe", "resources/unsubscribe")
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"  # stamped in a listen stream's frames
+# notifications kept for a stream not read yet; older ones go (an update is an update)
+MAX_WAITING_UPDATES = 16
 CACHE_TTL_MS = 5 * 60 * 1000  # tools/list and server/discover change only with the server's version
 # What a 2026-07-28 client may cache of each resources/* answer (the revision requires both fields): the
 # templates are fixed, notebooks change at any time; all depend on who asks (an agent token's paths).
@@ -138,6 +146,7 @@ class HttpRequest:
     user: str  # whom a legacy session belongs to
     authorize: Callable[[str, str], Awaitable[bool]]  # (action, resource): the server's authorizer
     identity: str = ""  # the acting user, as the approval gate's rules name it (agent:NAME)
+    agent: str | None = None  # the agent token's name (None: not an agent): whose shared focus it sees
     token_ask: frozenset[str] = frozenset()  # what an agent token asks the person for (--ask)
     lab_url: str = ""  # JupyterLab on this server, as the client reached it (an approval's page)
     # (action, resource) pairs -> the WWW-Authenticate challenge when the caller's OAuth token lacks a
@@ -177,6 +186,33 @@ class _Call:
 
 
 @dataclass
+class _Outbox:
+    """Server-initiated messages waiting for a stream (a legacy session's GET stream, a 2026-07-28
+    ``subscriptions/listen`` response), bounded: an update is an update, the oldest go first."""
+
+    messages: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_WAITING_UPDATES))
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def put(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.wake.set()
+
+
+@dataclass(eq=False)  # (kept in a set: one per listen stream)
+class _FocusWatch:
+    """A subscription to ``jupyter://focus``: the subscribing request's context (its agent token's paths,
+    which the focus store checks), the agent, what it saw last, where its updates go (with ``meta`` in
+    their params: a listen stream's subscription id) and, for a listen stream, what ends it."""
+
+    context: contextvars.Context
+    agent: str | None
+    last: tuple[str, int] | None
+    outbox: _Outbox
+    meta: dict[str, Any] | None = None
+    cancel: asyncio.Event | None = None
+
+
+@dataclass
 class LegacySession:
     id: str
     user: str
@@ -184,6 +220,10 @@ class LegacySession:
     last_used: float
     initialized: bool = False
     calls: dict[RequestId, _Call] = field(default_factory=dict)
+    focus: _FocusWatch | None = None
+    # server-initiated messages for the session's GET stream (one stream at a time: ``listening``)
+    outbox: _Outbox = field(default_factory=_Outbox)
+    listening: asyncio.Event | None = None
 
 
 class _Progress:
@@ -255,6 +295,10 @@ class McpServer:
         self.sessions: OrderedDict[str, LegacySession] = OrderedDict()
         self._tool_lists: dict[str, list[dict[str, Any]]] = {}
         self._states = RequestStates()
+        self._listens: set[_FocusWatch] = set()  # the 2026-07-28 listen streams open on jupyter://focus
+        focus = getattr(services, "focus", None)
+        if focus is not None:
+            focus.on_change(self._focus_changed)
 
     # -- HTTP methods --------------------------------------------------------------------------------
 
@@ -276,8 +320,167 @@ class McpServer:
         return Answer(status, error_message(None, code, message))
 
     def get(self, request: HttpRequest) -> Answer:
-        message = "Method Not Allowed: this server sends messages only as answers to POST requests"
-        return Answer(405, error_message(None, INVALID_REQUEST, message), {"Allow": "POST, DELETE"})
+        """A legacy session's stream of server-initiated messages (the ``notifications/resources/updated``
+        of its subscriptions), as SSE; one at a time per session (a new one ends the previous one)."""
+        if request.header(SESSION_HEADER) is None:
+            message = (
+                "Method Not Allowed: GET opens a session's stream of updates (send initialize first, then "
+                "GET with its Mcp-Session-Id); every other message is an answer to a POST"
+            )
+            return Answer(405, error_message(None, INVALID_REQUEST, message), {"Allow": "POST, DELETE"})
+        try:
+            session = self._session(request, None)
+        except RpcError as e:
+            return Answer(e.status, e.to_message())
+        if "text/event-stream" not in (request.header("accept") or ""):
+            message = "Not Acceptable: a session's GET stream is text/event-stream (send Accept with it)"
+            return Answer(406, error_message(None, INVALID_REQUEST, message))
+        if session.listening is not None:
+            session.listening.set()
+        cancel = session.listening = asyncio.Event()
+        return Answer(200, stream=self._listen(session, cancel), cancel=cancel)
+
+    async def _listen(self, session: LegacySession, cancel: asyncio.Event) -> AsyncIterator[Outgoing]:
+        """The session's waiting messages as they come, a keep-alive each heartbeat interval, until the
+        client goes, another GET replaces this one or the session ends."""
+        yield Outgoing(None)  # the stream is open (the client sees its headers now)
+        async for item in self._drain(
+            session.outbox, cancel, lambda: self.sessions.get(session.id) is session
+        ):
+            yield item
+
+    async def _drain(
+        self, outbox: _Outbox, cancel: asyncio.Event, alive: Callable[[], bool]
+    ) -> AsyncIterator[Outgoing]:
+        """``outbox``'s messages as they come, a keep-alive each heartbeat interval, until ``cancel`` is set
+        or ``alive()`` is no longer true."""
+        while not cancel.is_set() and alive():
+            if outbox.messages:
+                yield Outgoing(outbox.messages.popleft())
+                continue
+            outbox.wake.clear()
+            waiters = [asyncio.ensure_future(outbox.wake.wait()), asyncio.ensure_future(cancel.wait())]
+            try:
+                done, _ = await asyncio.wait(
+                    waiters, timeout=self.heartbeat_interval, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+            if not done:
+                yield Outgoing(None)
+
+    def _focus_watches(self) -> list[_FocusWatch]:
+        legacy = [s.focus for s in self.sessions.values() if s.focus is not None]
+        return legacy + list(self._listens)
+
+    def _focus_changed(self) -> None:
+        """A tab's focus changed: each subscription to ``jupyter://focus`` whose agent now sees something
+        else than it saw is sent ``notifications/resources/updated`` (others never hear of it)."""
+        focus = self.services.focus
+        for watch in self._focus_watches():
+            now = watch.context.run(focus.signature, watch.agent)
+            if now == watch.last:
+                continue
+            watch.last = now
+            params: dict[str, Any] = {"uri": FOCUS_URI}
+            if watch.meta is not None:
+                params["_meta"] = watch.meta
+            watch.outbox.put(notification("notifications/resources/updated", params))
+
+    def end_token(self, token_id: str) -> None:
+        """An agent token ended (revoked, expired): the focus subscriptions it made end, and their streams
+        close (the token can open no new one)."""
+        for session in self.sessions.values():
+            watch = session.focus
+            if watch is not None and watch.context.run(current_token) == token_id:
+                session.focus = None
+                if session.listening is not None:
+                    session.listening.set()
+        for watch in list(self._listens):
+            if watch.context.run(current_token) == token_id and watch.cancel is not None:
+                watch.cancel.set()
+
+    async def _listen_modern(self, msg: Message, request: HttpRequest) -> Answer:
+        """``subscriptions/listen`` (2026-07-28): an SSE stream that acknowledges what it honors (of
+        ``resourceSubscriptions``: ``jupyter://focus``; nothing else changes here), then sends
+        ``notifications/resources/updated`` for it, until the client closes it."""
+        wanted = msg.params.get("notifications")
+        uris = wanted.get("resourceSubscriptions") if isinstance(wanted, dict) else None
+        if not isinstance(wanted, dict) or not (
+            uris is None or (isinstance(uris, list) and all(isinstance(u, str) for u in uris))
+        ):
+            raise RpcError(
+                INVALID_PARAMS,
+                "Invalid params: 'notifications' must be an object (a SubscriptionFilter), its "
+                "'resourceSubscriptions' a list of URIs",
+                id=msg.id,
+            )
+        if "text/event-stream" not in (request.header("accept") or ""):
+            raise RpcError(
+                INVALID_REQUEST, "Invalid Request: subscriptions/listen answers text/event-stream", id=msg.id
+            )
+        honored: dict[str, Any] = {}
+        meta = {SUBSCRIPTION_ID_KEY: msg.id}
+        cancel = asyncio.Event()
+        watch = None
+        if FOCUS_URI in (uris or ()):
+            await self._authorize(msg, request, "read", "agent_focus", "the person's shared focus")
+            honored["resourceSubscriptions"] = [FOCUS_URI]
+            context = contextvars.copy_context()
+            last = context.run(self.services.focus.signature, request.agent)
+            watch = _FocusWatch(context, request.agent, last, _Outbox(), meta, cancel)
+        return Answer(200, stream=self._listen_stream(watch, honored, meta, cancel), cancel=cancel)
+
+    async def _listen_stream(
+        self, watch: _FocusWatch | None, honored: dict[str, Any], meta: dict[str, Any], cancel: asyncio.Event
+    ) -> AsyncIterator[Outgoing]:
+        acknowledged = {"notifications": honored, "_meta": meta}
+        yield Outgoing(notification("notifications/subscriptions/acknowledged", acknowledged))
+        outbox = watch.outbox if watch is not None else _Outbox()
+        if watch is not None:
+            self._listens.add(watch)
+        try:
+            async for item in self._drain(outbox, cancel, lambda: True):
+                yield item
+        finally:
+            if watch is not None:
+                self._listens.discard(watch)
+
+    async def _subscribe(self, msg: Message, request: HttpRequest, session: LegacySession) -> dict[str, Any]:
+        """``resources/subscribe`` and ``resources/unsubscribe``: ``jupyter://focus`` only."""
+        uri = msg.params.get("uri")
+        if not isinstance(uri, str):
+            raise RpcError(INVALID_PARAMS, "Invalid params: 'uri' must be a string", id=msg.id)
+        if uri != FOCUS_URI:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"Invalid params: this server sends updates of {FOCUS_URI} only; read a notebook again "
+                "for its changes",
+                id=msg.id,
+            )
+        if msg.method == "resources/unsubscribe":
+            session.focus = None
+            return {}
+        await self._authorize(msg, request, "read", "agent_focus", "the person's shared focus")
+        context = contextvars.copy_context()  # this request's agent paths: checked at each change
+        last = context.run(self.services.focus.signature, request.agent)
+        session.focus = _FocusWatch(context, request.agent, last, session.outbox)
+        return {}
+
+    @staticmethod
+    async def _authorize(msg: Message, request: HttpRequest, action: str, resource: str, what: str) -> None:
+        try:
+            allowed = await request.authorize(action, resource)
+        except AgentToolsError as e:
+            raise RpcError(INVALID_REQUEST, f"Permission denied: {e.message}", id=msg.id) from None
+        if not allowed:
+            raise RpcError(
+                INVALID_REQUEST,
+                f"Permission denied: User is not authorized to {action} on resource: {resource} ({what}); "
+                "nothing was read.",
+                id=msg.id,
+            )
 
     def delete(self, request: HttpRequest) -> Answer:
         """End a legacy session: its running calls are cancelled."""
@@ -288,6 +491,8 @@ class McpServer:
         for call in session.calls.values():
             call.by_client = True
             call.cancel.set()
+        if session.listening is not None:
+            session.listening.set()
         self.sessions.pop(session.id, None)
         return Answer(204)
 
@@ -335,6 +540,8 @@ class McpServer:
                 return self._tools_call(msg, request, session.version, session)
             if msg.method in RESOURCE_METHODS:
                 return Answer(200, result_message(msg.id, await self._resources(msg, request)))
+            if msg.method in SUBSCRIBE_METHODS:
+                return Answer(200, result_message(msg.id, await self._subscribe(msg, request, session)))
             if msg.method in TASK_METHODS and session.version == TASK_VERSION:
                 return self._task_method(msg, session)
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
@@ -378,6 +585,8 @@ class McpServer:
             if msg.method in RESOURCE_METHODS:
                 result = {**await self._resources(msg, request), **RESOURCE_CACHING[msg.method]}
                 return Answer(200, result_message(msg.id, self._modern_result(result)))
+            if msg.method == "subscriptions/listen":
+                return await self._listen_modern(msg, request)
             raise RpcError(METHOD_NOT_FOUND, f"Method not found: {short_repr(msg.method)}", id=msg.id)
         except RpcError as e:
             return Answer(MODERN_STATUS.get(e.code, 200), e.to_message())
@@ -581,6 +790,12 @@ class McpServer:
         reading notebooks, so the caller needs ``read`` on ``contents`` as the notebook_read tool does."""
         if msg.method == "resources/templates/list":
             return {"resourceTemplates": TEMPLATES}
+        if msg.method == "resources/read" and msg.params.get("uri") == FOCUS_URI:
+            await self._authorize(msg, request, "read", "agent_focus", "the person's shared focus")
+            try:
+                return read_focus(self.services, request.agent)
+            except AgentToolsError as e:
+                raise RpcError(INVALID_PARAMS, e.message, id=msg.id) from None
         try:
             allowed = await request.authorize("read", "contents")
         except AgentToolsError as e:

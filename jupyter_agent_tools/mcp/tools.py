@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..approvals import ApprovalPolicy
     from ..execution.eval_service import EvalService
     from ..execution.notebook_run import NotebookRunner
+    from ..focus import FocusStore
     from ..notebook.store import NotebookStore
     from ..runs import RunRegistry
 
@@ -58,6 +59,7 @@ class Services(Protocol):
     notebook_runner: NotebookRunner
     run_registry: RunRegistry
     approval_policy: ApprovalPolicy
+    focus: FocusStore
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,328 @@
+"""Share my focus (issue 48) through the real routes of one real server (a subprocess with agent tokens):
+off by default (403 saying how to share), the person's tab publishes and agents read it within their
+paths, another tab shared with other agents is never reported, stopping removes it at once, agents cannot
+publish, UI actions reach the sharing tab, and MCP's ``jupyter://focus`` with ``resources/subscribe``
+follows a change within 0.5 s (the official MCP SDK client).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+from tornado.websocket import websocket_connect
+
+from jupyter_agent_tools.testing.server import Server, jupyter_server
+
+pytestmark = pytest.mark.timeout(240)
+
+TAB, OTHER_TAB, THIRD_TAB = "tab-aaaaaaaa", "tab-bbbbbbbb", "tab-cccccccc"
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("root")
+    for name in ("reports/a.ipynb", "secret.ipynb"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(new_notebook(cells=[new_code_cell("x = 1", id="c1")]), str(root / name))
+    args = [
+        "--ServerApp.identity_provider_class=jupyter_agent_tools.auth.AgentIdentityProvider",
+        "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",
+        "--KernelPool.size=0",
+        "--FocusStore.max_output_chars=100",
+    ]
+    with jupyter_server(root_dir=Path(root), extra_args=args) as running:
+        yield running
+
+
+def call(
+    server: Server, method: str, path: str, body: Any = None, token: str | None = None
+) -> tuple[int, Any]:
+    with server.client(timeout=60) as client:
+        if token is not None:
+            client.headers["Authorization"] = f"token {token}"
+            client.close()  # (its connection is made again with the header)
+        status, content = client.request(method, path, body)
+    return status, json.loads(content) if content else None
+
+
+@pytest.fixture(scope="module")
+def tokens(server: Server) -> dict[str, str]:
+    made = {}
+    for name, paths in (("helper", None), ("reporter", ["reports/**"]), ("named", None)):
+        body: dict[str, Any] = {"name": name, "scopes": ["read"]}
+        if paths is not None:
+            body["paths"] = paths
+        status, answer = call(server, "POST", "api/agent/tokens", body)
+        assert status == 201, answer
+        made[name] = answer["token"]
+    return made
+
+
+def focus_body(path: str, agents: Any = "all", source: str = "df.plot()") -> dict[str, Any]:
+    return {
+        "agents": agents,
+        "path": path,
+        "cell": {
+            "id": "c1",
+            "index": 0,
+            "cell_type": "code",
+            "source": source,
+            "execution_count": 3,
+            "outputs": [
+                {"output_type": "stream", "name": "stdout", "text": "y" * 500},
+                {
+                    "output_type": "display_data",
+                    "data": {"image/png": PNG, "text/plain": "<Figure>"},
+                    "metadata": {},
+                },
+            ],
+        },
+        "selection": {"text": "plot", "start": {"line": 0, "column": 3}, "end": {"line": 0, "column": 7}},
+        "kernel": {"name": "python3", "status": "idle"},
+    }
+
+
+def test_focus_is_off_by_default_then_read_within_paths_and_gone_at_once(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    # off: a clear 403 saying how the person shares it
+    status, answer = call(server, "GET", "api/agent/focus", token=tokens["helper"])
+    assert status == 403 and "Share my focus" in answer["message"], answer
+    # agents cannot publish or stop a focus, whatever their scopes
+    for method, body in (("PUT", focus_body("reports/a.ipynb")), ("DELETE", None)):
+        status, answer = call(server, method, f"api/agent/focus/tabs/{TAB}", body, token=tokens["helper"])
+        assert status == 403, (method, answer)
+    # bad input: clear 400s
+    assert call(server, "PUT", "api/agent/focus/tabs/x", focus_body("a.ipynb"))[0] == 400
+    status, answer = call(server, "PUT", f"api/agent/focus/tabs/{TAB}", {"agents": "some"})
+    assert status == 400 and "agents" in answer["message"], answer
+    status, answer = call(server, "PUT", f"api/agent/focus/tabs/{TAB}", {"path": "../../etc/passwd"})
+    assert status == 400 and "path" in answer["message"], answer
+
+    # the person's tab shares with every agent: the agent reads it, cut and summarized
+    status, answer = call(server, "PUT", f"api/agent/focus/tabs/{TAB}", focus_body("reports/a.ipynb"))
+    assert status == 200 and answer["tab"] == TAB, answer
+    started = time.monotonic()
+    status, focus = call(server, "GET", "api/agent/focus", token=tokens["helper"])
+    assert status == 200, focus
+    assert time.monotonic() - started < 0.5
+    assert (
+        focus["path"] == "reports/a.ipynb" and focus["cell"]["id"] == "c1" and focus["shared_with"] == "all"
+    )
+    stream, image = focus["cell"]["outputs"]
+    assert stream["text"].startswith("y" * 100) and "truncated 400 more characters" in stream["text"]
+    assert image["text"] == "<Figure>" and image["data"] == [{"mime": "image/png", "bytes": 70}]
+    assert focus["selection"]["text"] == "plot" and focus["kernel"] == {"name": "python3", "status": "idle"}
+    assert call(server, "GET", "api/agent/focus", token=tokens["reporter"])[0] == 200  # inside its paths
+
+    # a second tab shares only with "named", later: the others never see it, "named" does
+    status, _ = call(
+        server, "PUT", f"api/agent/focus/tabs/{OTHER_TAB}", focus_body("secret.ipynb", ["named"])
+    )
+    assert status == 200
+    assert call(server, "GET", "api/agent/focus", token=tokens["helper"])[1]["tab"] == TAB
+    assert call(server, "GET", "api/agent/focus", token=tokens["named"])[1]["tab"] == OTHER_TAB
+    status, answer = call(server, "GET", "api/agent/focus", token=tokens["reporter"])
+    assert status == 200 and answer["tab"] == TAB  # (OTHER_TAB: neither shared with it nor inside its paths)
+
+    # the person moves to a notebook outside the reporter's paths: it sees nothing (the same 403 as off)
+    assert call(server, "PUT", f"api/agent/focus/tabs/{TAB}", focus_body("secret.ipynb"))[0] == 200
+    status, answer = call(server, "GET", "api/agent/focus", token=tokens["reporter"])
+    assert status == 403 and "secret" not in json.dumps(answer), answer
+    assert call(server, "GET", "api/agent/focus", token=tokens["helper"])[1]["path"] == "secret.ipynb"
+
+    # toggled off: gone at once
+    for tab in (TAB, OTHER_TAB):
+        assert call(server, "DELETE", f"api/agent/focus/tabs/{tab}")[0] == 204
+    for name in ("helper", "named"):
+        assert call(server, "GET", "api/agent/focus", token=tokens[name])[0] == 403
+
+
+def test_ui_actions_go_to_the_sharing_tab_allow_listed_and_within_paths(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    async def run() -> list[dict[str, Any]]:
+        url = server.url.replace("http", "ws", 1) + "api/events/subscribe"
+        ws = await websocket_connect(_request(url, server.token))
+        try:
+            assert (
+                call(server, "PUT", f"api/agent/focus/tabs/{THIRD_TAB}", focus_body("reports/a.ipynb"))[0]
+                == 200
+            )
+            action = {"action": "reveal_cell", "path": "reports/a.ipynb", "cell_id": "c1", "message": "here"}
+            status, answer = call(server, "POST", "api/agent/focus/actions", action, token=tokens["reporter"])
+            assert status == 200 and answer["delivered"] == "tab", answer
+            assert call(server, "GET", "api/agent/focus", token=tokens["reporter"])[0] == 200
+            # not in the allow-list, outside the agent's paths, missing what it needs: refused, nothing sent
+            refused = [
+                ({"action": "run_command", "command": "terminal:create-new"}, 400),
+                ({"action": "open_notebook", "path": "secret.ipynb"}, 404),
+                ({"action": "reveal_cell", "path": "reports/a.ipynb"}, 400),
+            ]
+            for body, code in refused:
+                status, answer = call(
+                    server, "POST", "api/agent/focus/actions", body, token=tokens["reporter"]
+                )
+                assert status == code and answer["message"], (body, answer)
+            assert call(server, "DELETE", f"api/agent/focus/tabs/{THIRD_TAB}")[0] == 204
+            status, answer = call(
+                server,
+                "POST",
+                "api/agent/focus/actions",
+                {"action": "open_approval", "approval_id": 7},
+                token=tokens["reporter"],
+            )
+            assert status == 200 and answer["delivered"] == "notification", answer
+            got = []
+            with anyio.move_on_after(2):
+                while len(got) < 3:
+                    message = await ws.read_message()
+                    event = json.loads(message)
+                    if event["schema_id"].endswith("/focus/v1"):
+                        got.append(event)
+            return got
+        finally:
+            ws.close()
+
+    events = anyio.run(run)
+    actions = [e for e in events if e["event"] == "action"]
+    assert (
+        actions[0]["tab"] == THIRD_TAB
+        and actions[0]["action"] == "reveal_cell"
+        and actions[0]["cell_id"] == "c1"
+    )
+    assert actions[0]["user"] == "agent:reporter" and actions[0]["message"] == "here"
+    assert actions[1]["tab"] is None and actions[1]["approval_id"] == 7
+    reads = [e for e in events if e["event"] == "read"]
+    assert reads and reads[0]["user"] == "agent:reporter" and reads[0]["tab"] == THIRD_TAB
+    assert "source" not in json.dumps(events) and "df.plot" not in json.dumps(events)
+
+
+def _request(url: str, token: str) -> Any:
+    from tornado.httpclient import HTTPRequest
+
+    return HTTPRequest(url, headers={"Authorization": f"token {token}"})
+
+
+# resources/subscribe is the 2025 era's (the SDK warns that 2026-07-28 has subscriptions/listen instead)
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
+def test_mcp_focus_resource_and_subscribe_follow_within_half_a_second(
+    server: Server, tokens: dict[str, str]
+) -> None:
+    import httpx
+    import mcp_types as types
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    url = server.url + "api/agent/mcp"
+    person = {"Authorization": f"token {server.token}"}
+
+    async def run() -> None:
+        updates: list[float] = []
+        arrived = anyio.Event()
+
+        async def handler(message: Any) -> None:
+            if (
+                isinstance(message, types.ResourceUpdatedNotification)
+                and message.params.uri == "jupyter://focus"
+            ):
+                updates.append(time.monotonic())
+                arrived.set()
+
+        async with (
+            httpx.AsyncClient(base_url=server.url, headers=person, timeout=30) as browser,
+            create_mcp_http_client(headers={"Authorization": f"token {tokens['reporter']}"}) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write, message_handler=handler) as session,
+        ):
+            init = await session.initialize()
+            assert init.capabilities.resources is not None and init.capabilities.resources.subscribe
+            with pytest.raises(Exception, match="Share my focus"):
+                await session.read_resource("jupyter://focus")  # off: says how the person shares it
+            await session.subscribe_resource("jupyter://focus")
+            await anyio.sleep(0.5)  # the session's GET stream is open
+
+            async def published(tab: str, body: dict[str, Any]) -> float:
+                response = await browser.put(f"api/agent/focus/tabs/{tab}", json=body)
+                assert response.status_code == 200, response.text
+                return time.monotonic()
+
+            # the person turns sharing on: the agent hears of it within 0.5 s and reads it
+            for path in ("reports/a.ipynb", "reports/b.ipynb"):
+                updates.clear()
+                arrived = anyio.Event()
+                sent = await published(TAB, focus_body(path))
+                with anyio.fail_after(2):
+                    await arrived.wait()
+                assert updates[0] - sent < 0.5, updates[0] - sent
+                read = await session.read_resource("jupyter://focus")
+                assert json.loads(read.contents[0].text)["path"] == path
+            # a tab shared with another agent, one outside its paths, a heartbeat: no update for this agent
+            updates.clear()
+            await published(OTHER_TAB, focus_body("reports/c.ipynb", ["named"]))
+            await published(THIRD_TAB, focus_body("secret.ipynb"))
+            await published(TAB, focus_body("reports/b.ipynb"))
+            await anyio.sleep(0.6)
+            assert updates == []
+            # the person stops sharing: updated at once, and the read is refused
+            arrived = anyio.Event()
+            for tab in (TAB, OTHER_TAB, THIRD_TAB):
+                assert (await browser.delete(f"api/agent/focus/tabs/{tab}")).status_code == 204
+            with anyio.fail_after(2):
+                await arrived.wait()
+            with pytest.raises(Exception, match="Share my focus"):
+                await session.read_resource("jupyter://focus")
+            # the agent's token is revoked: its subscription ends with it (no update of a new focus)
+            status, answer = call(server, "DELETE", "api/agent/tokens/reporter")
+            assert status == 200 and answer["status"] == "revoked", answer
+            updates.clear()
+            await published(TAB, focus_body("reports/a.ipynb"))
+            await anyio.sleep(0.6)
+            assert updates == []
+
+    anyio.run(run)
+
+
+def test_mcp_2026_listen_follows_the_focus(server: Server, tokens: dict[str, str]) -> None:
+    """The 2026-07-28 era has no resources/subscribe: ``subscriptions/listen`` (the SDK's Client.listen)."""
+    import httpx
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.client.subscriptions import ResourceUpdated
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    for tab in (TAB, OTHER_TAB, THIRD_TAB):
+        assert call(server, "DELETE", f"api/agent/focus/tabs/{tab}")[0] == 204
+
+    async def run() -> None:
+        async with (
+            httpx.AsyncClient(
+                base_url=server.url, headers={"Authorization": f"token {server.token}"}
+            ) as browser,
+            create_mcp_http_client(headers={"Authorization": f"token {tokens['helper']}"}) as http,
+            Client(streamable_http_client(server.url + "api/agent/mcp", http_client=http)) as client,
+            client.listen(resource_subscriptions=["jupyter://focus"]) as subscription,
+        ):
+            assert subscription.honored.resource_subscriptions == ["jupyter://focus"]
+            response = await browser.put(f"api/agent/focus/tabs/{TAB}", json=focus_body("reports/a.ipynb"))
+            assert response.status_code == 200, response.text
+            sent = time.monotonic()
+            with anyio.fail_after(2):
+                event = await subscription.__anext__()
+            assert isinstance(event, ResourceUpdated) and event.uri == "jupyter://focus"
+            assert time.monotonic() - sent < 0.5
+            read = await client.read_resource("jupyter://focus")
+            assert json.loads(read.contents[0].text)["path"] == "reports/a.ipynb"
+            assert (await browser.delete(f"api/agent/focus/tabs/{TAB}")).status_code == 204
+
+    anyio.run(run)
