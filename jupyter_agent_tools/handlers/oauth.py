@@ -26,6 +26,7 @@ from ..oauth.core import (
     LIFETIMES,
     SCOPES,
     AuthorizationRequest,
+    Consent,
     OAuthError,
     authorization_server_metadata,
     parse_consent,
@@ -238,13 +239,7 @@ class AuthorizeHandler(JupyterHandler):
         consent = None
         if self.get_body_argument("decision", "") == "approve":
             try:
-                consent = parse_consent(
-                    self.get_body_arguments("scope"),
-                    self.get_body_arguments("ask"),
-                    self.get_body_argument("paths", ""),
-                    self.get_body_argument("lifetime", ""),
-                    self.oauth.max_grant_lifetime,
-                )
+                consent = consent_of(self, self.oauth.max_grant_lifetime)
             except ValueError as e:
                 pending = self.oauth.pending.get(request_id)
                 if pending is None:
@@ -315,6 +310,18 @@ class GrantHandler(_GrantRoute):
             await self.write_json(await signins.revoke_grant(int(grant_id)))
         except OAuthError as e:
             raise AgentToolsError(e.description, e.status) from None
+
+
+def consent_of(handler: web.RequestHandler, max_lifetime: float) -> Consent:
+    """What the person chose on the consent form ``handler`` received (:func:`parse_consent`: a
+    ``ValueError`` says what is wrong); the form of this server and of the hub's OAuth service alike."""
+    return parse_consent(
+        handler.get_body_arguments("scope"),
+        handler.get_body_arguments("ask"),
+        handler.get_body_argument("paths", ""),
+        handler.get_body_argument("lifetime", ""),
+        max_lifetime,
+    )
 
 
 def consent_form(

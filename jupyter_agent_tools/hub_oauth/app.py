@@ -29,8 +29,8 @@ from traitlets.config import Application
 
 from ..compat import status_reason
 from ..errors import AgentToolsError
-from ..handlers.oauth import CONSENT_CSP, PAGE, OAuthAnswers, consent_form
-from ..oauth.core import AuthorizationRequest, OAuthError, authorization_server_metadata, parse_consent
+from ..handlers.oauth import CONSENT_CSP, PAGE, OAuthAnswers, consent_form, consent_of
+from ..oauth.core import AuthorizationRequest, OAuthError, authorization_server_metadata
 from .service import HubOAuthService, server_of
 
 
@@ -170,13 +170,7 @@ class AuthorizeHandler(_Page):
         consent = None
         if self.get_body_argument("decision", "") == "approve":
             try:
-                consent = parse_consent(
-                    self.get_body_arguments("scope"),
-                    self.get_body_arguments("ask"),
-                    self.get_body_argument("paths", ""),
-                    self.get_body_argument("lifetime", ""),
-                    self.oauth.max_grant_lifetime,
-                )
+                consent = consent_of(self, self.oauth.max_grant_lifetime)
             except ValueError as e:
                 if pending is None:
                     raise web.HTTPError(
