@@ -338,6 +338,7 @@ def test_the_commands_are_in_the_palette_and_act(lab: dict[str, Any], page: Any)
         "agents:open-change",
         "agents:open-panel",
         "agents:revoke-token",
+        "agents:share-focus",
         "agents:stop",
         "agents:undo",
     ], commands

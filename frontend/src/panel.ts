@@ -104,8 +104,8 @@ export class AgentPanel extends Widget {
       header,
       this._error,
       this._notice,
+      this._approvals.node, // what waits for the person stays on top
       this._focusNode(),
-      this._approvals.node,
       this._sessions.node,
       this._runs.node,
       this._changes.node,
