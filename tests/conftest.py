@@ -309,3 +309,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", title)
     for path, seconds in slowest:
         terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_line(f"{total:8.1f} s  all {len(_FILE_SECONDS)} files (setup, call and teardown)")
