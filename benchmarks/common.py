@@ -286,18 +286,6 @@ def load_average() -> list[float] | None:
 # ---------------------------------------------------------------------------------------------- timing
 
 
-def measure(fn: Callable[[int], object], repeat: int, warmup: int = 1) -> list[float]:
-    """Call ``fn(i)`` ``warmup`` times untimed, then ``repeat`` times; return the durations in seconds."""
-    for i in range(warmup):
-        fn(-1 - i)
-    samples = []
-    for i in range(repeat):
-        start = time.perf_counter()
-        fn(i)
-        samples.append(time.perf_counter() - start)
-    return samples
-
-
 def interleaved(
     variants: dict[Any, Callable[[], object]], repeat: int, warmup: int
 ) -> dict[Any, list[float]]:

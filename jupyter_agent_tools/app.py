@@ -17,15 +17,16 @@ from .audit import Audit
 from .audit.feed import EventFeed
 from .auth.hub_tokens import HubAgentTokens
 from .auth.identity import APPROVALS_SETTING, AgentTokens, TokenEnded, adopt_agent_tokens
-from .compat import guard_control_sockets, local_root
+from .compat import install as install_compat
+from .compat import local_root
 from .execution.cells import CellExecutor
 from .execution.eval_service import EvalService
-from .execution.kernels import KernelService
-from .execution.notebook_kernels import NotebookKernels
+from .execution.kernel_service import KernelService
 from .execution.notebook_run import NotebookRunner
 from .execution.pool import KernelPool
 from .execution.recovery import KernelRecovery
-from .execution.sessions import EvalSessionManager
+from .execution.run_kernels import NotebookKernels
+from .execution.session_manager import EvalSessionManager
 from .focus import FocusStore
 from .handlers import events, oauth, server_routes
 from .handlers.approvals import ApprovalHandler, ApprovalListHandler
@@ -63,8 +64,8 @@ from .notebook.live import LiveDocuments
 from .notebook.store import NotebookStore
 from .oauth.service import AgentOAuth
 from .runs import RunRegistry
+from .service import at_least, in_range
 from .stores import AgentStores
-from .traits import at_least, in_range
 
 GIB = 1024**3
 
@@ -175,14 +176,14 @@ class AgentToolsApp(ExtensionApp):
     ).tag(config=True)
 
     kernel_service_class = Type(
-        default_value="jupyter_agent_tools.execution.kernels.KernelService",
+        default_value="jupyter_agent_tools.execution.kernel_service.KernelService",
         klass=KernelService,
         help="The class that starts, connects to and shuts down kernels (a subclass of KernelService). "
         "Built with parent=the app and kernel_manager; its settings are c.KernelService.*.",
     ).tag(config=True)
 
     session_manager_class = Type(
-        default_value="jupyter_agent_tools.execution.sessions.EvalSessionManager",
+        default_value="jupyter_agent_tools.execution.session_manager.EvalSessionManager",
         klass=EvalSessionManager,
         help="The class that keeps, evicts and sweeps the eval sessions (a subclass of EvalSessionManager). "
         "Built with parent=the app and kernels, artifacts, audit; its settings are c.EvalSessionManager.*.",
@@ -273,11 +274,15 @@ class AgentToolsApp(ExtensionApp):
 
         First, agent tokens are put in front of a server's own identity provider when it has one
         (JupyterHub's): even if the rest fails to load, an agent token is then refused here, never handed on
-        to the hub's API."""
+        to the hub's API. Before anything, the upstream patches are applied, once per process
+        (:func:`.compat.install`)."""
+        install_compat()
         adopt_agent_tokens(serverapp)
         try:
             super()._load_jupyter_server_extension(serverapp)
         except Exception as e:
+            # broad: whatever fails the load (a bad setting, a service that cannot start) drops the gate's
+            # setting; re-raised
             serverapp.web_app.settings.pop(APPROVALS_SETTING, None)
             serverapp.log.critical(
                 "\n%s\n jupyter_agent_tools did NOT load: %s\n Agent tokens are refused on every route until "
@@ -293,7 +298,6 @@ class AgentToolsApp(ExtensionApp):
         them through the configuration, so only collaborators are passed here."""
         assert self.serverapp is not None
         serverapp = self.serverapp
-        guard_control_sockets()  # a dead kernel's control socket must not freeze the server (compat.py)
         self.audit = audit = Audit(parent=self, event_logger=getattr(serverapp, "event_logger", None))
         audit.register_schemas()
         # AgentAuthorizer (jupyter_agent_tools.auth) records agent refusals on every route through it
@@ -511,7 +515,7 @@ class AgentToolsApp(ExtensionApp):
         for what, step in steps:
             try:
                 await step()
-            except Exception:
+            except Exception:  # broad: one shutdown step failing in any way must not skip the others; logged
                 self.log.exception("jupyter_agent_tools: stopping the %s failed", what)
         owned = evals.kernels.owned if evals is not None else None
         if owned is not None:

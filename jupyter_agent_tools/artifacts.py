@@ -39,7 +39,7 @@ from traitlets import Float, Instance, Int, Unicode, default, validate
 
 from .auth.context import may_see
 from .errors import NotFound
-from .traits import Service, at_least
+from .service import Service, at_least
 
 # The same rule as the API's session names (schemas.SESSION_NAME_PATTERN): a first character that is not
 # a dot, so no name is ".", ".." or hidden.

@@ -6,12 +6,18 @@ jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``), jupyter_
 (``EventLogger``) and prometheus_client 0.2x (``REGISTRY``). ``tests/test_compat.py`` fails loudly if an
 upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity watching, whose
 ``record_activity`` ``execution/activity.py`` follows: see docs/decisions/0003-held-kernel-activity.md).
+
+The process-wide patches are applied together by :func:`install`, once, when the extension loads
+(``AgentToolsApp._load_jupyter_server_extension``, before anything that could fail); instance wraps of an
+upstream object's method go through :func:`wrap_once`. ``tests/test_compat_boundary.py`` fails on a
+private upstream read or a patch outside this module.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from tornado import web
@@ -74,7 +80,7 @@ def pending_ready(kernel_manager: Any, kernel_id: str) -> asyncio.Future[Any] | 
     """The kernel's ``ready`` future while it is not done (its start runs, or was cancelled), else None."""
     try:
         ready = getattr(kernel_manager.get_kernel(kernel_id), "ready", None)
-    except Exception:
+    except (KeyError, web.HTTPError):
         return None
     return ready if isinstance(ready, asyncio.Future) and not ready.done() else None
 
@@ -131,6 +137,12 @@ def remember_signature(session: Any, signature: bytes) -> None:
     session._add_digest(signature)
 
 
+def registered_collectors(registry: Any) -> list[Any]:
+    """Every collector ``registry`` (prometheus_client's ``REGISTRY``) holds: its private
+    ``_collector_to_names`` (no public listing)."""
+    return list(getattr(registry, "_collector_to_names", {}))
+
+
 def registered_metric(registry: Any, name: str) -> Any:
     """The collector ``registry`` (prometheus_client's ``REGISTRY``) holds under ``name``, or None.
 
@@ -169,7 +181,7 @@ def guard_control_sockets() -> None:
     def _connect_control_socket(self: Any) -> None:
         socket = self._control_socket
         if socket is not None and not _can_send(socket, zmq):
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(zmq.ZMQError):
                 self._close_control_socket()
             self._control_socket = None
         original(self)
@@ -181,7 +193,7 @@ def guard_control_sockets() -> None:
 def _can_send(socket: Any, zmq: Any) -> bool:
     try:
         return not socket.closed and bool(socket.get(zmq.EVENTS) & zmq.POLLOUT)
-    except Exception:  # its context was terminated, or it was closed meanwhile
+    except zmq.ZMQError:  # its context was terminated, or it was closed meanwhile
         return False
 
 
@@ -260,3 +272,65 @@ def mute_websocket(handler: Any) -> None:
 
 def websocket_muted(handler: Any) -> bool:
     return handler.__dict__.get("on_message") is _dropped
+
+
+def detach_from_loop(socket: Any) -> None:
+    """Stop the event loop from watching an asyncio ZMQ socket: pyzmq's ``zmq.asyncio.Socket`` watches its
+    descriptor for good once it was awaited, and ``_clear_io_state`` (pyzmq 25-27) is what its ``close``
+    calls to stop that; no public call does it without closing."""
+    clear = getattr(socket, "_clear_io_state", None)
+    if clear is not None:
+        clear()
+
+
+def cached_user(handler: Any, default: Any = None) -> Any:
+    """The user jupyter_server's ``JupyterHandler`` found for this request (``_jupyter_current_user``,
+    set once authentication ran: None for nobody), or ``default`` before it ran."""
+    return getattr(handler, "_jupyter_current_user", default)
+
+
+def mark_token_authenticated(handler: Any) -> None:
+    """Say that ``handler``'s request came with a token, not a cookie (``_token_authenticated``, which
+    JupyterHub's patch of jupyter_server's XSRF check reads): no XSRF check for it."""
+    handler._token_authenticated = True
+
+
+def allows_unauthenticated(method: Any) -> bool:
+    """Whether a handler method carries jupyter_server's ``@allow_unauthenticated`` (the attribute
+    ``__allow_unauthenticated`` it sets, jupyter_server 2.13+)."""
+    return bool(getattr(method, "__allow_unauthenticated", False))
+
+
+def response_finished(handler: Any) -> bool:
+    """Whether Tornado's ``RequestHandler.finish`` already ran for ``handler`` (its ``_finished``, tornado
+    6.x: no public question)."""
+    return bool(handler._finished)
+
+
+def status_reason(handler: Any) -> str:
+    """The reason phrase of ``handler``'s status (Tornado keeps it as ``_reason``, tornado 6.x)."""
+    return str(handler._reason)
+
+
+# The attribute that marks a method wrapped by wrap_once, with the key of the wrap.
+_WRAPPED = "wrapped_by_agent_tools"
+
+
+def wrap_once(obj: Any, name: str, key: str, wrap: Callable[[Any], Any]) -> bool:
+    """Replace ``obj.name`` (an upstream object's method: the contents manager's ``save``, the gateway
+    kernel manager's ``start_kernel``) by ``wrap(original)``, unless a wrap of this ``key`` is already
+    there; whether it wrapped. The one way an instance of another package is patched."""
+    original = getattr(obj, name)
+    if getattr(original, _WRAPPED, None) == key:
+        return False
+    wrapped = wrap(original)
+    setattr(wrapped, _WRAPPED, key)
+    setattr(obj, name, wrapped)
+    return True
+
+
+def install() -> None:
+    """Apply the process-wide patches (each once, idempotent): called when the extension loads."""
+    guard_control_sockets()  # a dead kernel's control socket must not freeze the server
+    guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
+    guard_contents_listings()  # an agent's /api/contents listings hold only its paths (lists_for)

@@ -36,7 +36,7 @@ from jupyter_core.utils import ensure_async
 
 from .auth.context import current_paths
 from .auth.paths import PathScope, clean_glob, normalize
-from .compat import local_os_path
+from .compat import ServerHTTPError, local_os_path
 from .errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, NotFound, Unavailable
 from .globs import Glob, GlobError
 from .ignore import IGNORE_FILES, MAX_IGNORE_BYTES, IgnoreRules, Ignores
@@ -217,7 +217,8 @@ async def _check_folder(cm: Any, path: str) -> None:
     """404 unless the contents manager shows ``path`` as a folder (hidden ones too), 400 for a file."""
     try:
         await ensure_async(cm.get(path, content=False, type="directory"))
-    except Exception as e:  # the contents manager's tornado HTTPError (404 hidden or missing, 400 a file)
+    except Exception as e:
+        # broad: a contents manager of any kind (HTTPError 404/400, its own errors): the status says which
         status = getattr(e, "status_code", None)
         if status == 404:
             raise NotFound(f"Directory not found: {path or '/'}") from None
@@ -334,7 +335,7 @@ class _Disk:
     def os_path(self, path: str) -> str | None:
         try:
             return local_os_path(self.cm, path)
-        except Exception:  # a path the manager refuses (outside the root)
+        except ServerHTTPError:  # a path the manager refuses (outside the root)
             return None
 
     def real_dir(self, path: str) -> str | None:
@@ -410,7 +411,8 @@ class _Manager:
 
         try:
             model = asyncio.run_coroutine_threadsafe(get(), self.loop).result(MANAGER_TIMEOUT)
-        except Exception:  # vanished, unreadable or too slow while walking: nothing in it
+        except Exception:
+            # broad: vanished, unreadable or too slow while walking (any contents manager): nothing in it
             model = None
         content = model.get("content") if isinstance(model, dict) else None
         items = [_model_item(m) for m in content if isinstance(m, dict)] if isinstance(content, list) else []

@@ -39,7 +39,7 @@ from .auth.context import path_allowed
 from .auth.paths import normalize
 from .errors import AgentToolsError, BadRequest
 from .notebook.summary import summarize_output, truncate_text
-from .traits import Service, in_range, trait_name
+from .service import Service, in_range, trait_name
 
 FOCUS_URI = "jupyter://focus"
 TAB_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
@@ -348,7 +348,7 @@ class FocusStore(Service):
         for listener in list(self._listeners):
             try:
                 listener()
-            except Exception:
+            except Exception:  # broad: one listener (an MCP subscription) failing must not silence the others
                 self.log.exception("a focus listener failed")
 
     def _tell_read(self, agent: str, shared: Shared) -> None:

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 from traitlets import Enum, Float, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .traits import at_least
+from .service import at_least
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -705,6 +705,7 @@ class Worker:
             try:
                 func()
             except Exception as e:
+                # broad: periodic store work failing any way must not end the timer; logged
                 log.debug("periodic store work failed: %s", e)
 
         self._timer = threading.Timer(seconds, tick)

@@ -8,6 +8,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+# The text mimes a reader shows an output as, best first (a notebook summary, an eval's answer).
+TEXT_MIMES = ("text/markdown", "text/plain")
+
 # ESC-introduced sequences, in 7-bit and 8-bit (C1) forms: CSI, OSC (ended by BEL or ST), DCS/SOS/PM/APC
 # (ended by ST), and the short forms (ESC, optional intermediate bytes 0x20-0x2F, one final byte, e.g. ESC 7,
 # ESC c, ESC ( B). A sequence cut off by the end of the text is removed too. String bodies never run past a

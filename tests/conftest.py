@@ -76,23 +76,39 @@ SERVER_FIXTURES = {
 # (pytest_collection_modifyitems), so that none waits at the end for a long test that started last, and no
 # steal of pytest-xdist's worksteal (it takes the end of a worker's queue) splits such a module in two.
 SLOW_FIRST = {
-    "test_cli.py": 120,
-    "test_jupyterhub.py": 110,
-    "test_crash.py": 65,
-    "test_enterprise_gateway.py": 60,
-    "test_mcp_stdio.py": 45,
-    "test_oauth.py": 30,
-    "test_panel_tokens.py": 30,
-    "test_panel.py": 40,
-    "test_readme.py": 40,
-    "test_fuzz.py": 40,
-    "test_rtc_browser.py": 30,
-    "test_emfile.py": 30,
-    "test_approvals_panel.py": 20,
-    "test_no_rtc_browser.py": 20,
-    "test_event_feed_bounds.py": 15,
-    "test_install.py": 15,
-    "test_mcp_inspector.py": 15,
+    # measured (tests/conftest.py's time per file, halved from a run on a machine loaded twice over)
+    "test_cli.py": 125,
+    "test_eval.py": 110,
+    "test_mcp.py": 85,
+    "test_fuzz.py": 75,
+    "test_hostile.py": 65,
+    "test_session_safety.py": 55,
+    "test_jupyterhub.py": 50,
+    "test_auth.py": 45,
+    "test_panel.py": 35,
+    "test_agent_tokens.py": 35,
+    "test_approvals.py": 35,
+    "test_crash.py": 30,
+    "test_notebook_run.py": 30,
+    "test_enterprise_gateway.py": 30,
+    "test_notebook_routes.py": 30,
+    "test_recovery.py": 28,
+    "test_notebook_exec_tools.py": 27,
+    "test_mcp_limits.py": 26,
+    "test_readme.py": 26,
+    "test_audit.py": 26,
+    # rough, and those that start a server, a lab or a browser once for the module
+    "test_mcp_stdio.py": 25,
+    "test_oauth.py": 15,
+    "test_panel_tokens.py": 20,
+    "test_rtc_browser.py": 20,
+    "test_emfile.py": 20,
+    "test_approvals_panel.py": 15,
+    "test_no_rtc_browser.py": 15,
+    "test_focus_browser.py": 20,
+    "test_event_feed_bounds.py": 10,
+    "test_install.py": 10,
+    "test_mcp_inspector.py": 10,
     "test_fidelity.py": 10,
     "test_cli_approvals_wait.py": 10,
     "test_approvals_cli.py": 10,
@@ -100,7 +116,6 @@ SLOW_FIRST = {
     "test_file_search.py": 10,
     "test_create_replace_files.py": 10,
     "test_names.py": 10,
-    "test_focus_browser.py": 30,
     "test_focus.py": 10,
 }
 
@@ -294,3 +309,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", title)
     for path, seconds in slowest:
         terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+    total = sum(_FILE_SECONDS.values())
+    terminalreporter.write_line(f"{total:8.1f} s  all {len(_FILE_SECONDS)} files (setup, call and teardown)")

@@ -22,10 +22,10 @@ from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.audit import Audit
 from jupyter_agent_tools.execution.cells import CellExecutor
 from jupyter_agent_tools.execution.eval_service import EvalService
+from jupyter_agent_tools.execution.kernel_session import KernelSession
 from jupyter_agent_tools.execution.pool import KernelPool
 from jupyter_agent_tools.execution.recovery import KernelRecovery
-from jupyter_agent_tools.execution.session import KernelSession
-from jupyter_agent_tools.execution.sessions import EvalSessionManager
+from jupyter_agent_tools.execution.session_manager import EvalSessionManager
 from jupyter_agent_tools.testing.fake_kernel import FakeKernelManager, FakeKernelService, Script
 
 

@@ -167,12 +167,11 @@ def test_an_eval_waits_in_the_panel_and_approve_runs_it(lab: dict[str, Any], pag
             "approve-for",
             "deny",
         ]
-        # The section is the panel's first list (under the Share my focus toggle); the sidebar tab shows
-        # the count, visibly.
+        # The section is at the top of the panel; the sidebar tab shows the count, visibly.
         sections = page.locator(f"{PANEL} [data-section]").evaluate_all(
             "(s) => s.map(n => n.dataset.section)"
         )
-        assert sections[:2] == ["share-focus", "waiting-for-you"], sections
+        assert sections[0] == "waiting-for-you", sections
         assert badge(page) == "1"
         assert "1 request waiting for you" in (page.locator(TAB).get_attribute("title") or "")
         notice = toast(page, "agent:ci-bot wants to run 1 cell in session 'gate'")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from jupyter_agent_tools.execution.cells import Cell, CellHooks, Ran, StopRules, Told
-from jupyter_agent_tools.execution.session import KernelSession
+from jupyter_agent_tools.execution.kernel_session import KernelSession
 from jupyter_agent_tools.testing.fake_kernel import replies
 
 pytestmark = pytest.mark.quick

@@ -17,14 +17,14 @@ from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.execution.cells import CellExecutor, CellLimits
 from jupyter_agent_tools.execution.eval_service import EvalService
 from jupyter_agent_tools.execution.executor import ExecutionLimits, run_cell
-from jupyter_agent_tools.execution.kernels import KernelService
+from jupyter_agent_tools.execution.kernel_service import KernelService
 from jupyter_agent_tools.execution.messages import OutputLimits, RichOutput
-from jupyter_agent_tools.execution.notebook_kernels import NotebookKernels
 from jupyter_agent_tools.execution.notebook_run import NotebookRunner
 from jupyter_agent_tools.execution.pace import StreamPace
 from jupyter_agent_tools.execution.pool import KernelPool
 from jupyter_agent_tools.execution.recovery import KernelRecovery
-from jupyter_agent_tools.execution.sessions import EvalSessionManager
+from jupyter_agent_tools.execution.run_kernels import NotebookKernels
+from jupyter_agent_tools.execution.session_manager import EvalSessionManager
 from jupyter_agent_tools.execution.sink import OutputSink
 from jupyter_agent_tools.ledger.service import Ledger
 from jupyter_agent_tools.mcp.server import McpServer
@@ -366,7 +366,7 @@ def test_services_are_built_from_keywords(tmp_path):
     assert service.recovery.kernels is kernels and service.recovery.sessions is sessions
     assert service.max_cells == 3 and service.cells.limits.output_limits.display_bytes == 2 * 1024 * 1024
     assert service.cells.kernels is kernels and service.cells.sessions is sessions
-    assert sessions.log.name == "jupyter_agent_tools.execution.sessions"
+    assert sessions.log.name == "jupyter_agent_tools.execution.session_manager"
     with pytest.raises(TypeError):
         EvalSessionManager(kernels, artifacts)  # type: ignore[misc]  # no positional settings
 

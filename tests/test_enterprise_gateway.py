@@ -18,7 +18,7 @@ from eg_harness import HIDE_ENV, SLOW_START, EnterpriseGatewayProcess, start_ent
 from gateway_fixtures import *  # noqa: F403
 
 from jupyter_agent_tools.execution.gateway import PROCESS_ENV, SERVER_ENV
-from jupyter_agent_tools.execution.sessions import GATEWAY_HEARTBEAT
+from jupyter_agent_tools.execution.session_manager import GATEWAY_HEARTBEAT
 from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = [pytest.mark.gateway, pytest.mark.timeout(240)]

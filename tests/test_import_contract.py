@@ -54,8 +54,8 @@ PURE_CORE = (
 SERVICES = (
     "execution.eval_service",
     "execution.cells",
-    "execution.sessions",
-    "execution.kernels",
+    "execution.session_manager",
+    "execution.kernel_service",
     "execution.notebook_run",
     "notebook.store",
     "ledger.service",

@@ -102,7 +102,7 @@ def test_wheel_ships_the_audit_event_schemas(wheel: Path) -> None:
     schemas = sorted(
         p.relative_to(REPO).as_posix() for p in REPO.glob("jupyter_agent_tools/audit/event_schemas/*/*.yaml")
     )
-    assert len(schemas) == 7
+    assert len(schemas) == 8  # approval, execution, ..., focus
     with zipfile.ZipFile(wheel) as zf:
         for name in schemas:
             assert zf.read(name) == (REPO / name).read_bytes()

@@ -1174,6 +1174,35 @@ async def test_the_python_example_of_the_mcp_guide_runs_as_written(url, jp_auth_
     assert (done.returncode, done.stdout.decode().strip()) == (0, "42"), done.stderr.decode()[-2000:]
 
 
+async def test_the_codex_configuration_of_the_guide_connects(url, jp_auth_header) -> None:
+    """docs/mcp.md's Codex table, read as Codex reads it (TOML: url, and the token from the variable that
+    bearer_token_env_var names, sent as Authorization: Bearer), reaches the server's tools."""
+    import re
+
+    import tomllib
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    table = re.search(r"\*\*Codex\*\*.*?```toml\n(.*?)```", guide, re.S)
+    assert table is not None
+    server = tomllib.loads(table.group(1))["mcp_servers"]["jupyter"]
+    assert set(server) == {"url", "bearer_token_env_var"}
+    assert server["url"] == "http://127.0.0.1:8888/api/agent/mcp"  # the address dev.py serve prints
+    env = {server["bearer_token_env_var"]: jp_auth_header["Authorization"].removeprefix("token ")}
+    headers = {"Authorization": f"Bearer {env[server['bearer_token_env_var']]}"}
+    endpoint = server["url"].replace("http://127.0.0.1:8888/api/agent/mcp", url)  # this test's server
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(endpoint, http_client=http) as (read, write, *_),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = await session.list_tools()
+    assert "eval" in {tool.name for tool in tools.tools}
+
+
 def test_the_server_never_imports_an_mcp_sdk_or_pydantic() -> None:
     """The endpoint is plain JSON (docs/mcp.md, "Dependencies"): nothing heavy loads into the server."""
     import os

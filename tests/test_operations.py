@@ -736,3 +736,12 @@ def test_clear_outputs_of_one_cell_or_all() -> None:
     with pytest.raises(BadRequest, match="Cell 0 is a markdown cell: only code cells have outputs"):
         apply_ops(nb, ops({"action": "clear_outputs", "cell_index": 0}), SEED)
     assert nb["cells"][2]["outputs"]  # the input is never modified
+
+
+def test_every_action_of_the_schema_has_its_method() -> None:
+    """The editor dispatches through a table: an action added to the schema without a method (or a method
+    left in the table for an action the schema dropped) fails here, not as a KeyError on a request."""
+    from jupyter_agent_tools.notebook import operations
+    from jupyter_agent_tools.schemas import ACTIONS
+
+    assert sorted(operations._APPLY) == sorted(ACTIONS)

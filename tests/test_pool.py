@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_shutdown import _kernel_children, alive, post_eval
 
 from jupyter_agent_tools.execution.faults import fd_usage
-from jupyter_agent_tools.execution.session import KernelSession
+from jupyter_agent_tools.execution.kernel_session import KernelSession
 from jupyter_agent_tools.testing.server import jupyter_server
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.warm_pool]

@@ -12,7 +12,7 @@ import pytest
 from fake_stack import until
 from tornado.web import HTTPError
 
-from jupyter_agent_tools.execution.session import KernelSession
+from jupyter_agent_tools.execution.kernel_session import KernelSession
 
 pytestmark = pytest.mark.quick  # no server, no kernel
 

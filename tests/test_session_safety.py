@@ -23,7 +23,7 @@ from traitlets.config import Config
 from jupyter_agent_tools.artifacts import ArtifactStore
 from jupyter_agent_tools.errors import NotFound
 from jupyter_agent_tools.execution.cells import CellExecutor
-from jupyter_agent_tools.execution.sessions import EvalSessionManager
+from jupyter_agent_tools.execution.session_manager import EvalSessionManager
 
 NOT_PLAIN_NAMES = [".", "..", "...", ".hidden", "../x", "a/b", "%2e%2e"]
 

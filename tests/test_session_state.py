@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_agent_tools.execution.session import (
+from jupyter_agent_tools.execution.kernel_session import (
     TRANSITIONS,
     InvalidTransition,
     KernelSession,

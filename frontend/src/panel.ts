@@ -75,7 +75,9 @@ export class AgentPanel extends Widget {
       this._connect
     );
     const top = (this._top = new Widget());
-    top.node.append(header, this._error, this._notice, this._focusNode());
+    top.node.append(header, this._error, this._notice);
+    // "Share my focus" below what waits for the person (which stays on top)
+    this._focus = new Widget({ node: this._focusNode() });
     this._approvals = new ListSection(model, {
       name: 'waiting-for-you',
       title: trans.__('Waiting for you'),
@@ -133,7 +135,12 @@ export class AgentPanel extends Widget {
       new ListSection(model, tokens)
     ];
     const layout = (this.layout = new PanelLayout());
-    for (const widget of [this._top, ...this._lists]) {
+    for (const widget of [
+      this._top,
+      this._approvals,
+      this._focus,
+      ...this._lists.slice(1)
+    ]) {
       layout.addWidget(widget);
     }
     model.stateChanged.connect(this._render, this);
@@ -348,8 +355,9 @@ export class AgentPanel extends Widget {
   private _revealing: number | null = null;
   private _notice = el('div', 'jp-AgentActivity-notice');
   private _runs: ListSection;
-  /** The header, the messages and "Share my focus", above the lists. */
+  /** The header and the messages, above the lists. */
   private _top: Widget;
+  private _focus: Widget;
   /** The lists (the layout's widgets): requests, sessions, runs, changes, agent tokens. */
   private _lists: ListSection[];
   private _connect = el(

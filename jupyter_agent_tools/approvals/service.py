@@ -27,8 +27,8 @@ from ..audit import NO_AUDIT, Audit
 from ..audit.context import current_token, set_approver
 from ..auth.paths import PathScope, place
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, Conflict, NotFound, Unavailable
+from ..service import Service, at_least, in_range, trait_name
 from ..stores import AgentStores, Worker, store_options
-from ..traits import Service, at_least, in_range, trait_name
 from .policy import (
     AGENT_PREFIX,
     EVERYWHERE,
@@ -243,6 +243,7 @@ class ApprovalPolicy(Service):
                 released.wait(STOP_WAIT)
         closed = self._worker.submit(self._file.close)  # (its pending requests expire: nothing approves them)
         self._worker.shutdown(wait=False)
+        # broad: closing the file at stop (a timeout, SQLite or OS error) must not stop the server's shutdown
         with contextlib.suppress(Exception):
             closed.result(timeout=STOP_WAIT)
 
@@ -265,6 +266,8 @@ class ApprovalPolicy(Service):
         try:
             approval_id = await self._run(self._file.insert, approval)
         except Exception as e:
+            # broad: the records file failing (SQLite, disk, locked or corrupt) keeps the request in memory;
+            # logged
             self.log.warning("an approval request was not written to %s: %s", self.db_path, e)
             raise Unavailable(
                 f"The approval request could not be recorded ({self.db_path}: {e}); nothing was done. Try "
@@ -290,6 +293,8 @@ class ApprovalPolicy(Service):
                         "approval %d was not written to %s: it is gone", approval.id, self.db_path
                     )
             except Exception as e:
+                # broad: the records file failing (SQLite, disk, locked or corrupt) keeps the decision in
+                # memory; logged
                 self.log.warning("approval %d was not written to %s: %s", approval.id, self.db_path, e)
 
         self._worker.submit(save)  # (after stop(): not written, as the server stops)
@@ -471,6 +476,8 @@ class ApprovalPolicy(Service):
             except AgentToolsError as e:
                 approval.outcome = {"status": e.status, "message": e.message, **e.extra}
             except Exception as e:
+                # broad: the approved action is any route's work (edit, eval, run): its failure is the
+                # approval's outcome
                 self.log.exception("approved action %d failed", approval.id)
                 approval.outcome = {"status": 500, "message": f"failed: {e}"}
             else:

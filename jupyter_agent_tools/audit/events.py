@@ -26,12 +26,12 @@ from traitlets import Any as AnyTrait
 from traitlets import Bool
 
 from ..compat import event_listeners
-from ..traits import Service
+from ..service import Service
 from . import metrics
 from .context import AGENT_PREFIX, current_user
 
 if TYPE_CHECKING:
-    from ..execution.session import KernelSession
+    from ..execution.kernel_session import KernelSession
 
 SCHEMA_DIR = Path(__file__).parent / "event_schemas"
 SCHEMA_BASE = "https://events.jupyter.org/jupyter_agent_tools"
@@ -137,6 +137,8 @@ class Audit(Service):
         try:
             logger.emit(schema_id=schema_id, data=data)
         except Exception:
+            # broad: jupyter_events' validation, handlers and listeners must not fail the audited action;
+            # logged
             self.log.exception("audit event %s was not recorded: %r", schema_id, data)
 
     # -- notebooks --------------------------------------------------------------------------------
@@ -193,6 +195,7 @@ class Audit(Service):
         try:
             yield record
         except Exception as e:
+            # broad: any failure of the recorded call is recorded as its outcome, then re-raised
             self.execution(record, error=e)
             raise
         self.execution(record)

@@ -16,7 +16,7 @@ from typing import Any
 from traitlets import Int, validate
 
 from ..auth.paths import PathScope
-from ..traits import Service, in_range
+from ..service import Service, in_range
 from .events import EXECUTION, LEDGER_CHANGE, NOTEBOOK_CHANGE, RECOVERY, REFUSAL, SESSION
 
 CONTENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"

@@ -21,12 +21,12 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..compat import registered_metric
+from ..compat import registered_collectors, registered_metric
 
 if TYPE_CHECKING:
     from ..artifacts import ArtifactStore
     from ..execution.pool import KernelPool
-    from ..execution.sessions import EvalSessionManager
+    from ..execution.session_manager import EvalSessionManager
 
 PREFIX = "jupyter_agent_"
 M = TypeVar("M", Counter, Histogram)
@@ -218,8 +218,7 @@ class _Gauges(Collector):
 
 def _register_gauges() -> None:
     """Register the scrape-time gauges once per process (also when this module is imported again)."""
-    collectors = getattr(REGISTRY, "_collector_to_names", {})
-    if not any(type(c).__qualname__ == _Gauges.__qualname__ for c in list(collectors)):
+    if not any(type(c).__qualname__ == _Gauges.__qualname__ for c in registered_collectors(REGISTRY)):
         REGISTRY.register(_Gauges())
 
 

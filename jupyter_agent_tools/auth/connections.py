@@ -42,10 +42,6 @@ class AgentConnections:
         if isinstance(handler, WebSocketHandler):
             self._open.setdefault(token_hash, weakref.WeakSet()).add(handler)
 
-    def open_count(self, token_hash: str) -> int:
-        """How many of the token's websockets are open now."""
-        return sum(1 for h in self._open.get(token_hash, ()) if h.ws_connection is not None)
-
     @property
     def has_late(self) -> bool:
         """Whether a websocket of an ended token still waits for its handshake to be closed."""

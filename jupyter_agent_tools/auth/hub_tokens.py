@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Dict, Float, TraitError, Unicode, validate
 
 from ..oauth.core import OAUTH_NAME_PREFIX, SCOPES, token_name_part
@@ -35,7 +35,7 @@ from ..oauth.jwt import (
     verify,
 )
 from ..schemas import ASKABLE_ACTIONS
-from ..traits import Service
+from ..service import Service
 from .paths import GlobError, PathScope
 from .store import AgentToken
 
@@ -152,7 +152,7 @@ class HubAgentTokens(Service):
         try:
             response = await AsyncHTTPClient().fetch(request)
             return json.loads(response.body)
-        except Exception as e:  # connection, HTTP error, not JSON
+        except (HTTPClientError, OSError, ValueError) as e:  # HTTP error or timeout, connection, not JSON
             raise HubTokensUnavailable(
                 f"the hub's agent OAuth service cannot be read at {url}: {e}"
             ) from None

@@ -36,7 +36,7 @@ from traitlets import Float, Unicode
 
 from ..audit import metrics
 from ..audit.context import AGENT_PREFIX
-from ..compat import guard_contents_listings, guard_page_token
+from ..compat import allows_unauthenticated, cached_user, mark_token_authenticated
 from ..errors import AgentToolsError
 from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
 from ..stores import AgentStores, tagged
@@ -202,8 +202,6 @@ class AgentTokens(IdentityProvider):
         self.on_token_ended(lambda ended: self._connections.end(ended.token_hash, ended.status))
         self._routes: dict[tuple[type, str], bool] = {}  # (handler class, method) -> agents may use it
         self._by_agent_token: weakref.WeakSet[web.RequestHandler] = weakref.WeakSet()
-        guard_page_token()  # pages rendered for an agent carry no server token (hides_token_from)
-        guard_contents_listings()  # an agent's /api/contents listings hold only its paths (lists_for)
 
     @property
     def tokens(self) -> TokenStore:
@@ -280,7 +278,9 @@ class AgentTokens(IdentityProvider):
             for listener in list(self._listeners):
                 try:
                     listener(token)
-                except Exception:  # one listener failing must not keep the others from ending theirs
+                except Exception:
+                    # broad: one listener failing in any way must not keep the others from ending theirs;
+                    # logged
                     log.exception("ending what agent token %r started failed", token.name)
         return ended
 
@@ -309,7 +309,7 @@ class AgentTokens(IdentityProvider):
 
     def get_user(self, handler: web.RequestHandler) -> Any:
         """An agent token's user, else whatever jupyter_server's provider finds (token, cookie)."""
-        current = getattr(handler, "_jupyter_current_user", None)
+        current = cached_user(handler)
         if current:
             return current
         token = self.get_token(handler)
@@ -347,7 +347,7 @@ class AgentTokens(IdentityProvider):
     def _agent_user(self, handler: web.RequestHandler, record: AgentToken) -> AgentUser:
         self._by_agent_token.add(handler)  # first: even a refusal's page must not carry the server's token
         # a token, not a cookie: no XSRF check (JupyterHub's patch of jupyter_server's check reads this)
-        handler._token_authenticated = True  # type: ignore[attr-defined]
+        mark_token_authenticated(handler)
         now = self.tokens.now()
         status = record.status(now)
         if status != "active":
@@ -421,9 +421,7 @@ class AgentTokens(IdentityProvider):
             method = getattr(cls, method_name, None)
             names = _class_names(handler)
             known = bool(
-                names & SELF_AUTHORIZING
-                or _asks_authorizer(method)
-                or getattr(method, "__allow_unauthenticated", False)
+                names & SELF_AUTHORIZING or _asks_authorizer(method) or allows_unauthenticated(method)
             )
             self._routes[key] = known
         return known

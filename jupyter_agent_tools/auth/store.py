@@ -504,6 +504,7 @@ class TokenStore:
     def close(self) -> None:
         """Write what is pending (best-effort) and close the file."""
         self._writer_thread.shutdown(wait=True)
+        # broad: the last flush at close is best effort (SQLite, disk): closing must go on
         with contextlib.suppress(Exception):
             self._flush(force=True)
         with self._write_lock, self._lock:

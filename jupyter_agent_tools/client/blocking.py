@@ -109,7 +109,8 @@ class _Loop:
         them in tasks of their own; stopping under those would print "Task was destroyed but it is
         pending!" at exit. So wait for them, close what generators remain, and only then stop.
         """
-        with contextlib.suppress(BaseException):  # a second Ctrl-C while closing: stop anyway
+        # broad: a second Ctrl-C (KeyboardInterrupt) or any failure while closing: stop anyway
+        with contextlib.suppress(BaseException):
             self.run(self._finish())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(CANCEL_WAIT)

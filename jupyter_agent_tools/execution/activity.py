@@ -20,7 +20,7 @@ import weakref
 from datetime import datetime, timezone
 from typing import Any
 
-from ..compat import activity_watched
+from ..compat import ServerHTTPError, activity_watched
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class KernelActivity:
             return None
         try:
             kernel = kernel_manager.get_kernel(kernel_id)
-        except Exception:
+        except (KeyError, ServerHTTPError):
             return None
         return cls(kernel_manager, kernel_id, kernel)
 
@@ -62,6 +62,7 @@ class KernelActivity:
             try:
                 self.kernel_manager.stop_watching_activity(self.kernel_id)
             except Exception:
+                # broad: best effort: jupyter_server's watcher may fail any way on a kernel going away; logged
                 log.debug("could not stop watching kernel %s", self.kernel_id, exc_info=True)
                 return
         _holders[self.kernel] = (count + 1, took)
@@ -85,6 +86,8 @@ class KernelActivity:
             if took and ours and not activity_watched(self.kernel):
                 km.start_watching_activity(self.kernel_id)
         except Exception:
+            # broad: re-watching is best effort: jupyter_server's watcher may fail any way on a kernel going
+            # away
             log.debug("could not watch kernel %s again", self.kernel_id, exc_info=True)
 
     def record(self, msg: dict[str, Any]) -> None:

@@ -24,14 +24,14 @@ from typing import Any, Protocol
 from traitlets import Float, Instance, Int, default, validate
 
 from ..artifacts import ArtifactStore
+from ..service import Service, at_least, honour_moved_settings, in_range
 from ..stream_events import CellEnd, CellStart, StreamEvent
-from ..traits import Service, at_least, honour_moved_settings, in_range
 from .executor import CellExecution, Emit, ExecutionLimits, Observer, noop, run_cell
-from .kernels import KernelService
+from .kernel_service import KernelService
+from .kernel_session import KernelSession
 from .messages import OutputLimits
 from .pace import StreamPace
-from .session import KernelSession
-from .sessions import EvalSessionManager
+from .session_manager import EvalSessionManager
 from .sink import OutputSink
 
 

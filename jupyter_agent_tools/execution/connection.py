@@ -21,7 +21,7 @@ import zmq
 from jupyter_client.session import json_unpacker
 from jupyter_core.utils import ensure_async
 
-from ..compat import remember_signature
+from ..compat import ServerHTTPError, detach_from_loop, remember_signature
 from .activity import KernelActivity
 from .intake import IopubIntake
 
@@ -117,14 +117,6 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return socket.recv_multipart(zmq.NOBLOCK)
     except zmq.Again:
         return None
-
-
-def _detach(socket: Any) -> None:
-    """Stop the event loop from watching an asyncio ZMQ socket (pyzmq watches its descriptor for good once
-    it was awaited, and would touch the socket from the loop's thread while another thread uses it)."""
-    clear = getattr(socket, "_clear_io_state", None)
-    if clear is not None:
-        clear()
 
 
 # How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
@@ -254,7 +246,9 @@ class LocalKernelConnection:
             callback = self._notice(kind)
             try:
                 self.kernel_manager.add_restart_callback(self.kernel_id, callback, kind)
-            except Exception:  # the manager may not support restart callbacks
+            except Exception:
+                # broad: managers without restart callbacks (gateway, others) fail in their own ways: none
+                # here
                 continue
             self._callbacks.append((callback, kind))
 
@@ -276,7 +270,7 @@ class LocalKernelConnection:
         """The pid of the kernel's process (jupyter_client's provisioner), None when it has none."""
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
-        except Exception:  # KeyError, or jupyter_server's HTTPError(404): not in the manager
+        except (KeyError, ServerHTTPError):  # not in the manager (jupyter_server: 404)
             return None
         pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
         return pid if isinstance(pid, int) else None
@@ -290,7 +284,9 @@ class LocalKernelConnection:
 
     async def _start_intake(self, socket: Any) -> None:
         """Hand the iopub socket to a thread of its own (see :class:`~.intake.IopubIntake`)."""
-        _detach(socket)  # from now on the intake's thread alone uses it, until close() stops the thread
+        # From now on the intake's thread alone uses it, until close() stops the thread: the loop would
+        # otherwise touch the socket from its own thread.
+        detach_from_loop(socket)
         # a check of the socket pyzmq scheduled before (call_later(0)) runs in the next iteration: let it
         for _ in range(2):
             await asyncio.sleep(0)
@@ -319,6 +315,8 @@ class LocalKernelConnection:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                # broad: any failure reading a channel (ZMQ, a message that does not decode) is a disconnect
+                # event
                 queue.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
                 return
 
@@ -340,7 +338,8 @@ class LocalKernelConnection:
                 continue  # the oldest may be another one now (drain discards what is held)
             try:
                 msg = _decode(session, intake.take(), "iopub")
-            except Exception as e:  # a bad message, or a spilled one that could not be read back
+            except Exception as e:
+                # broad: a bad message, or a spilled one that could not be read back: a disconnect event
                 queue.put_nowait(event("disconnected", reason=f"iopub channel: {e}"))
                 return
             if activity is not None:
@@ -384,26 +383,30 @@ class LocalKernelConnection:
     async def is_alive(self) -> bool:
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
-        except Exception:  # KeyError, or jupyter_server's HTTPError(404) once the kernel is removed
+        except (KeyError, ServerHTTPError):  # jupyter_server answers 404 once the kernel is removed
             return False
         try:
             return bool(await ensure_async(kernel.is_alive()))
         except Exception:
+            # broad: a kernel being removed or restarted answers is_alive with any error (provisioner, HTTP)
             return False
 
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
+            # broad: awaiting a cancelled task: its CancelledError or its own failure; gone either way
             with contextlib.suppress(BaseException):
                 await task
         self._tasks.clear()
         if self.intake is not None:
+            # broad: the intake stopping at close, cancelled or failed: the socket is closed after it
             with contextlib.suppress(BaseException):
                 await self.intake.stop()  # before the socket is closed: the thread uses it until then
         if self._activity is not None:
             self._activity.release()
         for callback, kind in self._callbacks:
+            # broad: the kernel may be gone (KeyError, 404) or the callback already removed: cleanup goes on
             with contextlib.suppress(Exception):
                 self.kernel_manager.remove_restart_callback(self.kernel_id, callback, kind)
         self._callbacks.clear()
@@ -411,5 +414,6 @@ class LocalKernelConnection:
             client, self._client = self._client, None
             try:
                 client.stop_channels()
-            except Exception:  # never let a failed stop leak the rest of the cleanup
+            except Exception:
+                # broad: never let a failed stop (any client kind) leak the rest of the cleanup; logged
                 log.debug("stop_channels failed for kernel %s", self.kernel_id, exc_info=True)

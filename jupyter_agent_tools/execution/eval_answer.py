@@ -8,9 +8,9 @@ from typing import Any, cast
 from ..answers import CellResult, EvalAnswer
 from ..audit.events import ExecutionRecord
 from .cells import Cell, Ran
+from .kernel_session import KernelSession
 from .messages import answer_text
 from .request import EvalRequest, parse_eval_request
-from .session import KernelSession
 
 # Iopub messages were dropped past what the connection holds (or by a gateway), seen as dropped or as an
 # end-of-output status that never came: what the answer and the artifact hold may lack part of the output.

@@ -2,7 +2,7 @@
 
 Handlers call :meth:`EvalService.run` with an ``emit`` callback for streamed events and a ``cancel``
 event (set when the client goes away). The request walk is one-directional: parse the request, take the
-session's turn (:class:`~.session.KernelSession`), let the recovery policy (:mod:`.recovery`) revive or
+session's turn (:class:`~.kernel_session.KernelSession`), let the recovery policy (:mod:`.recovery`) revive or
 start its kernel, run the cells (the one cell loop, :meth:`~.cells.CellExecutor.run_cells`, with this
 module's policy for a session's kernel that died or would not stop), answer. Eval with ``notebook`` is
 not run here: the front doors give it to :meth:`~.notebook_run.NotebookRunner.eval`.
@@ -25,19 +25,19 @@ from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..compat import ServerHTTPError, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_MOMENT, AgentToolsError, BadRequest, Conflict, NotFound
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from .cells import CellExecutor, CellHooks, CellsRun, KeepKernel, Ran, Told
 from .connection import KernelConnection
 from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import Emit, noop
-from .kernels import KernelService
-from .notebook_kernels import NotebookKernels
+from .kernel_service import KernelService
+from .kernel_session import InitSpec, KernelSession, SessionState
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import WEDGED_NOTICE, KernelRecovery, died_notice, gave_up_message
 from .request import EvalRequest
-from .session import InitSpec, KernelSession, SessionState
-from .sessions import EvalSessionManager
+from .run_kernels import NotebookKernels
+from .session_manager import EvalSessionManager
 
 # The init step's error when the working directory does not exist in the kernel (a kernel on a gateway
 # runs where the server's paths may not exist): its value is "<cwd>|<the kernel's working directory>".
@@ -369,6 +369,7 @@ class EvalService(Service):
             try:
                 await start
             except BaseException:
+                # broad: a cancelled call's kernel start, cancelled or failed any way: only cleaned up
                 self.log.debug("session %s: a cancelled call's kernel start failed", session.name)
                 if session.mode == "session":
                     await self.sessions.discard_if_never_started(session)

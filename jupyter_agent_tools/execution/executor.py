@@ -306,7 +306,8 @@ async def run_cell(
     dropped = getattr(conn.messages, "dropped", 0)
     try:
         run.msg_id = conn.execute(code, silent=silent, store_history=not silent)
-    except Exception:  # the connection is gone (closed websocket, stopped channels): the kernel is lost
+    except Exception:
+        # broad: the connection is gone (closed websocket, stopped channels, any kind): the kernel is lost
         run.result.kernel_died = True
         return _finish(run, limits, started)
     interrupted_at: float | None = None
@@ -330,7 +331,8 @@ async def run_cell(
                     run.result.timed_out = True
                     run.result.cancelled = True
                 interrupted_at = now
-                with contextlib.suppress(Exception):  # a failed interrupt still ends the wait below
+                # broad: a failed interrupt (any kernel manager, gateway HTTP) still ends the wait below
+                with contextlib.suppress(Exception):
                     await interrupt()
                 continue
             if interrupted_at is not None and now >= interrupted_at + limits.interrupt_grace:
@@ -380,7 +382,7 @@ def _send_probe(conn: KernelConnection) -> str | None:
     """Send the empty request whose idle tells whether ours was lost; None if it cannot be sent."""
     try:
         return conn.execute("", silent=True, store_history=False)
-    except Exception:  # the connection is gone
+    except Exception:  # broad: the connection is gone (any connection kind): nothing was sent
         return None
 
 

@@ -41,6 +41,7 @@ from tornado.escape import url_escape
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
+from ..compat import wrap_once
 from ..stores import Worker, owner_alive, this_process
 from .connection import event
 from .faults import http_status, is_kernel_cap
@@ -100,7 +101,8 @@ class GatewayKernelConnection:
         while True:
             try:
                 raw = await self._ws.read_message()
-            except Exception as e:  # the connection broke
+            except Exception as e:
+                # broad: the connection broke (closed stream, websocket error): a disconnect event
                 self.messages.put_nowait(event("disconnected", reason=str(e)))
                 return
             if raw is None:
@@ -148,7 +150,7 @@ class GatewayKernelConnection:
         try:
             kernel = self.kernel_manager.get_kernel(self.kernel_id)
             alive = bool(await ensure_async(kernel.is_alive()))
-        except Exception:
+        except Exception:  # broad: gateway HTTP errors, timeouts or a kernel gone from the manager: not alive
             return False
         # jupyter_server's is_alive answers True on the very request that finds the kernel gone (404: its
         # model becomes None, and only the next call says False); a gateway that culled the kernel does
@@ -158,10 +160,12 @@ class GatewayKernelConnection:
     async def close(self) -> None:
         if self._ws is not None:
             ws, self._ws = self._ws, None
+            # broad: closing a websocket that already broke may fail any way: it is closed either way
             with contextlib.suppress(Exception):
                 ws.close()
         if self._reader is not None:
             self._reader.cancel()
+            # broad: awaiting the cancelled reader: its CancelledError or its own failure
             with contextlib.suppress(BaseException):
                 await self._reader
             self._reader = None
@@ -240,6 +244,7 @@ class OwnedKernels:
             try:
                 await delete(kernel_id)
             except Exception as e:
+                # broad: a gateway's HTTP or connection error keeps the kernel for the next clean-up; logged
                 if http_status(e) != 404:
                     kept.append(kernel_id)
                     self.log.warning(
@@ -258,7 +263,8 @@ class OwnedKernels:
         snapshot = json.dumps(self._data, sort_keys=True)
         try:
             await self._worker.run(functools.partial(_write_atomically, self.path, snapshot))
-        except Exception as e:  # a full disk must not fail a kernel start: the record is for clean-up
+        except Exception as e:
+            # broad: a full disk must not fail a kernel start: the record is for clean-up; logged
             self.log.warning("writing the record of gateway kernels %s failed: %s", self.path, e)
 
     def close(self) -> None:
@@ -294,7 +300,7 @@ async def delete_gateway_kernel(kernel_id: str) -> None:
 
 # Set while the warm pool starts a kernel: its own start hitting the cap must not release the pool.
 POOL_START: contextvars.ContextVar[bool] = contextvars.ContextVar("agent_tools_pool_start", default=False)
-CAP_MARK = "_agent_tools_cap_watch"
+CAP_MARK = "kernel cap"  # the key of its wrap (compat.wrap_once)
 
 
 def watch_kernel_cap(
@@ -303,27 +309,28 @@ def watch_kernel_cap(
     """Wrap the gateway kernel manager's ``start_kernel`` (once): a creation refused for the gateway's kernel
     cap, not the pool's own, calls ``release()`` (the pool's kernels go) and, when that freed any, is tried
     once more."""
-    original = kernel_manager.start_kernel
-    if getattr(original, CAP_MARK, False):
-        return
 
-    async def start_kernel(*args: Any, **kwargs: Any) -> Any:
-        try:
+    def wrap(original: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def start_kernel(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await original(*args, **kwargs)
+            except Exception as e:
+                # broad: any start failure is looked at; only the gateway's kernel cap is handled, the rest
+                # re-raised
+                if POOL_START.get() or not is_kernel_cap(e):
+                    raise
+                released = await release()
+                if not released:
+                    raise
+                logger.warning(
+                    "the kernel gateway refused a kernel for its kernel cap (%s): shut down %d warm pool "
+                    "kernel(s) %s and trying once more",
+                    e,
+                    len(released),
+                    released,
+                )
             return await original(*args, **kwargs)
-        except Exception as e:
-            if POOL_START.get() or not is_kernel_cap(e):
-                raise
-            released = await release()
-            if not released:
-                raise
-            logger.warning(
-                "the kernel gateway refused a kernel for its kernel cap (%s): shut down %d warm pool "
-                "kernel(s) %s and trying once more",
-                e,
-                len(released),
-                released,
-            )
-        return await original(*args, **kwargs)
 
-    setattr(start_kernel, CAP_MARK, True)
-    kernel_manager.start_kernel = start_kernel
+        return start_kernel
+
+    wrap_once(kernel_manager, "start_kernel", CAP_MARK, wrap)

@@ -247,6 +247,8 @@ class IopubIntake:
             try:
                 return self.spill.pop()
             except Exception:
+                # broad: any failure reading back (OS error, a damaged record) drops the rest of the spill;
+                # re-raised
                 self.spill.clear()  # what follows it cannot be trusted either
                 raise
 
@@ -292,7 +294,8 @@ class IopubIntake:
                         break
                     self._hold(frames)
                 self._notify()
-        except Exception as e:  # the socket is gone (its context terminated, a failed receive)
+        except Exception as e:
+            # broad: the socket is gone (its context terminated, a failed receive): the error ends the intake
             self.error = f"iopub channel: {e}"
             self._notify()
 

@@ -22,10 +22,9 @@ from typing import Any
 
 from markdownify import MarkdownConverter
 
-from ..text import strip_ansi
+from ..text import TEXT_MIMES, strip_ansi
 
 STATUS_MIMES = ("application/x-omp-status", "application/x-xcsh-status")
-TEXT_MIMES = ("text/markdown", "text/plain")
 DISPLAY_MESSAGES = ("execute_result", "display_data", "update_display_data")
 
 

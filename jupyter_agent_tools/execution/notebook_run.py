@@ -3,11 +3,11 @@
 The kernel is the one a person sees: the jupyter_server session of the notebook's path (what JupyterLab
 creates when it opens the notebook), created the way JupyterLab would when there is none, so a person
 who opens the notebook afterwards shares the agent's state. The run goes through the same session
-lifecycle as eval (:class:`~.session.KernelSession` in mode ``notebook``, which never owns the kernel)
+lifecycle as eval (:class:`~.kernel_session.KernelSession` in mode ``notebook``, which never owns the kernel)
 and the same recovery policy, but never re-runs a cell silently: a kernel that dies or is restarted
 ends the run and the answer says which cells did not complete. A cell that does not stop after the
 interrupt gets the notebook's kernel restarted in place (same id, as JupyterLab's "Restart Kernel"), and
-the answer names it. Kernels this module started are shut down when unused (:mod:`.notebook_kernels`).
+the answer names it. Kernels this module started are shut down when unused (:mod:`.run_kernels`).
 
 Outputs are built as JupyterLab stores them (:mod:`..notebook.outputs`, bounded per output and per
 cell; what does not fit goes to an artifact as it arrives) and written through the notebook store
@@ -48,6 +48,7 @@ from ..answers import EvalAnswer, RunAnswer
 from ..artifacts import ArtifactStore
 from ..audit import Audit
 from ..audit.events import ExecutionRecord
+from ..compat import ServerHTTPError
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Conflict, Unavailable
 from ..notebook.format import cells_hash, join_source, source_hash
 from ..notebook.operations import EditRequest, apply_ops, parse_edit_request
@@ -55,22 +56,22 @@ from ..notebook.outputs import CellOutputs
 from ..notebook.reading import output_url
 from ..notebook.store import NotebookStore, edit_diff
 from ..notebook.summary import data_size, joined_text
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from ..validation import check
 from .cells import Cell, CellExecutor, CellHooks, Ran, StopRules, Told
 from .connection import KernelConnection
 from .eval_answer import eval_answer, eval_cells, parse_recorded
 from .executor import CellExecution, Emit, noop, not_run_fields
 from .faults import died_at_start
-from .kernels import KernelService, close_quietly
+from .kernel_service import KernelService, close_quietly
+from .kernel_session import KernelSession, SessionState
 from .messages import Iopub, answer_text
-from .notebook_kernels import NotebookKernels
 from .pace import StreamPace
 from .pool import KernelPool
 from .recovery import KernelRecovery
 from .request import EvalRequest, RunRequest, parse_run_request
-from .session import KernelSession, SessionState
-from .sessions import EvalSessionManager
+from .run_kernels import NotebookKernels
+from .session_manager import EvalSessionManager
 
 # While a cell of a notebook open in a collaborative room runs, its outputs reach the live document at
 # most this often (seconds): people see them stream without a Y update per message.
@@ -423,6 +424,8 @@ class NotebookRunner(Service):
                 )
             )
         except Exception as e:
+            # broad: any failure to make the session cleans up the pooled kernel, then is translated and
+            # raised
             if pooled is not None:
                 await close_quietly(pooled[1])
                 await self.kernels.shutdown(pooled[0])
@@ -438,7 +441,7 @@ class NotebookRunner(Service):
         (auto-restarted by its manager on death, as one JupyterLab started), connected already, and
         moved into the notebook's directory once attached (:meth:`_settle_pooled`)."""
         self.kernels.started.discard(kernel_id)
-        with contextlib.suppress(Exception):  # a gateway kernel has no restarter here
+        with contextlib.suppress(KeyError, ServerHTTPError):  # a gateway kernel has no restarter here
             start = getattr(self.kernels.kernel_manager.get_kernel(kernel_id), "start_restarter", None)
             if callable(start):
                 start()
@@ -490,6 +493,7 @@ class NotebookRunner(Service):
         except AgentToolsError:
             raise
         except Exception as e:
+            # broad: any failure to attach forgets the kernel the run started, then is re-raised
             if created:  # a kernel this run started and nobody else knows: do not leave it behind
                 await self.notebook_kernels.discard(path)
             raise Unavailable(
@@ -533,7 +537,7 @@ class NotebookRunner(Service):
         kernel_id, kernel_name = found
         try:
             model = await ensure_async(self.kernels.kernel_manager.kernel_model(kernel_id))
-        except Exception:  # gone between the two looks
+        except (KeyError, ServerHTTPError):  # gone between the two looks
             return answer
         connections = int(model.get("connections") or 0)
         attached = session is not None and session.kernel_id == kernel_id
@@ -596,6 +600,7 @@ class NotebookRunner(Service):
         except AgentToolsError:
             raise
         except Exception as e:
+            # broad: any kernel manager failure becomes an answer with a status (KernelService.translate)
             raise self.kernels.translate(e) from e
         answer = await self.kernel(path)
         answer.update(
@@ -620,7 +625,7 @@ class NotebookRunner(Service):
         await session.drop_kernel()  # disconnect; the next run attaches to the restarted kernel
         try:
             await self.kernels.restart(kernel_id)
-        except Exception as e:
+        except Exception as e:  # broad: a failed restart (any manager error) is logged; the recovery goes on
             self.sessions.log.warning("notebook kernel %s: restart failed", kernel_id, exc_info=True)
             return (
                 f"[{cell} did not stop after the interrupt, so the notebook's kernel {kernel_id} was "

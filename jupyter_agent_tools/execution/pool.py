@@ -27,11 +27,11 @@ from typing import Any
 from traitlets import Float, Instance, Int, default, validate
 
 from ..audit import metrics as audit_metrics
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from .connection import KernelConnection
 from .faults import fd_usage, is_kernel_cap
 from .gateway import POOL_START
-from .kernels import KernelService, close_quietly
+from .kernel_service import KernelService, close_quietly
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,7 @@ class KernelPool(Service):
         self._wake.set()
         filler, self._filler = self._filler, None
         if filler is not None:
+            # broad: the cancelled filler's own end (cancelled or failed): the shutdown goes on
             with contextlib.suppress(BaseException):
                 await filler  # it finishes a start in progress and shuts that kernel down itself
         victims, self.ready = self.ready, []
@@ -198,6 +199,7 @@ class KernelPool(Service):
                 POOL_START.reset(token)
             kernel_id, connection = await asyncio.shield(launching)
         except Exception as e:
+            # broad: a warm kernel's start failing any way is logged and retried later: no caller waits on it
             if is_kernel_cap(e):  # the user's slots are theirs: wait as long as after a release
                 self._paused_until = asyncio.get_running_loop().time() + MAX_RETRY_DELAY
             if not self._closed:  # else killed by the server's stop
@@ -218,4 +220,5 @@ class KernelPool(Service):
         try:
             await self.kernels.shutdown(kernel_id)
         except Exception:
+            # broad: a pooled kernel's shutdown failing any way must not stop the others; logged
             self.log.debug("shutting down pooled kernel %s failed", kernel_id, exc_info=True)

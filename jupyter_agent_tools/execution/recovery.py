@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 from traitlets import Float, Instance, validate
 
 from ..errors import Unavailable
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from .connection import KernelConnection
 from .faults import died_at_start, fd_usage, http_message, http_status, is_fd_exhaustion
-from .kernels import KernelService
+from .kernel_service import KernelService
+from .kernel_session import KernelSession, SessionState
 from .pool import KernelPool
-from .session import KernelSession, SessionState
-from .sessions import EvalSessionManager
+from .session_manager import EvalSessionManager
 
 RERUNS_AFTER_DEATH = 1
 Started = TypeVar("Started")
@@ -89,6 +89,7 @@ class KernelRecovery(Service):
         try:
             return await self._launch_retrying(session, kernel_name, cwd)
         except Exception as first:
+            # broad: any start failure is classified here (descriptor exhaustion or not), the rest re-raised
             if not is_fd_exhaustion(first):
                 raise
             usage = fd_usage()
@@ -112,6 +113,7 @@ class KernelRecovery(Service):
         try:
             launched = await self._launch_retrying(session, kernel_name, cwd)
         except Exception as second:
+            # broad: the retried start failing any way is audited, then raised as the recovery's failure
             audit.recovery(
                 session, "emfile_recoveries", "failed", f"the retried kernel start failed: {second}"
             )
@@ -170,6 +172,7 @@ class KernelRecovery(Service):
         try:
             return await start()
         except Exception as e:
+            # broad: any start failure is classified (retryable or not); the rest raised as failed
             if not retryable(e):
                 raise failed(e, False)  # noqa: B904 - failed() sets the cause
             status = http_status(e)
@@ -184,6 +187,7 @@ class KernelRecovery(Service):
         try:
             started = await start()
         except Exception as e:
+            # broad: the retried creation failing any way is audited, then raised as the recovery's failure
             audit.recovery(session, "create_retries", "failed", f"the retried kernel creation failed: {e}")
             raise failed(e, True)  # noqa: B904 - failed() sets the cause
         audit.recovery(session, "create_retries", "recovered", "the retried kernel creation succeeded")

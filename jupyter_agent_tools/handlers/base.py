@@ -23,6 +23,7 @@ from ..audit.context import OWNER_NAME, current_via, display_name, set_token, se
 from ..auth.context import set_agent, set_paths
 from ..auth.identity import AgentUser
 from ..body import decode_off_loop, encode_answer
+from ..compat import cached_user
 from ..errors import AgentToolsError
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
 
     def _unauthenticated(self) -> bool:
         """True once authentication ran and found no user (not a refused Host header)."""
-        return getattr(self, "_jupyter_current_user", True) is None and self.check_host()
+        return cached_user(self, True) is None and self.check_host()
 
     def _credentials_problem(self) -> str:
         sent = self.request.headers.get("Authorization") or self.get_argument("token", "")
@@ -165,7 +166,7 @@ class AgentAPIHandler(ExtensionHandlerMixin, APIHandler):
         # A request nobody is logged in for is refused in prepare() with what to fix about the token;
         # checking XSRF first would answer "'_xsrf' argument missing", sending a wrong token astray.
         # Requests of a logged-in browser keep the XSRF check.
-        if getattr(self, "_jupyter_current_user", True) is None:
+        if cached_user(self, True) is None:
             return None
         return super().check_xsrf_cookie()
 

@@ -25,13 +25,14 @@ from jupyter_server.services.contents.handlers import ContentsHandler
 
 from ..audit import set_user
 from ..audit.context import set_via
+from ..compat import wrap_once
 from ..ledger.service import Ledger
 from ..notebook.store import NotebookStore
 from .base import acting_username
 
 VIA = "contents"  # the ledger's door for these saves
 CONTENTS_EVENTS = "https://events.jupyter.org/jupyter_server/contents_service/v1"
-MARK = "_jupyter_agent_tools_watched"
+MARK = "contents saves"  # the key of its wrap (compat.wrap_once)
 
 
 def _put_handler(model: Any, path: str) -> ContentsHandler | None:
@@ -58,9 +59,14 @@ async def _save_as(handler: ContentsHandler, store: NotebookStore, path: str, sa
 
 def watch_contents_saves(contents_manager: Any, store: NotebookStore) -> None:
     """Wrap ``contents_manager.save`` (once) so that saves through the contents API reach ``store``."""
-    original = contents_manager.save
-    if getattr(original, MARK, False):
-        return
+    wrap_once(
+        contents_manager, "save", MARK, lambda original: _watched_save(contents_manager, original, store)
+    )
+
+
+def _watched_save(contents_manager: Any, original: Any, store: NotebookStore) -> Any:
+    """``original`` (the contents manager's ``save``), with whole notebook saves of a PUT made through
+    ``store``."""
     if inspect.iscoroutinefunction(original):
 
         async def save(model: Any, path: str = "") -> Any:
@@ -69,21 +75,20 @@ def watch_contents_saves(contents_manager: Any, store: NotebookStore) -> None:
                 return await original(model, path)
             return await _save_as(handler, store, path, lambda: original(model, path))
 
-    else:
+        return save
 
-        def save(model: Any, path: str = "") -> Any:  # type: ignore[misc]
-            handler = _put_handler(model, path)
-            if handler is None or not contents_manager.file_exists(path):
-                return original(model, path)  # (the manager's new() calls save for a new file)
+    def sync_save(model: Any, path: str = "") -> Any:
+        handler = _put_handler(model, path)
+        if handler is None or not contents_manager.file_exists(path):
+            return original(model, path)  # (the manager's new() calls save for a new file)
 
-            async def call() -> Any:
-                return original(model, path)
+        async def call() -> Any:
+            return original(model, path)
 
-            coroutine: Awaitable[Any] = _save_as(handler, store, path, call)
-            return coroutine  # the handler awaits it (ensure_async)
+        coroutine: Awaitable[Any] = _save_as(handler, store, path, call)
+        return coroutine  # the handler awaits it (ensure_async)
 
-    setattr(save, MARK, True)
-    contents_manager.save = save
+    return sync_save
 
 
 def watch_contents_removals(event_logger: Any, ledger: Ledger) -> None:

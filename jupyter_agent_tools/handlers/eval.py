@@ -18,6 +18,7 @@ from tornado.iostream import StreamClosedError
 from ..approvals import Approval
 from ..approvals.actions import describe_eval
 from ..approvals.gate import once_approved, without_gate_fields
+from ..compat import response_finished
 from ..errors import AgentToolsError
 from ..execution.backlog import StreamBacklog
 from ..execution.dispatch import extra_permissions, run_eval
@@ -205,6 +206,7 @@ class EvalHandler(AgentAPIHandler):
             await asyncio.gather(run, return_exceptions=True)
             return
         except Exception as e:
+            # broad: after the stream started any failure becomes its last event; before, it is re-raised
             if not writer.started:
                 raise
             self.write(ndjson_line(error_event(e, self.log)))
@@ -212,7 +214,7 @@ class EvalHandler(AgentAPIHandler):
             if not run.done():
                 self._client_gone()
                 await asyncio.gather(run, return_exceptions=True)
-        if not self._finished:
+        if not response_finished(self):
             self.finish()
 
 

@@ -19,6 +19,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from ..auth.identity import AgentUser
+from ..compat import status_reason
 from ..errors import AgentToolsError
 from ..oauth.core import (
     ASK_ACTIONS,
@@ -104,7 +105,7 @@ class OAuthAnswers(web.RequestHandler):
             return
         message = error.log_message if isinstance(error, web.HTTPError) else None
         self.answer({"error": "server_error" if status_code >= 500 else "invalid_request",
-                     "error_description": message or self._reason}, status_code)  # fmt: skip
+                     "error_description": message or status_reason(self)}, status_code)  # fmt: skip
 
     def form(self) -> dict[str, str]:
         """The body's form parameters, each once (RFC 6749 section 3.2)."""

@@ -12,6 +12,7 @@ from tornado import web
 from tornado.iostream import StreamClosedError
 
 from ..auth.identity import AgentUser
+from ..compat import response_finished
 from ..errors import AgentToolsError, BadRequest
 from ..runs import Run, RunRegistry, Viewer
 from ..runs.log import RunLog
@@ -161,5 +162,5 @@ class RunEventsHandler(_RunRoute):
                     del data
         except StreamClosedError:
             return
-        if not self._finished:
+        if not response_finished(self):
             self.finish()

@@ -27,6 +27,7 @@ from tornado.httpserver import HTTPServer
 from traitlets import Unicode
 from traitlets.config import Application
 
+from ..compat import status_reason
 from ..errors import AgentToolsError
 from ..handlers.oauth import CONSENT_CSP, PAGE, OAuthAnswers, consent_form, consent_of
 from ..oauth.core import AuthorizationRequest, OAuthError, authorization_server_metadata
@@ -124,7 +125,7 @@ class _Page(_Service, HubOAuthenticated, web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         error = kwargs.get("exc_info", (None, None))[1]
         message = error.log_message if isinstance(error, web.HTTPError) else None
-        self.page("Error", f"<p>{html.escape(message or self._reason)}</p>", status_code)
+        self.page("Error", f"<p>{html.escape(message or status_reason(self))}</p>", status_code)
 
 
 class AuthorizeHandler(_Page):

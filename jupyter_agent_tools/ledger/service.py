@@ -45,6 +45,7 @@ from ..audit.context import current_approver, current_user, current_via, display
 from ..auth.context import current_paths
 from ..errors import BadRequest, NotFound, Unavailable
 from ..notebook.format import join_source
+from ..service import Service, at_least, in_range
 from ..stores import (
     OWNERS_SCHEMA,
     AgentStores,
@@ -58,7 +59,6 @@ from ..stores import (
     store_options,
     this_process,
 )
-from ..traits import Service, at_least, in_range
 from .changes import (
     PARTS,
     CellChange,
@@ -382,6 +382,8 @@ class Ledger(Service):
             self._db()
             self._finish_lost_groups()
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("open its database", e)
 
     # -- groups a stopped server left unfinished ---------------------------------------------------
@@ -420,6 +422,8 @@ class Ledger(Service):
                 ),
             )
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("record a run's writes as they happen", e)
 
     def _drop_parts(self, key: str) -> None:
@@ -427,6 +431,8 @@ class Ledger(Service):
         try:
             self._db().execute("DELETE FROM group_parts WHERE key = ?", (key,))
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("record changes", e)
 
     def _finish_lost_groups(self) -> None:
@@ -576,7 +582,7 @@ class Ledger(Service):
         """Worker: close the connection (the next use opens the file again)."""
         self._states.clear()
         if self._conn is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(sqlite3.Error):
                 self._conn.close()
             self._conn = None
 
@@ -652,6 +658,8 @@ class Ledger(Service):
         try:
             inserted: tuple[dict[str, Any], str | None] | None = await asyncio.wrap_future(recording)
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("record changes", e)
             return Recorded(None, False)
         self._worked()
@@ -734,6 +742,8 @@ class Ledger(Service):
                 args = (group, group.parts, merged, first, hash_after, current_user(), current_via())
                 self._submit(self._keep_part, *args)
         except Exception:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self.log.exception("change ledger: cannot compute a change of %s", group.path)
             group.failed = True
 
@@ -822,7 +832,7 @@ class Ledger(Service):
             self._prune_notebook(conn, path)
             conn.execute("COMMIT")
         except BaseException:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
         self._settle(conn)
@@ -843,6 +853,8 @@ class Ledger(Service):
         try:
             return bool(await self._run(self._agent_state, path))
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("read changes", e)
             return False
 
@@ -875,6 +887,8 @@ class Ledger(Service):
         try:
             found = await self._run(self._overwritten, path, before, after)
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("record changes", e)
             return Recorded(None, False)
         if found is None:
@@ -985,6 +999,8 @@ class Ledger(Service):
                 return
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._prune_target = None
             self._failed("prune old changes", e)
             return
@@ -1013,7 +1029,7 @@ class Ledger(Service):
             ).rowcount
             conn.execute("COMMIT")
         except BaseException:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
         return bool(chosen or removed)
@@ -1098,11 +1114,13 @@ class Ledger(Service):
                 )
                 conn.execute("COMMIT")
             except BaseException:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
             self._settle(conn)
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("remember notebook versions", e)
 
     def _keep(self, hash_: str, snapshot: Snapshot, when: float) -> None:
@@ -1130,6 +1148,8 @@ class Ledger(Service):
         try:
             return await self._run(self._since, path, since, nb, hash_)
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("read notebook versions", e)
             raise Unavailable(f"The change ledger cannot be read right now: {e}", retry_after=1) from e
 
@@ -1169,6 +1189,8 @@ class Ledger(Service):
         except (NotFound, BadRequest):
             raise
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("read changes", e)
             raise Unavailable(f"The change ledger cannot be read right now: {e}", retry_after=1) from e
 
@@ -1287,6 +1309,8 @@ class Ledger(Service):
         try:
             await self._run(self._removed, path)
         except Exception as e:
+            # broad: the ledger never fails the action it records: any failure (SQLite, disk, a damaged row)
+            # degrades it (_failed)
             self._failed("record a removed notebook", e)
 
     def _removed(self, path: str) -> None:

@@ -1081,6 +1081,7 @@ class McpServer:
             retry = f" (retry after {e.retry_after} s)" if e.retry_after else ""
             result = ToolResult(f"{e.message}{retry}", is_error=True)
         except Exception as e:
+            # broad: a tool's failure of any kind becomes a JSON-RPC error answer (its status when it has one)
             status = getattr(e, "status_code", None)  # tornado's HTTPError from the kernel manager or gateway
             if not (isinstance(status, int) and 400 <= status < 600):
                 self.log.exception("MCP tool %s failed", tool.name)

@@ -96,6 +96,7 @@ def parse_any_notebook(text: str, path: str, seed: str) -> tuple[dict[str, Any],
     try:
         converted = nbformat.reads(text, as_version=4)
     except Exception as e:
+        # broad: nbformat's v3 converters raise whatever a malformed old notebook makes them (KeyError...)
         raise BadRequest(
             f"Cannot convert the nbformat {version} notebook {path} to nbformat 4: {e}"
         ) from None

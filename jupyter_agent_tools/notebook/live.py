@@ -27,7 +27,7 @@ from traitlets import CaselessStrEnum, Float, validate
 from ..compat import live_outputs_factory, room_is_settled
 from ..errors import RETRY_AFTER_MOMENT, Conflict, Unavailable
 from ..sequences import longest_increasing
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from .format import content_hash, join_source, serialize_notebook
 
 RTC_MODES = ("auto", "never")

@@ -7,6 +7,7 @@ batch that fails half-way leaves nothing changed, and untouched cells serialize 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,7 +216,7 @@ class _Editor:
         return details
 
     def apply(self, op: CellOp, position: int) -> OpOutcome:
-        return getattr(self, f"_{op.action}")(op, position)
+        return _APPLY[op.action](self, op, position)
 
     def _edit(self, op: CellOp, position: int) -> OpOutcome:
         index = self._locate(op)
@@ -330,6 +331,18 @@ class _Editor:
         total = _cells(len(self.cells))
         message = f"Cleared the outputs of code cell at index {index}. Notebook has {total}."
         return OpOutcome(message, self._details(op, index, cell))
+
+
+# The method of each action (the schema's ACTIONS, which the request was validated against: a test holds
+# the two equal).
+_APPLY: dict[str, Callable[[_Editor, CellOp, int], OpOutcome]] = {
+    "edit": _Editor._edit,
+    "insert": _Editor._insert,
+    "delete": _Editor._delete,
+    "move": _Editor._move,
+    "replace": _Editor._replace,
+    "clear_outputs": _Editor._clear_outputs,
+}
 
 
 def find_matches(source: str, old: str) -> list[tuple[int, str]]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from jupyter_core.utils import ensure_async
-from nbformat.validator import get_validator
+from nbformat.validator import ValidationError, get_validator
 from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, default, validate
 
@@ -39,7 +39,7 @@ from ..ledger.changes import diff as change_of
 from ..ledger.changes import summarize
 from ..ledger.service import ChangeGroup, Ledger, Recorded, cell_bodies, check_hash
 from ..ledger.undo import check_undo, inverse
-from ..traits import Service, at_least
+from ..service import Service, at_least
 from ..validation import check
 from . import disk
 from .create import new_notebook as build_notebook
@@ -103,7 +103,7 @@ def validate_notebook(nb: dict[str, Any], path: str, before: dict[str, Any] | No
         raise BadRequest(f"Unsupported notebook format in {path}: nbformat 4.{minor}")
     try:
         validator.validate(nb)
-    except Exception as e:  # fastjsonschema and jsonschema raise different ValidationErrors
+    except ValidationError as e:  # fastjsonschema and jsonschema raise different ValidationErrors
         message = getattr(e, "message", None) or str(e)
     else:
         duplicates = duplicate_ids(nb)
@@ -328,6 +328,7 @@ class NotebookStore(Service):
         try:
             await ensure_async(self.contents_manager.get(path, content=True, type="notebook"))
         except Exception:
+            # broad: the contents manager's recovery failing any way means there was nothing to recover
             return None
         self.log.warning("notebook %s was restored from an interrupted save", path)
         return await self._read_text(path)
@@ -336,7 +337,7 @@ class NotebookStore(Service):
         """Whether the file behind ``path`` really lies outside the server root (through a symlink)."""
         try:
             os_path = local_os_path(self.contents_manager, path)
-        except Exception:
+        except ServerHTTPError:
             return False
         if os_path is None:
             return False  # not a local-disk contents manager: it confines its own storage

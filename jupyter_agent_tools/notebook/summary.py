@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..text import strip_ansi
+from ..text import TEXT_MIMES, strip_ansi
 from .format import join_source
-
-TEXT_MIME_PREFERENCE = ("text/markdown", "text/plain")
 
 
 def truncate_text(text: str, limit: int) -> str:
@@ -100,7 +98,7 @@ def summarize_output(
         if not isinstance(data, dict):
             data = {}
         text, text_mime = None, ""
-        for text_mime in TEXT_MIME_PREFERENCE:
+        for text_mime in TEXT_MIMES:
             if text_mime in data:
                 text = joined_text(data[text_mime])
                 break
@@ -108,7 +106,7 @@ def summarize_output(
             _truncated(strip_ansi(text), max_chars, summary, "text", link, text_mime)
         attachments = []
         for mime, value in sorted(data.items()):
-            if mime in TEXT_MIME_PREFERENCE:
+            if mime in TEXT_MIMES:
                 continue
             if is_textual(mime):
                 raw = joined_text(value)

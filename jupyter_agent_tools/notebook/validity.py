@@ -14,7 +14,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from nbformat.validator import better_validation_error, get_validator, normalize
+from nbformat.validator import ValidationError, better_validation_error, get_validator, normalize
 
 from ..validation import short_repr
 
@@ -103,7 +103,7 @@ def schema_problems(nb: dict[str, Any], minor: int, limit: int = SHOWN_PROBLEMS)
     try:
         fast.validate(nb)
         return []
-    except Exception:  # fastjsonschema and jsonschema raise different ValidationErrors
+    except ValidationError:  # fastjsonschema and jsonschema raise different ValidationErrors
         pass
     detailed = get_validator(version=4, version_minor=minor, name="jsonschema")
     problems: list[str] = []

@@ -47,7 +47,8 @@ async def fetch_document(url: str, timeout: float) -> Any:
         response = await client.fetch(request)
     except HTTPClientError as e:
         raise _refused(url, f"HTTP {e.code} (redirects are not followed)") from None
-    except Exception as e:  # TLS, size cap, timeout, connection
+    except Exception as e:
+        # broad: TLS, size cap, timeout, connection: any failure to fetch is a refused client
         raise _refused(url, f"{type(e).__name__}: {e}") from None
     finally:
         client.close()

@@ -27,7 +27,7 @@ from traitlets import Bool, Dict, Float, Int, TraitError, Unicode, validate
 from ..auth.identity import AgentTokens
 from ..auth.store import TOKEN_ID_CHARS, iso, token_hash
 from ..errors import AgentToolsError
-from ..traits import Service, at_least, in_range
+from ..service import Service, at_least, in_range
 from .cimd import fetch_document
 from .core import (
     CODE_LIFETIME,

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..artifacts import ArtifactFull
+from ..errors import NotFound
 from ..execution.backlog import utf8_prefix, utf8_size
 from ..stream_events import Gap, Lost, StreamEvent
 from ..text import ndjson_line  # the same encoding as an attached stream (fast for chunks)
@@ -240,7 +241,7 @@ class RunLog:
         try:
             path = self._artifact_path(self.artifact_id)
             handle = open(path, "rb")  # noqa: SIM115
-        except Exception:
+        except (NotFound, OSError):
             return None
         out: list[bytes] = []
         size = 0

@@ -33,9 +33,9 @@ from traitlets import Float, Instance, Int, Unicode, default, validate
 from ..artifacts import ArtifactStore
 from ..audit.context import current_token, current_user, display_name
 from ..errors import AgentToolsError, NotFound, Unavailable
+from ..service import Service, at_least
 from ..stores import AgentStores, store_options
 from ..stream_events import Emit, StreamEvent
-from ..traits import Service, at_least
 from .log import RunLog
 from .records import FINAL_STATES, RunRecords
 
@@ -312,6 +312,7 @@ class RunRegistry(Service):
             message = "the server stopped while this run ran"
             state = "lost"
         except Exception as e:
+            # broad: a run's call failing any way becomes the run's failed state and its last event
             status = getattr(e, "status_code", None)  # tornado's HTTPError from the kernel manager or gateway
             if isinstance(status, int) and 400 <= status < 600:
                 message = getattr(e, "log_message", None) or f"HTTP {status}"

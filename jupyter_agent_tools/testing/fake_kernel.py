@@ -29,7 +29,7 @@ from typing import Any
 from uuid import uuid4
 
 from ..execution.connection import KernelConnection, MessageQueue, event
-from ..execution.kernels import KernelService
+from ..execution.kernel_service import KernelService
 
 Script = Callable[[str], list[tuple[str, str, dict[str, Any]]]]
 

@@ -26,9 +26,10 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Instance, Int, validate
 
 from ..auth.context import path_allowed
-from ..traits import Service, at_least
-from .session import KernelSession
-from .sessions import EvalSessionManager
+from ..compat import ServerHTTPError
+from ..service import Service, at_least
+from .kernel_session import KernelSession
+from .session_manager import EvalSessionManager
 
 
 @dataclass
@@ -209,7 +210,7 @@ class NotebookKernels(Service):
         try:
             model = await ensure_async(self.session_manager.get_session(session_id=record.session_id))
             kernel = await ensure_async(self.sessions.kernels.kernel_manager.kernel_model(record.kernel_id))
-        except Exception:  # the session or its kernel is gone (a person shut it down)
+        except (KeyError, ServerHTTPError):  # the session or its kernel is gone (a person shut it down)
             model = None
         if model is None or (model.get("kernel") or {}).get("id") != record.kernel_id:
             if self.started.get(path) is record:
@@ -232,6 +233,7 @@ class NotebookKernels(Service):
         except KeyError:  # its kernel was gone already: jupyter_server removed the session's row itself
             pass
         except Exception:
+            # broad: a session deletion failing any way (manager, kernel) must not stop the sweep; logged
             self.log.warning(
                 "shutting down notebook kernel %s (session %s) failed",
                 record.kernel_id,

@@ -23,9 +23,9 @@ from jupyter_core.utils import ensure_async
 from traitlets import Any as AnyTrait
 from traitlets import Bool, Float, Int, validate
 
-from ..compat import forget_kernel, pending_ready, settle_abandoned_start
+from ..compat import ServerHTTPError, forget_kernel, pending_ready, settle_abandoned_start
 from ..errors import RETRY_AFTER_KERNEL_START, AgentToolsError, BadRequest, Unavailable
-from ..traits import Service, at_least, in_range
+from ..service import Service, at_least, in_range
 from .connection import KernelConnection, LocalKernelConnection
 from .faults import check_fd_headroom, fd_usage, http_message, http_status, is_fd_exhaustion
 
@@ -148,7 +148,7 @@ class KernelService(Service):
                 names = set((await ensure_async(ksm.get_all_specs())) or {})
             else:
                 names = set(ksm.find_kernel_specs())
-        except Exception:
+        except Exception:  # broad: a gateway's HTTP error or a broken kernel spec: no names listed; logged
             log.debug("listing kernel specs failed", exc_info=True)
             return
         if kernel_name not in names:
@@ -166,6 +166,7 @@ class KernelService(Service):
         try:
             return await self._launch_once(kernel_name, cwd)
         except Exception as e:
+            # broad: any start failure is checked for descriptor exhaustion, then re-raised
             self._raise_if_out_of_descriptors(e)
             raise
 
@@ -264,7 +265,7 @@ class KernelService(Service):
         recovery, not restarted by its manager as well. Both at once raced (jupyter_client's restarter
         failed with ``InvalidStateError`` when the replaced kernel was shut down during its restart: an
         error traceback in the server log for every kernel death) and restarted a process nobody used."""
-        with contextlib.suppress(Exception):  # KeyError, or jupyter_server's HTTPError(404)
+        with contextlib.suppress(KeyError, ServerHTTPError):  # KeyError, or jupyter_server's HTTPError(404)
             stop = getattr(self.kernel_manager.get_kernel(kernel_id), "stop_restarter", None)
             if callable(stop):
                 stop()
@@ -274,6 +275,7 @@ class KernelService(Service):
         km = self.kernel_manager
         if kernel_id in km:
             settle_abandoned_start(km, kernel_id)
+            # broad: the kill is the last resort: its failure (any manager) leaves nothing else to do
             with contextlib.suppress(Exception):
                 await ensure_async(km.shutdown_kernel(kernel_id, now=True))
         forget_kernel(km, kernel_id)
@@ -312,7 +314,8 @@ class KernelService(Service):
                 ready = getattr(kernel, "ready", None)  # jupyter_client: done when a (re)start finished
                 if (ready is None or ready.done()) and await ensure_async(kernel.is_alive()):
                     return True
-            except Exception:  # removed from the manager (404/KeyError), or a failed restart
+            except Exception:
+                # broad: removed from the manager (404/KeyError), or a failed restart of any kind: not ready
                 return False
             if loop.time() >= deadline:
                 return False
@@ -361,7 +364,9 @@ class KernelService(Service):
         try:
             await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=now))
         except Exception:
+            # broad: a graceful shutdown failing any way (a wedged kernel, a provisioner) falls back to a kill
             log.debug("graceful shutdown of kernel %s failed; killing it", kernel_id, exc_info=True)
+            # broad: the kill is the last resort: its failure (any manager) leaves nothing else to do
             with contextlib.suppress(Exception):
                 await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id, now=True))
             # Ours and unreachable (e.g. its gateway is gone): do not keep a dead entry in the manager.
@@ -412,6 +417,7 @@ class KernelService(Service):
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return
+            # broad: the abandoned start's own outcome (any error) is not this call's
             with contextlib.suppress(Exception, asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(pending), left)
 
@@ -423,4 +429,5 @@ async def close_quietly(conn: KernelConnection | None) -> None:
     try:
         await asyncio.shield(conn.close())
     except BaseException:
+        # broad: used in finally blocks: closing never raises, not even when cancelled
         log.debug("closing kernel connection failed", exc_info=True)

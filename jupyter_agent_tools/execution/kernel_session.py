@@ -28,7 +28,7 @@ from typing import Any
 
 from ..audit.context import display_name
 from .connection import KernelConnection
-from .kernels import KernelService, close_quietly
+from .kernel_service import KernelService, close_quietly
 
 log = logging.getLogger(__name__)
 

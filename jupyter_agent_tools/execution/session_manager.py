@@ -14,7 +14,7 @@ At the cap, a new session evicts an idle session (:meth:`_victim`): the caller's
 identity's only while that identity holds more than its fair share (:meth:`fair_share`: ``max_sessions``
 divided by the identities holding sessions, the caller included, at least 1). What
 happens to a session itself (its kernel, its state) is the session's own business
-(:class:`~.session.KernelSession`): the manager only calls its methods.
+(:class:`~.kernel_session.KernelSession`): the manager only calls its methods.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from ..audit import metrics as audit_metrics
 from ..audit.context import display_name
 from ..auth.context import may_see
 from ..errors import RETRY_AFTER_BUSY_SESSIONS, AgentToolsError, Conflict, Unavailable
-from ..traits import Service, at_least
-from .kernels import KernelService
-from .session import KernelSession
+from ..service import Service, at_least
+from .kernel_service import KernelService
+from .kernel_session import KernelSession
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class EvalSessionManager(Service):
             self.artifacts.running_calls = self.running_calls
             self.artifacts.session_owner = self.owner_of
         self._ending: set[asyncio.Task[None]] = set()  # per-call kernels being shut down in the background
-        # More upkeep at each sweep (the kernels notebook runs started: .notebook_kernels)
+        # More upkeep at each sweep (the kernels notebook runs started: .run_kernels)
         self.sweepers: list[Callable[[], Awaitable[object]]] = []
 
     def start(self) -> None:
@@ -378,6 +378,7 @@ class EvalSessionManager(Service):
         try:
             await session.close()
         except Exception:
+            # broad: a per-call kernel's shutdown failing any way must not stop the others; logged
             self.log.warning("shutting down per-call kernel %s failed", session.kernel_id, exc_info=True)
 
     # -- notebook sessions --------------------------------------------------------------------------
@@ -387,7 +388,7 @@ class EvalSessionManager(Service):
 
         Its name (``nb-`` and a hash of the path) names its artifact directory; ``notebook`` is the path.
         """
-        self.start()  # the sweep also shuts down kernels the runs started (see .notebook_kernels)
+        self.start()  # the sweep also shuts down kernels the runs started (see .run_kernels)
         session = self.notebooks.get(path)
         if session is None or session.closed:
             name = "nb-" + hashlib.sha256(path.encode("utf-8", "surrogatepass")).hexdigest()[:12]
@@ -429,7 +430,7 @@ class EvalSessionManager(Service):
         for sweeper in list(self.sweepers):
             try:
                 await sweeper()
-            except Exception:
+            except Exception:  # broad: a sweep step failing any way must not end the periodic sweep; logged
                 self.log.exception("agent sweep step %r failed", sweeper)
 
     async def heartbeat(self) -> None:
@@ -462,6 +463,7 @@ class EvalSessionManager(Service):
             try:
                 await work()
             except Exception:
+                # broad: a background session task failing any way is logged, never lost silently
                 self.log.exception("agent session %s failed", what)
 
     async def shutdown(self) -> None:
@@ -469,6 +471,7 @@ class EvalSessionManager(Service):
         for task in (self._sweeper, self._heartbeat):
             if task is not None:
                 task.cancel()
+                # broad: awaiting the cancelled sweep or heartbeat: cancelled or failed, shutdown goes on
                 with contextlib.suppress(BaseException):
                     await task
         self._sweeper = self._heartbeat = None
