@@ -92,6 +92,12 @@ describe('CellMarks from the model', () => {
     expect(first.node.dataset.agentChangeId).toBe('7');
     expect(first.node.title).toContain('agent:ci');
     expect(second.node.classList.contains(CHANGED_CLASS)).toBe(false);
+    // The `marks` setting off: no change marked; on again: marked again.
+    marks.enabled = false;
+    expect(first.node.classList.contains(CHANGED_CLASS)).toBe(false);
+    expect(first.node.dataset.agentChangeId).toBeUndefined();
+    marks.enabled = true;
+    expect(first.node.classList.contains(CHANGED_CLASS)).toBe(true);
 
     // A notebook run at the second cell.
     api.sessionList = [
