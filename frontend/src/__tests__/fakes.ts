@@ -125,11 +125,20 @@ export function settle(ms = 0): Promise<void> {
   return new Promise(resolve => setTimeout(resolve, ms));
 }
 
-/** What the widgets were asked to draw is drawn: lumino's pending update requests now, then React's
- * rendering (scheduled: a macrotask later). */
+/** What the widgets were asked to draw is drawn: lumino's pending update requests, then React's
+ * rendering (scheduled: a macrotask later), again until the page stops changing (a model's reads
+ * that end meanwhile ask for more drawing; a loaded machine takes longer than any fixed wait). */
 export async function drawn(): Promise<void> {
-  MessageLoop.flush();
-  await settle(20);
+  let before: string | null = null;
+  for (let round = 0; round < 100; round++) {
+    MessageLoop.flush();
+    await settle(10);
+    const now = document.body.innerHTML;
+    if (now === before) {
+      return;
+    }
+    before = now;
+  }
 }
 
 /** Every emission of `signal`, in order. */
