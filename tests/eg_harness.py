@@ -34,7 +34,7 @@ from jupyter_agent_tools.testing.server import on_a_free_port, wait_serving
 
 VERSION = "3.3.0"  # the latest release on PyPI when this was written
 TOKEN = "enterprise-gateway-test-token"
-SLOW_START = 20.0
+SLOW_START = 8.0  # longer than the 5 s timeout of test_f and than the 5 s of the slow-start notice
 HIDE_ENV = "KERNEL_AGENT_TESTS_HIDE"
 
 # The kernel launcher of our kernel specs (run by the gateway venv's Python).

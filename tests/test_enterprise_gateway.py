@@ -149,8 +149,8 @@ async def test_c_a_cwd_the_kernel_lacks_is_said(evaluate, jp_root_dir, monkeypat
 
 
 async def test_f_a_slow_kernel_start_does_not_eat_the_timeout(evaluate):
-    """(f) A kernel that takes 20 s to start, a call with a 5 s timeout: its 1-second cell runs, and the
-    answer tells the start time."""
+    """(f) A kernel that takes SLOW_START (8) s to start, a call with a 5 s timeout: its 1-second cell runs,
+    and the answer tells the start time."""
     answer = await evaluate(
         "import time\ntime.sleep(1)\nprint('done')", session="slow", kernel_name="slow", timeout=5
     )
