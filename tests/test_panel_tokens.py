@@ -33,6 +33,7 @@ from typing import Any
 
 import nbformat
 import pytest
+import tomllib
 from browser import ARTIFACTS, http, launch, needs_chromium, running_lab
 from nbformat.v4 import new_code_cell, new_notebook
 
@@ -206,7 +207,7 @@ def test_the_person_connects_an_agent_uses_its_token_and_revokes_it(lab: dict[st
     assert page.evaluate("() => navigator.clipboard.readText()") == token
     snippet = {
         kind: page.locator(f'{DIALOG} [data-snippet="{kind}"] pre').inner_text()
-        for kind in ("cli", "mcp", "curl")
+        for kind in ("cli", "mcp", "claude-code", "vscode", "codex", "claude-desktop", "curl")
     }
     page.locator(f'{DIALOG} button[data-copy="mcp"]').click()
     assert page.evaluate("() => navigator.clipboard.readText()") == snippet["mcp"]
@@ -233,6 +234,20 @@ def test_the_person_connects_an_agent_uses_its_token_and_revokes_it(lab: dict[st
     with ThreadPoolExecutor(1) as pool:  # (this thread's event loop is Playwright's)
         read_by_mcp = pool.submit(asyncio.run, mcp_read(server["url"], server["headers"], REPORT)).result(120)
     assert "q3 revenue" in read_by_mcp, read_by_mcp
+    # Codex's lines: the shell part sets the variable its TOML table names, sent as a Bearer token;
+    # VS Code's servers entry has the same URL and header. Both reach the server as the agent.
+    shell_part, table = snippet["codex"].split("\n\n")
+    exported = shell(f'{shell_part}\nprintf %s "$JUPYTER_AGENT_TOKEN"', nowhere).stdout
+    codex = tomllib.loads(table)["mcp_servers"]["jupyter"]
+    assert exported == token and codex["url"] == server["url"], (codex, exported)
+    bearer = {"Authorization": f"Bearer {exported}"}
+    vscode = json.loads(snippet["vscode"])["servers"]["jupyter"]
+    assert (vscode["url"], vscode["headers"]) == (server["url"], server["headers"]), vscode
+    with ThreadPoolExecutor(1) as pool:
+        read_by_codex = pool.submit(asyncio.run, mcp_read(codex["url"], bearer, REPORT)).result(120)
+    assert "q3 revenue" in read_by_codex, read_by_codex
+    desktop = json.loads(snippet["claude-desktop"])["mcpServers"]["jupyter"]
+    assert desktop["env"] == {"JUPYTER_AGENT_URL": base, "JUPYTER_AGENT_TOKEN": token}, desktop
     # Over HTTP: inside the paths it reads, outside them 404, an edit 403.
     assert as_agent(lab, token, "GET", f"api/agent/notebooks/{REPORT}")[0] == 200
     assert as_agent(lab, token, "GET", "api/agent/notebooks/secret.ipynb")[0] == 404

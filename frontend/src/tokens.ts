@@ -247,12 +247,66 @@ export function mcpSnippet(url: string, token: string): string {
   );
 }
 
+/** Claude Code's command that adds the server (docs/mcp.md "Connect a client"). */
+export function claudeCodeSnippet(url: string, token: string): string {
+  return [
+    `claude mcp add --transport http jupyter ${shellQuote(`${url}/api/agent/mcp`)} \\`,
+    `  --header ${shellQuote(`Authorization: token ${token}`)}`
+  ].join('\n');
+}
+
+/** VS Code's `.vscode/mcp.json` (its `servers` shape). */
+export function vscodeSnippet(url: string, token: string): string {
+  return JSON.stringify(
+    {
+      servers: {
+        jupyter: {
+          type: 'http',
+          url: `${url}/api/agent/mcp`,
+          headers: { Authorization: `token ${token}` }
+        }
+      }
+    },
+    null,
+    2
+  );
+}
+
+/** Codex: the token in the variable its `~/.codex/config.toml` names (Codex refuses a token in the file). */
+export function codexSnippet(url: string, token: string): string {
+  return [
+    `export JUPYTER_AGENT_TOKEN=${shellQuote(token)}`,
+    '',
+    '# ~/.codex/config.toml',
+    '[mcp_servers.jupyter]',
+    `url = ${JSON.stringify(`${url}/api/agent/mcp`)}`,
+    'bearer_token_env_var = "JUPYTER_AGENT_TOKEN"'
+  ].join('\n');
+}
+
+/** Claude Desktop (stdio only): `jupyter agent mcp` relays to this server (claude_desktop_config.json). */
+export function claudeDesktopSnippet(url: string, token: string): string {
+  return JSON.stringify(
+    {
+      mcpServers: {
+        jupyter: {
+          command: 'jupyter',
+          args: ['agent', 'mcp'],
+          env: { JUPYTER_AGENT_URL: url, JUPYTER_AGENT_TOKEN: token }
+        }
+      }
+    },
+    null,
+    2
+  );
+}
+
 /** A request that shows who the token is (`/api/me`: any agent token may ask it). */
 export function curlSnippet(url: string, token: string): string {
   return `curl -H ${shellQuote(`Authorization: token ${token}`)} ${shellQuote(`${url}/api/me`)}`;
 }
 
-/** The three ways to connect an agent, each with its title, in the order the dialog shows them. */
+/** The ways to connect an agent, each with its title, in the order the dialog shows them. */
 export function snippets(
   trans: TranslationBundle,
   baseUrl: string,
@@ -269,8 +323,32 @@ export function snippets(
     },
     {
       kind: 'mcp',
-      title: trans.__("An MCP client's configuration (.mcp.json)"),
+      title: trans.__(
+        "An MCP client's configuration (Claude Code's .mcp.json, Cursor's mcp.json)"
+      ),
       text: mcpSnippet(url, token)
+    },
+    {
+      kind: 'claude-code',
+      title: trans.__('Claude Code, from its command line'),
+      text: claudeCodeSnippet(url, token)
+    },
+    {
+      kind: 'vscode',
+      title: trans.__('VS Code (.vscode/mcp.json)'),
+      text: vscodeSnippet(url, token)
+    },
+    {
+      kind: 'codex',
+      title: trans.__('Codex (~/.codex/config.toml, the token in a variable)'),
+      text: codexSnippet(url, token)
+    },
+    {
+      kind: 'claude-desktop',
+      title: trans.__(
+        'Claude Desktop (stdio: jupyter agent mcp relays to this server)'
+      ),
+      text: claudeDesktopSnippet(url, token)
     },
     {
       kind: 'curl',

@@ -9,6 +9,10 @@ import {
   emptyForm,
   expiries,
   mcpSnippet,
+  claudeCodeSnippet,
+  claudeDesktopSnippet,
+  codexSnippet,
+  vscodeSnippet,
   parseTokens,
   shellQuote,
   snippets,
@@ -78,9 +82,61 @@ describe('snippets', () => {
     );
   });
 
-  it('all three from the base URL, in order', () => {
+  it("Claude Code's command: the MCP URL and the header, each one word for the shell", () => {
+    const text = claudeCodeSnippet('https://hub.example/user/alice', TOKEN);
+    // (claude replaced by a function printing each argument it gets on a line)
+    expect(sh(`claude() { printf '%s\\n' "$@"; }\n${text}`)).toBe(
+      'mcp\nadd\n--transport\nhttp\njupyter\n' +
+        'https://hub.example/user/alice/api/agent/mcp\n' +
+        `--header\nAuthorization: token ${TOKEN}\n`
+    );
+  });
+
+  it("VS Code's servers, Claude Desktop's stdio relay", () => {
+    expect(JSON.parse(vscodeSnippet('https://h/u', TOKEN))).toEqual({
+      servers: {
+        jupyter: {
+          type: 'http',
+          url: 'https://h/u/api/agent/mcp',
+          headers: { Authorization: `token ${TOKEN}` }
+        }
+      }
+    });
+    expect(JSON.parse(claudeDesktopSnippet('https://h/u', TOKEN))).toEqual({
+      mcpServers: {
+        jupyter: {
+          command: 'jupyter',
+          args: ['agent', 'mcp'],
+          env: { JUPYTER_AGENT_URL: 'https://h/u', JUPYTER_AGENT_TOKEN: TOKEN }
+        }
+      }
+    });
+  });
+
+  it('Codex: the token in the variable its table names, never in the table', () => {
+    const text = codexSnippet('https://h/u', TOKEN);
+    const [shell, table] = text.split('\n\n');
+    expect(sh(`${shell}\nprintf '%s' "$JUPYTER_AGENT_TOKEN"`)).toBe(TOKEN);
+    expect(table.split('\n')).toEqual([
+      '# ~/.codex/config.toml',
+      '[mcp_servers.jupyter]',
+      'url = "https://h/u/api/agent/mcp"',
+      'bearer_token_env_var = "JUPYTER_AGENT_TOKEN"'
+    ]);
+    expect(table).not.toContain(TOKEN);
+  });
+
+  it('all of them from the base URL, in order', () => {
     const all = snippets(trans, HUB, TOKEN);
-    expect(all.map(s => s.kind)).toEqual(['cli', 'mcp', 'curl']);
+    expect(all.map(s => s.kind)).toEqual([
+      'cli',
+      'mcp',
+      'claude-code',
+      'vscode',
+      'codex',
+      'claude-desktop',
+      'curl'
+    ]);
     for (const s of all) {
       expect(s.text).toContain(TOKEN);
       expect(s.text).toContain('https://hub.example/user/alice');
@@ -314,7 +370,11 @@ describe('the new token', () => {
     node
       .querySelectorAll<HTMLElement>('button[data-copy]')
       .forEach(b => b.click());
-    expect(copied).toEqual([TOKEN, text('cli'), text('mcp'), text('curl')]);
+    expect(copied).toEqual([
+      TOKEN,
+      ...snippets(trans, HUB, TOKEN).map(({ kind }) => text(kind))
+    ]);
+    expect(text('codex')).toBe(codexSnippet(agentUrl(HUB), TOKEN));
     expect(node.textContent).toContain('agent:reader');
     expect(node.textContent).toContain('reports/**');
   });
