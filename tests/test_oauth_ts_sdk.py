@@ -40,7 +40,7 @@ REDIRECT = "http://127.0.0.1:33419/callback"
 APP = "My agent"  # as docs/mcp.md names it
 
 # The client: docs/mcp.md's example ("The MCP TypeScript SDK's auth()") as written, then this, going on with
-# its client and provider and noting each refusal the SDK saw (the SDK keeps only the status).
+# its provider in a new client and noting each refusal the SDK saw (the SDK keeps only the status).
 TAIL = """
 const refusals = [];
 const fetched = globalThis.fetch;
@@ -49,17 +49,19 @@ globalThis.fetch = async (input, init) => {
   if (answer.status >= 400) refusals.push([answer.status, answer.headers.get('www-authenticate')]);
   return answer;
 };
-const tools = (await client.listTools()).tools.map((tool) => tool.name);
-const listed = await client.callTool({ name: 'file_list', arguments: { path: 'reports' } });
+const again = new Client({ name: 'my-agent', version: '1.0.0' });  // the provider's tokens: no sign-in
+await again.connect(new StreamableHTTPClientTransport(url, { authProvider: provider }));
+const tools = (await again.listTools()).tools.map((tool) => tool.name);
+const listed = await again.callTool({ name: 'file_list', arguments: { path: 'reports' } });
 let ran;
 try {
-  ran = { result: await client.callTool({ name: 'eval', arguments: { cells: [{ code: 'print(6 * 7)' }] } }) };
+  ran = { result: await again.callTool({ name: 'eval', arguments: { cells: [{ code: 'print(6 * 7)' }] } }) };
 } catch (error) {
   ran = { error: String(error), code: error.code };
 }
 const { scope, issuer } = provider.saved.tokens;
 console.log(JSON.stringify({ first, second, scope, issuer, tools, listed, ran, refusals }));
-await client.close();
+await again.close();
 """
 
 
