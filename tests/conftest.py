@@ -111,6 +111,7 @@ SLOW_FIRST = {
     "test_event_feed_bounds.py": 10,
     "test_install.py": 10,
     "test_mcp_inspector.py": 10,
+    "test_oauth_ts_sdk.py": 10,
     "test_fidelity.py": 10,
     "test_approvals_cli.py": 10,
     "test_cli_runs.py": 10,
