@@ -185,6 +185,23 @@ def wait_serving(
     raise RuntimeError(f"{name} did not answer within {timeout:.0f} s (last: {last}); its log:\n{text}")
 
 
+# The server extensions an environment with JupyterLab enables for every server (its jupyter_server_config.d),
+# turned off here: a test's server loads this extension (and jupyter_server_terminals, a door the gate
+# covers) alone. Each of these cost a server start 0.6-0.9 s (lab, notebook, collaboration, lsp, fileid...).
+OTHER_EXTENSIONS_OFF = (
+    "jupyterlab",
+    "notebook",
+    "notebook_shim",
+    "nbclassic",
+    "jupyter_lsp",
+    "jupyter_server_fileid",
+    "jupyter_server_ydoc",
+    "jupyter_collaboration",
+    "jupyter_collaboration_ui",
+    "jupyter_docprovider",
+)
+
+
 @contextlib.contextmanager
 def jupyter_server(
     root_dir: Path | None = None,
@@ -195,7 +212,8 @@ def jupyter_server(
     on_stop: Callable[[Path, Path], None] | None = None,
     command_prefix: Sequence[str] = (),
 ) -> Iterator[Server]:
-    """Start ``python -m jupyter_server`` with the extension enabled; yield it once it answers; stop it.
+    """Start ``python -m jupyter_server`` with the extension enabled (and the other server extensions of the
+    environment off but jupyter_server_terminals: OTHER_EXTENSIONS_OFF); yield it once it answers; stop it.
 
     The server gets its own config, data and runtime dirs (no user config leaks in), listens on a free
     port of 127.0.0.1 with a random token, and is terminated (then killed) on exit. Its log is kept in a
@@ -213,6 +231,7 @@ def jupyter_server(
         for sub in ("config", "data", "runtime"):
             (tmp_path / sub).mkdir()
         token = secrets.token_hex(16)
+        extensions = {"jupyter_agent_tools": True, **dict.fromkeys(OTHER_EXTENSIONS_OFF, False)}
         profiler: list[str] = []
         session_path = tmp_path / "server.pyisession"
         if profile_to is not None:
@@ -234,7 +253,7 @@ def jupyter_server(
                 *profiler,
                 "-m",
                 "jupyter_server",
-                "--ServerApp.jpserver_extensions={'jupyter_agent_tools': True}",
+                f"--ServerApp.jpserver_extensions={extensions!r}",
                 "--ip=127.0.0.1",
                 f"--port={port}",
                 "--port-retries=0",
