@@ -264,8 +264,11 @@ def test_unsaved_edits_get_a_banner_and_reload_shows_the_agents_version(
     change_id = edit["change_id"]
     banner = page.locator(BANNER)
     banner.wait_for(timeout=10_000)
+    # The banner shows when the file changed; it names the change once the ledger's event for it came (the
+    # two travel apart: a loaded machine shows the banner's first words a moment before).
+    named = f"changed this notebook on disk (change {change_id}: edit 1 cell)"
+    sync_api.expect(banner).to_contain_text(named, timeout=10_000)
     text = banner.inner_text()
-    assert f"changed this notebook on disk (change {change_id}: edit 1 cell)" in text, text
     assert "the server's owner" in text, text  # who: the server's token, never its hash
     assert {b.get_attribute("data-action") for b in banner.locator("button").all()} == {
         "diff",
