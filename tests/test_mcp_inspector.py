@@ -33,28 +33,35 @@ PACKAGE, VERSION = "@modelcontextprotocol/inspector", "2.12.0"  # 0.x CLIs have 
 NODE_PATH = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
 
 
-def _install() -> Path:
-    """The Inspector's ``mcp-inspector`` executable, installed into the cache directory if needed."""
+def npm_install(package: str, version: str, folder: str, needed_for: str) -> Path:
+    """``package@version``'s ``node_modules``, in ``folder`` of the cache directory, installed there if needed
+    (a skip saying why without node, npm or the registry; with ``CI`` set a failure: tests/ci_strict.py)."""
     node, npm = shutil.which("node", path=NODE_PATH), shutil.which("npm", path=NODE_PATH)
     if node is None or npm is None:
-        pytest.skip("node and npm are needed for the MCP Inspector CLI (Node >= 20)")
+        pytest.skip(f"node and npm are needed for {needed_for} (Node >= 20)")
     cache = Path(
         os.environ.get("AGENT_TOOLS_NPM_CACHE") or Path.home() / ".cache" / "jupyter-agent-tools" / "npm"
     )
-    prefix = cache / f"inspector-{VERSION}"
-    installed = prefix / "node_modules" / PACKAGE / "package.json"
-    if not (installed.exists() and json.loads(installed.read_text()).get("version") == VERSION):
+    prefix = cache / folder
+    installed = prefix / "node_modules" / package / "package.json"
+    if not (installed.exists() and json.loads(installed.read_text()).get("version") == version):
         prefix.mkdir(parents=True, exist_ok=True)
         cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
         try:
             proc = subprocess.run(
-                [*cmd, f"{PACKAGE}@{VERSION}"], capture_output=True, text=True, timeout=300, env=_node_env()
+                [*cmd, f"{package}@{version}"], capture_output=True, text=True, timeout=300, env=_node_env()
             )
         except subprocess.TimeoutExpired:
-            pytest.skip(f"npm install {PACKAGE}@{VERSION} took more than 300 s (offline?)")
+            pytest.skip(f"npm install {package}@{version} took more than 300 s (offline?)")
         if proc.returncode != 0 or not installed.exists():
-            pytest.skip(f"npm install {PACKAGE}@{VERSION} failed (offline?): {proc.stderr.strip()[-500:]}")
-    return prefix / "node_modules" / ".bin" / "mcp-inspector"
+            pytest.skip(f"npm install {package}@{version} failed (offline?): {proc.stderr.strip()[-500:]}")
+    return prefix / "node_modules"
+
+
+def _install() -> Path:
+    """The Inspector's ``mcp-inspector`` executable, installed into the cache directory if needed."""
+    modules = npm_install(PACKAGE, VERSION, f"inspector-{VERSION}", "the MCP Inspector CLI")
+    return modules / ".bin" / "mcp-inspector"
 
 
 def _node_env() -> dict[str, str]:

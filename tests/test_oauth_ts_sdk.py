@@ -17,7 +17,6 @@ registry the test skips, saying why; with ``CI`` set that skip is a failure (tes
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -28,7 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from test_mcp_inspector import NODE_PATH, _node_env
+from test_mcp_inspector import NODE_PATH, _node_env, npm_install
 from test_oauth import AGENT_TOKENS, approve, consent_request_id
 
 from jupyter_agent_tools.mcp.tools import TOOLS
@@ -73,33 +72,9 @@ def documented_script() -> str:
     return example.group(1) + TAIL
 
 
-def _install() -> Path:
-    """The SDK's ``node_modules`` in the cache directory, installed there if needed."""
-    npm = shutil.which("npm", path=NODE_PATH)
-    if shutil.which("node", path=NODE_PATH) is None or npm is None:
-        pytest.skip("node and npm are needed for the MCP TypeScript SDK (Node >= 20)")
-    cache = Path(
-        os.environ.get("AGENT_TOOLS_NPM_CACHE") or Path.home() / ".cache" / "jupyter-agent-tools" / "npm"
-    )
-    prefix = cache / f"sdk-{VERSION}"
-    installed = prefix / "node_modules" / PACKAGE / "package.json"
-    if not (installed.exists() and json.loads(installed.read_text()).get("version") == VERSION):
-        prefix.mkdir(parents=True, exist_ok=True)
-        cmd = [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error"]
-        try:
-            proc = subprocess.run(
-                [*cmd, f"{PACKAGE}@{VERSION}"], capture_output=True, text=True, timeout=300, env=_node_env()
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip(f"npm install {PACKAGE}@{VERSION} took more than 300 s (offline?)")
-        if proc.returncode != 0 or not installed.exists():
-            pytest.skip(f"npm install {PACKAGE}@{VERSION} failed (offline?): {proc.stderr.strip()[-500:]}")
-    return prefix / "node_modules"
-
-
 @pytest.fixture(scope="module")
 def sdk() -> Path:
-    return _install()
+    return npm_install(PACKAGE, VERSION, f"sdk-{VERSION}", "the MCP TypeScript SDK")
 
 
 @pytest.fixture(scope="module")
