@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .wire import TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
+
 REF = "#/components/schemas/"
 ACTIONS = ("edit", "insert", "delete", "move", "clear_outputs", "replace")
 CELL_TYPES = ("code", "markdown", "raw")
@@ -1112,12 +1114,6 @@ APPROVAL_ACTIONS = ("read", "edit", "execute", "kernel")
 # The actions that can wait for the person: a read is answered at once (a rule allows or denies it).
 ASKABLE_ACTIONS = ("edit", "execute", "kernel")
 TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-TOKEN_MIN_EXPIRES_IN = 60  # seconds: the shortest lifetime a token may be given
-TOKEN_MAX_EXPIRES_IN = 366 * 86400
-# The "reason" of a 403 that refuses an agent token's request although the token is valid: a scope it
-# lacks, or something no agent token may do (a client tells these from a bad token by it).
-REFUSED_MISSING_SCOPE = "Missing scope"
-REFUSED_NOT_FOR_AGENTS = "Not for agent tokens"
 _TIME_OR_NULL = {"type": ["string", "null"], "description": "ISO 8601 UTC time, or null"}
 TOKEN_SCHEMAS: dict[str, Any] = {
     "AgentTokenRequest": {

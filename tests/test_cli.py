@@ -311,6 +311,22 @@ def test_client_and_command_stay_on_http(runtime_dir: Path) -> None:
     assert done.stdout == "[]\n", done.stderr
 
 
+def test_the_command_starts_without_what_it_does_not_use(runtime_dir: Path) -> None:
+    """Shell-driven agents pay the command's start on every call: it loads neither httpx's own command line
+    (click, rich, pygments: ~130 ms) nor the route schemas, and a non-terminal run no rich at all."""
+    code = (
+        "import sys\n"
+        "from jupyter_agent_tools.cli import main\n"
+        "code = main(['--url', 'http://127.0.0.1:1/', '--token', 't', 'sessions'])\n"
+        "heavy = ('click', 'rich', 'pygments', 'jupyter_agent_tools.schemas')\n"
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=base_env(runtime_dir), cwd=REPO
+    )
+    assert done.stdout.splitlines()[-1] == "3 []", (done.stdout, done.stderr)
+
+
 def test_client_unreachable() -> None:
     with AgentClient(f"http://127.0.0.1:{free_port()}/", "t") as client, pytest.raises(AgentAPIError) as e:
         client.sessions()

@@ -21,7 +21,7 @@ from tornado import web
 from traitlets import Instance, Type
 
 from ..audit import metrics
-from ..schemas import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
+from ..wire import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
 from .identity import APPROVALS_SETTING, ROOM_WEBSOCKET, AgentUser
 from .paths import normalize
 from .scopes import PATH_RESOURCES, needed, refusal

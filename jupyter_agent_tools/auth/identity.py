@@ -38,8 +38,8 @@ from ..audit import metrics
 from ..audit.context import AGENT_PREFIX
 from ..compat import allows_unauthenticated, cached_user, mark_token_authenticated
 from ..errors import AgentToolsError
-from ..schemas import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
 from ..stores import AgentStores, tagged
+from ..wire import REFUSED_NOT_FOR_AGENTS, TOKEN_MAX_EXPIRES_IN
 from .connections import AgentConnections
 from .hub_tokens import HubAgentTokens, HubTokensUnavailable, TokenInvalid
 from .paths import PathScope

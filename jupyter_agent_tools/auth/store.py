@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from ..errors import RETRY_AFTER_MOMENT, BadRequest, Conflict, NotFound, Unavailable
 from ..schemas import APPROVAL_ACTIONS as ASK_ACTIONS
-from ..schemas import ASKABLE_ACTIONS, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
+from ..schemas import ASKABLE_ACTIONS
 from ..stores import (
     StoreError,
     StoreOptions,
@@ -49,6 +49,7 @@ from ..stores import (
     sqlite_connect,
     vfs_for,
 )
+from ..wire import TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from .paths import GlobError, PathScope
 from .scopes import SCOPES, ScopeError, check_name, effective, parse_scopes
 

@@ -7,9 +7,16 @@ plain, JSON/NDJSON). Like :mod:`jupyter_agent_tools.client`, it talks HTTP only.
 
 from __future__ import annotations
 
+import sys
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``jupyter agent`` with ``argv`` (default: the process's arguments); return the exit code."""
+    # httpx imports its own command-line client (click, rich, pygments) unless that import fails, which
+    # it answers with a stub: 130-150 ms of every `jupyter agent` start, which shell-driven agents pay per
+    # call. None in sys.modules makes that import fail; this process never runs httpx's command line.
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
     from .commands import main as run
 
     try:
@@ -18,7 +25,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # the reader went away (`| head`): no traceback
         import os
-        import sys
 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

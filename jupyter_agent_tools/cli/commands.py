@@ -19,7 +19,7 @@ from typing import Any
 from ..client import AgentAPIError, AgentClient, EvalEvent
 from ..client.calls import pending_approval
 from ..ledger.text import change_text, changes_text
-from ..schemas import REFUSED_MISSING_SCOPE, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
+from ..wire import REFUSED_MISSING_SCOPE, TOKEN_MAX_EXPIRES_IN, TOKEN_MIN_EXPIRES_IN
 from . import exits
 from .args import parse
 from .cells import CodeCell, UsageError, parse_cell_ref, split_cells

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..client import AgentAPIError
-from ..schemas import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
+from ..wire import REFUSED_MISSING_SCOPE, REFUSED_NOT_FOR_AGENTS
 
 OK = 0  # every cell complete (or the command did what it was asked)
 FAILED = 1  # a cell failed, the call itself failed, or the server failed (5xx)
