@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import httpx
 import nbformat
 import pytest
@@ -36,6 +37,8 @@ from jupyter_agent_tools.client import AgentAPIError, AgentClient, AsyncAgentCli
 from jupyter_agent_tools.testing.server import Server, free_port, jupyter_server
 
 REPO = Path(__file__).resolve().parent.parent
+# AGENT_TOOLS_CLI_FRESH=1: every run_cli call starts `python -m jupyter_agent_tools.cli` (no fork server).
+FRESH_PROCESSES = os.environ.get("AGENT_TOOLS_CLI_FRESH") == "1"
 MAX_OUTPUT = 4096  # the test server's max_output_bytes: small, so truncation is cheap to reach
 PNG_1X1 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
 SHOW_IMAGE = (
@@ -91,9 +94,14 @@ def run_cli(
     timeout: float = 120,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
+    """``jupyter agent ARGS`` in a process of its own, forked from one that has imported the command
+    (tests/cli_fork.py: the same main(), environment, files and exit status, without Python's start);
+    with AGENT_TOOLS_CLI_FRESH=1 in the environment, ``python -m jupyter_agent_tools.cli`` each time."""
     extra = dict(env)
     if server is not None:
         extra.update(JUPYTER_AGENT_URL=server.url, JUPYTER_AGENT_TOKEN=server.token)
+    if not FRESH_PROCESSES:
+        return cli_fork.run(list(args), base_env(runtime, **extra), cwd or REPO, input, timeout)
     return subprocess.run(
         [sys.executable, "-m", "jupyter_agent_tools.cli", *args],
         capture_output=True,

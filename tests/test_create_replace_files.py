@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from test_cli import run_cli
 
 from jupyter_agent_tools.client import AgentAPIError, AgentClient
 from jupyter_agent_tools.testing.server import Server, jupyter_server
@@ -370,20 +370,10 @@ def test_mcp_resources_list_read_and_templates(server) -> None:
 
 
 def cli(server: Server, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_AGENT", "JUPYTER_TOKEN"))}
-    env.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        JUPYTER_AGENT_URL=server.url,
-        JUPYTER_AGENT_TOKEN=server.token,
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "jupyter_agent_tools.cli", *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    """``jupyter agent ARGS`` against ``server`` (test_cli.run_cli: the environment without the caller's
+    server settings, the server's own runtime dir)."""
+    assert server.runtime_dir is not None
+    return run_cli(*args, server=server, runtime=server.runtime_dir, input=input)
 
 
 def test_cli_nb_create_nb_replace_and_files(server) -> None:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import PaginatedRequestParams
+from test_cli import run_cli
 
 from jupyter_agent_tools.testing.server import Server, jupyter_server
 
@@ -160,14 +160,10 @@ def test_the_cli_finds_every_notebook_of_a_checkout(server) -> None:
 
 
 def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_AGENT", "JUPYTER_TOKEN"))}
-    env.update(
-        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        JUPYTER_AGENT_URL=server.url,
-        JUPYTER_AGENT_TOKEN=server.token,
-    )
-    command = [sys.executable, "-m", "jupyter_agent_tools.cli", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    """``jupyter agent ARGS`` against ``server`` (test_cli.run_cli: the environment without the caller's
+    server settings, the server's own runtime dir)."""
+    assert server.runtime_dir is not None
+    return run_cli(*args, server=server, runtime=server.runtime_dir)
 
 
 async def _mcp(server: Server) -> dict[str, Any]:
