@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -23,7 +22,6 @@ from jupyter_agent_tools.client import AgentAPIError, AgentClient
 from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 pytestmark = pytest.mark.timeout(240)
-REPO = Path(__file__).resolve().parent.parent
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 

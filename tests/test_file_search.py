@@ -27,7 +27,6 @@ from test_cli import run_cli
 from jupyter_agent_tools.testing.server import Server, jupyter_server
 
 pytestmark = pytest.mark.timeout(300)
-REPO = Path(__file__).resolve().parent.parent
 LONG_NAME = "a" * 64  # the old regexes backtracked on it: 27 s for 8 stars and a 'b'
 PACKAGES, PACKAGE_FILES = 200, 110  # 22,200 entries in node_modules: more than a call used to examine
 
