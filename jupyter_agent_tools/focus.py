@@ -12,9 +12,11 @@ agent, or agents named by their token names. The store keeps the latest of each 
 An agent reads the focus of the most recently active tab that shares with it and whose notebook is inside
 the agent's paths (:func:`~.auth.context.path_allowed`, the one decision every path of a request goes
 through). No such tab, or any tab outside its paths, answers the same "not shared": an agent cannot tell
-a focus it may not see from none. Agents point the person at something with an allow-listed UI action,
-delivered (an event on the server's event bus, which agents never receive) to the tab the agent may see,
-else to every page as a notification. No Tornado here.
+a focus it may not see from none. "This cell" of the MCP notebook tools (``focus: true``) is
+:meth:`FocusStore.focused_cell`: the same read, then the path goes on as if the agent gave it. Agents
+point the person at something with an allow-listed UI action, delivered (an event on the server's event
+bus, which agents never receive) to the tab the agent may see, else to every page as a notification. No
+Tornado here.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ NOT_SHARED = (
     "'Share My Focus with Agents' in the command palette (off by default; they choose all agents or named "
     "ones)."
 )
+NO_CELL = (
+    "The shared focus has no active cell{where}: the person selects one in JupyterLab, or name the notebook "
+    "and cell yourself (without focus)."
+)
 
 
 def now_iso() -> str:
@@ -93,6 +99,20 @@ class Shared:
             "updated": self.updated,
             "shared_with": ALL_AGENTS if self.agents is None else sorted(self.agents),
         }
+
+
+@dataclass(frozen=True)
+class FocusedCell:
+    """The notebook and active cell of a shared focus ("this cell")."""
+
+    path: str
+    id: str | None
+    index: int | None
+
+    @property
+    def ref(self) -> str:
+        """The cell as a notebook read names it: its id, or ``@index`` for a cell without one."""
+        return self.id if self.id is not None else f"@{self.index}"
 
 
 class FocusStore(Service):
@@ -259,6 +279,25 @@ class FocusStore(Service):
         if agent is not None:
             self._tell_read(agent, shared)
         return shared.to_json()
+
+    def focused_cell(self, agent: str | None, path: str | None = None) -> FocusedCell:
+        """The cell a tool's ``focus: true`` names for ``agent`` ("this cell"): the notebook and active
+        cell of the focus it reads (a read, told to the panel as :meth:`read` tells it). 403 as
+        :meth:`read` when none is shared with it; 409 when the focus has no notebook or no active cell;
+        400 when ``path`` is given and names another notebook. The path is then authorized as any path
+        the agent gives (its paths, scopes, the approval gate)."""
+        focus = self.read(agent)
+        where, cell = focus["path"], focus["cell"] or {}
+        if not where or not where.endswith(".ipynb"):
+            raise AgentToolsError(NO_CELL.format(where=" (it is not on a notebook)"), 409)
+        if path is not None and normalize(path) != where:
+            raise BadRequest(
+                f"focus: true is the notebook the person shares, {where!r}, not 'path' "
+                f"{str(path)[:200]!r}: leave 'path' out, or give that one"
+            )
+        if cell.get("id") is None and cell.get("index") is None:
+            raise AgentToolsError(NO_CELL.format(where=f" in {where}"), 409)
+        return FocusedCell(where, cell.get("id"), cell.get("index"))
 
     def signature(self, agent: str | None) -> tuple[str, int] | None:
         """What ``agent`` would read, as (tab, version): it changed when this changes."""

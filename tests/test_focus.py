@@ -7,6 +7,7 @@ follows a change within 0.5 s (the official MCP SDK client).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -30,6 +31,9 @@ PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAW
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("root")
+    config = root.parent / "rules.json"  # a rule on one notebook: the gate sees a focused call's path
+    deny = {"who": "agent:gated", "actions": ["execute"], "paths": ["reports/this.ipynb"], "decision": "deny"}
+    config.write_text(json.dumps({"ApprovalPolicy": {"rules": [deny]}}))
     for name in ("reports/a.ipynb", "secret.ipynb"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(new_notebook(cells=[new_code_cell("x = 1", id="c1")]), str(root / name))
@@ -38,6 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--ServerApp.authorizer_class=jupyter_agent_tools.auth.AgentAuthorizer",
         "--KernelPool.size=0",
         "--FocusStore.max_output_chars=100",
+        f"--config={config}",
     ]
     with jupyter_server(root_dir=Path(root), extra_args=args) as running:
         yield running
@@ -323,6 +328,158 @@ def test_mcp_2026_listen_follows_the_focus(server: Server, tokens: dict[str, str
             assert time.monotonic() - sent < 0.5
             read = await client.read_resource("jupyter://focus")
             assert json.loads(read.contents[0].text)["path"] == "reports/a.ipynb"
+            assert (await browser.delete(f"api/agent/focus/tabs/{TAB}")).status_code == 204
+
+    anyio.run(run)
+
+
+THIS = "reports/this.ipynb"
+
+
+def this_cell_body(cell: dict[str, Any] | None, path: str = THIS) -> dict[str, Any]:
+    return {"agents": "all", "path": path, "cell": cell, "kernel": {"name": "python3", "status": "idle"}}
+
+
+def test_this_cell_the_notebook_tools_act_on_the_focused_cell(server: Server) -> None:
+    """``focus: true`` on notebook_read, notebook_output_read, notebook_run and notebook_edit (MCP over HTTP,
+    the SDK's client): off, a 403 saying how to share; on, the focused cell of the focused notebook, its
+    path going through the agent's paths (outside them: the same not-shared 403, never the cell) and the
+    approval gate (a rule on that path denies it) as a path the agent gives."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    cells = [
+        new_code_cell("a = 1", id="c0"),
+        new_code_cell("print(6 * 7)", id="c1"),
+        new_code_cell("b = 2", id="c2"),
+    ]
+    nbformat.write(new_notebook(cells=cells), str(server.root_dir / THIS))
+    made = {}
+    for name, scopes, paths in (
+        ("cell-agent", ["edit", "execute"], None),
+        ("cell-reporter", ["read"], ["reports/**"]),
+        ("gated", ["edit", "execute"], None),
+    ):
+        body: dict[str, Any] = {"name": name, "scopes": scopes}
+        if paths is not None:
+            body["paths"] = paths
+        status, answer = call(server, "POST", "api/agent/tokens", body)
+        assert status == 201, answer
+        made[name] = answer["token"]
+    for tab in (TAB, OTHER_TAB, THIRD_TAB):
+        call(server, "DELETE", f"api/agent/focus/tabs/{tab}")
+    focused = {"id": "c1", "index": 1, "cell_type": "code", "source": "print(6 * 7)", "outputs": []}
+
+    async def run() -> None:
+        import httpx
+
+        async with contextlib.AsyncExitStack() as stack:
+            browser = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    base_url=server.url, headers={"Authorization": f"token {server.token}"}, timeout=30
+                )
+            )
+            sessions = {}
+            for name, token in made.items():
+                http = await stack.enter_async_context(
+                    create_mcp_http_client(headers={"Authorization": f"token {token}"})
+                )
+                read, write, *_ = await stack.enter_async_context(
+                    streamable_http_client(server.url + "api/agent/mcp", http_client=http)
+                )
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                sessions[name] = session
+
+            async def tool(
+                name: str, arguments: dict[str, Any], who: str = "cell-agent"
+            ) -> tuple[bool, str, Any]:
+                result = await sessions[who].call_tool(name, arguments)
+                text = "\n".join(c.text for c in result.content if c.type == "text")
+                return result.is_error, text, result.structured_content
+
+            async def publish(body: dict[str, Any]) -> None:
+                response = await browser.put(f"api/agent/focus/tabs/{TAB}", json=body)
+                assert response.status_code == 200, response.text
+
+            # off: every notebook tool with focus answers the 403 that says how the person shares it
+            for name, arguments in (
+                ("notebook_read", {"focus": True}),
+                ("notebook_output_read", {"focus": True, "output": 0}),
+                ("notebook_run", {"focus": True}),
+                ("notebook_edit", {"focus": True, "action": "edit", "content": "x"}),
+            ):
+                error, text, _ = await tool(name, arguments)
+                assert error and "Share my focus" in text, (name, text)
+            error, text, _ = await tool("notebook_read", {})
+            assert error and "'path' is required (or focus: true" in text, text
+
+            # on: notebook_read reads that cell alone, and the panel is told the agent read the focus
+            ws = await websocket_connect(
+                _request(server.url.replace("http", "ws", 1) + "api/events/subscribe", server.token)
+            )
+            stack.callback(ws.close)
+            await publish(this_cell_body(focused))
+            error, text, read = await tool("notebook_read", {"focus": True})
+            assert not error and read["path"] == THIS, text
+            with anyio.fail_after(5):
+                while True:
+                    event = json.loads(await ws.read_message())
+                    if event["schema_id"].endswith("/focus/v1") and event.get("event") == "read":
+                        break
+            assert event["user"] == "agent:cell-agent" and event["path"] == THIS, event
+            assert (
+                [c["id"] for c in read["cells"]] == ["c1"] and "print(6 * 7)" in text and "b = 2" not in text
+            )
+            # another path than the focused notebook: 400 naming it
+            error, text, _ = await tool("notebook_read", {"focus": True, "path": "reports/a.ipynb"})
+            assert error and THIS in text and "leave 'path' out" in text, text
+            error, text, _ = await tool("notebook_read", {"focus": True, "path": "./" + THIS})  # the same one
+            assert not error, text
+
+            # notebook_run runs that cell alone and writes its output into the notebook
+            error, text, ran = await tool("notebook_run", {"focus": True})
+            assert not error and "42" in text, text
+            assert [(c["cell_id"], c["status"]) for c in ran["cells"]] == [("c1", "complete")], ran
+            on_disk = nbformat.read(str(server.root_dir / THIS), as_version=4)
+            assert on_disk.cells[1].outputs[0]["text"] == "42\n" and on_disk.cells[0].outputs == []
+            error, text, _ = await tool("notebook_output_read", {"focus": True, "output": 0})
+            assert not error and "42" in text, text
+
+            # notebook_edit: one operation without a cell acts on it (insert: after it)
+            error, text, _ = await tool(
+                "notebook_edit", {"focus": True, "action": "replace", "old": "6", "new": "7"}
+            )
+            assert not error, text
+            error, text, _ = await tool(
+                "notebook_edit", {"focus": True, "action": "insert", "content": "c = 3"}
+            )
+            assert not error, text
+            on_disk = nbformat.read(str(server.root_dir / THIS), as_version=4)
+            assert [c.source for c in on_disk.cells] == ["a = 1", "print(7 * 7)", "c = 3", "b = 2"]
+            error, text, _ = await tool("notebook_edit", {"focus": True, "action": "create"})
+            assert error and "'create'" in text, text
+
+            # the gate sees the focused notebook's path: a rule denying "gated" execute on it refuses
+            error, text, _ = await tool("notebook_run", {"focus": True}, who="gated")
+            assert error and f"denies agent:gated the 'execute' action on {THIS}" in text, text
+
+            # no active cell: 409 saying so; the focus on a notebook outside the agent's paths: not shared
+            await publish(this_cell_body(None))
+            error, text, _ = await tool("notebook_read", {"focus": True})
+            assert error and "no active cell" in text, text
+            await publish(
+                this_cell_body({**focused, "source": "x = 1", "id": "c1", "index": 0}, "secret.ipynb")
+            )
+            for arguments in ({"focus": True}, {"focus": True, "path": "secret.ipynb"}):
+                error, text, _ = await tool("notebook_read", arguments, who="cell-reporter")
+                assert error and "Share my focus" in text and "x = 1" not in text, text
+                assert "secret" not in text, text
+            error, text, read = await tool(
+                "notebook_read", {"focus": True}
+            )  # (an agent of all paths reads it)
+            assert not error and read["path"] == "secret.ipynb", text
             assert (await browser.delete(f"api/agent/focus/tabs/{TAB}")).status_code == 204
 
     anyio.run(run)

@@ -83,3 +83,23 @@ def test_who_sees_what_named_agents_paths_and_the_hub_owner(clock: list[float]) 
         set_paths(None)
         del token
     assert store.stop("alice", "tab-00000001") and store.visible("named") is None
+
+
+def test_this_cell_is_the_focused_notebook_and_cell_or_a_clear_refusal(clock: list[float]) -> None:
+    store = FocusStore()
+    with pytest.raises(AgentToolsError) as refused:
+        store.focused_cell("helper")
+    assert refused.value.status == 403 and "Share my focus" in refused.value.message
+    store.publish("me", "tab-00000001", body("reports/a.ipynb", cell={"id": "c1", "index": 2}))
+    cell = store.focused_cell("helper", "./reports//a.ipynb")  # the same notebook, spelled otherwise
+    assert (cell.path, cell.id, cell.index, cell.ref) == ("reports/a.ipynb", "c1", 2, "c1")
+    with pytest.raises(AgentToolsError) as refused:
+        store.focused_cell("helper", "b.ipynb")
+    assert refused.value.status == 400 and "'reports/a.ipynb'" in refused.value.message
+    store.publish("me", "tab-00000001", body("reports/a.ipynb", cell={"index": 4}))  # no id: by index
+    assert store.focused_cell("helper").ref == "@4"
+    for shown in (body("reports/a.ipynb"), body("data.csv", cell={"id": "c1", "index": 0})):
+        store.publish("me", "tab-00000001", shown)
+        with pytest.raises(AgentToolsError) as refused:
+            store.focused_cell("helper")
+        assert refused.value.status == 409 and "no active cell" in refused.value.message

@@ -263,8 +263,8 @@ def test_tools_wrap_their_routes_schemas_and_permissions() -> None:
 # What a model reads of tools/list (name, description, inputSchema of every tool), compact JSON: a budget, so
 # a longer description or a new tool is a choice, not a drift (11,449 bytes for the 10 tools of 0.1.0;
 # approval_wait on the six gated tools took it from 14,272 to 15,106; a session's owner on session_delete and
-# session_interrupt to 15,238).
-TOOLS_LIST_BUDGET = 15_300
+# session_interrupt to 15,238; focus ("this cell") on the four notebook tools to 15,658).
+TOOLS_LIST_BUDGET = 15_700
 # The MCP Inspector's schema portability rules (its CLI prints them with --strict): where subschemas are,
 # the keywords that constrain a value, and the keywords a bare boolean is fine for.
 SUBSCHEMA_MAPS = (
@@ -921,10 +921,15 @@ async def test_version_negotiation_and_results_per_version(rpc) -> None:
     assert answer["result"]["protocolVersion"] == LATEST_LEGACY
     status, answer, _ = await rpc(request(1, "initialize", protocolVersion=MODERN, capabilities={}))
     assert answer["result"]["protocolVersion"] == LATEST_LEGACY  # 2026-07-28 has no handshake
+    initialized = answer["result"]["capabilities"]
 
     body, headers = modern_request(1, "server/discover")
     status, answer, _ = await rpc(body, headers)
     assert status == 200 and answer["result"]["supportedVersions"][0] == MODERN
+    # the capabilities agree with initialize's: resource subscriptions (jupyter://focus) included
+    discovered = answer["result"]["capabilities"]
+    assert discovered["resources"] == initialized["resources"] == {"subscribe": True, "listChanged": False}
+    assert discovered["tools"] == initialized["tools"]
     assert set(answer["result"]["supportedVersions"]) == {*LEGACY_VERSIONS, *MODERN_VERSIONS}
     wire.validate_server_result("server/discover", MODERN, answer["result"])
     for method, params in (("tools/list", {}), ("tools/call", {"name": "session_list", "arguments": {}})):

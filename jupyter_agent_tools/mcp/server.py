@@ -60,7 +60,19 @@ from .jsonrpc import (
 )
 from .request_state import ApprovalState, InvalidRequestState, RequestStates, arguments_digest
 from .resources import TEMPLATES, ResourceNotFound, list_resources, read_focus, read_resource
-from .tools import TOOLS, Services, Tool, ToolCall, ToolResult, service_call, tool_state, wait_or_cancelled
+from .tools import (
+    FOCUS_TOOLS,
+    TOOLS,
+    Services,
+    Tool,
+    ToolCall,
+    ToolResult,
+    focus_permissions,
+    resolve_focus,
+    service_call,
+    tool_state,
+    wait_or_cancelled,
+)
 
 LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")  # oldest first
 MODERN_VERSIONS = ("2026-07-28",)
@@ -747,7 +759,7 @@ class McpServer:
         return self._modern_result(
             {
                 "supportedVersions": list(reversed(VERSIONS)),
-                "capabilities": {"tools": {}, "resources": {}},
+                "capabilities": dict(CAPABILITIES),  # as initialize's (subscribe: subscriptions/listen here)
                 "instructions": INSTRUCTIONS,
                 "ttlMs": CACHE_TTL_MS,
                 "cacheScope": "private",
@@ -844,7 +856,7 @@ class McpServer:
             raise RpcError(INVALID_PARAMS, "Invalid params: 'arguments' must be an object", id=msg.id)
         assert msg.id is not None
         if request.scope_challenge is not None:
-            extra = extra_permissions(arguments) if tool.name == "eval" else ()
+            extra = _extra_permissions(tool, arguments)
             value = request.scope_challenge([*tool.permissions, *extra])
             if value is not None:
                 message = (
@@ -881,6 +893,10 @@ class McpServer:
         refused = await self._refusal(tool, arguments, request, version)
         if refused is not None:
             return refused
+        try:
+            arguments = resolve_focus(tool.name, arguments, self.services.focus, request.agent)
+        except AgentToolsError as e:
+            return self._call_result(ToolResult(e.message, is_error=True), version)
         passed, answer = await self._gate(
             tool, arguments, request, version, call.cancel, progress.push, resumed=resumed
         )
@@ -1044,8 +1060,9 @@ class McpServer:
         self, tool: Tool, arguments: dict[str, Any], request: HttpRequest, version: str
     ) -> dict[str, Any] | None:
         """The tool error when the caller lacks a permission the tool's route asks (eval with ``notebook``:
-        also what :func:`~..execution.dispatch.extra_permissions` says); None when allowed."""
-        extra = extra_permissions(arguments) if tool.name == "eval" else ()
+        also what :func:`~..execution.dispatch.extra_permissions` says; ``focus: true``: also ``read`` on
+        ``agent_focus``); None when allowed."""
+        extra = _extra_permissions(tool, arguments)
         for action, resource in (*tool.permissions, *extra):
             try:
                 allowed = await request.authorize(action, resource)
@@ -1053,11 +1070,10 @@ class McpServer:
                 refused = ToolResult(f"Permission denied: {e.message}", is_error=True)
                 return self._call_result(refused, version)
             if not allowed:
-                needs = (
-                    f"eval with 'notebook' also needs {action!r} on {resource!r}"
-                    if (action, resource) in extra
-                    else f"The {tool.name} tool needs {action!r} on {resource!r}"
-                )
+                needs = f"The {tool.name} tool needs {action!r} on {resource!r}"
+                if (action, resource) in extra:
+                    why = "focus: true" if tool.name in FOCUS_TOOLS else f"{tool.name} with 'notebook'"
+                    needs = f"{why} also needs {action!r} on {resource!r}"
                 result = ToolResult(
                     f"Permission denied: User is not authorized to {action} on resource: {resource}. "
                     f"{needs}; nothing was done.",
@@ -1153,6 +1169,11 @@ class McpServer:
         """Check the permissions now (a refusal is the call's answer), then start the tool as a run and
         answer the task at once (CreateTaskResult)."""
         refused = await self._refusal(tool, arguments, request, TASK_VERSION)
+        if refused is None:
+            try:  # this cell: the one focused now, not when the task runs
+                arguments = resolve_focus(tool.name, arguments, self.services.focus, request.agent)
+            except AgentToolsError as e:
+                refused = self._call_result(ToolResult(e.message, is_error=True), TASK_VERSION)
         if refused is not None:
             yield Outgoing(result_message(rid, refused), final=True)
             return
@@ -1320,6 +1341,12 @@ class _Resumed:
         action = answer.get("action") if isinstance(answer, dict) else None
         declined = action if action in ("decline", "cancel") else None
         return cls(params.get("requestState"), opens_urls, declined)
+
+
+def _extra_permissions(tool: Tool, arguments: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What a call asks besides its tool's permissions: eval with ``notebook``; ``focus: true``."""
+    extra = extra_permissions(arguments) if tool.name == "eval" else ()
+    return (*extra, *focus_permissions(tool.name, arguments))
 
 
 def _ignore(_text: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..audit.context import current_user
-from ..errors import BadRequest
+from ..errors import AgentToolsError, BadRequest
 from ..execution.dispatch import run_eval
 from ..execution.request import parse_eval_request, parse_run_request
 from ..files import MAX_DEPTH as MAX_FILE_DEPTH
@@ -298,6 +298,70 @@ NOTEBOOK_PATH = {
 }
 
 
+FOCUS = {
+    "type": "boolean",
+    "description": "The notebook and cell the person shares ('this cell'); path optional.",
+}
+FOCUS_TOOLS = ("notebook_read", "notebook_output_read", "notebook_edit", "notebook_run")
+FOCUS_PERMISSIONS = (("read", "agent_focus"),)  # what reading the shared focus asks (GET /api/agent/focus)
+
+
+def focus_permissions(tool: str, arguments: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What a call asks besides its tool's permissions for ``focus: true``."""
+    return FOCUS_PERMISSIONS if tool in FOCUS_TOOLS and arguments.get("focus") is True else ()
+
+
+def resolve_focus(
+    tool: str, arguments: dict[str, Any], focus: FocusStore, agent: str | None
+) -> dict[str, Any]:
+    """A notebook tool's arguments with ``focus`` resolved (the one place for every notebook tool): with
+    ``focus: true`` the path of the notebook the person shares, and the focused cell where no cell is
+    named; then the call goes on as if the agent had given them (the same authorization, the same gate).
+    The focus's errors (:meth:`FocusStore.focused_cell`): 403 not shared, 409 no active cell, 400 another
+    path."""
+    if tool not in FOCUS_TOOLS:
+        return arguments
+    given = {key: value for key, value in arguments.items() if key != "focus"}
+    wanted = arguments.get("focus", False)
+    if not isinstance(wanted, bool):
+        raise BadRequest(f"'focus' must be a boolean, got {json_type(wanted)}")
+    if not wanted:
+        if "path" not in given:
+            raise BadRequest("'path' is required (or focus: true for the notebook the person shares)")
+        return given
+    path = given.get("path")
+    if path is not None and not isinstance(path, str):
+        raise BadRequest(f"'path' must be a string, got {json_type(path)}")
+    if tool == "notebook_edit" and is_create_request(given):
+        raise BadRequest("focus: true names a notebook that exists; 'create' needs the new one's 'path'")
+    cell = focus.focused_cell(agent, path)
+    given["path"] = cell.path
+    if tool == "notebook_read":
+        if all(given.get(key) is None for key in ("cell_ids", "start", "limit")):
+            given["cell_ids"] = [cell.ref]
+    elif tool == "notebook_output_read":
+        given.setdefault("cell", cell.ref)
+    elif tool == "notebook_run":
+        if all(key not in given for key in ("cell_ids", "cell_indices", "all", "ops")):
+            if cell.id is not None:
+                given["cell_ids"] = [cell.id]
+            else:
+                given["cell_indices"] = [cell.index]
+    elif "ops" not in given and all(given.get(key) is None for key in ("cell_id", "cell_index")):
+        action = given.get("action")
+        if action == "insert":  # after the focused cell
+            if cell.index is None:
+                raise AgentToolsError("The shared focus does not give its cell's index: give cell_index", 409)
+            given["cell_index"] = cell.index + 1
+        elif action == "clear_outputs" and given.get("all"):
+            pass  # every cell's
+        elif cell.id is not None:
+            given["cell_id"] = cell.id
+        else:
+            given["cell_index"] = cell.index
+    return given
+
+
 NOTEBOOK_READ_ARGUMENTS: dict[str, tuple[str, Any]] = {
     "path": ("string", REQUIRED),
     "include_images": ("boolean", False),
@@ -340,6 +404,7 @@ def _notebook_read_input() -> dict[str, Any]:
     return _object(
         {
             "path": NOTEBOOK_PATH,
+            "focus": FOCUS,
             "include_images": INCLUDE_IMAGES,
             "start": {"type": "integer", "minimum": 0, "description": "First cell of a page (0-based)."},
             "limit": {
@@ -364,7 +429,7 @@ def _notebook_read_input() -> dict[str, Any]:
                 "description": "An earlier answer's hash: also list cells changed since, and by whom.",
             },
         },
-        ["path"],
+        [],
     )
 
 
@@ -435,6 +500,7 @@ def _notebook_edit_input() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "path": NOTEBOOK_PATH,
+            "focus": FOCUS,
             "action": {
                 "type": "string",
                 "enum": [*ACTIONS, "create"],
@@ -481,7 +547,7 @@ def _notebook_edit_input() -> dict[str, Any]:
             "upgrade": {"type": "boolean", "description": "Write an nbformat 3 file converted to 4.5."},
             "repair": {"type": "boolean", "description": "Apply nbformat's repairs first (listed)."},
         },
-        "required": ["path"],
+        "required": [],
         "additionalProperties": False,
     }
     result: dict[str, Any] = without_null(schema)
@@ -658,7 +724,12 @@ async def _notebook_run(call: ToolCall) -> ToolResult:
 def _notebook_run_input() -> dict[str, Any]:
     schema = component("NotebookRunRequest")
     schema.pop("oneOf", None)  # several model APIs refuse it; the route's own validator still applies
-    schema["properties"] = {"path": NOTEBOOK_PATH, **schema["properties"], "include_images": INCLUDE_IMAGES}
+    schema["properties"] = {
+        "path": NOTEBOOK_PATH,
+        "focus": FOCUS,
+        **schema["properties"],
+        "include_images": INCLUDE_IMAGES,
+    }
     schema["properties"]["detach"] = DETACH
     schema["properties"]["ops"] = {  # the route validates each op (notebook_edit's schema, not repeated)
         "type": "array",
@@ -666,7 +737,7 @@ def _notebook_run_input() -> dict[str, Any]:
         "description": "notebook_edit's ops, applied first (one save); with no cells named, the code cells "
         "they insert or edit run.",
     }
-    schema["required"] = ["path"]
+    schema["required"] = []
     result: dict[str, Any] = without_null(schema)
     return result
 
@@ -827,10 +898,11 @@ _TOOLS: tuple[Tool, ...] = (
         input_schema=_object(
             {
                 "path": NOTEBOOK_PATH,
+                "focus": FOCUS,
                 "cell": {"type": "string", "description": "The cell's id, or @index (e.g. '@3')."},
                 "output": {"type": "integer", "minimum": 0, "description": "The output's index in the cell."},
             },
-            ["path", "cell", "output"],
+            ["output"],
         ),
         output_schema=component("NotebookOutput"),
         run=_notebook_output_read,
