@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     # it answers with a stub: 130-150 ms of every `jupyter agent` start, which shell-driven agents pay per
     # call. None in sys.modules makes that import fail; this process never runs httpx's command line.
     if "httpx" not in sys.modules:
-        sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     from .commands import main as run
 
     try:
