@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -174,7 +175,9 @@ class LiveNotebook:
         write.add_done_callback(lambda task: task.cancelled() or task.exception())
         try:
             await asyncio.wait_for(asyncio.shield(write), STORE_WRITE_WAIT)
-        except Exception as e:  # the edit is in the room already; only its durability is at stake
+        except (asyncio.TimeoutError, RuntimeError, OSError, sqlite3.Error) as e:
+            # (a store not started, its file or database): the edit is in the room already, only its
+            # durability across a stop is at stake
             self.log.warning("The edit of %s is not in its room's store yet: %r", self.path, e)
 
     def _origin(self, cell: dict[str, Any], taken: set[int], ids: dict[str, int]) -> int | None:
