@@ -2,7 +2,7 @@
 
 Tested with jupyter_server 2.21 (``FileContentsManager``, ``AsyncFileContentsManager``, the large-file
 managers, ``MappingKernelManager``), jupyter_client 8.10 (``MultiKernelManager``, ``Session``),
-jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``), jupyter_events 0.12
+jupyter-collaboration 5.0 / jupyter_server_ydoc 3.0 (``DocumentRoom``, its ``ystore``), jupyter_events 0.12
 (``EventLogger``) and prometheus_client 0.2x (``REGISTRY``). ``tests/test_compat.py`` fails loudly if an
 upstream shape changes (``tests/test_activity.py`` for jupyter_server's activity watching, whose
 ``record_activity`` ``execution/activity.py`` follows: see docs/decisions/0003-held-kernel-activity.md).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tornado import web
@@ -117,6 +117,15 @@ def room_is_settled(room: Any) -> bool:
     loaded = getattr(room, "_document_progressively_loaded", None)
     progressive = getattr(room, "_document_load_progressively", False)
     return not (progressive and loaded is not None and not loaded.done())
+
+
+def room_store(api: Any, room_id: str) -> Any:
+    """The Y store of a jupyter-collaboration room (``YRoom.ystore``, pycrdt-store's ``BaseYStore``, whose
+    ``write(update)`` is public), or None: no store, no such room, or rooms that cannot be inspected."""
+    rooms = getattr(getattr(api, "ywebsocket_server", None), "rooms", None)
+    room = rooms.get(room_id) if isinstance(rooms, Mapping) else None
+    store = getattr(room, "ystore", None)
+    return store if callable(getattr(store, "write", None)) else None
 
 
 def live_outputs_factory(ynotebook: Any) -> Any:

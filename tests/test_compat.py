@@ -86,6 +86,25 @@ def test_collaboration_rooms_have_the_loading_state_the_live_store_waits_for() -
     )
 
 
+def test_a_collaboration_rooms_y_store_is_found_and_written_with_an_update(tmp_path: Path) -> None:
+    pytest.importorskip("jupyter_server_ydoc", reason="jupyter-collaboration is not installed")
+    import inspect
+    from types import SimpleNamespace
+
+    from pycrdt.store import SQLiteYStore
+    from pycrdt.websocket import YRoom
+
+    from jupyter_agent_tools.compat import room_store
+
+    store = SQLiteYStore("json:notebook:x", str(tmp_path / "ystore.db"))
+    api = SimpleNamespace(ywebsocket_server=SimpleNamespace(rooms={"json:notebook:x": YRoom(ystore=store)}))
+    assert room_store(api, "json:notebook:x") is store
+    assert room_store(api, "json:notebook:y") is None
+    assert room_store(SimpleNamespace(), "json:notebook:x") is None
+    assert list(inspect.signature(store.write).parameters) == ["data"]
+    assert inspect.iscoroutinefunction(store.write)
+
+
 def test_live_notebooks_can_build_outputs_in_place() -> None:
     pytest.importorskip("jupyter_ydoc", reason="jupyter-collaboration is not installed")
     from jupyter_ydoc import YNotebook

@@ -16,7 +16,8 @@ panel shown. Agents act through the HTTP routes; the panel must show it live, fr
 - the commands (`agents:*`) are in the command palette and act as the buttons;
 - Notebook 7's notebook view has the panel and the marks too;
 - a cell whose change event reached the page before the cell itself is marked when it arrives;
-- after the server restarts, the panel connects again and is live;
+- after the server restarts, the panel connects again and is live, and the cell an agent inserted just
+  before the stop is in the notebook once;
 - screenshots of the panel are saved (``test-artifacts/panel.png``, ``panel_undo_refused.png``; the ones
   in docs/ come from here).
 
@@ -129,6 +130,21 @@ def file_source(lab: dict[str, Any], index: int, expected: str, timeout: float =
             return source
         time.sleep(0.1)
     raise AssertionError(f"the file's cell {index} is {source!r}, never {expected!r}")
+
+
+def file_sources(lab: dict[str, Any], ready: Any, timeout: float = 30) -> list[str]:
+    """The sources of the notebook file's cells, once ``ready(sources)``."""
+    deadline = time.monotonic() + timeout
+    sources: Any = None
+    while time.monotonic() < deadline:
+        try:  # the room's save writes in place: the file may be caught half written
+            sources = [c.source for c in nbformat.read(str(lab["root"] / NOTEBOOK), as_version=4).cells]
+        except Exception as e:
+            sources = repr(e)
+        if isinstance(sources, list) and ready(sources):
+            return sources
+        time.sleep(0.1)
+    raise AssertionError(f"the file's cells never got ready: {sources!r}")
 
 
 def test_an_agent_edit_is_listed_live_and_marks_the_cell(lab: dict[str, Any], page: Any) -> None:
@@ -461,6 +477,14 @@ def test_the_panel_reconnects_after_a_server_restart(lab: dict[str, Any], page: 
             route.fulfill(response=response, json=listing)
         page.locator(f'{PANEL} [data-change-id="held-list"]').wait_for(timeout=20_000)
         assert row.is_visible(), "the list read before the change dropped it"
+        # The cell inserted just before the stop is in the notebook once: had the room's Y store lost it
+        # while the autosave wrote the file, the restarted room would reload the file beside the page's
+        # own copy of the cell (twice, one id).
+        page.locator(".jp-Notebook .jp-Cell", has_text="after = 'restart'").wait_for(timeout=30_000)
+        sources = file_sources(lab, lambda s: "after = 'restart'" in s)
+        time.sleep(2)  # the page's copy would reach the room and the room's next save the file
+        sources = file_sources(lab, lambda s: "after = 'restart'" in s)
+        assert sources.count("before = 'restart'") == 1, sources
     finally:
         page.unroute("**/api/agent/changes?*")
         # JupyterLab's own "Server Connection Error" dialog, from its requests while the server was down,

@@ -8,6 +8,7 @@ file through the room's autosave, and answer exactly as an edit of the file woul
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import subprocess
@@ -439,3 +440,47 @@ async def test_replace_reaches_the_room_and_keeps_what_the_person_typed(jp_root_
     )
     saved = nbformat.reads(path.read_text(), as_version=4)
     assert saved.cells[1].outputs[0]["text"] == "3\n"  # outputs kept
+
+
+async def test_an_answered_live_edit_is_in_the_rooms_store_though_the_room_stopped(
+    jp_root_dir, api, connect, jp_serverapp
+):
+    """An agent's live edit is in the room's Y store when it is answered, though the room stopped first.
+
+    A server's stop cancels the room's own store writes while its pending autosave still writes the file:
+    the restarted room then finds its store behind the file, reloads the file as new Y items, and a page
+    that stayed open merges its copy of the cell back in (the cell twice, with one id). Here the store is
+    busy (its lock held) when the edit is applied, as on a loaded machine, and the room stops meanwhile.
+    """
+    import sqlite3
+
+    from jupyter_ydoc import YNotebook
+    from pycrdt import Doc
+
+    write(jp_root_dir, "live.ipynb", sample())
+    client = await connect("live.ipynb")
+    settings = jp_serverapp.web_app.settings
+    file_id = settings["file_id_manager"].get_id("live.ipynb")
+    room = settings["jupyter_server_ydoc"].ywebsocket_server.rooms[f"json:notebook:{file_id}"]
+    body = {"action": "insert", "content": "before = 'restart'", "cell_id": "before"}
+    await room.ystore.lock.acquire()
+    try:
+        edit = asyncio.ensure_future(api("POST", "notebooks", "live.ipynb", body=body))
+        await until(lambda: "before = 'restart'" in client.sources(), "the edit to reach the room")
+        await room.stop()  # as the server's stop does: the room's pending store write is cancelled
+    finally:
+        room.ystore.lock.release()
+    status, answer = await edit
+    assert status == 200, answer
+
+    db = sqlite3.connect(str(jp_root_dir.parent / "rtc-state" / "ystore.db"))
+    try:
+        updates = db.execute("SELECT path, yupdate FROM yupdates ORDER BY rowid").fetchall()
+    finally:
+        db.close()
+    stored = Doc()
+    for path, update in updates:
+        if file_id in path:
+            stored.apply_update(update)
+    sources = [cell["source"] for cell in YNotebook(stored).get()["cells"]]
+    assert sources[-1] == "before = 'restart'", sources

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from traitlets import Callable as CallableTrait
 from traitlets import CaselessStrEnum, Float, validate
 
-from ..compat import live_outputs_factory, room_is_settled
+from ..compat import live_outputs_factory, room_is_settled, room_store
 from ..errors import RETRY_AFTER_MOMENT, Conflict, Unavailable
 from ..sequences import longest_increasing
 from ..service import Service, at_least
@@ -32,6 +33,9 @@ from .format import content_hash, join_source, serialize_notebook
 
 RTC_MODES = ("auto", "never")
 """``auto``: edit the live document when a room is open, else the file. ``never``: always the file."""
+
+STORE_WRITE_WAIT = 5.0
+"""Seconds an edit's answer waits for the room's Y store to hold it (see :meth:`LiveNotebook.persist`)."""
 
 _KEY_YDOC = "jupyter_server_ydoc"
 _KEY_YROOM_MANAGER = "yroom_manager"
@@ -106,11 +110,13 @@ class LiveNotebook:
     other users' changes), which the store guarantees; it checks the document's state vector anyway.
     """
 
-    def __init__(self, path: str, ynotebook: Any, log: logging.Logger):
+    def __init__(self, path: str, ynotebook: Any, log: logging.Logger, ystore: Any = None):
         self.path = path
         self.ynotebook = ynotebook
         self.log = log
         self.ydoc = ynotebook.ydoc
+        self._ystore = ystore
+        self._update: bytes | None = None
         self._state = self.ydoc.get_state()
         self.ycells = list(ynotebook.ycells)
         self.notebook = self._read()
@@ -145,11 +151,34 @@ class LiveNotebook:
             raise RuntimeError("live notebook edit changed more than cells")
         with self.ydoc.transaction():
             self._apply_cells(new["cells"])
+        self._update = self.ydoc.get_update(self._state)
         after = LiveNotebook(self.path, self.ynotebook, self.log)
         expected = serialize_notebook(new)
         if after.text != expected:
             self.log.warning("Live notebook %s differs from the edited notebook after the update", self.path)
         return after.hash
+
+    async def persist(self) -> None:
+        """Write the update of :meth:`apply` to the room's Y store before the edit is answered.
+
+        The room writes it there too, but in a task that a server stop cancels, while the room's pending
+        autosave still writes the file: restarted, the room finds its store behind the file, reloads the
+        file as new Y items, and a page that stayed open merges its own copy of the cell back in (the
+        cell twice, with one id). Y updates are idempotent, so the room's own write does no harm.
+        """
+        update, self._update = self._update, None
+        if self._ystore is None or not update:
+            return
+        # Shielded (a write cut short could leave the store's database half written); a late failure is
+        # retrieved by the callback, the warning below having said it.
+        write = asyncio.ensure_future(self._ystore.write(update))
+        write.add_done_callback(lambda task: task.cancelled() or task.exception())
+        try:
+            await asyncio.wait_for(asyncio.shield(write), STORE_WRITE_WAIT)
+        except (asyncio.TimeoutError, RuntimeError, OSError, sqlite3.Error) as e:
+            # (a store not started, its file or database): the edit is in the room already, only its
+            # durability across a stop is at stake
+            self.log.warning("The edit of %s is not in its room's store yet: %r", self.path, e)
 
     def _origin(self, cell: dict[str, Any], taken: set[int], ids: dict[str, int]) -> int | None:
         origin = self._origin_by_cell.get(id(cell))
@@ -318,7 +347,7 @@ class LiveDocuments(Service):
             return None
         if not await self._wait_until_ready(api, room_id, path):
             return None  # the room closed meanwhile: its document is no longer saved anywhere
-        return LiveNotebook(path, ynotebook, self.log)
+        return LiveNotebook(path, ynotebook, self.log, room_store(api, room_id))
 
     async def _wait_until_ready(self, api: Any, room_id: str, path: str) -> bool:
         """Wait while a jupyter-collaboration room loads or reloads its content from disk.
