@@ -8,7 +8,6 @@ docs/ comes from here (``test-artifacts/panel_focus.png``, without collaboration
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,7 +84,6 @@ def test_share_my_focus_follows_the_cell_and_an_agent_reveals_one(lab: dict[str,
             page.locator(f'{PANEL} input[data-field="share-focus"]').check()
             page.wait_for_selector(f'{PANEL}[data-sharing-focus="true"]', timeout=10_000)
             page.locator(".jp-Notebook .jp-Cell").nth(2).click()
-            started = time.monotonic()
             seen: dict[str, Any] = {}
 
             def on_cell() -> bool:
@@ -94,7 +92,6 @@ def test_share_my_focus_follows_the_cell_and_an_agent_reveals_one(lab: dict[str,
                 return status == 200 and (answer.get("cell") or {}).get("id") == "step2"
 
             wait_until(page, on_cell, 10, f"the agent never read the active cell: {seen}")
-            assert time.monotonic() - started < 3
             assert seen["path"] == NOTEBOOK and seen["cell"]["source"] == "step_2 = 2 * 10", seen
             # the person types and selects in the cell: the agent reads the new source and the selection
             page.locator(".jp-Notebook .jp-Cell").nth(2).locator(".cm-content").click()
