@@ -77,7 +77,7 @@ SERVER_FIXTURES = {
 # steal of pytest-xdist's worksteal (it takes the end of a worker's queue) splits such a module in two.
 SLOW_FIRST = {
     # measured: the time per file of a full run from a fresh clone on 2 cores (tests/conftest.py's summary)
-    "test_cli.py": 111,
+    "test_cli.py": 68,  # 111 before its calls ran in a fork server (tests/cli_fork.py)
     "test_eval.py": 70,
     "test_hostile.py": 68,
     "test_fuzz.py": 54,
