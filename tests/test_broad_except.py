@@ -11,6 +11,7 @@ excepts"). Narrow what you can instead: the exceptions the ``try`` body can real
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ def _reraises(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(n, ast.Raise) and n.exc is None for n in ast.walk(handler))
 
 
+@functools.cache  # both tests below read every module: parsed once
 def broad_catches(source: str) -> list[tuple[int, str]]:
     """Each broad catch of a module: (line of its ``except``/``with``, kind)."""
     found: list[tuple[int, str]] = []
