@@ -225,9 +225,7 @@ def _request(url: str, token: str) -> Any:
 
 # resources/subscribe is the 2025 era's (the SDK warns that 2026-07-28 has subscriptions/listen instead)
 @pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
-def test_mcp_focus_resource_and_subscribe_follow_each_change(
-    server: Server, tokens: dict[str, str]
-) -> None:
+def test_mcp_focus_resource_and_subscribe_follow_each_change(server: Server, tokens: dict[str, str]) -> None:
     import httpx
     import mcp_types as types
     from mcp import ClientSession
