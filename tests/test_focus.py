@@ -451,6 +451,14 @@ def test_this_cell_the_notebook_tools_act_on_the_focused_cell(server: Server) ->
             assert on_disk.cells[1].outputs[0]["text"] == "42\n" and on_disk.cells[0].outputs == []
             error, text, _ = await tool("notebook_output_read", {"focus": True, "output": 0})
             assert not error and "42" in text, text
+            # detached: the cell focused when the call came is the one that runs, though the focus moves on
+            error, text, started = await tool("notebook_run", {"focus": True, "detach": True})
+            assert not error and started["run_id"], text
+            await publish(this_cell_body({**focused, "id": "c2", "index": 2, "source": "b = 2"}))
+            error, text, status = await tool("run_status", {"run_id": started["run_id"], "wait": 60})
+            assert not error and status["state"] == "complete", text
+            assert [(c["cell_id"], c["status"]) for c in status["cells"]] == [("c1", "complete")], status
+            await publish(this_cell_body(focused))
 
             # notebook_edit: one operation without a cell acts on it (insert: after it)
             error, text, _ = await tool(
