@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from tornado import web
@@ -126,6 +126,36 @@ def room_store(api: Any, room_id: str) -> Any:
     room = rooms.get(room_id) if isinstance(rooms, Mapping) else None
     store = getattr(room, "ystore", None)
     return store if callable(getattr(store, "write", None)) else None
+
+
+def room_saver(api: Any, room_id: str) -> Callable[[], Awaitable[Any] | None] | None:
+    """What has a jupyter-collaboration room save its document to its file now, or None (no such room, or
+    rooms that cannot be inspected).
+
+    The room autosaves a change after a delay, in a task (``DocumentRoom._saving_document``,
+    jupyter_server_ydoc 3.0) that a stopping room cancels ("TODO: Should we cancel or wait?"); the
+    restarted room then takes the file over its store, and an answered edit is gone. The saver calls
+    ``_save_to_disc`` (what the room's websocket handler calls for a client's save: the same save without
+    the delay, returning its task) only while such an autosave is pending: with autosave off (every client
+    turned it off, or the room's delay is None) the file is left as the person chose. None from the saver:
+    nothing to wait for.
+    """
+    rooms = getattr(getattr(api, "ywebsocket_server", None), "rooms", None)
+    room = rooms.get(room_id) if isinstance(rooms, Mapping) else None
+    save = getattr(room, "_save_to_disc", None)
+    if not callable(save):
+        return None
+
+    def save_pending() -> Awaitable[Any] | None:
+        pending = getattr(room, "_saving_document", None)
+        if getattr(room, "_save_delay", 0) is None:
+            return None
+        if not isinstance(pending, asyncio.Future) or pending.done():
+            return None
+        saving = save()
+        return saving if isinstance(saving, asyncio.Future) else None
+
+    return save_pending
 
 
 def live_outputs_factory(ynotebook: Any) -> Any:

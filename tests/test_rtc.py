@@ -484,3 +484,44 @@ async def test_an_answered_live_edit_is_in_the_rooms_store_though_the_room_stopp
             stored.apply_update(update)
     sources = [cell["source"] for cell in YNotebook(stored).get()["cells"]]
     assert sources[-1] == "before = 'restart'", sources
+
+
+async def test_an_answered_live_edit_is_in_the_file_though_the_room_stopped_right_after(
+    jp_root_dir, api, connect, jp_serverapp
+):
+    """An agent's live edit is in the notebook's file when it is answered: a server stop right after
+    cancels the room's autosave, still waiting for its delay, and the restarted room takes the file over
+    its store (the answered edit would be gone: the panel's restart test lost it so)."""
+    path = write(jp_root_dir, "saved.ipynb", sample())
+    client = await connect("saved.ipynb")
+    settings = jp_serverapp.web_app.settings
+    file_id = settings["file_id_manager"].get_id("saved.ipynb")
+    room = settings["jupyter_server_ydoc"].ywebsocket_server.rooms[f"json:notebook:{file_id}"]
+    room._save_delay = 30.0  # the autosave waits past the stop (any delay can)
+    body = {"action": "insert", "content": "kept = 'after the stop'", "cell_id": "kept"}
+    status, answer = await api("POST", "notebooks", "saved.ipynb", body=body)
+    assert status == 200, answer
+    await room.stop()  # as the server's stop does: the pending autosave is cancelled
+    saved = nbformat.reads(path.read_text(), as_version=4)
+    assert saved.cells[-1].source == "kept = 'after the stop'"
+    assert sha(path) == answer["hash"]  # the answered hash is the file's
+    assert "kept = 'after the stop'" in client.sources()
+
+
+async def test_a_live_edit_leaves_the_file_alone_when_autosave_is_off(
+    jp_root_dir, api, connect, jp_serverapp
+):
+    """With the room's autosave off, an agent's live edit reaches the people in the room and not the file
+    (as their own typing does): the file waits for a save someone asks for."""
+    path = write(jp_root_dir, "manual.ipynb", sample())
+    before = path.read_bytes()
+    client = await connect("manual.ipynb")
+    settings = jp_serverapp.web_app.settings
+    file_id = settings["file_id_manager"].get_id("manual.ipynb")
+    room = settings["jupyter_server_ydoc"].ywebsocket_server.rooms[f"json:notebook:{file_id}"]
+    room._save_delay = None  # document_save_delay = None
+    body = {"action": "insert", "content": "unsaved = True", "cell_id": "unsaved"}
+    status, answer = await api("POST", "notebooks", "manual.ipynb", body=body)
+    assert status == 200, answer
+    await until(lambda: "unsaved = True" in client.sources(), "the client to see the edit")
+    assert path.read_bytes() == before

@@ -19,13 +19,13 @@ import copy
 import logging
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from traitlets import Callable as CallableTrait
 from traitlets import CaselessStrEnum, Float, validate
 
-from ..compat import live_outputs_factory, room_is_settled, room_store
+from ..compat import live_outputs_factory, room_is_settled, room_saver, room_store
 from ..errors import RETRY_AFTER_MOMENT, Conflict, Unavailable
 from ..sequences import longest_increasing
 from ..service import Service, at_least
@@ -35,7 +35,8 @@ RTC_MODES = ("auto", "never")
 """``auto``: edit the live document when a room is open, else the file. ``never``: always the file."""
 
 STORE_WRITE_WAIT = 5.0
-"""Seconds an edit's answer waits for the room's Y store to hold it (see :meth:`LiveNotebook.persist`)."""
+"""Seconds an edit's answer waits for the room's Y store, and for its file, to hold it (see
+:meth:`LiveNotebook.persist`)."""
 
 _KEY_YDOC = "jupyter_server_ydoc"
 _KEY_YROOM_MANAGER = "yroom_manager"
@@ -110,12 +111,20 @@ class LiveNotebook:
     other users' changes), which the store guarantees; it checks the document's state vector anyway.
     """
 
-    def __init__(self, path: str, ynotebook: Any, log: logging.Logger, ystore: Any = None):
+    def __init__(
+        self,
+        path: str,
+        ynotebook: Any,
+        log: logging.Logger,
+        ystore: Any = None,
+        save_file: Callable[[], Awaitable[Any] | None] | None = None,
+    ):
         self.path = path
         self.ynotebook = ynotebook
         self.log = log
         self.ydoc = ynotebook.ydoc
         self._ystore = ystore
+        self._save_file = save_file
         self._update: bytes | None = None
         self._state = self.ydoc.get_state()
         self.ycells = list(ynotebook.ycells)
@@ -158,27 +167,37 @@ class LiveNotebook:
             self.log.warning("Live notebook %s differs from the edited notebook after the update", self.path)
         return after.hash
 
-    async def persist(self) -> None:
-        """Write the update of :meth:`apply` to the room's Y store before the edit is answered.
+    async def persist(self, to_file: bool = True) -> None:
+        """Write the update of :meth:`apply` to the room's Y store, and (``to_file``) have the room save
+        the file, before the edit is answered.
 
-        The room writes it there too, but in a task that a server stop cancels, while the room's pending
-        autosave still writes the file: restarted, the room finds its store behind the file, reloads the
-        file as new Y items, and a page that stayed open merges its own copy of the cell back in (the
-        cell twice, with one id). Y updates are idempotent, so the room's own write does no harm.
+        The room writes its store too, but in a task that a server stop cancels; and it saves the file
+        only after its autosave delay, a save that a stop cancels as well. Restarted, a room whose store
+        is behind its file reloads the file as new Y items (a page that stayed open then merges its own
+        copy of the cell back in: the cell twice, with one id); one whose file is behind its store takes
+        the file (the answered edit is gone). Y updates are idempotent, and the room's later autosave
+        finds nothing new. ``to_file=False``: outputs streamed while a cell runs, whose final write saves.
         """
         update, self._update = self._update, None
-        if self._ystore is None or not update:
+        if not update:
             return
-        # Shielded (a write cut short could leave the store's database half written); a late failure is
-        # retrieved by the callback, the warning below having said it.
-        write = asyncio.ensure_future(self._ystore.write(update))
-        write.add_done_callback(lambda task: task.cancelled() or task.exception())
+        if self._ystore is not None:
+            await self._wait_for("its room's store", self._ystore.write(update))
+        saving = self._save_file() if to_file and self._save_file is not None else None
+        if saving is not None:
+            await self._wait_for("its file", saving)
+
+    async def _wait_for(self, where: str, write: Awaitable[Any]) -> None:
+        """Wait, bounded, for a write of the room's; shielded (a write cut short could leave a database or
+        a file half written); a late failure is retrieved by the callback, the warning having said it."""
+        task = asyncio.ensure_future(write)
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
-            await asyncio.wait_for(asyncio.shield(write), STORE_WRITE_WAIT)
+            await asyncio.wait_for(asyncio.shield(task), STORE_WRITE_WAIT)
         except (asyncio.TimeoutError, RuntimeError, OSError, sqlite3.Error) as e:
-            # (a store not started, its file or database): the edit is in the room already, only its
-            # durability across a stop is at stake
-            self.log.warning("The edit of %s is not in its room's store yet: %r", self.path, e)
+            # (a store not started, its file or database; a save refused): the edit is in the room
+            # already, only its durability across a stop is at stake
+            self.log.warning("The edit of %s is not in %s yet: %r", self.path, where, e)
 
     def _origin(self, cell: dict[str, Any], taken: set[int], ids: dict[str, int]) -> int | None:
         origin = self._origin_by_cell.get(id(cell))
@@ -347,7 +366,7 @@ class LiveDocuments(Service):
             return None
         if not await self._wait_until_ready(api, room_id, path):
             return None  # the room closed meanwhile: its document is no longer saved anywhere
-        return LiveNotebook(path, ynotebook, self.log, room_store(api, room_id))
+        return LiveNotebook(path, ynotebook, self.log, room_store(api, room_id), room_saver(api, room_id))
 
     async def _wait_until_ready(self, api: Any, room_id: str, path: str) -> bool:
         """Wait while a jupyter-collaboration room loads or reloads its content from disk.

@@ -689,7 +689,7 @@ class NotebookStore(Service):
                         if audited:
                             self._audit(path, actions, loaded, notebook, new_hash, live=True, undoes=undoes)
                         await self._record(path, actions, loaded, notebook, new_hash, notes, undoes, audited)
-                        await loaded.persist()
+                        await loaded.persist(to_file=audited)
                         return result, new_hash
                     if loaded.converted_from is not None and not upgrade:
                         raise BadRequest(needs_upgrade(path, loaded.converted_from))
