@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -295,3 +296,59 @@ class TestKernelDeadAtStartUp:
         assert listing["totals"]["create_retries"] == 1
         started = (tmp_path / "connection-files").read_text().split()
         assert len(started) == len(set(started)) == 2, started  # never restarted on its old ports
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/net"), reason="told from Linux /proc only")
+class TestPortTakenBeforeTheKernelBoundIt:
+    """A kernel whose port another process took between jupyter_client choosing it (bind to port 0, release,
+    in the server's process) and the kernel binding it fails with "Address already in use", and ipykernel
+    then hangs instead of exiting: alive to ``is_alive``, it made the start wait the whole ``ready_timeout``
+    and fail with 503 (seen on a hub, where every user's server runs on one host). The race cannot be made
+    to happen on demand: here the first kernel is given, as its iopub port, a port this process (the
+    server's) holds listening, which is what the kernel meets when it loses the race."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {**server_config(), "KernelService": {"ready_timeout": 30}}
+
+    @pytest.fixture
+    def held_port(self) -> Any:
+        held = socket.socket()
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        yield held.getsockname()[1]
+        held.close()
+
+    @pytest.fixture
+    def kernel_pids(self, monkeypatch: pytest.MonkeyPatch, held_port: int) -> list[int]:
+        from jupyter_client.connect import LocalPortCache
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+        choose, launch = LocalPortCache.find_available_port, LocalProvisioner.launch_kernel
+        chosen: list[int] = []
+        pids: list[int] = []
+
+        def find_available_port(self: Any, ip: str) -> int:
+            chosen.append(choose(self, ip))
+            return held_port if len(chosen) == 2 else chosen[-1]  # the first kernel's iopub port
+
+        async def launch_kernel(self: Any, cmd: list[str], **kwargs: Any) -> Any:
+            info = await launch(self, cmd, **kwargs)
+            pids.append(self.pid)
+            return info
+
+        monkeypatch.setattr(LocalPortCache, "find_available_port", find_available_port)
+        monkeypatch.setattr(LocalProvisioner, "launch_kernel", launch_kernel)
+        return pids
+
+    async def test_another_kernel_is_started_at_once(self, evaluate, api, kernel_pids):
+        began = time.monotonic()
+        result = await evaluate("print('up')", session="taken")
+        took = time.monotonic() - began
+        assert result["output"] == "up\n"
+        assert took < 20, f"{took:.1f} s: the start waited for ready_timeout (30 s)"
+        _, listing = await api("GET", "sessions")
+        assert listing["totals"]["create_retries"] == 1
+        first, second = kernel_pids
+        assert second != first and os.path.exists(f"/proc/{second}")
+        assert not os.path.exists(f"/proc/{first}")  # killed and reaped, not left hanging

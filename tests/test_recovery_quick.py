@@ -15,6 +15,7 @@ import zmq
 from tornado.web import HTTPError
 
 from jupyter_agent_tools.errors import AgentToolsError, Unavailable
+from jupyter_agent_tools.execution.faults import KernelPortTaken
 from jupyter_agent_tools.execution.recovery import (
     DEAD_BEFORE_RUN_NOTICE,
     EMFILE_RETRY_AFTER,
@@ -155,6 +156,19 @@ async def test_a_kernel_that_dies_before_answering_is_started_again_once(stacks)
     assert lost in stack.manager.shut_down and result["kernel_id"] == used
     assert stack.sessions.totals["create_retries"] == 1
     assert stack.audit.recoveries == [("create_retries", "retrying"), ("create_retries", "recovered")]
+
+
+async def test_a_kernel_that_lost_a_port_twice_answers_503_saying_so(stacks):
+    """test_recovery.py::TestPortTakenBeforeTheKernelBoundIt (there: once, and retried)"""
+    stack = stacks(echo)
+    taken = "another process took the kernel's iopub port 37475 before the kernel bound it"
+    stack.manager.connect_faults += [KernelPortTaken(taken), KernelPortTaken(taken)]
+    with pytest.raises(AgentToolsError) as failed:
+        await stack.eval("1")
+    assert failed.value.status == 503 and failed.value.retry_after is not None
+    assert f"failed to start (tried twice): KernelPortTaken: {taken}" in failed.value.message
+    assert set(stack.manager.started) <= set(stack.manager.shut_down)
+    assert stack.audit.recoveries == [("create_retries", "retrying"), ("create_retries", "failed")]
 
 
 @pytest.mark.parametrize("status", [500, 503])

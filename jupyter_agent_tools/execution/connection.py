@@ -13,6 +13,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 from collections import deque
 from typing import Any, Protocol
 from uuid import uuid4
@@ -23,9 +24,14 @@ from jupyter_core.utils import ensure_async
 
 from ..compat import ServerHTTPError, detach_from_loop, remember_signature
 from .activity import KernelActivity
+from .faults import KernelPortTaken
 from .intake import IopubIntake
+from .ports import ports_taken
 
 log = logging.getLogger(__name__)
+PORT_NAMES = ("shell", "iopub", "stdin", "control", "hb")
+# How often a starting local kernel's ports are looked at for another process's listener (see .ports).
+PORT_CHECK_INTERVAL = 0.5
 
 
 class KernelConnection(Protocol):
@@ -224,7 +230,7 @@ class LocalKernelConnection:
         self._client = client
         client.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
         try:
-            await client.wait_for_ready(timeout=ready_timeout)
+            await self._wait_for_ready(client, ready_timeout)
         except BaseException:
             await self.close()
             raise
@@ -251,6 +257,38 @@ class LocalKernelConnection:
                 # here
                 continue
             self._callbacks.append((callback, kind))
+
+    async def _wait_for_ready(self, client: Any, ready_timeout: float) -> None:
+        """The client's ``wait_for_ready``; on Linux, for TCP ports, it fails at once (not after
+        ``ready_timeout``) when another process listens on one of the kernel's ports meanwhile: the kernel
+        cannot bind it and hangs (see :mod:`.ports`); :class:`~.faults.KernelPortTaken`, which the recovery
+        retries on a new kernel."""
+        ready = asyncio.ensure_future(client.wait_for_ready(timeout=ready_timeout))
+        info = client.get_connection_info()
+        ports = {info[f"{name}_port"]: name for name in PORT_NAMES if info.get(f"{name}_port")}
+        watch = info.get("transport") == "tcp" and os.path.isdir("/proc")
+        try:
+            while watch and not ready.done():
+                await asyncio.wait([ready], timeout=PORT_CHECK_INTERVAL)
+                pid = self._process_id()
+                if ready.done() or pid is None:
+                    continue
+                # a thread: reading /proc/net/tcp{,6} took ~8 ms here (the kernel walks its TCP tables)
+                taken = await asyncio.to_thread(ports_taken, pid, ports)
+                watch = taken is not None  # None: not to be told here (today's wait, to its timeout)
+                if taken:
+                    raise KernelPortTaken(
+                        "another process took the kernel's "
+                        + ", ".join(f"{ports[port]} port {port}" for port in taken)
+                        + " before the kernel bound it (Address already in use): it could never answer"
+                    )
+            await ready
+        finally:
+            if not ready.done():
+                ready.cancel()
+                # broad: the abandoned wait's own end (cancelled, or any failure) is not this call's
+                with contextlib.suppress(BaseException):
+                    await ready
 
     @property
     def lost_state(self) -> bool:

@@ -46,11 +46,21 @@ def is_fd_exhaustion(exc: BaseException) -> bool:
     return False
 
 
+class KernelPortTaken(RuntimeError):
+    """A local kernel that had not answered yet lost one of its TCP ports to another process (seen in
+    ``/proc``, :mod:`.ports`): it cannot bind it, and ipykernel then hangs instead of exiting."""
+
+
 def died_at_start(exc: BaseException) -> bool:
-    """A local kernel that exited before it answered its first request (jupyter_client's message). Most
-    often it lost its ports: jupyter_client picks free TCP ports, and another process may bind one before
-    the kernel does (``Address already in use`` in the kernel's log), which a second start does not meet."""
-    return any(isinstance(item, RuntimeError) and "died before replying" in str(item) for item in _chain(exc))
+    """A local kernel that exited before it answered its first request (jupyter_client's message), or
+    lost a port before it did (:class:`KernelPortTaken`). Most often it lost its ports: jupyter_client picks
+    free TCP ports, and another process may bind one before the kernel does (``Address already in use`` in
+    the kernel's log), which a second start does not meet."""
+    return any(
+        isinstance(item, KernelPortTaken)
+        or (isinstance(item, RuntimeError) and "died before replying" in str(item))
+        for item in _chain(exc)
+    )
 
 
 def is_kernel_cap(exc: BaseException) -> bool:
