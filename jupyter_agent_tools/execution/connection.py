@@ -285,10 +285,8 @@ class LocalKernelConnection:
             await ready
         finally:
             if not ready.done():
-                ready.cancel()
-                # broad: the abandoned wait's own end (cancelled, or any failure) is not this call's
-                with contextlib.suppress(BaseException):
-                    await ready
+                ready.cancel()  # its end (cancelled, or a failure meanwhile) is not this call's
+                ready.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     @property
     def lost_state(self) -> bool:
