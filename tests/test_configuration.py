@@ -61,6 +61,7 @@ DOCUMENTED = {
     ("KernelService", "iopub_spill_bytes"): (7_000_000, "kernels"),
     ("KernelService", "iopub_buffer_bytes"): (3_000_000, "kernels"),
     ("KernelService", "hold_activity"): (False, "kernels"),
+    ("KernelService", "check_ports"): (False, "kernels"),
     ("CellExecutor", "max_output_bytes"): (4096, "cells"),
     ("CellExecutor", "interrupt_grace"): (2.5, "cells"),
     ("EvalService", "max_cells"): (5, "eval"),

@@ -352,3 +352,19 @@ class TestPortTakenBeforeTheKernelBoundIt:
         first, second = kernel_pids
         assert second != first and os.path.exists(f"/proc/{second}")
         assert not os.path.exists(f"/proc/{first}")  # killed and reaped, not left hanging
+
+
+class TestPortCheckOff(TestPortTakenBeforeTheKernelBoundIt):
+    """``KernelService.check_ports = False`` (a kernelspec whose ports another process serves): a kernel
+    whose port is held elsewhere is left to answer within ``ready_timeout``."""
+
+    @pytest.fixture
+    def jp_server_config(self) -> dict[str, Any]:
+        return {**server_config(), "KernelService": {"ready_timeout": 3, "check_ports": False}}
+
+    async def test_another_kernel_is_started_at_once(self, evaluate, api, kernel_pids):
+        began = time.monotonic()
+        status, answer = await api("POST", "eval", body={"cells": [{"code": "1"}], "session": "held"})
+        took = time.monotonic() - began
+        assert status == 503 and "didn't respond in 3 seconds" in answer["message"], answer
+        assert took >= 3  # waited for ready_timeout: no port check ended it early

@@ -207,6 +207,7 @@ class LocalKernelConnection:
         iopub_buffer_bytes: int = 0,
         iopub_spill_bytes: int = 1024**3,
         hold_activity: bool = True,
+        check_ports: bool = True,
     ):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
@@ -220,6 +221,7 @@ class LocalKernelConnection:
         self._tasks: list[asyncio.Task[None]] = []
         self._callbacks: list[tuple[Any, str]] = []
         self.hold_activity = hold_activity
+        self.check_ports = check_ports
         self._activity: KernelActivity | None = None
 
     async def start(self, ready_timeout: float) -> None:
@@ -266,7 +268,7 @@ class LocalKernelConnection:
         ready = asyncio.ensure_future(client.wait_for_ready(timeout=ready_timeout))
         info = client.get_connection_info()
         ports = {info[f"{name}_port"]: name for name in PORT_NAMES if info.get(f"{name}_port")}
-        watch = info.get("transport") == "tcp" and os.path.isdir("/proc")
+        watch = self.check_ports and info.get("transport") == "tcp" and os.path.isdir("/proc")
         try:
             while watch and not ready.done():
                 await asyncio.wait([ready], timeout=PORT_CHECK_INTERVAL)

@@ -92,6 +92,13 @@ class KernelService(Service):
         "iopub_buffer_bytes is full (the kernel never waits for a reader: what is not taken is lost). "
         "Past both, messages are dropped and logged, and the answer says so. 0: no spill file.",
     ).tag(config=True)
+    check_ports = Bool(
+        True,
+        help="While a new local kernel (TCP, Linux) has not answered, look every 0.5 s whether another "
+        "process listens on one of its ports (it then cannot bind it and never answers: it is replaced at "
+        "once rather than after ready_timeout). False for kernelspecs whose ports are served by a process "
+        "outside the kernel's own processes (a container's published ports, a port proxy).",
+    ).tag(config=True)
     hold_activity = Bool(
         True,
         help="While an eval connection to a local kernel is open, it keeps the kernel's activity "
@@ -295,6 +302,7 @@ class KernelService(Service):
                 iopub_buffer_bytes=self.iopub_buffer_bytes,
                 iopub_spill_bytes=self.iopub_spill_bytes,
                 hold_activity=self.hold_activity,
+                check_ports=self.check_ports,
             )
         self.connecting.add(kernel_id)
         try:
