@@ -25,6 +25,7 @@ from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
 from .errors import BadRequest
+from .schema_compile import Check, Uncompiled, compiled
 from .schemas import REF, SCHEMAS
 
 BASE_URI = "urn:jupyter-agent-tools:openapi"
@@ -203,13 +204,29 @@ def json_type(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+@functools.cache
+def _compiled(name: str) -> Check | None:
+    try:
+        return compiled(name)
+    except Uncompiled:
+        return None
+
+
+def _passes(name: str, instance: Any) -> bool:
+    """The compiled check's yes (:mod:`.schema_compile`): microseconds, for nearly every body."""
+    quick = _compiled(name)
+    return quick is not None and quick(instance)
+
+
 def is_valid(name: str, instance: Any) -> bool:
     """Plain JSON Schema validity of ``instance`` against the component ``name`` (no messages)."""
-    return bool(_validator(name).is_valid(instance))
+    return _passes(name, instance) or bool(_validator(name).is_valid(instance))
 
 
 def check(name: str, instance: Any) -> None:
     """Raise :class:`BadRequest` naming the first problem unless ``instance`` is valid against ``name``."""
+    if _passes(name, instance):
+        return
     message = first_error(name, instance)
     if message is not None:
         raise BadRequest(message)

@@ -41,7 +41,7 @@ class KernelConnection(Protocol):
     lost_state: bool  # the kernel was restarted under this connection (by its manager or gateway)
 
     @property
-    def messages(self) -> asyncio.Queue[dict[str, Any]]: ...
+    def messages(self) -> MessageQueue: ...
 
     async def start(self, ready_timeout: float) -> None: ...
 
@@ -79,6 +79,10 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
     with it (budget 0: always). ``taken`` is set by every get; ``waiting`` counts pumps holding a message
     that does not fit yet (the connection's intake holds the rest meanwhile); ``dropped`` counts the
     messages the connection could not hold for it (see :class:`~.intake.IopubIntake`).
+
+    Its reader waits with :meth:`arrival` (one future, woken by the put itself) rather than ``get()``
+    in a task raced against a timeout: a cell's few messages each cost a task and two more turns of
+    the event loop that way, on the path of every eval's answer.
     """
 
     def __init__(self, budget: int = 0) -> None:
@@ -90,6 +94,7 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         self.intake: IopubIntake | None = None
         self._sizes: deque[int] = deque()
         self._next_size = 0
+        self._arrival: asyncio.Future[None] | None = None
 
     @property
     def dropped(self) -> int:
@@ -97,6 +102,30 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
 
     def fits(self, size: int) -> bool:
         return not self.budget or not self.qsize() or self.bytes + size <= self.budget
+
+    async def arrival(self, timeout: float, also: asyncio.Future[Any] | None = None) -> bool:
+        """Wait until a message is queued, ``also`` is done, or ``timeout`` seconds have passed; whether
+        a message is there to take. One reader at a time."""
+        if self.qsize():
+            return True
+        loop = asyncio.get_running_loop()
+        waiter = self._arrival = loop.create_future()
+
+        def wake(_: Any = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        timer = loop.call_later(timeout, wake)
+        if also is not None:
+            also.add_done_callback(wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._arrival = None
+            if also is not None:
+                also.remove_done_callback(wake)
+        return bool(self.qsize())
 
     def put_sized(self, item: dict[str, Any], size: int) -> None:
         """Queue a message of ``size`` bytes (its frames, as received), whether it fits or not."""
@@ -109,6 +138,8 @@ class MessageQueue(asyncio.Queue[dict[str, Any]]):
         size, self._next_size = self._next_size, 0
         self._sizes.append(size)
         self.bytes += size
+        if self._arrival is not None and not self._arrival.done():
+            self._arrival.set_result(None)
 
     def _get(self) -> dict[str, Any]:
         item: dict[str, Any] = super()._get()

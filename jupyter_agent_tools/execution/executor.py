@@ -355,19 +355,8 @@ async def run_cell(
                     continue
                 wake_at = min(wake_at, now + (idle_due - time.monotonic()))
             wait = max(0.0, min(limits.liveness_interval, wake_at - now))
-            getter = asyncio.ensure_future(conn.messages.get())
-            waiters: set[asyncio.Future[Any]] = {getter}
-            if interrupted_at is None:
-                waiters.add(cancel_wait)
-            done, _ = await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                await run.handle(getter.result())
+            if await conn.messages.arrival(wait, cancel_wait if interrupted_at is None else None):
                 continue
-            getter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await getter
-            if getter.done() and not getter.cancelled():  # a message raced the cancel
-                await run.handle(getter.result())
             if loop.time() - last_alive_check >= limits.liveness_interval:
                 last_alive_check = loop.time()
                 if conn.lost_state or not await conn.is_alive():

@@ -43,7 +43,7 @@ from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from ..compat import wrap_once
 from ..stores import Worker, owner_alive, this_process
-from .connection import event
+from .connection import MessageQueue, event
 from .faults import http_status, is_kernel_cap
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class GatewayKernelConnection:
     def __init__(self, kernel_manager: Any, kernel_id: str):
         self.kernel_manager = kernel_manager
         self.kernel_id = kernel_id
-        self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.messages = MessageQueue()  # unbounded: the gateway holds what is not read yet
         self.session = Session(session=uuid4().hex, username="jupyter-agent-tools")
         self.lost_state = False
         self._ws: WebSocketClientConnection | None = None
