@@ -249,7 +249,8 @@ class LocalKernelConnection:
         self._lost_state = False
         self._pid: int | None = None  # the kernel's process when connected
         self._client: Any = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Future[None]] = []
+        self._iopub_paused = False  # delivery from the intake waits for room, or ended
         self._callbacks: list[tuple[Any, str]] = []
         self.hold_activity = hold_activity
         self.check_ports = check_ports
@@ -277,7 +278,6 @@ class LocalKernelConnection:
         except BaseException:
             await self.close()
             raise
-        self._tasks.append(asyncio.create_task(self._pump_iopub()))
         for name in ("shell", "stdin"):
             channel = getattr(client, f"{name}_channel")
             self._tasks.append(asyncio.create_task(self._pump(name, channel)))
@@ -366,6 +366,7 @@ class LocalKernelConnection:
             spill_bytes=self.iopub_spill_bytes,
             held_elsewhere=lambda: (queue.bytes, queue.qsize()),
             name=f"iopub-{self.kernel_id[:8]}",
+            on_arrival=self._deliver_iopub,
         )
         self.intake.start()
 
@@ -389,31 +390,46 @@ class LocalKernelConnection:
                 queue.put_nowait(event("disconnected", reason=f"{name} channel: {e}"))
                 return
 
-    async def _pump_iopub(self) -> None:
+    def _deliver_iopub(self) -> None:
         """Move the intake's messages to the queue, decoded, in order, while they fit (they wait in the
-        intake meanwhile, undecoded)."""
-        intake, session, queue, activity = self.intake, self._client.session, self.messages, self._activity
-        assert intake is not None
+        intake meanwhile, undecoded). Called on the loop by the intake's thread when messages came (a
+        callback, not a task woken by an event: the last message of every execution is on the path of its
+        answer), and again once the queue has room."""
+        intake, queue, activity = self.intake, self.messages, self._activity
+        if intake is None or self._client is None or self._iopub_paused:
+            return  # closed, ended, or waiting for room (which delivers again)
+        session = self._client.session
         while True:
             size = intake.next_size()
             if size is None:
                 if intake.error is not None:
+                    self._iopub_paused = True
                     queue.put_nowait(event("disconnected", reason=intake.error))
                     return
-                await intake.wait()
+                if intake.rearm():
+                    return  # nothing held: the thread calls again with the next message
                 continue
             if not queue.fits(size):
-                await self._wait_for_room(size)
-                continue  # the oldest may be another one now (drain discards what is held)
+                self._iopub_paused = True
+                self._tasks.append(asyncio.ensure_future(self._resume_iopub(size)))
+                return
             try:
                 msg = _decode(session, intake.take(), "iopub")
             except Exception as e:
                 # broad: a bad message, or a spilled one that could not be read back: a disconnect event
+                self._iopub_paused = True
                 queue.put_nowait(event("disconnected", reason=f"iopub channel: {e}"))
                 return
             if activity is not None:
                 activity.record(msg)
             queue.put_sized(msg, size)
+
+    async def _resume_iopub(self, size: int) -> None:
+        """Deliver again once the queue has room for the oldest message held (see :meth:`_wait_for_room`)."""
+        await self._wait_for_room(size)
+        self._tasks = [task for task in self._tasks if not task.done()]
+        self._iopub_paused = False
+        self._deliver_iopub()  # the oldest may be another one now (drain discards what is held)
 
     async def _wait_for_room(self, size: int) -> None:
         """Wait until the queue has room for ``size`` bytes; jupyter_server watches the kernel's activity

@@ -25,6 +25,7 @@ import struct
 import tempfile
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import zmq
@@ -184,6 +185,7 @@ class IopubIntake:
         held_elsewhere: Any = None,
         spill_parent: str | None = None,
         name: str = "iopub",
+        on_arrival: Callable[[], None] | None = None,
     ) -> None:
         self.socket = socket
         self.budget = budget
@@ -194,6 +196,9 @@ class IopubIntake:
         self.dropped = 0
         self.error: str | None = None  # why the thread stopped receiving (None: it did not)
         self.arrived = asyncio.Event()
+        # Called on the loop when messages came, instead of setting ``arrived``; it takes what is held,
+        # then :meth:`rearm` (one call at a time: the thread calls again only once re-armed).
+        self.on_arrival = on_arrival
         self._dropping = False
         self._notified = False
         self._lock = threading.Lock()
@@ -270,6 +275,15 @@ class IopubIntake:
             self._notified = False
         await self.arrived.wait()
 
+    def rearm(self) -> bool:
+        """For ``on_arrival``: True when nothing is held (the thread calls again with the next message),
+        False when something came meanwhile (to take now)."""
+        with self._lock:
+            if self.memory or self.spill or self.error is not None:
+                return False
+            self._notified = False
+            return True
+
     def __len__(self) -> int:
         """Messages held (in memory and spilled)."""
         return len(self.memory) + len(self.spill)
@@ -339,4 +353,4 @@ class IopubIntake:
         loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody takes them any more
-                loop.call_soon_threadsafe(self.arrived.set)
+                loop.call_soon_threadsafe(self.on_arrival or self.arrived.set)
