@@ -15,6 +15,7 @@ import functools
 from pathlib import Path
 
 import pytest
+from parsing import parse
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
@@ -42,7 +43,7 @@ def _reraises(handler: ast.ExceptHandler) -> bool:
 def broad_catches(source: str) -> list[tuple[int, str]]:
     """Each broad catch of a module: (line of its ``except``/``with``, kind)."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.ExceptHandler):
             names = _names(node.type)
             if node.type is None:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from parsing import parse
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
@@ -76,7 +77,7 @@ def modules() -> list[Path]:
 
 @functools.cache
 def parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return parse(path.read_text(encoding="utf-8"))
 
 
 def private_uses(tree: ast.AST) -> Iterator[tuple[int, str, ast.expr]]:
@@ -283,7 +284,7 @@ def wire(cm):
 
 def test_the_rules_catch_what_they_name() -> None:
     """The checks above, on a module written to break them: each rule can fail."""
-    tree = ast.parse(CAUGHT)
+    tree = parse(CAUGHT)
     upstream = upstream_private_names(parsed(COMPAT)) | {"_finished"}
     reads = private_reads(tree, defined_names(tree), upstream)
     assert sorted(reads) == [

@@ -11,6 +11,7 @@ import functools
 from pathlib import Path
 
 import pytest
+from parsing import parse
 
 pytestmark = pytest.mark.quick  # the fast tier: no server, no kernel
 
@@ -75,7 +76,7 @@ def imported(path: Path) -> frozenset[str]:
     rel = path.relative_to(PACKAGE.parent).with_suffix("")
     package = list(rel.parts[:-1])  # a module's package (an __init__'s is its own folder)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

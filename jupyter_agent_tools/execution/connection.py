@@ -317,7 +317,8 @@ class LocalKernelConnection:
                     )
             await ready
         finally:
-            if not ready.done():
+            # (a closed loop: a start abandoned at server stop, closed by the garbage collector)
+            if not ready.done() and not ready.get_loop().is_closed():
                 ready.cancel()  # its end (cancelled, or a failure meanwhile) is not this call's
                 ready.add_done_callback(lambda f: f.cancelled() or f.exception())
 
