@@ -283,16 +283,22 @@ class EvalService(Service):
         return {"session": name, "kernel_id": session.kernel_id, "interrupted": running}
 
     async def _resolve_cwd(self, cwd: str) -> str:
+        """The kernel's working directory for the API path ``cwd`` ('': the server root, which the server
+        made sure of when it started: not asked again on every call)."""
+        if cwd:
+            await self._check_cwd(cwd)
+        return str(self.kernels.kernel_manager.cwd_for_path(cwd))
+
+    async def _check_cwd(self, cwd: str) -> None:
         cm = self.contents_manager
         problem = f"'cwd' must be an existing directory inside the server root (got {cwd!r})"
         try:
             if not await ensure_async(cm.dir_exists(cwd)):
                 raise BadRequest(problem)
-            if cwd and not cm.allow_hidden and await ensure_async(cm.is_hidden(cwd)):
+            if not cm.allow_hidden and await ensure_async(cm.is_hidden(cwd)):
                 raise BadRequest(problem)
         except ServerHTTPError:
             raise BadRequest(problem) from None
-        return str(self.kernels.kernel_manager.cwd_for_path(cwd))
 
     def _init_spec(self, session: KernelSession, request: EvalRequest, cwd: str) -> InitSpec:
         env = dict(request.env)
