@@ -11,6 +11,7 @@ are stopped through the hub, the hub is terminated, and any process it started t
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -145,19 +146,23 @@ class Hub:
         self.users.append(name)
         (self.tmp / "home" / name).mkdir(parents=True, exist_ok=True)
 
-    def start_server(self, name: str, server_name: str = "", timeout: float = 120) -> None:
-        """Start ``name``'s default server, or their server named ``server_name``; return once ready."""
-        route = f"users/{name}/servers/{server_name}" if server_name else f"users/{name}/server"
-        status, answer = self.api("POST", route)
-        assert status in (201, 202, 400), (status, answer)  # 400: already running
+    def start_servers(self, servers: list[tuple[str, str]], timeout: float = 120) -> None:
+        """Start each (user, server name; '' the default) at once; return once all are ready."""
+        for name, server_name in servers:
+            route = f"users/{name}/servers/{server_name}" if server_name else f"users/{name}/server"
+            status, answer = self.api("POST", route)
+            assert status in (201, 202, 400), (status, answer)  # 400: already running
+        waiting = list(servers)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while waiting and time.monotonic() < deadline:
+            name, server_name = waiting[0]
             _, model = self.api("GET", f"users/{name}")
-            server = (model or {}).get("servers", {}).get(server_name, {})
-            if server.get("ready"):
-                return
+            if (model or {}).get("servers", {}).get(server_name, {}).get("ready"):
+                waiting.pop(0)
+                continue
             time.sleep(0.25)
-        raise AssertionError(f"{name}'s server did not start in {timeout} s:\n{self.log()}")
+        if waiting:
+            raise AssertionError(f"servers {waiting} did not start in {timeout} s:\n{self.log()}")
 
     def token(self, name: str, scopes: list[str]) -> str:
         """A new API token owned by ``name`` with exactly ``scopes``."""
@@ -316,9 +321,13 @@ def _stop_hub(hub: Hub) -> None:
     # psutil.Process objects, not pids: kill() checks that the pid was not reused meanwhile
     started = {p.pid: p for p in _descendants(process.pid)}
     if process.poll() is None:
-        for name in hub.users:
+
+        def stop(name: str) -> None:
             with contextlib.suppress(OSError):
                 hub.api("DELETE", f"users/{name}/server")
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, len(hub.users))) as pool:  # each waits for its stop
+            list(pool.map(stop, hub.users))
     started.update({p.pid: p for p in _descendants(process.pid)})
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)

@@ -62,7 +62,7 @@ GLOBS = st.lists(SEGMENTS, min_size=1, max_size=5).map("/".join).filter(lambda g
 PATHS = st.lists(st.text(alphabet="ab.c[]\\+", min_size=1, max_size=6), max_size=6).map("/".join)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(GLOBS, PATHS)
 def test_the_matcher_answers_as_the_old_regular_expressions_on_benign_globs(glob: str, path: str) -> None:
     assert Glob(glob).match(path) == old_match(glob, path), (glob, path)

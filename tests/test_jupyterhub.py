@@ -50,8 +50,8 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     with running_hub(tmp_path_factory.mktemp("hub")) as running:
         for name in ("alice", "bob"):
             running.add_user(name)
-            running.start_server(name)
-        running.start_server("alice", "lab2")  # a named server: the same home, its own agent tokens
+        # alice's named server lab2: the same home, its own agent tokens
+        running.start_servers([("alice", ""), ("bob", ""), ("alice", "lab2")])
         nbformat.write(
             new_notebook(cells=[new_code_cell("x = 1", id="c1")], metadata=KERNEL),
             str(running.home("alice") / "a.ipynb"),
