@@ -71,6 +71,10 @@ from jupyter_agent_tools.testing.server import free_port
 c.Spawner.pre_spawn_hook = lambda spawner: setattr(spawner, "port", free_port())
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
+# A single-user server with a collaborative room does not exit on the spawner's SIGINT: sqlite_anyio's (the
+# Y store's) AnyIO worker thread is not a daemon and nothing stops it, so the interpreter waits for it at exit
+# until the SIGTERM that follows interrupt_timeout (10 s by default; seen as "server is slow to stop").
+c.Spawner.interrupt_timeout = 2
 c.JupyterHub.services = [
     {{"name": "tester", "api_token": "{admin_token}"}},
     # docs/admin.md's agent OAuth service: MCP clients sign in here for one user's server
