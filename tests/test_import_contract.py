@@ -51,6 +51,9 @@ PURE_CORE = (
     "sequences.py",
     "errors.py",
     "oauth/jwt.py",
+    "schema_compile.py",
+    "validation.py",
+    "execution/ports.py",
 )
 SERVICES = (
     "execution.eval_service",
