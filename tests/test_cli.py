@@ -304,6 +304,13 @@ def test_async_client(server: Server) -> None:
     assert kinds[0] == "cell_start" and kinds[-1] == "result"
 
 
+def python_c(code: str, runtime_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a fresh interpreter (what it imports is the point), in the repository."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=base_env(runtime_dir), cwd=REPO
+    )
+
+
 def test_client_and_command_stay_on_http(runtime_dir: Path) -> None:
     """Neither the client nor the command loads the server side (services, handlers, jupyter_server)."""
     code = (
@@ -313,9 +320,7 @@ def test_client_and_command_stay_on_http(runtime_dir: Path) -> None:
         " 'jupyter_agent_tools.notebook', 'jupyter_agent_tools.handlers', 'jupyter_agent_tools.app')\n"
         "print(sorted(m for m in sys.modules if m.startswith(server)))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=base_env(runtime_dir), cwd=REPO
-    )
+    done = python_c(code, runtime_dir)
     assert done.stdout == "[]\n", done.stderr
 
 
@@ -329,9 +334,7 @@ def test_the_command_starts_without_what_it_does_not_use(runtime_dir: Path) -> N
         "heavy = ('click', 'rich', 'pygments', 'jupyter_agent_tools.schemas')\n"
         "print(code, sorted(m for m in sys.modules if m.split('.')[0] in heavy or m in heavy))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=base_env(runtime_dir), cwd=REPO
-    )
+    done = python_c(code, runtime_dir)
     assert done.stdout.splitlines()[-1] == "3 []", (done.stdout, done.stderr)
 
 

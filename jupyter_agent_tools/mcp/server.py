@@ -890,13 +890,9 @@ class McpServer:
         progress: _Progress,
         resumed: _Resumed | None = None,
     ) -> dict[str, Any]:
-        refused = await self._refusal(tool, arguments, request, version)
+        arguments, refused = await self._allowed(tool, arguments, request, version)
         if refused is not None:
             return refused
-        try:
-            arguments = resolve_focus(tool.name, arguments, self.services.focus, request.agent)
-        except AgentToolsError as e:
-            return self._call_result(ToolResult(e.message, is_error=True), version)
         passed, answer = await self._gate(
             tool, arguments, request, version, call.cancel, progress.push, resumed=resumed
         )
@@ -1056,6 +1052,19 @@ class McpServer:
         )
         return ToolResult(text, {**started.summary(), "approval_id": approval.id})
 
+    async def _allowed(
+        self, tool: Tool, arguments: dict[str, Any], request: HttpRequest, version: str
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The call's arguments once it is allowed, with the focused notebook and cell in place of
+        ``focus: true`` (:func:`~.tools.resolve_focus`); else the tool error that refuses it."""
+        refused = await self._refusal(tool, arguments, request, version)
+        if refused is not None:
+            return arguments, refused
+        try:
+            return resolve_focus(tool.name, arguments, self.services.focus, request.agent), None
+        except AgentToolsError as e:
+            return arguments, self._call_result(ToolResult(e.message, is_error=True), version)
+
     async def _refusal(
         self, tool: Tool, arguments: dict[str, Any], request: HttpRequest, version: str
     ) -> dict[str, Any] | None:
@@ -1168,12 +1177,8 @@ class McpServer:
     ) -> AsyncIterator[Outgoing]:
         """Check the permissions now (a refusal is the call's answer), then start the tool as a run and
         answer the task at once (CreateTaskResult)."""
-        refused = await self._refusal(tool, arguments, request, TASK_VERSION)
-        if refused is None:
-            try:  # this cell: the one focused now, not when the task runs
-                arguments = resolve_focus(tool.name, arguments, self.services.focus, request.agent)
-            except AgentToolsError as e:
-                refused = self._call_result(ToolResult(e.message, is_error=True), TASK_VERSION)
+        # this cell (focus: true): the one focused now, not when the task runs
+        arguments, refused = await self._allowed(tool, arguments, request, TASK_VERSION)
         if refused is not None:
             yield Outgoing(result_message(rid, refused), final=True)
             return
