@@ -177,7 +177,10 @@ async def test_intake_keeps_order_through_memory_and_spill_and_drops_one_gap_pas
     sender, receiver = context.socket(zmq.PAIR), context.socket(zmq.PAIR)
     sender.bind("inproc://intake")
     receiver.connect("inproc://intake")
-    intake = IopubIntake(receiver, budget=250, spill_bytes=250, spill_parent=str(tmp_path))
+    arrived = asyncio.Event()
+    intake = IopubIntake(
+        receiver, budget=250, spill_bytes=250, spill_parent=str(tmp_path), on_arrival=arrived.set
+    )
     intake.start()
 
     async def settle(count: int) -> None:
@@ -200,8 +203,10 @@ async def test_intake_keeps_order_through_memory_and_spill_and_drops_one_gap_pas
         while intake.next_size() is not None:
             taken.append(intake.take()[0])
         assert taken == [b"0", b"1", b"2", b"3"] and intake.spill.bytes == 0
+        arrived.clear()
+        assert intake.rearm()  # nothing held: the thread calls back with the next message
         sender.send_multipart([b"5", b""])
-        await asyncio.wait_for(intake.wait(), 10)  # the thread wakes the loop
+        await asyncio.wait_for(arrived.wait(), 10)  # the thread wakes the loop
         assert intake.take() == [b"5", b""] and intake.dropped == 2
 
         # drain forgets what the intake holds too, spilled or not (left over from earlier executions)

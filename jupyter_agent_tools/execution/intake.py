@@ -184,8 +184,8 @@ class IopubIntake:
         spill_bytes: int,
         held_elsewhere: Any = None,
         spill_parent: str | None = None,
+        on_arrival: Callable[[], None],
         name: str = "iopub",
-        on_arrival: Callable[[], None] | None = None,
     ) -> None:
         self.socket = socket
         self.budget = budget
@@ -195,9 +195,8 @@ class IopubIntake:
         self.memory_bytes = 0
         self.dropped = 0
         self.error: str | None = None  # why the thread stopped receiving (None: it did not)
-        self.arrived = asyncio.Event()
-        # Called on the loop when messages came, instead of setting ``arrived``; it takes what is held,
-        # then :meth:`rearm` (one call at a time: the thread calls again only once re-armed).
+        # Called on the loop when messages came: it takes what is held, then :meth:`rearm` (one call at
+        # a time: the thread calls again only once re-armed).
         self.on_arrival = on_arrival
         self._dropping = False
         self._notified = False
@@ -265,15 +264,6 @@ class IopubIntake:
             self.memory_bytes = 0
             self._dropping = False
             return count
-
-    async def wait(self) -> None:
-        """Wait until a message (or the thread's end) is there to take."""
-        self.arrived.clear()
-        with self._lock:
-            if self.memory or self.spill or self.error is not None:
-                return
-            self._notified = False
-        await self.arrived.wait()
 
     def rearm(self) -> bool:
         """For ``on_arrival``: True when nothing is held (the thread calls again with the next message),
@@ -353,4 +343,4 @@ class IopubIntake:
         loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody takes them any more
-                loop.call_soon_threadsafe(self.on_arrival or self.arrived.set)
+                loop.call_soon_threadsafe(self.on_arrival)
