@@ -156,7 +156,7 @@ def _recv_now(socket: zmq.Socket[Any]) -> list[bytes] | None:
         return None
 
 
-# How long the iopub pump may wait for room in its queue before jupyter_server watches the kernel's
+# How long the iopub delivery may wait for room in its queue before jupyter_server watches the kernel's
 # activity again (an eval drains the queue in far less; an idle connection may wait for its next call).
 ACTIVITY_HANDBACK_AFTER = 1.0
 
@@ -219,8 +219,8 @@ class LocalKernelConnection:
     Output is taken from the kernel as it comes, whatever the event loop does: a thread of the
     connection's own (:class:`~.intake.IopubIntake`) receives iopub and holds the raw messages in memory
     while they fit in ``iopub_buffer_bytes`` together with those decoded ahead of them, and past that in a
-    spill file of at most ``iopub_spill_bytes``. The iopub pump, on the event loop, takes them back in
-    order, decodes them and moves them to :attr:`messages` while they fit in the same budget (the
+    spill file of at most ``iopub_spill_bytes``. On the event loop, :meth:`_deliver_iopub` takes them back
+    in order, decodes them and moves them to :attr:`messages` while they fit in the same budget (the
     executor takes them from there; one message always fits an empty queue). ZMQ itself holds at most
     ``iopub_hwm`` messages more (its limit counts messages of any size; a kernel message may be 100 MB):
     the thread keeps up, and the kernel, which never waits for a reader, has nothing to drop.
