@@ -73,8 +73,11 @@ c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
 # A single-user server with a collaborative room does not exit on the spawner's SIGINT: sqlite_anyio's (the
 # Y store's) AnyIO worker thread is not a daemon and nothing stops it, so the interpreter waits for it at exit
-# until the SIGTERM that follows interrupt_timeout (10 s by default; seen as "server is slow to stop").
+# until the SIGTERM that follows interrupt_timeout (10 s by default; seen as "server is slow to stop"), and
+# it does not end on that SIGTERM either (the server's handler only stops a loop that has stopped already):
+# the SIGKILL after term_timeout (5 s) does. The server's own cleanup has run by then.
 c.Spawner.interrupt_timeout = 2
+c.Spawner.term_timeout = 1
 c.JupyterHub.services = [
     {{"name": "tester", "api_token": "{admin_token}"}},
     # docs/admin.md's agent OAuth service: MCP clients sign in here for one user's server
