@@ -147,9 +147,9 @@ def room_saver(api: Any, room_id: str) -> Callable[[], Awaitable[Any] | None] | 
         return None
 
     def save_pending() -> Awaitable[Any] | None:
-        pending = getattr(room, "_saving_document", None)
         if getattr(room, "_save_delay", 0) is None:
             return None
+        pending = getattr(room, "_saving_document", None)
         if not isinstance(pending, asyncio.Future) or pending.done():
             return None
         saving = save()

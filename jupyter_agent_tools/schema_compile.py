@@ -126,7 +126,7 @@ class _Compiler:
         def check(v: Any) -> bool:
             if not isinstance(v, dict):
                 return True
-            return all(check(v[key]) for key, check in checks.items() if key in v)
+            return all(sub(v[key]) for key, sub in checks.items() if key in v)
 
         return check
 

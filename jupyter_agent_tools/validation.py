@@ -218,11 +218,6 @@ def _passes(name: str, instance: Any) -> bool:
     return quick is not None and quick(instance)
 
 
-def is_valid(name: str, instance: Any) -> bool:
-    """Plain JSON Schema validity of ``instance`` against the component ``name`` (no messages)."""
-    return _passes(name, instance) or bool(_validator(name).is_valid(instance))
-
-
 def check(name: str, instance: Any) -> None:
     """Raise :class:`BadRequest` naming the first problem unless ``instance`` is valid against ``name``."""
     if _passes(name, instance):
